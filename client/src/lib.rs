@@ -1,0 +1,1 @@
+//! Leasehold client (built out in the client issue).

@@ -1,0 +1,1 @@
+//! Black-box cluster tests (built out in the chaos-suite issue).

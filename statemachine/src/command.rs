@@ -1,0 +1,189 @@
+//! What goes into the Raft log ([`Entry`], [`Command`]) and what comes out of applying
+//! it ([`Reply`]).
+//!
+//! An entry carries everything `apply` may depend on: the leader's stamp (cluster time),
+//! the leader's term (for the failover grace), and the client's idempotency key. Nothing
+//! else enters the state machine, which is what makes replay deterministic.
+
+use serde::{Deserialize, Serialize};
+
+use crate::limits;
+use crate::wire::{ApiError, Job, Lease};
+
+/// One replicated log entry of the lease state machine.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    /// Cluster time the leader stamped on this entry (ms).
+    pub stamp_ms: u64,
+    /// Term of the leader that proposed it. The node sets it from the entry's log id.
+    pub term: u64,
+    /// The client's `Idempotency-Key`, when it sent one.
+    pub idempotency_key: Option<String>,
+    pub command: Command,
+}
+
+/// A lease operation. Every field was validated by the node, and is validated again on
+/// apply: a rejected command is a normal reply, never a storage error.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    /// Create a job; the id is derived from the log index when absent.
+    Submit {
+        id: Option<String>,
+        queue: String,
+        payload: Option<String>,
+        max_attempts: Option<u64>,
+    },
+    /// Claim a job by id, creating it in the default queue when it does not exist.
+    Claim {
+        job_id: String,
+        owner: String,
+        ttl_ms: u64,
+    },
+    /// Claim the oldest claimable job of a queue.
+    ClaimNext {
+        queue: String,
+        owner: String,
+        ttl_ms: u64,
+    },
+    Renew {
+        job_id: String,
+        owner: String,
+        generation: u64,
+        ttl_ms: Option<u64>,
+    },
+    Complete {
+        job_id: String,
+        owner: String,
+        generation: u64,
+        result: Option<String>,
+    },
+    Release {
+        job_id: String,
+        owner: String,
+        generation: u64,
+    },
+    Delete {
+        job_id: String,
+    },
+    /// Internal: moves store time forward (a new leader's first entry, idle ticks).
+    Tick,
+}
+
+impl Command {
+    /// Checks every name and limit of api.md.
+    pub fn validate(&self) -> Result<(), ApiError> {
+        match self {
+            Command::Submit {
+                id,
+                queue,
+                payload,
+                max_attempts,
+            } => {
+                if let Some(id) = id {
+                    limits::validate_job_id(id)?;
+                }
+                limits::validate_queue(queue)?;
+                if let Some(p) = payload {
+                    limits::validate_json_size("payload", p)?;
+                }
+                if let Some(m) = max_attempts {
+                    limits::validate_max_attempts(*m)?;
+                }
+            }
+            Command::Claim {
+                job_id,
+                owner,
+                ttl_ms,
+            } => {
+                limits::validate_job_id(job_id)?;
+                limits::validate_owner(owner)?;
+                limits::validate_ttl_ms(*ttl_ms)?;
+            }
+            Command::ClaimNext {
+                queue,
+                owner,
+                ttl_ms,
+            } => {
+                limits::validate_queue(queue)?;
+                limits::validate_owner(owner)?;
+                limits::validate_ttl_ms(*ttl_ms)?;
+            }
+            Command::Renew {
+                job_id,
+                owner,
+                ttl_ms,
+                ..
+            } => {
+                limits::validate_job_id(job_id)?;
+                limits::validate_owner(owner)?;
+                if let Some(t) = ttl_ms {
+                    limits::validate_ttl_ms(*t)?;
+                }
+            }
+            Command::Complete {
+                job_id,
+                owner,
+                result,
+                ..
+            } => {
+                limits::validate_job_id(job_id)?;
+                limits::validate_owner(owner)?;
+                if let Some(r) = result {
+                    limits::validate_json_size("result", r)?;
+                }
+            }
+            Command::Release { job_id, owner, .. } => {
+                limits::validate_job_id(job_id)?;
+                limits::validate_owner(owner)?;
+            }
+            Command::Delete { job_id } => limits::validate_job_id(job_id)?,
+            Command::Tick => {}
+        }
+        Ok(())
+    }
+
+    /// A stable 64-bit fingerprint of the command, to tell "same request retried" from
+    /// "same idempotency key, different request". FNV-1a over the bincode encoding: both
+    /// are fixed by their specifications, so every replica computes the same value.
+    pub fn fingerprint(&self) -> u64 {
+        let bytes = bincode::serialize(self).expect("commands always encode");
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in bytes {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        h
+    }
+
+    /// A short name for metrics and logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Command::Submit { .. } => "submit",
+            Command::Claim { .. } => "claim",
+            Command::ClaimNext { .. } => "claim_next",
+            Command::Renew { .. } => "renew",
+            Command::Complete { .. } => "complete",
+            Command::Release { .. } => "release",
+            Command::Delete { .. } => "delete",
+            Command::Tick => "tick",
+        }
+    }
+}
+
+/// What a successful apply produced.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Outcome {
+    /// Claim, claim-next and renew.
+    Lease(Lease),
+    /// Submit (created), complete, release.
+    Job(Job),
+    /// Delete.
+    Deleted,
+    /// Claim-next found nothing claimable.
+    Empty,
+    /// Tick.
+    Ticked,
+}
+
+/// The reply of `apply`: a rejection is an `Err`, and still a normal, replicated reply.
+pub type Reply = Result<Outcome, ApiError>;

@@ -1,0 +1,25 @@
+//! The deterministic heart of Leasehold: the replicated lease table.
+//!
+//! Commands come in as log entries stamped with cluster time; state and replies come out.
+//! There is no IO, no clock, no randomness and no async here, so the same log gives the
+//! same state and replies on every replica, every time — which the tests check by replay.
+//!
+//! # Layout
+//! - [`limits`]: every bound of the API, and the validation shared with node and client.
+//! - [`wire`]: the JSON types of api.md (`Job`, `Lease`, error codes, request bodies).
+//! - [`command`]: what goes into the log (`Entry`, `Command`) and what comes out (`Reply`).
+//! - [`machine`]: `LeaseMachine::apply`, the rules, the indexes, failover grace, reads.
+//! - `idempotency`: the table of remembered replies to keyed requests.
+//! - [`snapshot`]: `snapshot()`/`restore()` and `check_invariants()`.
+
+pub mod command;
+mod idempotency;
+pub mod limits;
+pub mod machine;
+pub mod snapshot;
+pub mod wire;
+
+pub use command::{Command, Entry, Outcome, Reply};
+pub use machine::{Config, LeaseMachine, Stats};
+pub use snapshot::SnapshotError;
+pub use wire::{ApiError, ErrorBody, ErrorCode, Job, JobPage, JobState, Lease};

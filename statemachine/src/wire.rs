@@ -1,0 +1,454 @@
+//! The types that cross the wire: what the node serves, what the client parses.
+//!
+//! They live in the pure crate so that node and client share one definition of every
+//! field, error code and request body (api.md is the contract; these are its Rust form).
+//! JSON payloads are kept as their encoded text (`String`) so the same types also travel
+//! through the Raft log under bincode, which cannot carry a free-form JSON value; see
+//! [`raw_json`] for how the text is written back as raw JSON over HTTP.
+
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+use crate::command::Command;
+use crate::limits;
+
+/// One variant per error code of api.md, 1:1, spelled as on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    InvalidArgument,
+    PayloadTooLarge,
+    NotFound,
+    AlreadyExists,
+    LeaseHeld,
+    JobCompleted,
+    JobFailed,
+    StaleLease,
+    LeaseExpired,
+    IdempotencyKeyReused,
+    Unavailable,
+    Timeout,
+    Unauthenticated,
+    PermissionDenied,
+    /// Not in api.md's tables: an unexpected server fault (HTTP 500).
+    Internal,
+}
+
+impl ErrorCode {
+    pub const ALL: [ErrorCode; 15] = [
+        ErrorCode::InvalidArgument,
+        ErrorCode::PayloadTooLarge,
+        ErrorCode::NotFound,
+        ErrorCode::AlreadyExists,
+        ErrorCode::LeaseHeld,
+        ErrorCode::JobCompleted,
+        ErrorCode::JobFailed,
+        ErrorCode::StaleLease,
+        ErrorCode::LeaseExpired,
+        ErrorCode::IdempotencyKeyReused,
+        ErrorCode::Unavailable,
+        ErrorCode::Timeout,
+        ErrorCode::Unauthenticated,
+        ErrorCode::PermissionDenied,
+        ErrorCode::Internal,
+    ];
+
+    /// The HTTP status api.md assigns to this code.
+    pub fn http_status(self) -> u16 {
+        match self {
+            ErrorCode::InvalidArgument => 400,
+            ErrorCode::Unauthenticated => 401,
+            ErrorCode::PermissionDenied => 403,
+            ErrorCode::NotFound => 404,
+            ErrorCode::AlreadyExists
+            | ErrorCode::LeaseHeld
+            | ErrorCode::JobCompleted
+            | ErrorCode::JobFailed
+            | ErrorCode::StaleLease
+            | ErrorCode::LeaseExpired => 409,
+            ErrorCode::PayloadTooLarge => 413,
+            ErrorCode::IdempotencyKeyReused => 422,
+            ErrorCode::Internal => 500,
+            ErrorCode::Unavailable => 503,
+            ErrorCode::Timeout => 504,
+        }
+    }
+
+    /// The code as written on the wire, e.g. `stale_lease`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::InvalidArgument => "invalid_argument",
+            ErrorCode::PayloadTooLarge => "payload_too_large",
+            ErrorCode::NotFound => "not_found",
+            ErrorCode::AlreadyExists => "already_exists",
+            ErrorCode::LeaseHeld => "lease_held",
+            ErrorCode::JobCompleted => "job_completed",
+            ErrorCode::JobFailed => "job_failed",
+            ErrorCode::StaleLease => "stale_lease",
+            ErrorCode::LeaseExpired => "lease_expired",
+            ErrorCode::IdempotencyKeyReused => "idempotency_key_reused",
+            ErrorCode::Unavailable => "unavailable",
+            ErrorCode::Timeout => "timeout",
+            ErrorCode::Unauthenticated => "unauthenticated",
+            ErrorCode::PermissionDenied => "permission_denied",
+            ErrorCode::Internal => "internal",
+        }
+    }
+
+    /// Errors that say "this node can't answer now, another may": retry elsewhere.
+    pub fn is_retryable(self) -> bool {
+        matches!(self, ErrorCode::Unavailable | ErrorCode::Timeout)
+    }
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The `error` object of every non-2xx response.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApiError {
+    pub code: ErrorCode,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<Box<Job>>,
+}
+
+impl ApiError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        ApiError {
+            code,
+            message: message.into(),
+            job: None,
+        }
+    }
+
+    pub fn with_job(mut self, job: Job) -> Self {
+        self.job = Some(Box::new(job));
+        self
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.code, self.message)
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+/// The body of every non-2xx response: `{"error":{...}}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: ApiError,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobState {
+    Pending,
+    Leased,
+    Completed,
+    Failed,
+}
+
+impl JobState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Pending => "pending",
+            JobState::Leased => "leased",
+            JobState::Completed => "completed",
+            JobState::Failed => "failed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<JobState> {
+        match s {
+            "pending" => Some(JobState::Pending),
+            "leased" => Some(JobState::Leased),
+            "completed" => Some(JobState::Completed),
+            "failed" => Some(JobState::Failed),
+            _ => None,
+        }
+    }
+}
+
+/// A job as api.md's "Job" object.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Job {
+    pub id: String,
+    pub queue: String,
+    pub state: JobState,
+    pub owner: Option<String>,
+    pub generation: u64,
+    pub lease_until_ms: Option<u64>,
+    pub attempts: u64,
+    pub max_attempts: Option<u64>,
+    #[serde(with = "raw_json")]
+    pub payload: Option<String>,
+    #[serde(with = "raw_json")]
+    pub result: Option<String>,
+    pub created_ms: u64,
+    pub updated_ms: u64,
+    pub log_index: u64,
+}
+
+/// A granted or renewed lease, api.md's "Lease" object.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lease {
+    pub job_id: String,
+    pub owner: String,
+    pub generation: u64,
+    pub lease_until_ms: u64,
+    pub ttl_ms: u64,
+    pub cluster_time_ms: u64,
+    pub log_index: u64,
+}
+
+/// One page of `GET /v1/jobs`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobPage {
+    pub jobs: Vec<Job>,
+    pub next_page_token: Option<String>,
+}
+
+/// Serde glue for JSON values kept as encoded text. To a human-readable format (JSON) the
+/// text is written raw, so `{"n":1}` goes out as an object, not a string; to bincode it is
+/// a plain string. `None` is JSON `null`.
+pub mod raw_json {
+    use super::*;
+    use serde::{Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &Option<String>, s: S) -> Result<S::Ok, S::Error> {
+        if !s.is_human_readable() {
+            return v.serialize(s);
+        }
+        match v {
+            None => s.serialize_none(),
+            Some(text) => {
+                let raw: &RawValue = serde_json::from_str(text).map_err(serde::ser::Error::custom)?;
+                raw.serialize(s)
+            }
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+        if !d.is_human_readable() {
+            return Option::<String>::deserialize(d);
+        }
+        let raw = Option::<Box<RawValue>>::deserialize(d)?;
+        Ok(raw.map(|r| r.get().to_owned()).filter(|t| t != "null"))
+    }
+}
+
+fn json_text(what: &str, raw: Option<Box<RawValue>>) -> Result<Option<String>, ApiError> {
+    let Some(raw) = raw else { return Ok(None) };
+    let text = raw.get();
+    limits::validate_json_size(what, text)?;
+    Ok((text != "null").then(|| text.to_owned()))
+}
+
+/// `POST /v1/jobs`.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct SubmitRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload: Option<Box<RawValue>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_attempts: Option<u64>,
+}
+
+impl SubmitRequest {
+    pub fn into_command(self) -> Result<Command, ApiError> {
+        let cmd = Command::Submit {
+            id: self.id,
+            queue: self.queue.unwrap_or_else(|| limits::QUEUE_DEFAULT.to_owned()),
+            payload: json_text("payload", self.payload)?,
+            max_attempts: self.max_attempts,
+        };
+        cmd.validate()?;
+        Ok(cmd)
+    }
+}
+
+/// `POST /v1/jobs/{id}/claim`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ClaimRequest {
+    pub owner: String,
+    pub ttl_ms: u64,
+}
+
+impl ClaimRequest {
+    pub fn into_command(self, job_id: &str) -> Result<Command, ApiError> {
+        let cmd = Command::Claim {
+            job_id: job_id.to_owned(),
+            owner: self.owner,
+            ttl_ms: self.ttl_ms,
+        };
+        cmd.validate()?;
+        Ok(cmd)
+    }
+}
+
+/// `POST /v1/queues/{queue}/claim`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ClaimNextRequest {
+    pub owner: String,
+    pub ttl_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_ms: Option<u64>,
+}
+
+impl ClaimNextRequest {
+    /// The command, and how long (ms) to wait for a claimable job.
+    pub fn into_command(self, queue: &str) -> Result<(Command, u64), ApiError> {
+        let wait_ms = self.wait_ms.unwrap_or(0);
+        limits::validate_wait_ms(wait_ms)?;
+        let cmd = Command::ClaimNext {
+            queue: queue.to_owned(),
+            owner: self.owner,
+            ttl_ms: self.ttl_ms,
+        };
+        cmd.validate()?;
+        Ok((cmd, wait_ms))
+    }
+}
+
+/// `POST /v1/jobs/{id}/renew`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RenewRequest {
+    pub owner: String,
+    pub generation: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<u64>,
+}
+
+impl RenewRequest {
+    pub fn into_command(self, job_id: &str) -> Result<Command, ApiError> {
+        let cmd = Command::Renew {
+            job_id: job_id.to_owned(),
+            owner: self.owner,
+            generation: self.generation,
+            ttl_ms: self.ttl_ms,
+        };
+        cmd.validate()?;
+        Ok(cmd)
+    }
+}
+
+/// `POST /v1/jobs/{id}/complete`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct CompleteRequest {
+    pub owner: String,
+    pub generation: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Box<RawValue>>,
+}
+
+impl CompleteRequest {
+    pub fn into_command(self, job_id: &str) -> Result<Command, ApiError> {
+        let cmd = Command::Complete {
+            job_id: job_id.to_owned(),
+            owner: self.owner,
+            generation: self.generation,
+            result: json_text("result", self.result)?,
+        };
+        cmd.validate()?;
+        Ok(cmd)
+    }
+}
+
+/// `POST /v1/jobs/{id}/release`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ReleaseRequest {
+    pub owner: String,
+    pub generation: u64,
+}
+
+impl ReleaseRequest {
+    pub fn into_command(self, job_id: &str) -> Result<Command, ApiError> {
+        let cmd = Command::Release {
+            job_id: job_id.to_owned(),
+            owner: self.owner,
+            generation: self.generation,
+        };
+        cmd.validate()?;
+        Ok(cmd)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job() -> Job {
+        Job {
+            id: "invoice-42".into(),
+            queue: "default".into(),
+            state: JobState::Leased,
+            owner: Some("worker-a".into()),
+            generation: 8,
+            lease_until_ms: Some(1_764_450_012_345),
+            attempts: 8,
+            max_attempts: None,
+            payload: Some(r#"{"n":1}"#.into()),
+            result: None,
+            created_ms: 1,
+            updated_ms: 2,
+            log_index: 5123,
+        }
+    }
+
+    #[test]
+    fn job_json_has_raw_payload_and_null_result() {
+        let v: serde_json::Value = serde_json::to_value(job()).unwrap();
+        assert_eq!(v["payload"], serde_json::json!({"n": 1}));
+        assert_eq!(v["result"], serde_json::Value::Null);
+        assert_eq!(v["state"], "leased");
+        let back: Job = serde_json::from_value(v).unwrap();
+        assert_eq!(back, job());
+    }
+
+    #[test]
+    fn job_roundtrips_through_bincode() {
+        let bytes = bincode::serialize(&job()).unwrap();
+        let back: Job = bincode::deserialize(&bytes).unwrap();
+        assert_eq!(back, job());
+    }
+
+    #[test]
+    fn error_codes_match_api_md() {
+        for code in ErrorCode::ALL {
+            let json = serde_json::to_string(&code).unwrap();
+            assert_eq!(json, format!("\"{}\"", code.as_str()));
+        }
+        assert_eq!(ErrorCode::StaleLease.http_status(), 409);
+        assert_eq!(ErrorCode::IdempotencyKeyReused.http_status(), 422);
+        assert_eq!(ErrorCode::PayloadTooLarge.http_status(), 413);
+        assert_eq!(ErrorCode::Unavailable.http_status(), 503);
+    }
+
+    #[test]
+    fn oversized_payload_is_413() {
+        let body = format!(r#"{{"payload":"{}"}}"#, "x".repeat(limits::PAYLOAD_BYTES_MAX));
+        let req: SubmitRequest = serde_json::from_str(&body).unwrap();
+        assert_eq!(req.into_command().unwrap_err().code, ErrorCode::PayloadTooLarge);
+    }
+
+    #[test]
+    fn null_payload_is_none() {
+        let req: SubmitRequest = serde_json::from_str(r#"{"payload":null}"#).unwrap();
+        match req.into_command().unwrap() {
+            Command::Submit { payload, queue, .. } => {
+                assert_eq!(payload, None);
+                assert_eq!(queue, "default");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
