@@ -1,10 +1,24 @@
 //! The Leasehold server: a replicated, durable lease table behind an HTTP/JSON API.
 //!
 //! # Layout
-//! - [`types`]: the openraft type configuration.
-//! - [`clock`]: wall and monotonic clocks behind a trait (skewable in tests).
+//! - [`server`]: `start`/`run` a node — storage, Raft, HTTP, the leader loop.
+//! - [`node`]: the running node and its decisions (route, propose, linearize).
+//! - [`api`]: HTTP handlers of api.md and Raft RPC endpoints.
+//! - [`network`]: the Raft RPC client (HTTP + bincode).
 //! - [`store`]: the durable log store (raft-log) and the state-machine store.
+//! - [`timekeeper`]: cluster time — the leader's stamps.
+//! - [`clock`]: wall and monotonic clocks behind a trait (skewable in tests).
+//! - [`metrics`]: Prometheus counters.
+//! - [`types`]: the openraft type configuration.
+//! - [`cli`]: the `leasehold` command line (`serve`, `dev`).
 
+pub mod api;
+pub mod cli;
 pub mod clock;
+pub mod metrics;
+pub mod network;
+pub mod node;
+pub mod server;
 pub mod store;
+pub mod timekeeper;
 pub mod types;

@@ -10,12 +10,14 @@
 //! - [`command`]: what goes into the log (`Entry`, `Command`) and what comes out (`Reply`).
 //! - [`machine`]: `LeaseMachine::apply`, the rules, the indexes, failover grace, reads.
 //! - `idempotency`: the table of remembered replies to keyed requests.
+//! - `queries`: read-only questions between entries (is anything claimable?).
 //! - [`snapshot`]: `snapshot()`/`restore()` and `check_invariants()`.
 
 pub mod command;
 mod idempotency;
 pub mod limits;
 pub mod machine;
+mod queries;
 pub mod snapshot;
 pub mod wire;
 

@@ -200,7 +200,12 @@ impl LeaseMachine {
             .expire(now, cfg.idempotency_window_ms, cfg.idempotency_keys_max);
         let reply = match &entry.idempotency_key {
             None => self.execute(log_index, now, &entry.command),
-            Some(key) => self.execute_once(log_index, now, key, &entry.command),
+            // The node checked the key too; a log entry is never trusted to be well-formed,
+            // and an unchecked key would be stored in the replicated table.
+            Some(key) => match limits::validate_idempotency_key(key) {
+                Ok(()) => self.execute_once(log_index, now, key, &entry.command),
+                Err(e) => Err(e),
+            },
         };
         #[cfg(debug_assertions)]
         self.check_invariants();
@@ -219,6 +224,11 @@ impl LeaseMachine {
             ));
         }
         let reply = self.execute(log_index, now, cmd);
+        // An empty claim-next changed nothing; remembering it would make a waiting
+        // client's re-proposal under the same key replay "empty" forever.
+        if matches!(reply, Ok(Outcome::Empty)) {
+            return reply;
+        }
         let remembered = Remembered {
             fingerprint,
             reply: reply.clone(),

@@ -108,12 +108,32 @@ impl std::fmt::Display for ErrorCode {
 }
 
 /// The `error` object of every non-2xx response.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct ApiError {
     pub code: ErrorCode,
     pub message: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub job: Option<Box<Job>>,
+}
+
+/// `job` is left out of JSON when there is none (api.md: present when the error is about
+/// an existing job), but always written to binary formats: bincode, which carries replies
+/// in snapshots (remembered idempotent replies) and Raft RPC, cannot skip a field, and a
+/// skipped `job` made such a snapshot undecodable.
+impl Serialize for ApiError {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let skip_job = s.is_human_readable() && self.job.is_none();
+        let mut st = s.serialize_struct("ApiError", if skip_job { 2 } else { 3 })?;
+        st.serialize_field("code", &self.code)?;
+        st.serialize_field("message", &self.message)?;
+        if skip_job {
+            st.skip_field("job")?;
+        } else {
+            st.serialize_field("job", &self.job)?;
+        }
+        st.end()
+    }
 }
 
 impl ApiError {

@@ -1,0 +1,266 @@
+//! Handlers of `/v1/jobs…` and `/v1/queues/{queue}/claim`: parse and validate here (any
+//! node), then run on the leader.
+//!
+//! Job ids may contain `/`, so `/v1/jobs/{*rest}` is split by hand on the raw path: a
+//! POST ending in `/claim`, `/renew`, `/complete` or `/release` is that action on the id
+//! before it; anything else names a job. Ids are percent-decoded after the split, so an
+//! encoded `%2F` always stays part of the id.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Path, Query, Request, State};
+use axum::response::Response;
+use leasehold_statemachine::limits::{self, BODY_BYTES_MAX};
+use leasehold_statemachine::wire::{
+    ClaimNextRequest, ClaimRequest, CompleteRequest, ReleaseRequest, RenewRequest, SubmitRequest,
+};
+use leasehold_statemachine::{ApiError, Command, ErrorCode, JobState};
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+
+use super::forward::Inbound;
+use super::leader::{on_leader, LeaderOp, WriteKind};
+use super::{error_response, hops, read_body, IDEMPOTENCY_HEADER};
+use crate::node::Node;
+
+fn invalid(msg: impl Into<String>) -> ApiError {
+    ApiError::new(ErrorCode::InvalidArgument, msg)
+}
+
+/// Reads the request into an [`Inbound`] (kept for forwarding).
+async fn inbound(req: Request, extra_wait: Duration) -> Result<Inbound, ApiError> {
+    let (parts, body) = req.into_parts();
+    let body = read_body(body, BODY_BYTES_MAX).await?;
+    let path_and_query = parts
+        .uri
+        .path_and_query()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_else(|| parts.uri.path().to_owned());
+    Ok(Inbound {
+        method: parts.method,
+        hops: hops(&parts.headers),
+        headers: parts.headers,
+        path_and_query,
+        body,
+        extra_wait,
+    })
+}
+
+fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    // An empty body is an empty object: `curl -X POST` with no data is a fair request.
+    let body = if body.iter().all(u8::is_ascii_whitespace) { b"{}" as &[u8] } else { body };
+    serde_json::from_slice(body).map_err(|e| invalid(format!("bad JSON body: {e}")))
+}
+
+fn idempotency_key(inbound: &Inbound) -> Result<Option<String>, ApiError> {
+    let Some(v) = inbound.headers.get(IDEMPOTENCY_HEADER) else {
+        return Ok(None);
+    };
+    let key = v
+        .to_str()
+        .map_err(|_| invalid("Idempotency-Key must be visible ASCII"))?;
+    limits::validate_idempotency_key(key)?;
+    Ok(Some(key.to_owned()))
+}
+
+/// Node flags may narrow the TTL range (api.md).
+fn check_ttl(node: &Node, ttl_ms: Option<u64>) -> Result<(), ApiError> {
+    let (lo, hi) = (node.limits.ttl_ms_min, node.limits.ttl_ms_max);
+    match ttl_ms {
+        Some(t) if !(lo..=hi).contains(&t) => Err(invalid(format!("ttl_ms must be {lo}-{hi} on this node (got {t})"))),
+        _ => Ok(()),
+    }
+}
+
+async fn write(node: Arc<Node>, req: Request, kind: WriteKind, build: impl FnOnce(&Node, &[u8]) -> Result<(Command, u64), ApiError>) -> Response {
+    let extra_wait = Duration::from_millis(limits::WAIT_MS_MAX);
+    let result = async {
+        let inbound = inbound(req, extra_wait).await?;
+        let key = idempotency_key(&inbound)?;
+        let (command, wait_ms) = build(&node, &inbound.body)?;
+        Ok((inbound, key, command, wait_ms))
+    }
+    .await;
+    match result {
+        Err(e) => error_response(&e),
+        Ok((mut inbound, key, command, wait_ms)) => {
+            inbound.extra_wait = Duration::from_millis(wait_ms);
+            let op = LeaderOp::Write {
+                command,
+                key,
+                kind,
+                wait_ms,
+            };
+            on_leader(&node, &inbound, op).await
+        }
+    }
+}
+
+pub async fn submit(State(node): State<Arc<Node>>, req: Request) -> Response {
+    write(node, req, WriteKind::Submit, |_, body| {
+        Ok((parse_json::<SubmitRequest>(body)?.into_command()?, 0))
+    })
+    .await
+}
+
+pub async fn claim_next(State(node): State<Arc<Node>>, Path(queue): Path<String>, req: Request) -> Response {
+    write(node, req, WriteKind::ClaimNext, |node, body| {
+        let r: ClaimNextRequest = parse_json(body)?;
+        check_ttl(node, Some(r.ttl_ms))?;
+        r.into_command(&queue)
+    })
+    .await
+}
+
+/// The action a POST under `/v1/jobs/` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Action {
+    Claim,
+    Renew,
+    Complete,
+    Release,
+}
+
+/// Splits `rest` (the raw path after `/v1/jobs/`) into a decoded job id and the action.
+fn split_action(rest: &str) -> Result<(String, Option<Action>), ApiError> {
+    let actions = [
+        ("/claim", Action::Claim),
+        ("/renew", Action::Renew),
+        ("/complete", Action::Complete),
+        ("/release", Action::Release),
+    ];
+    let (raw_id, action) = actions
+        .iter()
+        .find_map(|(suffix, a)| rest.strip_suffix(suffix).map(|id| (id, Some(*a))))
+        .unwrap_or((rest, None));
+    let id = percent_decode(raw_id).ok_or_else(|| invalid("job id is not valid percent-encoded UTF-8"))?;
+    limits::validate_job_id(&id)?;
+    Ok((id, action))
+}
+
+fn percent_decode(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+fn raw_rest(req: &Request) -> &str {
+    req.uri().path().strip_prefix("/v1/jobs/").unwrap_or("")
+}
+
+pub async fn job_action(State(node): State<Arc<Node>>, req: Request) -> Response {
+    let (id, action) = match split_action(raw_rest(&req)) {
+        Ok((id, Some(a))) => (id, a),
+        Ok((id, None)) => {
+            return error_response(&ApiError::new(ErrorCode::NotFound, format!("no POST route for job {id}")))
+        }
+        Err(e) => return error_response(&e),
+    };
+    write(node, req, WriteKind::Plain, move |node, body| {
+        let cmd = match action {
+            Action::Claim => {
+                let r: ClaimRequest = parse_json(body)?;
+                check_ttl(node, Some(r.ttl_ms))?;
+                r.into_command(&id)?
+            }
+            Action::Renew => {
+                let r: RenewRequest = parse_json(body)?;
+                check_ttl(node, r.ttl_ms)?;
+                r.into_command(&id)?
+            }
+            Action::Complete => parse_json::<CompleteRequest>(body)?.into_command(&id)?,
+            Action::Release => parse_json::<ReleaseRequest>(body)?.into_command(&id)?,
+        };
+        Ok((cmd, 0))
+    })
+    .await
+}
+
+/// The job a GET or DELETE names: the whole raw rest of the path, decoded.
+fn named_job(req: &Request) -> Result<String, ApiError> {
+    let id = percent_decode(raw_rest(req)).ok_or_else(|| invalid("job id is not valid percent-encoded UTF-8"))?;
+    limits::validate_job_id(&id)?;
+    Ok(id)
+}
+
+pub async fn delete_job(State(node): State<Arc<Node>>, req: Request) -> Response {
+    match named_job(&req) {
+        Ok(id) => write(node, req, WriteKind::Delete, move |_, _| Ok((Command::Delete { job_id: id }, 0))).await,
+        Err(e) => error_response(&e),
+    }
+}
+
+pub async fn get_job(State(node): State<Arc<Node>>, req: Request) -> Response {
+    match named_job(&req) {
+        Ok(id) => read(node, req, LeaderOp::GetJob(id)).await,
+        Err(e) => error_response(&e),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ListParams {
+    queue: Option<String>,
+    state: Option<String>,
+    limit: Option<usize>,
+    page_token: Option<String>,
+}
+
+pub async fn list(State(node): State<Arc<Node>>, req: Request) -> Response {
+    let op = (|| {
+        let Query(p) = Query::<ListParams>::try_from_uri(req.uri()).map_err(|e| invalid(format!("bad query: {e}")))?;
+        let state = match p.state.as_deref().filter(|s| !s.is_empty()) {
+            None => None,
+            Some(s) => Some(JobState::parse(s).ok_or_else(|| invalid(format!("unknown state {s:?}")))?),
+        };
+        let queue = p.queue.filter(|q| !q.is_empty());
+        if let Some(q) = &queue {
+            limits::validate_queue(q)?;
+        }
+        let limit = p.limit.unwrap_or(limits::LIST_LIMIT_DEFAULT);
+        limits::validate_list_limit(limit)?;
+        Ok::<_, ApiError>(LeaderOp::List {
+            queue,
+            state,
+            limit,
+            page_token: p.page_token.filter(|t| !t.is_empty()),
+        })
+    })();
+    match op {
+        Ok(op) => read(node, req, op).await,
+        Err(e) => error_response(&e),
+    }
+}
+
+async fn read(node: Arc<Node>, req: Request, op: LeaderOp) -> Response {
+    match inbound(req, Duration::ZERO).await {
+        Ok(inbound) => on_leader(&node, &inbound, op).await,
+        Err(e) => error_response(&e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn actions_split_from_ids_with_slashes() {
+        assert_eq!(split_action("a/b/claim").unwrap(), ("a/b".into(), Some(Action::Claim)));
+        assert_eq!(split_action("x/complete").unwrap(), ("x".into(), Some(Action::Complete)));
+        assert_eq!(split_action("a%2Fclaim").unwrap(), ("a/claim".into(), None));
+        assert_eq!(split_action("plain").unwrap(), ("plain".into(), None));
+        assert!(split_action("bad%zz").is_err());
+        assert!(split_action("has space/claim").is_err());
+    }
+}

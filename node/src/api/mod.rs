@@ -1,0 +1,130 @@
+//! The HTTP API of api.md, plus Raft RPC under `/raft/…`, on one listener.
+//!
+//! Every handler reads its own body (so size and JSON errors get api.md's error shape),
+//! validates with the state machine crate's code, then hands a [`LeaderOp`] to
+//! [`leader::on_leader`], which runs it here if this node leads, forwards the request
+//! verbatim to the leader if not, or waits out an election.
+
+mod forward;
+mod jobs;
+mod leader;
+mod ops;
+mod raft_rpc;
+
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use leasehold_statemachine::{ApiError, ErrorBody, ErrorCode};
+use serde::Serialize;
+
+use crate::node::Node;
+
+pub const NODE_HEADER: &str = "x-leasehold-node";
+pub const LEADER_HEADER: &str = "x-leasehold-leader";
+pub const HOPS_HEADER: &str = "x-leasehold-hops";
+pub const IDEMPOTENCY_HEADER: &str = "idempotency-key";
+/// Seconds a client should wait before retrying a 503.
+pub const RETRY_AFTER_S: u64 = 1;
+
+pub use leader::LeaderOp;
+
+pub fn router(node: Arc<Node>) -> Router {
+    Router::new()
+        .route("/v1/jobs", post(jobs::submit).get(jobs::list))
+        .route(
+            "/v1/jobs/{*rest}",
+            get(jobs::get_job).post(jobs::job_action).delete(jobs::delete_job),
+        )
+        .route("/v1/queues/{queue}/claim", post(jobs::claim_next))
+        .route("/v1/cluster", get(ops::cluster))
+        .route("/healthz", get(ops::healthz))
+        .route("/readyz", get(ops::readyz))
+        .route("/metrics", get(ops::metrics))
+        .route(crate::network::RAFT_APPEND_PATH, post(raft_rpc::append))
+        .route(crate::network::RAFT_VOTE_PATH, post(raft_rpc::vote))
+        .route(crate::network::RAFT_SNAPSHOT_PATH, post(raft_rpc::snapshot))
+        .fallback(unknown_route)
+        .layer(axum::middleware::from_fn_with_state(node.clone(), stamp_headers))
+        // Handlers read bodies themselves, with api.md's limits and error shape.
+        .layer(DefaultBodyLimit::disable())
+        .with_state(node)
+}
+
+async fn unknown_route() -> Response {
+    error_response(&ApiError::new(ErrorCode::NotFound, "no such route"))
+}
+
+/// Adds `X-Leasehold-Node`/`X-Leasehold-Leader` to every response and counts it.
+async fn stamp_headers(State(node): State<Arc<Node>>, req: Request, next: Next) -> Response {
+    let route = route_label(req.extensions().get::<MatchedPath>().map(|p| p.as_str()));
+    let mut resp = next.run(req).await;
+    node.metrics.request(route, resp.status().as_u16());
+    let h = resp.headers_mut();
+    h.insert(NODE_HEADER, HeaderValue::from(node.id));
+    match node.raft.metrics().borrow().current_leader {
+        Some(l) => {
+            h.insert(LEADER_HEADER, HeaderValue::from(l));
+        }
+        None => {
+            h.remove(LEADER_HEADER);
+        }
+    }
+    resp
+}
+
+/// A fixed set of labels keeps the metric's cardinality bounded.
+fn route_label(matched: Option<&str>) -> &'static str {
+    match matched {
+        Some("/v1/jobs") => "/v1/jobs",
+        Some("/v1/jobs/{*rest}") => "/v1/jobs/{id}",
+        Some("/v1/queues/{queue}/claim") => "/v1/queues/{queue}/claim",
+        Some("/v1/cluster") => "/v1/cluster",
+        Some("/healthz") => "/healthz",
+        Some("/readyz") => "/readyz",
+        Some("/metrics") => "/metrics",
+        Some(p) if p.starts_with("/raft/") => "/raft",
+        _ => "other",
+    }
+}
+
+pub fn json_response<T: Serialize>(status: StatusCode, value: &T) -> Response {
+    match serde_json::to_vec(value) {
+        Ok(body) => (status, [(axum::http::header::CONTENT_TYPE, "application/json")], body).into_response(),
+        Err(e) => error_response(&ApiError::new(ErrorCode::Internal, e.to_string())),
+    }
+}
+
+pub fn error_response(err: &ApiError) -> Response {
+    let status = StatusCode::from_u16(err.code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut resp = json_response(status, &ErrorBody { error: err.clone() });
+    if err.code == ErrorCode::Unavailable {
+        resp.headers_mut()
+            .insert(axum::http::header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_S));
+    }
+    resp
+}
+
+/// Reads a body of at most `limit` bytes; past it, 413 `payload_too_large`.
+pub async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
+    axum::body::to_bytes(body, limit).await.map_err(|e| {
+        if e.into_inner().is::<http_body_util::LengthLimitError>() {
+            ApiError::new(ErrorCode::PayloadTooLarge, format!("request body exceeds {limit} bytes"))
+        } else {
+            ApiError::new(ErrorCode::InvalidArgument, "could not read the request body")
+        }
+    })
+}
+
+pub fn hops(headers: &HeaderMap) -> u32 {
+    headers
+        .get(HOPS_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}

@@ -1,0 +1,86 @@
+//! Cluster status and operations endpoints: `/v1/cluster`, `/healthz`, `/readyz`,
+//! `/metrics`. They answer from this node's own view and never forward.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+use super::json_response;
+use crate::node::Node;
+
+#[derive(Debug, Serialize)]
+struct ClusterView {
+    node_id: u64,
+    leader_id: Option<u64>,
+    term: u64,
+    voters: Vec<u64>,
+    learners: Vec<u64>,
+    nodes: BTreeMap<String, String>,
+    commit_index: u64,
+    applied_index: u64,
+    cluster_time_ms: u64,
+    /// Added to api.md's fields: this node's Raft role.
+    state: String,
+}
+
+async fn committed_index(node: &Node) -> u64 {
+    node.raft
+        .with_raft_state(|s| s.committed.map_or(0, |l| l.index))
+        .await
+        .unwrap_or(0)
+}
+
+pub async fn cluster(State(node): State<Arc<Node>>) -> Response {
+    let m = node.raft_metrics();
+    let membership = m.membership_config.membership();
+    let view = ClusterView {
+        node_id: node.id,
+        leader_id: m.current_leader,
+        term: m.current_term,
+        voters: membership.voter_ids().collect(),
+        learners: membership.learner_ids().collect(),
+        nodes: membership
+            .nodes()
+            .map(|(id, n)| (id.to_string(), n.addr.clone()))
+            .collect(),
+        commit_index: committed_index(&node).await,
+        applied_index: m.last_applied.map_or(0, |l| l.index),
+        cluster_time_ms: node.cluster_time_ms(),
+        state: format!("{:?}", m.state),
+    };
+    json_response(StatusCode::OK, &view)
+}
+
+pub async fn healthz() -> Response {
+    (StatusCode::OK, "ok\n").into_response()
+}
+
+/// Ready: a leader is known and this node has applied all it knows to be committed.
+pub async fn readyz(State(node): State<Arc<Node>>) -> Response {
+    let m = node.raft_metrics();
+    let applied = m.last_applied.map_or(0, |l| l.index);
+    let committed = committed_index(&node).await;
+    let ready = m.current_leader.is_some() && applied >= committed;
+    let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    let body = serde_json::json!({
+        "ready": ready, "leader_id": m.current_leader,
+        "applied_index": applied, "commit_index": committed,
+    });
+    json_response(status, &body)
+}
+
+pub async fn metrics(State(node): State<Arc<Node>>) -> Response {
+    let m = node.raft_metrics();
+    let stats = node.sm.read(|s| s.machine.stats());
+    let text = node.metrics.render(&m, &stats, node.cluster_time_ms());
+    (
+        StatusCode::OK,
+        [(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        text,
+    )
+        .into_response()
+}

@@ -1,0 +1,134 @@
+//! Raft RPC between nodes: HTTP POSTs with bincode bodies to `/raft/…` on the peer's
+//! own listener, one pooled HTTP client per peer.
+//!
+//! Error kinds matter to openraft: `Unreachable` (we could not connect; openraft backs
+//! off), `Network` (the request may have been sent; openraft retries), `RemoteError`
+//! (the peer answered with a Raft error). The peer's reply body is bincode of
+//! `Result<Response, RaftError>`, so a remote error arrives typed.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use openraft::error::{
+    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest,
+    InstallSnapshotResponse, VoteRequest, VoteResponse,
+};
+use openraft::BasicNode;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::types::{NodeId, TypeConfig};
+
+pub const RAFT_APPEND_PATH: &str = "/raft/append";
+pub const RAFT_VOTE_PATH: &str = "/raft/vote";
+pub const RAFT_SNAPSHOT_PATH: &str = "/raft/snapshot";
+pub const BINCODE_CONTENT_TYPE: &str = "application/x-bincode";
+/// How long an idle pooled connection to a peer is kept.
+const PEER_POOL_IDLE: Duration = Duration::from_secs(60);
+/// Connecting to a live peer on a LAN takes well under this.
+const PEER_CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// Creates one [`PeerClient`] per target, each with its own connection pool.
+#[derive(Clone, Default)]
+pub struct Network {
+    clients: BTreeMap<NodeId, reqwest::Client>,
+}
+
+impl Network {
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+fn new_http_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .pool_idle_timeout(PEER_POOL_IDLE)
+        .connect_timeout(PEER_CONNECT_TIMEOUT)
+        .tcp_nodelay(true)
+        .build()
+        .expect("the HTTP client builds with static settings")
+}
+
+impl RaftNetworkFactory<TypeConfig> for Network {
+    type Network = PeerClient;
+
+    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> PeerClient {
+        let http = self.clients.entry(target).or_insert_with(new_http_client).clone();
+        PeerClient {
+            target,
+            base: format!("http://{}", node.addr),
+            http,
+        }
+    }
+}
+
+/// The RPC client for one peer.
+pub struct PeerClient {
+    target: NodeId,
+    base: String,
+    http: reqwest::Client,
+}
+
+type RpcErr<E> = RPCError<NodeId, BasicNode, RaftError<NodeId, E>>;
+
+impl PeerClient {
+    async fn call<Req, Resp, E>(&self, path: &str, req: &Req, opt: &RPCOption) -> Result<Resp, RpcErr<E>>
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    {
+        let body = bincode::serialize(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        let sent = self
+            .http
+            .post(format!("{}{}", self.base, path))
+            .header(reqwest::header::CONTENT_TYPE, BINCODE_CONTENT_TYPE)
+            .timeout(opt.hard_ttl())
+            .body(body)
+            .send()
+            .await;
+        let resp = match sent {
+            Ok(r) => r,
+            Err(e) if e.is_connect() => return Err(RPCError::Unreachable(Unreachable::new(&e))),
+            Err(e) => return Err(RPCError::Network(NetworkError::new(&e))),
+        };
+        if !resp.status().is_success() {
+            let err = std::io::Error::other(format!("peer {} answered {}", self.target, resp.status()));
+            return Err(RPCError::Network(NetworkError::new(&err)));
+        }
+        let bytes = resp.bytes().await.map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        let decoded: Result<Resp, RaftError<NodeId, E>> =
+            bincode::deserialize(&bytes).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        decoded.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+    }
+}
+
+impl RaftNetwork<TypeConfig> for PeerClient {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<NodeId>, RpcErr<openraft::error::Infallible>> {
+        self.call(RAFT_APPEND_PATH, &rpc, &option).await
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<InstallSnapshotResponse<NodeId>, RpcErr<InstallSnapshotError>> {
+        self.call(RAFT_SNAPSHOT_PATH, &rpc, &option).await
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<NodeId>, RpcErr<openraft::error::Infallible>> {
+        self.call(RAFT_VOTE_PATH, &rpc, &option).await
+    }
+}

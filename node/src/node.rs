@@ -1,0 +1,226 @@
+//! [`Node`]: one running Leasehold server — its Raft handle, applied state, timekeeper —
+//! and the decisions a request needs: is this node the leader, whom to forward to, how a
+//! stamped entry is proposed.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold_statemachine::{ApiError, Command, Entry, ErrorCode, Reply};
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::ServerState;
+
+use crate::metrics::Metrics;
+use crate::store::SmShared;
+use crate::timekeeper::Timekeeper;
+use crate::types::{NodeId, Raft, RaftMetrics};
+
+/// Timeouts and bounds of request handling.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// A proposed write whose outcome is not known by then is answered 504 `timeout`.
+    pub write_timeout: Duration,
+    /// How long a request waits for a leader (election) before 503 `unavailable`.
+    pub leader_wait: Duration,
+    /// Most times a request is forwarded between nodes before 503.
+    pub forward_hops_max: u32,
+    /// Narrowed TTL range (`serve --ttl-ms-min/--ttl-ms-max`).
+    pub ttl_ms_min: u64,
+    pub ttl_ms_max: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            write_timeout: Duration::from_secs(5),
+            leader_wait: Duration::from_secs(3),
+            forward_hops_max: 2,
+            ttl_ms_min: leasehold_statemachine::limits::TTL_MS_MIN,
+            ttl_ms_max: leasehold_statemachine::limits::TTL_MS_MAX,
+        }
+    }
+}
+
+pub struct Node {
+    pub id: NodeId,
+    pub raft: Raft,
+    pub sm: Arc<SmShared>,
+    pub time: Arc<Timekeeper>,
+    pub limits: Limits,
+    pub metrics: Metrics,
+    /// Client for forwarding requests to the leader (pooled, shared).
+    pub forward_http: reqwest::Client,
+}
+
+/// Where a request that needs the leader goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    Local,
+    Forward { leader: NodeId, addr: String },
+    /// No leader known (election), or too many hops: wait and decide again.
+    Wait,
+}
+
+/// The routing decision, as a pure function of what Raft metrics say.
+pub fn decide_route(
+    self_id: NodeId,
+    state: ServerState,
+    leader: Option<NodeId>,
+    nodes: &BTreeMap<NodeId, String>,
+    hops: u32,
+    hops_max: u32,
+) -> Route {
+    match leader {
+        Some(l) if l == self_id && state == ServerState::Leader => Route::Local,
+        Some(l) if l != self_id && hops < hops_max => match nodes.get(&l) {
+            Some(addr) => Route::Forward {
+                leader: l,
+                addr: addr.clone(),
+            },
+            None => Route::Wait,
+        },
+        _ => Route::Wait,
+    }
+}
+
+/// Why a proposal did not produce a reply.
+#[derive(Debug)]
+pub enum ProposeError {
+    /// This node is not (or no longer) the leader; the entry was not applied.
+    NotLeader,
+    /// The outcome is unknown (timed out after proposing).
+    Unknown,
+    /// Raft is shutting down or failed.
+    Unavailable(String),
+}
+
+impl ProposeError {
+    pub fn to_api(&self) -> ApiError {
+        match self {
+            ProposeError::NotLeader => ApiError::new(ErrorCode::Unavailable, "leadership changed; retry"),
+            ProposeError::Unknown => ApiError::new(
+                ErrorCode::Timeout,
+                "the write was proposed but its outcome is unknown; retry with the same Idempotency-Key",
+            ),
+            ProposeError::Unavailable(m) => ApiError::new(ErrorCode::Unavailable, m.clone()),
+        }
+    }
+}
+
+pub fn member_addrs(m: &RaftMetrics) -> BTreeMap<NodeId, String> {
+    m.membership_config
+        .nodes()
+        .map(|(id, n)| (*id, n.addr.clone()))
+        .collect()
+}
+
+impl Node {
+    pub fn raft_metrics(&self) -> RaftMetrics {
+        self.raft.metrics().borrow().clone()
+    }
+
+    pub fn route(&self, hops: u32) -> Route {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        decide_route(
+            self.id,
+            m.state,
+            m.current_leader,
+            &member_addrs(&m),
+            hops,
+            self.limits.forward_hops_max,
+        )
+    }
+
+    /// Cluster time now, as this node estimates it.
+    pub fn cluster_time_ms(&self) -> u64 {
+        self.time.estimate(self.sm.read(|s| s.last_stamp))
+    }
+
+    /// Proposes a client command in the current term, once the term is ready to stamp.
+    pub async fn propose(&self, command: Command, idempotency_key: Option<String>) -> Result<Reply, ProposeError> {
+        let term = self.raft.metrics().borrow().current_term;
+        let mut ready = self.time.subscribe_ready();
+        // Map the watch guard away at once: it must not live across the next await.
+        let waited = tokio::time::timeout(self.limits.leader_wait, async {
+            ready.wait_for(|t| *t >= term).await.map(|_| ())
+        })
+        .await;
+        match waited {
+            Ok(Ok(_)) => {}
+            Ok(Err(_)) => return Err(ProposeError::Unavailable("shutting down".into())),
+            Err(_) => return Err(ProposeError::Unavailable("the new leader is not ready yet".into())),
+        }
+        self.propose_stamped(term, command, idempotency_key).await
+    }
+
+    /// Stamps and proposes without waiting for the term to be ready (the leader loop's
+    /// first entry of a term is what makes it ready).
+    pub async fn propose_stamped(
+        &self,
+        term: u64,
+        command: Command,
+        idempotency_key: Option<String>,
+    ) -> Result<Reply, ProposeError> {
+        let stamp_ms = self.time.issue(self.sm.read(|s| s.last_stamp));
+        let entry = Entry {
+            stamp_ms,
+            term,
+            idempotency_key,
+            command,
+        };
+        match tokio::time::timeout(self.limits.write_timeout, self.raft.client_write(entry)).await {
+            Err(_) => Err(ProposeError::Unknown),
+            Ok(Ok(resp)) => Ok(resp.data),
+            // Sent before proposing, or after the entry was truncated: not applied.
+            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_)))) => Err(ProposeError::NotLeader),
+            Ok(Err(e)) => Err(ProposeError::Unavailable(e.to_string())),
+        }
+    }
+
+    /// Confirms leadership with a quorum and waits until applied; then reads are
+    /// linearizable. Returns the cluster time to judge them at.
+    pub async fn linearize(&self) -> Result<u64, ProposeError> {
+        match tokio::time::timeout(self.limits.write_timeout, self.raft.ensure_linearizable()).await {
+            Err(_) => Err(ProposeError::Unavailable("could not confirm leadership in time".into())),
+            Ok(Ok(_)) => Ok(self.cluster_time_ms()),
+            Ok(Err(RaftError::APIError(_))) => Err(ProposeError::NotLeader),
+            Ok(Err(e)) => Err(ProposeError::Unavailable(e.to_string())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nodes() -> BTreeMap<NodeId, String> {
+        (1..=3).map(|i| (i, format!("127.0.0.1:700{i}"))).collect()
+    }
+
+    #[test]
+    fn leader_serves_locally() {
+        let r = decide_route(1, ServerState::Leader, Some(1), &nodes(), 0, 2);
+        assert_eq!(r, Route::Local);
+    }
+
+    #[test]
+    fn follower_forwards_to_known_leader() {
+        let r = decide_route(2, ServerState::Follower, Some(1), &nodes(), 0, 2);
+        assert_eq!(
+            r,
+            Route::Forward {
+                leader: 1,
+                addr: "127.0.0.1:7001".into()
+            }
+        );
+    }
+
+    #[test]
+    fn no_leader_or_too_many_hops_waits() {
+        assert_eq!(decide_route(2, ServerState::Candidate, None, &nodes(), 0, 2), Route::Wait);
+        assert_eq!(decide_route(2, ServerState::Follower, Some(1), &nodes(), 2, 2), Route::Wait);
+        // Metrics can still name us leader while we already stepped down.
+        assert_eq!(decide_route(1, ServerState::Follower, Some(1), &nodes(), 0, 2), Route::Wait);
+    }
+}

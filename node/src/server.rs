@@ -1,0 +1,287 @@
+//! Starting and stopping a node: open storage, start Raft, form the cluster from the
+//! peer list, serve HTTP, and run the leader loop that keeps cluster time.
+//!
+//! `start(listener, config)` takes a bound listener so tests can bind port 0.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use leasehold_statemachine::{Command, Outcome};
+use openraft::{BasicNode, ServerState, SnapshotPolicy};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::{SharedClock, SystemClock};
+use crate::metrics::Metrics;
+use crate::network::Network;
+use crate::node::{Limits, Node};
+use crate::store::{LogStore, StateMachineStore};
+use crate::timekeeper::Timekeeper;
+use crate::types::{NodeId, Raft};
+
+/// Raft timing. Defaults suit a LAN and a busy 2-core box: heartbeats well inside the
+/// election timeout so load does not cause spurious elections.
+#[derive(Debug, Clone)]
+pub struct RaftTuning {
+    pub heartbeat_ms: u64,
+    pub election_timeout_min_ms: u64,
+    pub election_timeout_max_ms: u64,
+    /// Take a snapshot (and purge the log) after this many entries.
+    pub snapshot_every_logs: u64,
+}
+
+impl Default for RaftTuning {
+    fn default() -> Self {
+        RaftTuning {
+            heartbeat_ms: 100,
+            election_timeout_min_ms: 500,
+            election_timeout_max_ms: 1000,
+            snapshot_every_logs: 20_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    pub id: NodeId,
+    pub data_dir: PathBuf,
+    /// Every voter of the initial cluster (this node included): id → `host:port`.
+    pub peers: BTreeMap<NodeId, String>,
+    pub clock: SharedClock,
+    pub limits: Limits,
+    pub raft: RaftTuning,
+    /// While leases are live, the leader writes a tick when no entry was applied for this
+    /// long, so followers' basis of cluster time stays fresh for a failover.
+    pub tick_interval_ms: u64,
+}
+
+impl NodeConfig {
+    pub fn new(id: NodeId, data_dir: PathBuf, peers: BTreeMap<NodeId, String>) -> Self {
+        NodeConfig {
+            id,
+            data_dir,
+            peers,
+            clock: SystemClock::new().shared(),
+            limits: Limits::default(),
+            raft: RaftTuning::default(),
+            tick_interval_ms: 250,
+        }
+    }
+}
+
+/// A node that is serving; dropping it does not stop it, `shutdown` does.
+pub struct RunningNode {
+    pub node: Arc<Node>,
+    pub addr: std::net::SocketAddr,
+    cancel: CancellationToken,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl RunningNode {
+    /// Stops serving, stops Raft, and waits for both.
+    pub async fn shutdown(self) {
+        self.cancel.cancel();
+        for t in self.tasks {
+            let _ = t.await;
+        }
+        let _ = self.node.raft.shutdown().await;
+    }
+
+    pub fn cancel_token(&self) -> CancellationToken {
+        self.cancel.clone()
+    }
+}
+
+fn raft_config(t: &RaftTuning) -> anyhow::Result<openraft::Config> {
+    let c = openraft::Config {
+        cluster_name: "leasehold".into(),
+        heartbeat_interval: t.heartbeat_ms,
+        election_timeout_min: t.election_timeout_min_ms,
+        election_timeout_max: t.election_timeout_max_ms,
+        snapshot_policy: SnapshotPolicy::LogsSinceLast(t.snapshot_every_logs),
+        max_in_snapshot_log_to_keep: 1_000,
+        ..Default::default()
+    };
+    Ok(c.validate()?)
+}
+
+pub async fn start(listener: TcpListener, cfg: NodeConfig) -> anyhow::Result<RunningNode> {
+    let addr = listener.local_addr()?;
+    let self_addr = cfg
+        .peers
+        .get(&cfg.id)
+        .with_context(|| format!("--peer list has no entry for this node's id {}", cfg.id))?;
+    tracing::info!(id = cfg.id, %addr, advertised = %self_addr, "starting node");
+    std::fs::create_dir_all(&cfg.data_dir)
+        .with_context(|| format!("creating data dir {}", cfg.data_dir.display()))?;
+    let log_store = LogStore::open(&cfg.data_dir.join("log"))
+        .await
+        .with_context(|| format!("opening the log in {}", cfg.data_dir.display()))?;
+    let sm_store = StateMachineStore::open(&cfg.data_dir.join("sm"), cfg.clock.clone())
+        .await
+        .with_context(|| format!("opening the state machine in {}", cfg.data_dir.display()))?;
+    let sm = sm_store.shared();
+    let raft = Raft::new(cfg.id, Arc::new(raft_config(&cfg.raft)?), Network::new(), log_store, sm_store)
+        .await
+        .context("starting raft")?;
+    initialize_if_first(&raft, &cfg).await?;
+
+    let node = Arc::new(Node {
+        id: cfg.id,
+        raft,
+        sm,
+        time: Arc::new(Timekeeper::new(cfg.clock.clone())),
+        limits: cfg.limits.clone(),
+        metrics: Metrics::default(),
+        forward_http: reqwest::Client::builder()
+            .tcp_nodelay(true)
+            .connect_timeout(Duration::from_millis(500))
+            .build()?,
+    });
+    let cancel = CancellationToken::new();
+    let app = crate::api::router(node.clone());
+    let serve_cancel = cancel.clone();
+    let server = tokio::spawn(async move {
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(async move { serve_cancel.cancelled().await })
+            .await;
+        if let Err(e) = served {
+            tracing::error!(error = %e, "HTTP server failed");
+        }
+    });
+    let leader = tokio::spawn(leader_loop(node.clone(), cfg.tick_interval_ms, cancel.clone()));
+    Ok(RunningNode {
+        node,
+        addr,
+        cancel,
+        tasks: vec![server, leader],
+    })
+}
+
+/// Only the lowest id of the peer list initializes, and only a node that never was
+/// initialized: a restarted node rejoins with what it has on disk.
+async fn initialize_if_first(raft: &Raft, cfg: &NodeConfig) -> anyhow::Result<()> {
+    let lowest = *cfg.peers.keys().next().expect("peers has this node");
+    if cfg.id != lowest || raft.is_initialized().await? {
+        return Ok(());
+    }
+    let members: BTreeMap<NodeId, BasicNode> = cfg
+        .peers
+        .iter()
+        .map(|(id, addr)| (*id, BasicNode::new(addr)))
+        .collect();
+    tracing::info!(?members, "initializing a new cluster");
+    match raft.initialize(members).await {
+        Ok(()) => Ok(()),
+        // Another start raced us to it, or a vote already exists: nothing to do.
+        Err(openraft::error::RaftError::APIError(e)) => {
+            tracing::warn!(error = %e, "initialize refused");
+            Ok(())
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Runs a node until `shutdown` resolves.
+pub async fn run(
+    listener: TcpListener,
+    cfg: NodeConfig,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let running = start(listener, cfg).await?;
+    shutdown.await;
+    tracing::info!("shutting down");
+    running.shutdown().await;
+    Ok(())
+}
+
+/// Why the leader should write a tick now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TickReason {
+    /// First stamped entry of a new term: applies the failover grace at once and makes
+    /// the term ready for client writes.
+    NewTerm,
+    /// Leases are live and nothing was applied for a while: keep cluster time fresh.
+    KeepTime,
+}
+
+/// The leader loop's decision, as a pure function.
+pub fn decide_tick(
+    is_leader: bool,
+    term: u64,
+    ready_term: u64,
+    live_leases: bool,
+    since_last_stamp_ms: Option<u64>,
+    tick_interval_ms: u64,
+) -> Option<TickReason> {
+    if !is_leader {
+        return None;
+    }
+    if ready_term < term {
+        return Some(TickReason::NewTerm);
+    }
+    let stale = since_last_stamp_ms.is_none_or(|ms| ms >= tick_interval_ms);
+    (live_leases && stale).then_some(TickReason::KeepTime)
+}
+
+const LEADER_LOOP_STEP: Duration = Duration::from_millis(50);
+
+async fn leader_loop(node: Arc<Node>, tick_interval_ms: u64, cancel: CancellationToken) {
+    let mut metrics = node.raft.metrics();
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::timeout(LEADER_LOOP_STEP, metrics.changed()) => {}
+        }
+        let (is_leader, term) = {
+            let m = metrics.borrow();
+            (m.state == ServerState::Leader && m.current_leader == Some(node.id), m.current_term)
+        };
+        let (live, last_stamp) = node.sm.read(|s| (s.machine.next_expiry_ms().is_some(), s.last_stamp));
+        let mono = node.time.clock().mono_ms();
+        let since = last_stamp.map(|(_, at)| mono.saturating_sub(at));
+        let Some(reason) = decide_tick(is_leader, term, node.time.ready_term(), live, since, tick_interval_ms) else {
+            continue;
+        };
+        if reason == TickReason::NewTerm && node.linearize().await.is_err() {
+            continue;
+        }
+        match node.propose_stamped(term, Command::Tick, None).await {
+            Ok(Ok(Outcome::Ticked)) => {
+                node.metrics.ticks.fetch_add(1, Ordering::Relaxed);
+                if reason == TickReason::NewTerm {
+                    tracing::info!(term, "leader ready: first stamped entry of the term applied");
+                    node.time.mark_ready(term);
+                }
+            }
+            other => tracing::debug!(?other, "tick not applied"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_term_ticks_first() {
+        assert_eq!(decide_tick(true, 5, 4, false, Some(0), 250), Some(TickReason::NewTerm));
+    }
+
+    #[test]
+    fn followers_never_tick() {
+        assert_eq!(decide_tick(false, 5, 4, true, None, 250), None);
+    }
+
+    #[test]
+    fn ticks_only_while_leases_live_and_time_is_stale() {
+        assert_eq!(decide_tick(true, 5, 5, true, Some(300), 250), Some(TickReason::KeepTime));
+        assert_eq!(decide_tick(true, 5, 5, true, Some(100), 250), None);
+        assert_eq!(decide_tick(true, 5, 5, false, Some(10_000), 250), None);
+    }
+}

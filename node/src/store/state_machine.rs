@@ -1,0 +1,494 @@
+//! [`StateMachineStore`]: openraft's `RaftStateMachine` over the in-memory
+//! [`LeaseMachine`], with the latest snapshot kept in one file, and [`SmShared`], the
+//! handle through which the HTTP layer reads the applied state.
+//!
+//! Applying never touches the disk. Durability comes from the log plus snapshots: on
+//! open the machine is restored from the snapshot file, and openraft then re-applies the
+//! log from there up to the persisted committed index. A snapshot file that exists but
+//! cannot be read stops `open` — starting empty instead would silently forget every
+//! lease the purged log no longer holds.
+//!
+//! # Snapshot file
+//! `snapshot.bin` in the store's directory, always replaced whole (write `snapshot.tmp`,
+//! fsync, rename, fsync the directory), so there is never more than one:
+//!
+//! ```text
+//! [0]       format version (SNAPSHOT_FILE_V1)
+//! [1..5]    CRC-32 of everything after it, u32 LE
+//! [5..9]    length of the meta, u32 LE
+//! [9..]     bincode(SnapshotMeta), then LeaseMachine::snapshot() bytes to the end
+//! ```
+//!
+//! The snapshot data openraft sends between nodes is exactly that trailing
+//! `LeaseMachine::snapshot()` part; openraft carries the meta beside it.
+
+use std::fs::{self, File};
+use std::io::{self, Cursor, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use leasehold_statemachine::{Config, LeaseMachine, Outcome, Reply, SnapshotError};
+use openraft::storage::{RaftStateMachine, Snapshot};
+use openraft::{AnyError, EntryPayload, OptionalSend, RaftSnapshotBuilder, StorageError, StorageIOError};
+use tokio::sync::watch;
+
+use crate::clock::SharedClock;
+use crate::types::{LogId, NodeId, SnapshotMeta, StoredMembership, TypeConfig};
+
+type Entry = openraft::Entry<TypeConfig>;
+
+/// Version byte of the snapshot file format this build writes and reads.
+pub const SNAPSHOT_FILE_V1: u8 = 1;
+
+const SNAPSHOT_FILE: &str = "snapshot.bin";
+const SNAPSHOT_TMP: &str = "snapshot.tmp";
+/// Version byte, CRC, meta length.
+const HEADER_LEN: usize = 1 + 4 + 4;
+
+/// Why the state-machine store could not open.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotFileError {
+    #[error("snapshot file {}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error(
+        "snapshot file {}: format version {found} is not supported (this build reads version {SNAPSHOT_FILE_V1})",
+        path.display()
+    )]
+    UnknownVersion { path: PathBuf, found: u8 },
+    #[error("snapshot file {} is corrupted: {reason}", path.display())]
+    Corrupted { path: PathBuf, reason: String },
+    #[error("snapshot file {}: the lease machine does not restore: {source}", path.display())]
+    Machine {
+        path: PathBuf,
+        #[source]
+        source: SnapshotError,
+    },
+}
+
+/// Everything applied so far, as one consistent unit.
+#[derive(Debug, Clone)]
+pub struct AppliedState {
+    pub machine: LeaseMachine,
+    pub last_applied: Option<LogId>,
+    pub membership: StoredMembership,
+    /// (stamp_ms of the newest applied Normal entry, clock.mono_ms() at the moment it was
+    /// applied) — the basis of cluster time.
+    pub last_stamp: Option<(u64, u64)>,
+}
+
+/// The applied state, shared between the Raft state machine and the HTTP layer.
+#[derive(Debug)]
+pub struct SmShared {
+    state: RwLock<AppliedState>,
+    applied: watch::Sender<u64>,
+}
+
+impl SmShared {
+    fn new(state: AppliedState) -> Self {
+        let index = state.last_applied.map_or(0, |id| id.index);
+        SmShared {
+            state: RwLock::new(state),
+            applied: watch::Sender::new(index),
+        }
+    }
+
+    /// Runs `f` on the applied state under the read lock; keep `f` short, it holds off
+    /// the next apply.
+    pub fn read<T>(&self, f: impl FnOnce(&AppliedState) -> T) -> T {
+        // A poisoned lock means an apply panicked halfway: serving that state could
+        // answer with a half-applied lease table, so the reader fails too.
+        let state = self.state.read().expect("state machine lock poisoned by a panicking apply");
+        f(&state)
+    }
+
+    /// The last applied log index, bumped after every apply batch and snapshot install.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.applied.subscribe()
+    }
+
+    fn write<T>(&self, f: impl FnOnce(&mut AppliedState) -> T) -> Result<T, StorageError<NodeId>> {
+        let out = {
+            let mut state = self.state.write().map_err(|_| {
+                StorageIOError::write_state_machine(AnyError::error("state machine lock poisoned by a panic"))
+            })?;
+            let out = f(&mut state);
+            // Published while still locked, so the index never runs ahead of what a
+            // subscriber's next `read` sees, nor falls behind it.
+            self.applied.send_replace(state.last_applied.map_or(0, |id| id.index));
+            out
+        };
+        Ok(out)
+    }
+}
+
+/// The Raft state machine of one node.
+pub struct StateMachineStore {
+    shared: Arc<SmShared>,
+    files: Arc<SnapshotFiles>,
+    clock: SharedClock,
+}
+
+impl StateMachineStore {
+    /// Opens the store in `dir` (which it owns) with the default machine settings.
+    pub async fn open(dir: &Path, clock: SharedClock) -> Result<Self, SnapshotFileError> {
+        Self::open_with_config(dir, clock, Config::default()).await
+    }
+
+    /// Opens the store in `dir`, restoring the latest snapshot if there is one. `config`
+    /// only seeds a machine that has no snapshot yet: a snapshot carries its own, which
+    /// every replica must share.
+    pub async fn open_with_config(dir: &Path, clock: SharedClock, config: Config) -> Result<Self, SnapshotFileError> {
+        let files = SnapshotFiles {
+            dir: dir.to_path_buf(),
+            current: tokio::sync::Mutex::new(None),
+        };
+        let loaded = {
+            let owned = dir.to_path_buf();
+            tokio::task::spawn_blocking(move || open_dir(&owned))
+                .await
+                .map_err(|e| SnapshotFileError::Io {
+                    path: dir.join(SNAPSHOT_FILE),
+                    source: io::Error::other(e),
+                })??
+        };
+        let state = match loaded {
+            None => AppliedState {
+                machine: LeaseMachine::new(config),
+                last_applied: None,
+                membership: StoredMembership::default(),
+                last_stamp: None,
+            },
+            Some((meta, machine)) => {
+                *files.current.lock().await = Some(meta.clone());
+                restored_state(meta, machine, clock.mono_ms())
+            }
+        };
+        tracing::info!(
+            dir = %dir.display(),
+            last_applied = ?state.last_applied,
+            "state machine opened"
+        );
+        Ok(StateMachineStore {
+            shared: Arc::new(SmShared::new(state)),
+            files: Arc::new(files),
+            clock,
+        })
+    }
+
+    /// The handle the HTTP layer reads through.
+    pub fn shared(&self) -> Arc<SmShared> {
+        self.shared.clone()
+    }
+}
+
+fn restored_state(meta: SnapshotMeta, machine: LeaseMachine, mono_ms: u64) -> AppliedState {
+    // The newest stamp the machine has seen is its store time. Counting elapsed time from
+    // the restore rather than from the original apply makes cluster time stand still
+    // while the node was down: late, which only lengthens leases.
+    let last_stamp = (machine.clock_ms() > 0).then(|| (machine.clock_ms(), mono_ms));
+    AppliedState {
+        machine,
+        last_applied: meta.last_log_id,
+        membership: meta.last_membership,
+        last_stamp,
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachineStore {
+    type SnapshotBuilder = SnapshotBuilder;
+
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), StorageError<NodeId>> {
+        Ok(self.shared.read(|s| (s.last_applied, s.membership.clone())))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Reply>, StorageError<NodeId>>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let clock = &self.clock;
+        self.shared.write(|state| {
+            let entries = entries.into_iter();
+            let mut replies = Vec::with_capacity(entries.size_hint().0);
+            let mut newest_stamp = None;
+            for entry in entries {
+                let log_id = entry.log_id;
+                state.last_applied = Some(log_id);
+                let reply = match entry.payload {
+                    EntryPayload::Normal(mut e) => {
+                        // The log id is authoritative: whatever term the proposer wrote,
+                        // the failover grace must key on the term the entry committed in.
+                        e.term = log_id.leader_id.term;
+                        newest_stamp = Some(e.stamp_ms);
+                        // A rejection is an `Err` reply like any other, never a storage
+                        // error: a storage error would stop Raft.
+                        state.machine.apply(log_id.index, &e)
+                    }
+                    EntryPayload::Blank => Ok(Outcome::Ticked),
+                    EntryPayload::Membership(m) => {
+                        state.membership = StoredMembership::new(Some(log_id), m);
+                        Ok(Outcome::Ticked)
+                    }
+                };
+                replies.push(reply);
+            }
+            if let Some(stamp) = newest_stamp {
+                // Read after the whole batch: a later reading means less elapsed time
+                // counted from this stamp, so cluster time errs late (longer leases).
+                state.last_stamp = Some((stamp, clock.mono_ms()));
+            }
+            replies
+        })
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        SnapshotBuilder {
+            shared: self.shared.clone(),
+            files: self.files.clone(),
+        }
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError<NodeId>> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), StorageError<NodeId>> {
+        let data = snapshot.into_inner();
+        let machine = LeaseMachine::restore(&data)
+            .map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), AnyError::new(&e)))?;
+        // The file first: if writing it fails, the running state is left untouched, and
+        // once it is written a crash can only bring back this snapshot or a newer one.
+        self.files
+            .save(meta.clone(), data)
+            .await
+            .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), AnyError::new(&e)))?;
+        let restored = restored_state(meta.clone(), machine, self.clock.mono_ms());
+        self.shared.write(|state| *state = restored)
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError<NodeId>> {
+        let current = self
+            .files
+            .load()
+            .await
+            .map_err(|e| StorageIOError::read_snapshot(None, AnyError::new(&e)))?;
+        Ok(current.map(|(meta, data)| Snapshot {
+            meta,
+            snapshot: Box::new(Cursor::new(data)),
+        }))
+    }
+}
+
+/// Builds a snapshot from the applied state and makes it the current snapshot file.
+pub struct SnapshotBuilder {
+    shared: Arc<SmShared>,
+    files: Arc<SnapshotFiles>,
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
+        // Serialized under the read lock, so the bytes and the meta describe the same
+        // instant; the slow part, writing and fsyncing, happens after it is released.
+        let (last_log_id, last_membership, data) =
+            self.shared
+                .read(|s| (s.last_applied, s.membership.clone(), s.machine.snapshot()));
+        let meta = SnapshotMeta {
+            last_log_id,
+            last_membership,
+            snapshot_id: snapshot_id(last_log_id),
+        };
+        let data = self
+            .files
+            .save(meta.clone(), data)
+            .await
+            .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), AnyError::new(&e)))?;
+        Ok(Snapshot {
+            meta,
+            snapshot: Box::new(Cursor::new(data)),
+        })
+    }
+}
+
+/// Unique per build: two snapshots at the same log id may still differ in bytes.
+fn snapshot_id(last: Option<LogId>) -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    match last {
+        Some(id) => format!("{}-{}-{}-{nanos:x}", id.leader_id.term, id.leader_id.node_id, id.index),
+        None => format!("none-{nanos:x}"),
+    }
+}
+
+/// The snapshot file of one store.
+struct SnapshotFiles {
+    dir: PathBuf,
+    /// Meta of the snapshot on disk. The lock also serializes writers: a build runs
+    /// concurrently with applies and installs, and must not replace a newer snapshot
+    /// that an install wrote while it was serializing.
+    current: tokio::sync::Mutex<Option<SnapshotMeta>>,
+}
+
+impl SnapshotFiles {
+    /// Makes `meta` + `machine` the snapshot file unless the file is already newer, and
+    /// hands `machine` back.
+    async fn save(&self, meta: SnapshotMeta, machine: Vec<u8>) -> io::Result<Vec<u8>> {
+        let mut current = self.current.lock().await;
+        if current.as_ref().is_some_and(|cur| cur.last_log_id > meta.last_log_id) {
+            tracing::info!(
+                built = ?meta.last_log_id,
+                on_disk = ?current.as_ref().and_then(|c| c.last_log_id),
+                "not keeping a snapshot older than the one on disk"
+            );
+            return Ok(machine);
+        }
+        let dir = self.dir.clone();
+        let written = meta.clone();
+        let machine = tokio::task::spawn_blocking(move || write_file(&dir, &written, &machine).map(|()| machine))
+            .await
+            .map_err(io::Error::other)??;
+        *current = Some(meta);
+        Ok(machine)
+    }
+
+    async fn load(&self) -> io::Result<Option<(SnapshotMeta, Vec<u8>)>> {
+        let current = self.current.lock().await;
+        if current.is_none() {
+            return Ok(None);
+        }
+        let dir = self.dir.clone();
+        let loaded = tokio::task::spawn_blocking(move || read_file(&dir.join(SNAPSHOT_FILE)))
+            .await
+            .map_err(io::Error::other)?
+            .map_err(io::Error::other)?;
+        drop(current);
+        Ok(Some(loaded))
+    }
+}
+
+/// Creates the directory, clears a half-written file from a crash, and loads the
+/// snapshot if there is one.
+fn open_dir(dir: &Path) -> Result<Option<(SnapshotMeta, LeaseMachine)>, SnapshotFileError> {
+    let io_err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| SnapshotFileError::Io { path, source }
+    };
+    fs::create_dir_all(dir).map_err(io_err(dir))?;
+    let tmp = dir.join(SNAPSHOT_TMP);
+    match fs::remove_file(&tmp) {
+        Ok(()) => tracing::warn!(path = %tmp.display(), "removed a half-written snapshot"),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io_err(&tmp)(e)),
+    }
+    let path = dir.join(SNAPSHOT_FILE);
+    if !path.try_exists().map_err(io_err(&path))? {
+        return Ok(None);
+    }
+    let (meta, data) = read_file(&path)?;
+    let machine = LeaseMachine::restore(&data).map_err(|source| SnapshotFileError::Machine {
+        path: path.clone(),
+        source,
+    })?;
+    Ok(Some((meta, machine)))
+}
+
+fn write_file(dir: &Path, meta: &SnapshotMeta, machine: &[u8]) -> io::Result<()> {
+    let meta_bytes = bincode::serialize(meta).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    let meta_len = u32::try_from(meta_bytes.len())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "snapshot meta over 4 GiB"))?
+        .to_le_bytes();
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&meta_len);
+    crc.update(&meta_bytes);
+    crc.update(machine);
+
+    let tmp = dir.join(SNAPSHOT_TMP);
+    let mut f = io::BufWriter::new(File::create(&tmp)?);
+    f.write_all(&[SNAPSHOT_FILE_V1])?;
+    f.write_all(&crc.finalize().to_le_bytes())?;
+    f.write_all(&meta_len)?;
+    f.write_all(&meta_bytes)?;
+    f.write_all(machine)?;
+    let f = f.into_inner().map_err(io::IntoInnerError::into_error)?;
+    f.sync_all()?;
+    drop(f);
+    fs::rename(&tmp, dir.join(SNAPSHOT_FILE))?;
+    // The rename is only durable once the directory entry is.
+    File::open(dir)?.sync_all()
+}
+
+/// Reads and checks a snapshot file: its meta, and the machine bytes after it.
+fn read_file(path: &Path) -> Result<(SnapshotMeta, Vec<u8>), SnapshotFileError> {
+    let corrupted = |reason: String| SnapshotFileError::Corrupted {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let mut data = fs::read(path).map_err(|source| SnapshotFileError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let Some(&version) = data.first() else {
+        return Err(corrupted("the file is empty".into()));
+    };
+    if version != SNAPSHOT_FILE_V1 {
+        return Err(SnapshotFileError::UnknownVersion {
+            path: path.to_path_buf(),
+            found: version,
+        });
+    }
+    if data.len() < HEADER_LEN {
+        return Err(corrupted(format!("{} bytes is shorter than the header", data.len())));
+    }
+    let stored_crc = u32::from_le_bytes(data[1..5].try_into().expect("4 bytes"));
+    let actual_crc = crc32fast::hash(&data[5..]);
+    if stored_crc != actual_crc {
+        return Err(corrupted(format!(
+            "checksum mismatch (stored {stored_crc:08x}, computed {actual_crc:08x})"
+        )));
+    }
+    let meta_len = u32::from_le_bytes(data[5..9].try_into().expect("4 bytes")) as usize;
+    let meta_end = HEADER_LEN
+        .checked_add(meta_len)
+        .filter(|&end| end <= data.len())
+        .ok_or_else(|| corrupted(format!("meta length {meta_len} runs past the end of the file")))?;
+    let meta: SnapshotMeta = bincode::deserialize(&data[HEADER_LEN..meta_end])
+        .map_err(|e| corrupted(format!("meta does not decode: {e}")))?;
+    data.drain(..meta_end);
+    Ok((meta, data))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_roundtrip_and_checksum() {
+        let dir = tempfile::tempdir().unwrap();
+        let meta = SnapshotMeta {
+            last_log_id: Some(openraft::LogId::new(openraft::CommittedLeaderId::new(2, 1), 9)),
+            last_membership: StoredMembership::default(),
+            snapshot_id: "s".into(),
+        };
+        let machine = LeaseMachine::default().snapshot();
+        write_file(dir.path(), &meta, &machine).unwrap();
+        let path = dir.path().join(SNAPSHOT_FILE);
+        let (m, d) = read_file(&path).unwrap();
+        assert_eq!((m, d), (meta, machine));
+        assert!(!dir.path().join(SNAPSHOT_TMP).exists());
+
+        let mut bytes = fs::read(&path).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0x40;
+        fs::write(&path, &bytes).unwrap();
+        assert!(matches!(read_file(&path), Err(SnapshotFileError::Corrupted { .. })));
+    }
+}
