@@ -14,7 +14,11 @@ use crate::server::{self, NodeConfig};
 use crate::types::NodeId;
 
 #[derive(Debug, Parser)]
-#[command(name = "leasehold", version, about = "Expiring, fenced leases on jobs, replicated by Raft")]
+#[command(
+    name = "leasehold",
+    version,
+    about = "Expiring, fenced leases on jobs, replicated by Raft"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Cmd,
@@ -26,6 +30,8 @@ pub enum Cmd {
     Serve(ServeArgs),
     /// Run a local three-node cluster in this process (Ctrl-C stops it).
     Dev(DevArgs),
+    /// Measure a running cluster through the public API (one JSON line per run).
+    Bench(crate::bench::BenchArgs),
 }
 
 #[derive(Debug, Args)]
@@ -145,9 +151,9 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
         .collect();
     let mut nodes = Vec::new();
     for (id, addr) in &peers {
-        let listener = TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("binding {addr} (is another cluster running? try --base-port)"))?;
+        let listener = TcpListener::bind(addr).await.with_context(|| {
+            format!("binding {addr} (is another cluster running? try --base-port)")
+        })?;
         let cfg = NodeConfig::new(*id, dir.join(id.to_string()), peers.clone());
         nodes.push(server::start(listener, cfg).await?);
     }
@@ -204,12 +210,21 @@ async fn wait_for_leader(node: &crate::node::Node, limit: Duration) -> anyhow::R
     }
 }
 
-fn print_dev_banner(dir: &std::path::Path, peers: &BTreeMap<NodeId, String>, leader: NodeId, temporary: bool) {
+fn print_dev_banner(
+    dir: &std::path::Path,
+    peers: &BTreeMap<NodeId, String>,
+    leader: NodeId,
+    temporary: bool,
+) {
     println!("Leasehold dev cluster is up (leader: node {leader}).");
     for (id, addr) in peers {
         println!("  node {id}: http://{addr}");
     }
-    let kept = if temporary { " (temporary, removed on exit)" } else { "" };
+    let kept = if temporary {
+        " (temporary, removed on exit)"
+    } else {
+        ""
+    };
     println!("  data: {}{kept}", dir.display());
     let first = peers.values().next().expect("three peers");
     println!();

@@ -32,7 +32,10 @@ impl SystemClock {
 
     /// `offset_ms` is added to the wall clock; the monotonic clock runs at `rate` × real.
     pub fn skewed(offset_ms: i64, rate: f64) -> Self {
-        assert!(rate > 0.0 && rate.is_finite(), "clock rate must be positive");
+        assert!(
+            rate > 0.0 && rate.is_finite(),
+            "clock rate must be positive"
+        );
         SystemClock {
             origin: Instant::now(),
             offset_ms,

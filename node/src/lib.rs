@@ -10,9 +10,11 @@
 //! - [`clock`]: wall and monotonic clocks behind a trait (skewable in tests).
 //! - [`metrics`]: Prometheus counters.
 //! - [`types`]: the openraft type configuration.
-//! - [`cli`]: the `leasehold` command line (`serve`, `dev`).
+//! - [`cli`]: the `leasehold` command line (`serve`, `dev`, `bench`).
+//! - [`bench`]: the load generator behind `leasehold bench`.
 
 pub mod api;
+pub mod bench;
 pub mod cli;
 pub mod clock;
 pub mod metrics;

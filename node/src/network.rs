@@ -14,8 +14,8 @@ use openraft::error::{
 };
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest,
-    InstallSnapshotResponse, VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
 };
 use openraft::BasicNode;
 use serde::de::DeserializeOwned;
@@ -57,7 +57,11 @@ impl RaftNetworkFactory<TypeConfig> for Network {
     type Network = PeerClient;
 
     async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> PeerClient {
-        let http = self.clients.entry(target).or_insert_with(new_http_client).clone();
+        let http = self
+            .clients
+            .entry(target)
+            .or_insert_with(new_http_client)
+            .clone();
         PeerClient {
             target,
             base: format!("http://{}", node.addr),
@@ -76,7 +80,12 @@ pub struct PeerClient {
 type RpcErr<E> = RPCError<NodeId, BasicNode, RaftError<NodeId, E>>;
 
 impl PeerClient {
-    async fn call<Req, Resp, E>(&self, path: &str, req: &Req, opt: &RPCOption) -> Result<Resp, RpcErr<E>>
+    async fn call<Req, Resp, E>(
+        &self,
+        path: &str,
+        req: &Req,
+        opt: &RPCOption,
+    ) -> Result<Resp, RpcErr<E>>
     where
         Req: Serialize,
         Resp: DeserializeOwned,
@@ -97,10 +106,14 @@ impl PeerClient {
             Err(e) => return Err(RPCError::Network(NetworkError::new(&e))),
         };
         if !resp.status().is_success() {
-            let err = std::io::Error::other(format!("peer {} answered {}", self.target, resp.status()));
+            let err =
+                std::io::Error::other(format!("peer {} answered {}", self.target, resp.status()));
             return Err(RPCError::Network(NetworkError::new(&err)));
         }
-        let bytes = resp.bytes().await.map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        let bytes = resp
+            .bytes()
+            .await
+            .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         let decoded: Result<Resp, RaftError<NodeId, E>> =
             bincode::deserialize(&bytes).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         decoded.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))

@@ -56,7 +56,10 @@ pub struct Node {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Route {
     Local,
-    Forward { leader: NodeId, addr: String },
+    Forward {
+        leader: NodeId,
+        addr: String,
+    },
     /// No leader known (election), or too many hops: wait and decide again.
     Wait,
 }
@@ -138,7 +141,11 @@ impl Node {
     }
 
     /// Proposes a client command in the current term, once the term is ready to stamp.
-    pub async fn propose(&self, command: Command, idempotency_key: Option<String>) -> Result<Reply, ProposeError> {
+    pub async fn propose(
+        &self,
+        command: Command,
+        idempotency_key: Option<String>,
+    ) -> Result<Reply, ProposeError> {
         let term = self.raft.metrics().borrow().current_term;
         let mut ready = self.time.subscribe_ready();
         // Map the watch guard away at once: it must not live across the next await.
@@ -149,7 +156,11 @@ impl Node {
         match waited {
             Ok(Ok(_)) => {}
             Ok(Err(_)) => return Err(ProposeError::Unavailable("shutting down".into())),
-            Err(_) => return Err(ProposeError::Unavailable("the new leader is not ready yet".into())),
+            Err(_) => {
+                return Err(ProposeError::Unavailable(
+                    "the new leader is not ready yet".into(),
+                ))
+            }
         }
         self.propose_stamped(term, command, idempotency_key).await
     }
@@ -173,7 +184,9 @@ impl Node {
             Err(_) => Err(ProposeError::Unknown),
             Ok(Ok(resp)) => Ok(resp.data),
             // Sent before proposing, or after the entry was truncated: not applied.
-            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_)))) => Err(ProposeError::NotLeader),
+            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_)))) => {
+                Err(ProposeError::NotLeader)
+            }
             Ok(Err(e)) => Err(ProposeError::Unavailable(e.to_string())),
         }
     }
@@ -181,8 +194,11 @@ impl Node {
     /// Confirms leadership with a quorum and waits until applied; then reads are
     /// linearizable. Returns the cluster time to judge them at.
     pub async fn linearize(&self) -> Result<u64, ProposeError> {
-        match tokio::time::timeout(self.limits.write_timeout, self.raft.ensure_linearizable()).await {
-            Err(_) => Err(ProposeError::Unavailable("could not confirm leadership in time".into())),
+        match tokio::time::timeout(self.limits.write_timeout, self.raft.ensure_linearizable()).await
+        {
+            Err(_) => Err(ProposeError::Unavailable(
+                "could not confirm leadership in time".into(),
+            )),
             Ok(Ok(_)) => Ok(self.cluster_time_ms()),
             Ok(Err(RaftError::APIError(_))) => Err(ProposeError::NotLeader),
             Ok(Err(e)) => Err(ProposeError::Unavailable(e.to_string())),
@@ -218,9 +234,18 @@ mod tests {
 
     #[test]
     fn no_leader_or_too_many_hops_waits() {
-        assert_eq!(decide_route(2, ServerState::Candidate, None, &nodes(), 0, 2), Route::Wait);
-        assert_eq!(decide_route(2, ServerState::Follower, Some(1), &nodes(), 2, 2), Route::Wait);
+        assert_eq!(
+            decide_route(2, ServerState::Candidate, None, &nodes(), 0, 2),
+            Route::Wait
+        );
+        assert_eq!(
+            decide_route(2, ServerState::Follower, Some(1), &nodes(), 2, 2),
+            Route::Wait
+        );
         // Metrics can still name us leader while we already stepped down.
-        assert_eq!(decide_route(1, ServerState::Follower, Some(1), &nodes(), 0, 2), Route::Wait);
+        assert_eq!(
+            decide_route(1, ServerState::Follower, Some(1), &nodes(), 0, 2),
+            Route::Wait
+        );
     }
 }

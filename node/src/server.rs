@@ -126,9 +126,15 @@ pub async fn start(listener: TcpListener, cfg: NodeConfig) -> anyhow::Result<Run
         .await
         .with_context(|| format!("opening the state machine in {}", cfg.data_dir.display()))?;
     let sm = sm_store.shared();
-    let raft = Raft::new(cfg.id, Arc::new(raft_config(&cfg.raft)?), Network::new(), log_store, sm_store)
-        .await
-        .context("starting raft")?;
+    let raft = Raft::new(
+        cfg.id,
+        Arc::new(raft_config(&cfg.raft)?),
+        Network::new(),
+        log_store,
+        sm_store,
+    )
+    .await
+    .context("starting raft")?;
     initialize_if_first(&raft, &cfg).await?;
 
     let node = Arc::new(Node {
@@ -154,7 +160,11 @@ pub async fn start(listener: TcpListener, cfg: NodeConfig) -> anyhow::Result<Run
             tracing::error!(error = %e, "HTTP server failed");
         }
     });
-    let leader = tokio::spawn(leader_loop(node.clone(), cfg.tick_interval_ms, cancel.clone()));
+    let leader = tokio::spawn(leader_loop(
+        node.clone(),
+        cfg.tick_interval_ms,
+        cancel.clone(),
+    ));
     Ok(RunningNode {
         node,
         addr,
@@ -240,12 +250,24 @@ async fn leader_loop(node: Arc<Node>, tick_interval_ms: u64, cancel: Cancellatio
         }
         let (is_leader, term) = {
             let m = metrics.borrow();
-            (m.state == ServerState::Leader && m.current_leader == Some(node.id), m.current_term)
+            (
+                m.state == ServerState::Leader && m.current_leader == Some(node.id),
+                m.current_term,
+            )
         };
-        let (live, last_stamp) = node.sm.read(|s| (s.machine.next_expiry_ms().is_some(), s.last_stamp));
+        let (live, last_stamp) = node
+            .sm
+            .read(|s| (s.machine.next_expiry_ms().is_some(), s.last_stamp));
         let mono = node.time.clock().mono_ms();
         let since = last_stamp.map(|(_, at)| mono.saturating_sub(at));
-        let Some(reason) = decide_tick(is_leader, term, node.time.ready_term(), live, since, tick_interval_ms) else {
+        let Some(reason) = decide_tick(
+            is_leader,
+            term,
+            node.time.ready_term(),
+            live,
+            since,
+            tick_interval_ms,
+        ) else {
             continue;
         };
         if reason == TickReason::NewTerm && node.linearize().await.is_err() {
@@ -255,7 +277,10 @@ async fn leader_loop(node: Arc<Node>, tick_interval_ms: u64, cancel: Cancellatio
             Ok(Ok(Outcome::Ticked)) => {
                 node.metrics.ticks.fetch_add(1, Ordering::Relaxed);
                 if reason == TickReason::NewTerm {
-                    tracing::info!(term, "leader ready: first stamped entry of the term applied");
+                    tracing::info!(
+                        term,
+                        "leader ready: first stamped entry of the term applied"
+                    );
                     node.time.mark_ready(term);
                 }
             }
@@ -270,7 +295,10 @@ mod tests {
 
     #[test]
     fn a_new_term_ticks_first() {
-        assert_eq!(decide_tick(true, 5, 4, false, Some(0), 250), Some(TickReason::NewTerm));
+        assert_eq!(
+            decide_tick(true, 5, 4, false, Some(0), 250),
+            Some(TickReason::NewTerm)
+        );
     }
 
     #[test]
@@ -280,7 +308,10 @@ mod tests {
 
     #[test]
     fn ticks_only_while_leases_live_and_time_is_stale() {
-        assert_eq!(decide_tick(true, 5, 5, true, Some(300), 250), Some(TickReason::KeepTime));
+        assert_eq!(
+            decide_tick(true, 5, 5, true, Some(300), 250),
+            Some(TickReason::KeepTime)
+        );
         assert_eq!(decide_tick(true, 5, 5, true, Some(100), 250), None);
         assert_eq!(decide_tick(true, 5, 5, false, Some(10_000), 250), None);
     }

@@ -23,9 +23,16 @@ use crate::clock::SharedClock;
 ///
 /// `basis` is `(stamp_ms, mono_ms_when_applied)` of the newest applied stamped entry,
 /// `None` only for a cluster that has never applied one (then the wall clock seeds it).
-pub fn decide_stamp(basis: Option<(u64, u64)>, last_issued_ms: u64, mono_now_ms: u64, wall_now_ms: u64) -> u64 {
+pub fn decide_stamp(
+    basis: Option<(u64, u64)>,
+    last_issued_ms: u64,
+    mono_now_ms: u64,
+    wall_now_ms: u64,
+) -> u64 {
     let estimate = match basis {
-        Some((stamp_ms, applied_mono_ms)) => stamp_ms.saturating_add(mono_now_ms.saturating_sub(applied_mono_ms)),
+        Some((stamp_ms, applied_mono_ms)) => {
+            stamp_ms.saturating_add(mono_now_ms.saturating_sub(applied_mono_ms))
+        }
         None => wall_now_ms,
     };
     estimate.max(last_issued_ms)
@@ -96,7 +103,10 @@ mod tests {
 
     #[test]
     fn estimate_is_basis_plus_monotonic_elapsed() {
-        assert_eq!(decide_stamp(Some((10_000, 500)), 0, 1_700, 99_999_999), 11_200);
+        assert_eq!(
+            decide_stamp(Some((10_000, 500)), 0, 1_700, 99_999_999),
+            11_200
+        );
     }
 
     #[test]
@@ -108,7 +118,10 @@ mod tests {
 
     #[test]
     fn wall_clock_seeds_a_new_cluster() {
-        assert_eq!(decide_stamp(None, 0, 5, 1_764_000_000_000), 1_764_000_000_000);
+        assert_eq!(
+            decide_stamp(None, 0, 5, 1_764_000_000_000),
+            1_764_000_000_000
+        );
     }
 
     #[test]

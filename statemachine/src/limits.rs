@@ -125,12 +125,9 @@ pub fn validate_list_limit(limit: usize) -> Result<(), ApiError> {
 
 /// Keys travel in an HTTP header, so only visible ASCII is accepted.
 pub fn validate_idempotency_key(key: &str) -> Result<(), ApiError> {
-    check_name(
-        "Idempotency-Key",
-        key,
-        IDEMPOTENCY_KEY_LEN_MAX,
-        |b| b.is_ascii_graphic(),
-    )
+    check_name("Idempotency-Key", key, IDEMPOTENCY_KEY_LEN_MAX, |b| {
+        b.is_ascii_graphic()
+    })
 }
 
 #[cfg(test)]

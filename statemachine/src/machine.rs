@@ -346,7 +346,10 @@ impl LeaseMachine {
 
     fn remove_ready(&mut self, handle: u64) {
         let rec = &self.jobs[&handle];
-        let q = self.ready.get_mut(&rec.queue).expect("queue of a ready job");
+        let q = self
+            .ready
+            .get_mut(&rec.queue)
+            .expect("queue of a ready job");
         let removed = q.remove(&(rec.ready_at_ms, handle));
         assert!(removed, "open job missing from its ready queue");
         if q.is_empty() {
@@ -452,7 +455,14 @@ impl LeaseMachine {
         self.grant(log_index, now, handle, owner, ttl_ms)
     }
 
-    fn claim_next(&mut self, log_index: u64, now: u64, queue: &str, owner: &str, ttl_ms: u64) -> Reply {
+    fn claim_next(
+        &mut self,
+        log_index: u64,
+        now: u64,
+        queue: &str,
+        owner: &str,
+        ttl_ms: u64,
+    ) -> Reply {
         loop {
             let Some(&(_, handle)) = self.ready.get(queue).and_then(|q| q.first()) else {
                 return Ok(Outcome::Empty);
@@ -498,17 +508,33 @@ impl LeaseMachine {
 
     /// The checks shared by renew, complete and release: the caller must hold the
     /// current generation of an open job, and its lease must be live at `now`.
-    fn check_holder(&self, job_id: &str, owner: &str, generation: u64, now: u64) -> Result<u64, ApiError> {
+    fn check_holder(
+        &self,
+        job_id: &str,
+        owner: &str,
+        generation: u64,
+        now: u64,
+    ) -> Result<u64, ApiError> {
         let &handle = self.ids.get(job_id).ok_or_else(|| not_found(job_id))?;
         let rec = &self.jobs[&handle];
         let fail = |code, msg: String| Err(self.job_error(handle, code, msg));
         match rec.status {
-            Status::Completed => return fail(ErrorCode::JobCompleted, format!("job {job_id} is completed")),
-            Status::Failed => return fail(ErrorCode::JobFailed, format!("job {job_id} has failed")),
+            Status::Completed => {
+                return fail(
+                    ErrorCode::JobCompleted,
+                    format!("job {job_id} is completed"),
+                )
+            }
+            Status::Failed => {
+                return fail(ErrorCode::JobFailed, format!("job {job_id} has failed"))
+            }
             Status::Open => {}
         }
         if rec.generation != generation {
-            let msg = format!("generation {generation} is not current (current {})", rec.generation);
+            let msg = format!(
+                "generation {generation} is not current (current {})",
+                rec.generation
+            );
             return fail(ErrorCode::StaleLease, msg);
         }
         if rec.owner.as_deref() != Some(owner) {
@@ -516,7 +542,10 @@ impl LeaseMachine {
             return fail(ErrorCode::StaleLease, msg);
         }
         if !rec.leased || now >= rec.lease_until_ms {
-            let msg = format!("lease of generation {generation} ended at {}", rec.lease_until_ms);
+            let msg = format!(
+                "lease of generation {generation} ended at {}",
+                rec.lease_until_ms
+            );
             return fail(ErrorCode::LeaseExpired, msg);
         }
         Ok(handle)
@@ -571,7 +600,14 @@ impl LeaseMachine {
         Ok(Outcome::Job(self.view(&self.jobs[&handle], now)))
     }
 
-    fn release(&mut self, log_index: u64, now: u64, job_id: &str, owner: &str, generation: u64) -> Reply {
+    fn release(
+        &mut self,
+        log_index: u64,
+        now: u64,
+        job_id: &str,
+        owner: &str,
+        generation: u64,
+    ) -> Reply {
         let handle = self.check_holder(job_id, owner, generation, now)?;
         let rec = self.jobs.get_mut(&handle).expect("checked");
         self.expiry.remove(&(rec.lease_until_ms, handle));
@@ -642,7 +678,11 @@ impl LeaseMachine {
         let now = now_ms.max(self.clock_ms);
         let start = std::ops::Bound::Excluded(after);
         let handles: Box<dyn Iterator<Item = u64> + '_> = match queue {
-            None => Box::new(self.jobs.range((start, std::ops::Bound::Unbounded)).map(|(h, _)| *h)),
+            None => Box::new(
+                self.jobs
+                    .range((start, std::ops::Bound::Unbounded))
+                    .map(|(h, _)| *h),
+            ),
             Some(q) => match self.by_queue.get(q) {
                 None => Box::new(std::iter::empty()),
                 Some(set) => Box::new(set.range((start, std::ops::Bound::Unbounded)).copied()),

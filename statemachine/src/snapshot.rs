@@ -6,6 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use bincode::Options;
 use serde::{Deserialize, Serialize};
 
 use crate::idempotency::{IdempotencyTable, Remembered};
@@ -18,7 +19,9 @@ pub const SNAPSHOT_FORMAT_V1: u8 = 1;
 pub enum SnapshotError {
     #[error("snapshot is empty")]
     Empty,
-    #[error("snapshot format version {0} is not supported (this build reads {SNAPSHOT_FORMAT_V1})")]
+    #[error(
+        "snapshot format version {0} is not supported (this build reads {SNAPSHOT_FORMAT_V1})"
+    )]
     UnknownVersion(u8),
     #[error("snapshot does not decode: {0}")]
     Decode(String),
@@ -77,8 +80,13 @@ impl LeaseMachine {
         if version != SNAPSHOT_FORMAT_V1 {
             return Err(SnapshotError::UnknownVersion(version));
         }
-        let s: SnapshotOwned =
-            bincode::deserialize(body).map_err(|e| SnapshotError::Decode(e.to_string()))?;
+        // The encoding of `bincode::serialize_into`, but bytes left over are an error, not
+        // silently ignored: they mean the input is not (only) a snapshot.
+        let s: SnapshotOwned = bincode::DefaultOptions::new()
+            .with_fixint_encoding()
+            .reject_trailing_bytes()
+            .deserialize(body)
+            .map_err(|e| SnapshotError::Decode(e.to_string()))?;
         let mut m = LeaseMachine::new(s.config);
         m.clock_ms = s.clock_ms;
         m.term = s.term;
@@ -86,11 +94,15 @@ impl LeaseMachine {
         m.next_handle = s.next_handle;
         m.grace_applied = s.grace_applied;
         m.tombstones = s.tombstones;
-        m.idempotency = IdempotencyTable::from_entries(s.idempotency);
+        m.idempotency =
+            IdempotencyTable::from_entries(s.idempotency).map_err(SnapshotError::Inconsistent)?;
         m.ids.reserve(s.jobs.len());
         for (&handle, rec) in &s.jobs {
             if handle >= m.next_handle || m.ids.insert(rec.id.clone(), handle).is_some() {
-                return Err(SnapshotError::Inconsistent(format!("job {} indexed twice", rec.id)));
+                return Err(SnapshotError::Inconsistent(format!(
+                    "job {} indexed twice",
+                    rec.id
+                )));
             }
             m.index_record(handle, rec);
         }
@@ -99,7 +111,10 @@ impl LeaseMachine {
     }
 
     fn index_record(&mut self, handle: u64, rec: &JobRecord) {
-        self.by_queue.entry(rec.queue.clone()).or_default().insert(handle);
+        self.by_queue
+            .entry(rec.queue.clone())
+            .or_default()
+            .insert(handle);
         match rec.status {
             Status::Completed => self.completed += 1,
             Status::Failed => self.failed += 1,
@@ -120,15 +135,32 @@ impl LeaseMachine {
         rebuilt.ids = HashMap::with_capacity(self.jobs.len());
         for (&handle, rec) in &self.jobs {
             assert!(handle < self.next_handle, "handle {handle} not yet issued");
-            assert_eq!(self.ids.get(&rec.id), Some(&handle), "id index of {}", rec.id);
-            assert!(!self.tombstones.contains_key(&rec.id), "live job {} tombstoned", rec.id);
+            assert_eq!(
+                self.ids.get(&rec.id),
+                Some(&handle),
+                "id index of {}",
+                rec.id
+            );
+            assert!(
+                !self.tombstones.contains_key(&rec.id),
+                "live job {} tombstoned",
+                rec.id
+            );
             assert!(rec.generation >= rec.attempts, "attempts beyond generation");
             if let Some(m) = rec.max_attempts {
-                assert!(rec.attempts <= m, "attempts beyond max_attempts for {}", rec.id);
+                assert!(
+                    rec.attempts <= m,
+                    "attempts beyond max_attempts for {}",
+                    rec.id
+                );
             }
             if rec.leased {
                 assert_eq!(rec.status, Status::Open, "closed job {} leased", rec.id);
-                assert!(rec.lease_until_ms > self.clock_ms, "expired lease of {} not settled", rec.id);
+                assert!(
+                    rec.lease_until_ms > self.clock_ms,
+                    "expired lease of {} not settled",
+                    rec.id
+                );
             }
             rebuilt.index_record(handle, rec);
         }
@@ -139,8 +171,11 @@ impl LeaseMachine {
         assert_eq!(self.completed, rebuilt.completed, "completed count");
         assert_eq!(self.failed, rebuilt.failed, "failed count");
         let cfg = self.config;
-        self.idempotency
-            .check_invariants(self.clock_ms, cfg.idempotency_window_ms, cfg.idempotency_keys_max);
+        self.idempotency.check_invariants(
+            self.clock_ms,
+            cfg.idempotency_window_ms,
+            cfg.idempotency_keys_max,
+        );
         let _: &BTreeSet<(u64, u64)> = &self.expiry;
     }
 }

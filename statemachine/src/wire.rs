@@ -248,7 +248,8 @@ pub mod raw_json {
         match v {
             None => s.serialize_none(),
             Some(text) => {
-                let raw: &RawValue = serde_json::from_str(text).map_err(serde::ser::Error::custom)?;
+                let raw: &RawValue =
+                    serde_json::from_str(text).map_err(serde::ser::Error::custom)?;
                 raw.serialize(s)
             }
         }
@@ -287,7 +288,9 @@ impl SubmitRequest {
     pub fn into_command(self) -> Result<Command, ApiError> {
         let cmd = Command::Submit {
             id: self.id,
-            queue: self.queue.unwrap_or_else(|| limits::QUEUE_DEFAULT.to_owned()),
+            queue: self
+                .queue
+                .unwrap_or_else(|| limits::QUEUE_DEFAULT.to_owned()),
             payload: json_text("payload", self.payload)?,
             max_attempts: self.max_attempts,
         };
@@ -455,9 +458,15 @@ mod tests {
 
     #[test]
     fn oversized_payload_is_413() {
-        let body = format!(r#"{{"payload":"{}"}}"#, "x".repeat(limits::PAYLOAD_BYTES_MAX));
+        let body = format!(
+            r#"{{"payload":"{}"}}"#,
+            "x".repeat(limits::PAYLOAD_BYTES_MAX)
+        );
         let req: SubmitRequest = serde_json::from_str(&body).unwrap();
-        assert_eq!(req.into_command().unwrap_err().code, ErrorCode::PayloadTooLarge);
+        assert_eq!(
+            req.into_command().unwrap_err().code,
+            ErrorCode::PayloadTooLarge
+        );
     }
 
     #[test]

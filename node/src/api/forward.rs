@@ -52,12 +52,20 @@ pub async fn forward(node: &Node, inbound: &Inbound, addr: &str) -> Result<Respo
     let resp = match req.send().await {
         Ok(r) => r,
         Err(e) if e.is_connect() => return Err(ForwardError::NotSent),
-        Err(e) => return Err(ForwardError::Unknown(format!("forwarding to the leader failed: {e}"))),
+        Err(e) => {
+            return Err(ForwardError::Unknown(format!(
+                "forwarding to the leader failed: {e}"
+            )))
+        }
     };
     let status = StatusCode::from_u16(resp.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
     let mut headers = HeaderMap::new();
     for name in ["content-type", "retry-after"] {
-        if let Some(v) = resp.headers().get(name).and_then(|v| HeaderValue::from_bytes(v.as_bytes()).ok()) {
+        if let Some(v) = resp
+            .headers()
+            .get(name)
+            .and_then(|v| HeaderValue::from_bytes(v.as_bytes()).ok())
+        {
             headers.insert(name, v);
         }
     }

@@ -49,7 +49,11 @@ async fn inbound(req: Request, extra_wait: Duration) -> Result<Inbound, ApiError
 
 fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     // An empty body is an empty object: `curl -X POST` with no data is a fair request.
-    let body = if body.iter().all(u8::is_ascii_whitespace) { b"{}" as &[u8] } else { body };
+    let body = if body.iter().all(u8::is_ascii_whitespace) {
+        b"{}" as &[u8]
+    } else {
+        body
+    };
     serde_json::from_slice(body).map_err(|e| invalid(format!("bad JSON body: {e}")))
 }
 
@@ -68,12 +72,19 @@ fn idempotency_key(inbound: &Inbound) -> Result<Option<String>, ApiError> {
 fn check_ttl(node: &Node, ttl_ms: Option<u64>) -> Result<(), ApiError> {
     let (lo, hi) = (node.limits.ttl_ms_min, node.limits.ttl_ms_max);
     match ttl_ms {
-        Some(t) if !(lo..=hi).contains(&t) => Err(invalid(format!("ttl_ms must be {lo}-{hi} on this node (got {t})"))),
+        Some(t) if !(lo..=hi).contains(&t) => Err(invalid(format!(
+            "ttl_ms must be {lo}-{hi} on this node (got {t})"
+        ))),
         _ => Ok(()),
     }
 }
 
-async fn write(node: Arc<Node>, req: Request, kind: WriteKind, build: impl FnOnce(&Node, &[u8]) -> Result<(Command, u64), ApiError>) -> Response {
+async fn write(
+    node: Arc<Node>,
+    req: Request,
+    kind: WriteKind,
+    build: impl FnOnce(&Node, &[u8]) -> Result<(Command, u64), ApiError>,
+) -> Response {
     let extra_wait = Duration::from_millis(limits::WAIT_MS_MAX);
     let result = async {
         let inbound = inbound(req, extra_wait).await?;
@@ -104,7 +115,11 @@ pub async fn submit(State(node): State<Arc<Node>>, req: Request) -> Response {
     .await
 }
 
-pub async fn claim_next(State(node): State<Arc<Node>>, Path(queue): Path<String>, req: Request) -> Response {
+pub async fn claim_next(
+    State(node): State<Arc<Node>>,
+    Path(queue): Path<String>,
+    req: Request,
+) -> Response {
     write(node, req, WriteKind::ClaimNext, |node, body| {
         let r: ClaimNextRequest = parse_json(body)?;
         check_ttl(node, Some(r.ttl_ms))?;
@@ -134,7 +149,8 @@ fn split_action(rest: &str) -> Result<(String, Option<Action>), ApiError> {
         .iter()
         .find_map(|(suffix, a)| rest.strip_suffix(suffix).map(|id| (id, Some(*a))))
         .unwrap_or((rest, None));
-    let id = percent_decode(raw_id).ok_or_else(|| invalid("job id is not valid percent-encoded UTF-8"))?;
+    let id = percent_decode(raw_id)
+        .ok_or_else(|| invalid("job id is not valid percent-encoded UTF-8"))?;
     limits::validate_job_id(&id)?;
     Ok((id, action))
 }
@@ -164,7 +180,10 @@ pub async fn job_action(State(node): State<Arc<Node>>, req: Request) -> Response
     let (id, action) = match split_action(raw_rest(&req)) {
         Ok((id, Some(a))) => (id, a),
         Ok((id, None)) => {
-            return error_response(&ApiError::new(ErrorCode::NotFound, format!("no POST route for job {id}")))
+            return error_response(&ApiError::new(
+                ErrorCode::NotFound,
+                format!("no POST route for job {id}"),
+            ))
         }
         Err(e) => return error_response(&e),
     };
@@ -190,14 +209,20 @@ pub async fn job_action(State(node): State<Arc<Node>>, req: Request) -> Response
 
 /// The job a GET or DELETE names: the whole raw rest of the path, decoded.
 fn named_job(req: &Request) -> Result<String, ApiError> {
-    let id = percent_decode(raw_rest(req)).ok_or_else(|| invalid("job id is not valid percent-encoded UTF-8"))?;
+    let id = percent_decode(raw_rest(req))
+        .ok_or_else(|| invalid("job id is not valid percent-encoded UTF-8"))?;
     limits::validate_job_id(&id)?;
     Ok(id)
 }
 
 pub async fn delete_job(State(node): State<Arc<Node>>, req: Request) -> Response {
     match named_job(&req) {
-        Ok(id) => write(node, req, WriteKind::Delete, move |_, _| Ok((Command::Delete { job_id: id }, 0))).await,
+        Ok(id) => {
+            write(node, req, WriteKind::Delete, move |_, _| {
+                Ok((Command::Delete { job_id: id }, 0))
+            })
+            .await
+        }
         Err(e) => error_response(&e),
     }
 }
@@ -219,10 +244,13 @@ pub struct ListParams {
 
 pub async fn list(State(node): State<Arc<Node>>, req: Request) -> Response {
     let op = (|| {
-        let Query(p) = Query::<ListParams>::try_from_uri(req.uri()).map_err(|e| invalid(format!("bad query: {e}")))?;
+        let Query(p) = Query::<ListParams>::try_from_uri(req.uri())
+            .map_err(|e| invalid(format!("bad query: {e}")))?;
         let state = match p.state.as_deref().filter(|s| !s.is_empty()) {
             None => None,
-            Some(s) => Some(JobState::parse(s).ok_or_else(|| invalid(format!("unknown state {s:?}")))?),
+            Some(s) => {
+                Some(JobState::parse(s).ok_or_else(|| invalid(format!("unknown state {s:?}")))?)
+            }
         };
         let queue = p.queue.filter(|q| !q.is_empty());
         if let Some(q) = &queue {
@@ -256,8 +284,14 @@ mod tests {
 
     #[test]
     fn actions_split_from_ids_with_slashes() {
-        assert_eq!(split_action("a/b/claim").unwrap(), ("a/b".into(), Some(Action::Claim)));
-        assert_eq!(split_action("x/complete").unwrap(), ("x".into(), Some(Action::Complete)));
+        assert_eq!(
+            split_action("a/b/claim").unwrap(),
+            ("a/b".into(), Some(Action::Claim))
+        );
+        assert_eq!(
+            split_action("x/complete").unwrap(),
+            ("x".into(), Some(Action::Complete))
+        );
         assert_eq!(split_action("a%2Fclaim").unwrap(), ("a/claim".into(), None));
         assert_eq!(split_action("plain").unwrap(), ("plain".into(), None));
         assert!(split_action("bad%zz").is_err());

@@ -73,7 +73,9 @@ pub async fn on_leader(node: &Arc<Node>, inbound: &Inbound, op: LeaderOp) -> Res
             let msg = "no leader is reachable (election or lost quorum); retry";
             return error_response(&ApiError::new(ErrorCode::Unavailable, msg));
         }
-        let step = WAIT_STEP.max(Duration::from_millis(100)).min(deadline - now);
+        let step = WAIT_STEP
+            .max(Duration::from_millis(100))
+            .min(deadline - now);
         let _ = tokio::time::timeout(step, metrics.changed()).await;
     }
 }
@@ -97,7 +99,10 @@ async fn execute(node: &Arc<Node>, op: &LeaderOp) -> Result<Response, ProposeErr
             let now = node.linearize().await?;
             Ok(match node.sm.read(|s| s.machine.job(id, now)) {
                 Some(job) => json_response(StatusCode::OK, &job),
-                None => error_response(&ApiError::new(ErrorCode::NotFound, format!("job {id} not found"))),
+                None => error_response(&ApiError::new(
+                    ErrorCode::NotFound,
+                    format!("job {id} not found"),
+                )),
             })
         }
         LeaderOp::List {
@@ -147,7 +152,10 @@ async fn claim_next_waiting(
             }
             let _ = tokio::time::timeout(WAIT_STEP.min(deadline - now), applied.changed()).await;
             let cluster_now = node.cluster_time_ms();
-            if node.sm.read(|s| s.machine.has_claimable(queue, cluster_now)) {
+            if node
+                .sm
+                .read(|s| s.machine.has_claimable(queue, cluster_now))
+            {
                 break;
             }
         }
@@ -167,7 +175,9 @@ pub fn render(kind: WriteKind, reply: &Reply) -> Response {
     match reply {
         Err(e) => error_response(e),
         Ok(Outcome::Lease(lease)) => json_response(StatusCode::OK, lease),
-        Ok(Outcome::Job(job)) if kind == WriteKind::Submit => json_response(StatusCode::CREATED, job),
+        Ok(Outcome::Job(job)) if kind == WriteKind::Submit => {
+            json_response(StatusCode::CREATED, job)
+        }
         Ok(Outcome::Job(job)) => json_response(StatusCode::OK, job),
         Ok(Outcome::Deleted) | Ok(Outcome::Empty) => StatusCode::NO_CONTENT.into_response(),
         Ok(Outcome::Ticked) => json_response(StatusCode::OK, &serde_json::json!({})),

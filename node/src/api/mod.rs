@@ -39,7 +39,9 @@ pub fn router(node: Arc<Node>) -> Router {
         .route("/v1/jobs", post(jobs::submit).get(jobs::list))
         .route(
             "/v1/jobs/{*rest}",
-            get(jobs::get_job).post(jobs::job_action).delete(jobs::delete_job),
+            get(jobs::get_job)
+                .post(jobs::job_action)
+                .delete(jobs::delete_job),
         )
         .route("/v1/queues/{queue}/claim", post(jobs::claim_next))
         .route("/v1/cluster", get(ops::cluster))
@@ -50,7 +52,10 @@ pub fn router(node: Arc<Node>) -> Router {
         .route(crate::network::RAFT_VOTE_PATH, post(raft_rpc::vote))
         .route(crate::network::RAFT_SNAPSHOT_PATH, post(raft_rpc::snapshot))
         .fallback(unknown_route)
-        .layer(axum::middleware::from_fn_with_state(node.clone(), stamp_headers))
+        .layer(axum::middleware::from_fn_with_state(
+            node.clone(),
+            stamp_headers,
+        ))
         // Handlers read bodies themselves, with api.md's limits and error shape.
         .layer(DefaultBodyLimit::disable())
         .with_state(node)
@@ -95,17 +100,25 @@ fn route_label(matched: Option<&str>) -> &'static str {
 
 pub fn json_response<T: Serialize>(status: StatusCode, value: &T) -> Response {
     match serde_json::to_vec(value) {
-        Ok(body) => (status, [(axum::http::header::CONTENT_TYPE, "application/json")], body).into_response(),
+        Ok(body) => (
+            status,
+            [(axum::http::header::CONTENT_TYPE, "application/json")],
+            body,
+        )
+            .into_response(),
         Err(e) => error_response(&ApiError::new(ErrorCode::Internal, e.to_string())),
     }
 }
 
 pub fn error_response(err: &ApiError) -> Response {
-    let status = StatusCode::from_u16(err.code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let status =
+        StatusCode::from_u16(err.code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut resp = json_response(status, &ErrorBody { error: err.clone() });
     if err.code == ErrorCode::Unavailable {
-        resp.headers_mut()
-            .insert(axum::http::header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_S));
+        resp.headers_mut().insert(
+            axum::http::header::RETRY_AFTER,
+            HeaderValue::from(RETRY_AFTER_S),
+        );
     }
     resp
 }
@@ -114,9 +127,15 @@ pub fn error_response(err: &ApiError) -> Response {
 pub async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
     axum::body::to_bytes(body, limit).await.map_err(|e| {
         if e.into_inner().is::<http_body_util::LengthLimitError>() {
-            ApiError::new(ErrorCode::PayloadTooLarge, format!("request body exceeds {limit} bytes"))
+            ApiError::new(
+                ErrorCode::PayloadTooLarge,
+                format!("request body exceeds {limit} bytes"),
+            )
         } else {
-            ApiError::new(ErrorCode::InvalidArgument, "could not read the request body")
+            ApiError::new(
+                ErrorCode::InvalidArgument,
+                "could not read the request body",
+            )
         }
     })
 }

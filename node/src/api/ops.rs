@@ -65,7 +65,11 @@ pub async fn readyz(State(node): State<Arc<Node>>) -> Response {
     let applied = m.last_applied.map_or(0, |l| l.index);
     let committed = committed_index(&node).await;
     let ready = m.current_leader.is_some() && applied >= committed;
-    let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
     let body = serde_json::json!({
         "ready": ready, "leader_id": m.current_leader,
         "applied_index": applied, "commit_index": committed,
@@ -79,7 +83,10 @@ pub async fn metrics(State(node): State<Arc<Node>>) -> Response {
     let text = node.metrics.render(&m, &stats, node.cluster_time_ms());
     (
         StatusCode::OK,
-        [(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4",
+        )],
         text,
     )
         .into_response()

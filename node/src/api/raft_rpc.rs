@@ -19,12 +19,21 @@ async fn decode<T: DeserializeOwned>(req: Request) -> Result<T, Response> {
     let bytes = read_body(req.into_body(), RAFT_BODY_BYTES_MAX)
         .await
         .map_err(|e| (StatusCode::PAYLOAD_TOO_LARGE, e.message).into_response())?;
-    bincode::deserialize(&bytes).map_err(|e| (StatusCode::BAD_REQUEST, format!("bad raft body: {e}")).into_response())
+    bincode::deserialize(&bytes)
+        .map_err(|e| (StatusCode::BAD_REQUEST, format!("bad raft body: {e}")).into_response())
 }
 
 fn encode<T: Serialize>(v: &T) -> Response {
     match bincode::serialize(v) {
-        Ok(b) => (StatusCode::OK, [(axum::http::header::CONTENT_TYPE, crate::network::BINCODE_CONTENT_TYPE)], b).into_response(),
+        Ok(b) => (
+            StatusCode::OK,
+            [(
+                axum::http::header::CONTENT_TYPE,
+                crate::network::BINCODE_CONTENT_TYPE,
+            )],
+            b,
+        )
+            .into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
     }
 }

@@ -30,7 +30,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use leasehold_statemachine::{Config, LeaseMachine, Outcome, Reply, SnapshotError};
 use openraft::storage::{RaftStateMachine, Snapshot};
-use openraft::{AnyError, EntryPayload, OptionalSend, RaftSnapshotBuilder, StorageError, StorageIOError};
+use openraft::{
+    AnyError, EntryPayload, OptionalSend, RaftSnapshotBuilder, StorageError, StorageIOError,
+};
 use tokio::sync::watch;
 
 use crate::clock::SharedClock;
@@ -102,7 +104,10 @@ impl SmShared {
     pub fn read<T>(&self, f: impl FnOnce(&AppliedState) -> T) -> T {
         // A poisoned lock means an apply panicked halfway: serving that state could
         // answer with a half-applied lease table, so the reader fails too.
-        let state = self.state.read().expect("state machine lock poisoned by a panicking apply");
+        let state = self
+            .state
+            .read()
+            .expect("state machine lock poisoned by a panicking apply");
         f(&state)
     }
 
@@ -111,18 +116,16 @@ impl SmShared {
         self.applied.subscribe()
     }
 
-    fn write<T>(&self, f: impl FnOnce(&mut AppliedState) -> T) -> Result<T, StorageError<NodeId>> {
-        let out = {
-            let mut state = self.state.write().map_err(|_| {
-                StorageIOError::write_state_machine(AnyError::error("state machine lock poisoned by a panic"))
-            })?;
-            let out = f(&mut state);
-            // Published while still locked, so the index never runs ahead of what a
-            // subscriber's next `read` sees, nor falls behind it.
-            self.applied.send_replace(state.last_applied.map_or(0, |id| id.index));
-            out
-        };
-        Ok(out)
+    /// Runs `f` under the write lock, then publishes the new last-applied index. `None`
+    /// if an earlier writer panicked: the state may be half-applied, so Raft must stop.
+    fn write<T>(&self, f: impl FnOnce(&mut AppliedState) -> T) -> Option<T> {
+        let mut state = self.state.write().ok()?;
+        let out = f(&mut state);
+        // Published while still locked, so the index never runs ahead of what a
+        // subscriber's next `read` sees, nor falls behind it.
+        self.applied
+            .send_replace(state.last_applied.map_or(0, |id| id.index));
+        Some(out)
     }
 }
 
@@ -142,7 +145,11 @@ impl StateMachineStore {
     /// Opens the store in `dir`, restoring the latest snapshot if there is one. `config`
     /// only seeds a machine that has no snapshot yet: a snapshot carries its own, which
     /// every replica must share.
-    pub async fn open_with_config(dir: &Path, clock: SharedClock, config: Config) -> Result<Self, SnapshotFileError> {
+    pub async fn open_with_config(
+        dir: &Path,
+        clock: SharedClock,
+        config: Config,
+    ) -> Result<Self, SnapshotFileError> {
         let files = SnapshotFiles {
             dir: dir.to_path_buf(),
             current: tokio::sync::Mutex::new(None),
@@ -186,6 +193,13 @@ impl StateMachineStore {
     }
 }
 
+fn poisoned() -> StorageError<NodeId> {
+    StorageIOError::write_state_machine(AnyError::error(
+        "state machine lock poisoned by a panicking apply",
+    ))
+    .into()
+}
+
 fn restored_state(meta: SnapshotMeta, machine: LeaseMachine, mono_ms: u64) -> AppliedState {
     // The newest stamp the machine has seen is its store time. Counting elapsed time from
     // the restore rather than from the original apply makes cluster time stand still
@@ -202,7 +216,9 @@ fn restored_state(meta: SnapshotMeta, machine: LeaseMachine, mono_ms: u64) -> Ap
 impl RaftStateMachine<TypeConfig> for StateMachineStore {
     type SnapshotBuilder = SnapshotBuilder;
 
-    async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), StorageError<NodeId>> {
+    async fn applied_state(
+        &mut self,
+    ) -> Result<(Option<LogId>, StoredMembership), StorageError<NodeId>> {
         Ok(self.shared.read(|s| (s.last_applied, s.membership.clone())))
     }
 
@@ -212,38 +228,42 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         I::IntoIter: OptionalSend,
     {
         let clock = &self.clock;
-        self.shared.write(|state| {
-            let entries = entries.into_iter();
-            let mut replies = Vec::with_capacity(entries.size_hint().0);
-            let mut newest_stamp = None;
-            for entry in entries {
-                let log_id = entry.log_id;
-                state.last_applied = Some(log_id);
-                let reply = match entry.payload {
-                    EntryPayload::Normal(mut e) => {
-                        // The log id is authoritative: whatever term the proposer wrote,
-                        // the failover grace must key on the term the entry committed in.
-                        e.term = log_id.leader_id.term;
-                        newest_stamp = Some(e.stamp_ms);
-                        // A rejection is an `Err` reply like any other, never a storage
-                        // error: a storage error would stop Raft.
-                        state.machine.apply(log_id.index, &e)
-                    }
-                    EntryPayload::Blank => Ok(Outcome::Ticked),
-                    EntryPayload::Membership(m) => {
-                        state.membership = StoredMembership::new(Some(log_id), m);
-                        Ok(Outcome::Ticked)
-                    }
-                };
-                replies.push(reply);
-            }
-            if let Some(stamp) = newest_stamp {
-                // Read after the whole batch: a later reading means less elapsed time
-                // counted from this stamp, so cluster time errs late (longer leases).
-                state.last_stamp = Some((stamp, clock.mono_ms()));
-            }
-            replies
-        })
+        self.shared
+            .write(|state| {
+                let entries = entries.into_iter();
+                let mut replies = Vec::with_capacity(entries.size_hint().0);
+                let mut stamped = false;
+                for entry in entries {
+                    let log_id = entry.log_id;
+                    state.last_applied = Some(log_id);
+                    let reply = match entry.payload {
+                        EntryPayload::Normal(mut e) => {
+                            // The log id is authoritative: whatever term the proposer wrote,
+                            // the failover grace must key on the term the entry committed in.
+                            e.term = log_id.leader_id.term;
+                            stamped = true;
+                            // A rejection is an `Err` reply like any other, never a storage
+                            // error: a storage error would stop Raft.
+                            state.machine.apply(log_id.index, &e)
+                        }
+                        EntryPayload::Blank => Ok(Outcome::Ticked),
+                        EntryPayload::Membership(m) => {
+                            state.membership = StoredMembership::new(Some(log_id), m);
+                            Ok(Outcome::Ticked)
+                        }
+                    };
+                    replies.push(reply);
+                }
+                if stamped {
+                    // The machine's clock, not the last entry's own stamp: entries can
+                    // carry stamps out of order, and store time is their maximum. Read
+                    // after the whole batch: a later reading means less elapsed time
+                    // counted from it, so cluster time errs late (longer leases).
+                    state.last_stamp = Some((state.machine.clock_ms(), clock.mono_ms()));
+                }
+                replies
+            })
+            .ok_or_else(poisoned)
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
@@ -253,7 +273,9 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         }
     }
 
-    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError<NodeId>> {
+    async fn begin_receiving_snapshot(
+        &mut self,
+    ) -> Result<Box<Cursor<Vec<u8>>>, StorageError<NodeId>> {
         Ok(Box::new(Cursor::new(Vec::new())))
     }
 
@@ -263,19 +285,23 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError<NodeId>> {
         let data = snapshot.into_inner();
-        let machine = LeaseMachine::restore(&data)
-            .map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), AnyError::new(&e)))?;
+        let machine = LeaseMachine::restore(&data).map_err(|e| {
+            StorageIOError::read_snapshot(Some(meta.signature()), AnyError::new(&e))
+        })?;
         // The file first: if writing it fails, the running state is left untouched, and
         // once it is written a crash can only bring back this snapshot or a newer one.
-        self.files
-            .save(meta.clone(), data)
-            .await
-            .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), AnyError::new(&e)))?;
+        self.files.save(meta.clone(), data).await.map_err(|e| {
+            StorageIOError::write_snapshot(Some(meta.signature()), AnyError::new(&e))
+        })?;
         let restored = restored_state(meta.clone(), machine, self.clock.mono_ms());
-        self.shared.write(|state| *state = restored)
+        self.shared
+            .write(|state| *state = restored)
+            .ok_or_else(poisoned)
     }
 
-    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError<NodeId>> {
+    async fn get_current_snapshot(
+        &mut self,
+    ) -> Result<Option<Snapshot<TypeConfig>>, StorageError<NodeId>> {
         let current = self
             .files
             .load()
@@ -298,19 +324,17 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
         // Serialized under the read lock, so the bytes and the meta describe the same
         // instant; the slow part, writing and fsyncing, happens after it is released.
-        let (last_log_id, last_membership, data) =
-            self.shared
-                .read(|s| (s.last_applied, s.membership.clone(), s.machine.snapshot()));
+        let (last_log_id, last_membership, data) = self
+            .shared
+            .read(|s| (s.last_applied, s.membership.clone(), s.machine.snapshot()));
         let meta = SnapshotMeta {
             last_log_id,
             last_membership,
             snapshot_id: snapshot_id(last_log_id),
         };
-        let data = self
-            .files
-            .save(meta.clone(), data)
-            .await
-            .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), AnyError::new(&e)))?;
+        let data = self.files.save(meta.clone(), data).await.map_err(|e| {
+            StorageIOError::write_snapshot(Some(meta.signature()), AnyError::new(&e))
+        })?;
         Ok(Snapshot {
             meta,
             snapshot: Box::new(Cursor::new(data)),
@@ -324,7 +348,10 @@ fn snapshot_id(last: Option<LogId>) -> String {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
     match last {
-        Some(id) => format!("{}-{}-{}-{nanos:x}", id.leader_id.term, id.leader_id.node_id, id.index),
+        Some(id) => format!(
+            "{}-{}-{}-{nanos:x}",
+            id.leader_id.term, id.leader_id.node_id, id.index
+        ),
         None => format!("none-{nanos:x}"),
     }
 }
@@ -343,7 +370,10 @@ impl SnapshotFiles {
     /// hands `machine` back.
     async fn save(&self, meta: SnapshotMeta, machine: Vec<u8>) -> io::Result<Vec<u8>> {
         let mut current = self.current.lock().await;
-        if current.as_ref().is_some_and(|cur| cur.last_log_id > meta.last_log_id) {
+        if current
+            .as_ref()
+            .is_some_and(|cur| cur.last_log_id > meta.last_log_id)
+        {
             tracing::info!(
                 built = ?meta.last_log_id,
                 on_disk = ?current.as_ref().and_then(|c| c.last_log_id),
@@ -353,9 +383,11 @@ impl SnapshotFiles {
         }
         let dir = self.dir.clone();
         let written = meta.clone();
-        let machine = tokio::task::spawn_blocking(move || write_file(&dir, &written, &machine).map(|()| machine))
-            .await
-            .map_err(io::Error::other)??;
+        let machine = tokio::task::spawn_blocking(move || {
+            write_file(&dir, &written, &machine).map(|()| machine)
+        })
+        .await
+        .map_err(io::Error::other)??;
         *current = Some(meta);
         Ok(machine)
     }
@@ -402,7 +434,8 @@ fn open_dir(dir: &Path) -> Result<Option<(SnapshotMeta, LeaseMachine)>, Snapshot
 }
 
 fn write_file(dir: &Path, meta: &SnapshotMeta, machine: &[u8]) -> io::Result<()> {
-    let meta_bytes = bincode::serialize(meta).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    let meta_bytes =
+        bincode::serialize(meta).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
     let meta_len = u32::try_from(meta_bytes.len())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "snapshot meta over 4 GiB"))?
         .to_le_bytes();
@@ -446,7 +479,10 @@ fn read_file(path: &Path) -> Result<(SnapshotMeta, Vec<u8>), SnapshotFileError> 
         });
     }
     if data.len() < HEADER_LEN {
-        return Err(corrupted(format!("{} bytes is shorter than the header", data.len())));
+        return Err(corrupted(format!(
+            "{} bytes is shorter than the header",
+            data.len()
+        )));
     }
     let stored_crc = u32::from_le_bytes(data[1..5].try_into().expect("4 bytes"));
     let actual_crc = crc32fast::hash(&data[5..]);
@@ -459,7 +495,11 @@ fn read_file(path: &Path) -> Result<(SnapshotMeta, Vec<u8>), SnapshotFileError> 
     let meta_end = HEADER_LEN
         .checked_add(meta_len)
         .filter(|&end| end <= data.len())
-        .ok_or_else(|| corrupted(format!("meta length {meta_len} runs past the end of the file")))?;
+        .ok_or_else(|| {
+            corrupted(format!(
+                "meta length {meta_len} runs past the end of the file"
+            ))
+        })?;
     let meta: SnapshotMeta = bincode::deserialize(&data[HEADER_LEN..meta_end])
         .map_err(|e| corrupted(format!("meta does not decode: {e}")))?;
     data.drain(..meta_end);
@@ -474,7 +514,10 @@ mod tests {
     fn file_roundtrip_and_checksum() {
         let dir = tempfile::tempdir().unwrap();
         let meta = SnapshotMeta {
-            last_log_id: Some(openraft::LogId::new(openraft::CommittedLeaderId::new(2, 1), 9)),
+            last_log_id: Some(openraft::LogId::new(
+                openraft::CommittedLeaderId::new(2, 1),
+                9,
+            )),
             last_membership: StoredMembership::default(),
             snapshot_id: "s".into(),
         };
@@ -489,6 +532,9 @@ mod tests {
         let last = bytes.len() - 1;
         bytes[last] ^= 0x40;
         fs::write(&path, &bytes).unwrap();
-        assert!(matches!(read_file(&path), Err(SnapshotFileError::Corrupted { .. })));
+        assert!(matches!(
+            read_file(&path),
+            Err(SnapshotFileError::Corrupted { .. })
+        ));
     }
 }

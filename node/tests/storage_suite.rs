@@ -1,0 +1,436 @@
+//! Storage tests: openraft's conformance suite over `LogStore` + `StateMachineStore` on a
+//! real directory, then what the suite cannot see — that everything survives a reopen,
+//! that a torn log tail is cut back, that a damaged snapshot stops the node from starting,
+//! and that appends share fsyncs.
+
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+use leasehold_node::clock::{SharedClock, SystemClock};
+use leasehold_node::store::{LogStore, SnapshotFileError, StateMachineStore};
+use leasehold_node::types::{LogId, NodeId, TypeConfig, Vote};
+use leasehold_statemachine::{Command, ErrorCode, Outcome};
+use openraft::storage::{RaftLogReader, RaftLogStorage, RaftLogStorageExt, RaftStateMachine};
+use openraft::testing::{StoreBuilder, Suite};
+use openraft::{
+    CommittedLeaderId, Entry, EntryPayload, Membership, RaftSnapshotBuilder, StorageError,
+};
+use tempfile::TempDir;
+
+struct Builder;
+
+impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, TempDir> for Builder {
+    async fn build(&self) -> Result<(TempDir, LogStore, StateMachineStore), StorageError<NodeId>> {
+        let dir = TempDir::new().expect("temp dir");
+        let log = LogStore::open(&dir.path().join("log"))
+            .await
+            .expect("open log");
+        let sm = StateMachineStore::open(&dir.path().join("sm"), clock())
+            .await
+            .expect("open state machine");
+        Ok((dir, log, sm))
+    }
+}
+
+#[test]
+fn openraft_storage_suite() {
+    if let Err(e) = Suite::test_all(Builder) {
+        panic!("storage suite failed: {e}");
+    }
+}
+
+fn clock() -> SharedClock {
+    SystemClock::new().shared()
+}
+
+fn log_id(term: u64, index: u64) -> LogId {
+    LogId::new(CommittedLeaderId::new(term, 1), index)
+}
+
+fn entry(term: u64, index: u64, command: Command) -> Entry<TypeConfig> {
+    Entry {
+        log_id: log_id(term, index),
+        payload: EntryPayload::Normal(leasehold_statemachine::Entry {
+            stamp_ms: 1_000 + index,
+            // Deliberately wrong: the store must take the term from the log id.
+            term: 0,
+            idempotency_key: None,
+            command,
+        }),
+    }
+}
+
+fn submit(id: &str) -> Command {
+    Command::Submit {
+        id: Some(id.to_string()),
+        queue: "q".to_string(),
+        payload: None,
+        max_attempts: None,
+    }
+}
+
+fn claim(id: &str, owner: &str) -> Command {
+    Command::Claim {
+        job_id: id.to_string(),
+        owner: owner.to_string(),
+        ttl_ms: 60_000,
+    }
+}
+
+fn membership_entry(term: u64, index: u64) -> Entry<TypeConfig> {
+    Entry {
+        log_id: log_id(term, index),
+        payload: EntryPayload::Membership(Membership::new(vec![BTreeSet::from([1, 2, 3])], None)),
+    }
+}
+
+/// Appends and waits until openraft would be told the entries are durable.
+async fn append(log: &mut LogStore, entries: Vec<Entry<TypeConfig>>) {
+    log.blocking_append(entries).await.expect("append");
+}
+
+/// The last WAL chunk file in a raft-log directory.
+fn last_chunk(dir: &Path) -> PathBuf {
+    let mut chunks: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "wal"))
+        .collect();
+    chunks.sort();
+    chunks.pop().expect("a chunk file")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reopen_keeps_log_vote_and_committed() {
+    let dir = TempDir::new().unwrap();
+    let path = dir.path().join("log");
+    let entries: Vec<_> = (1..=20)
+        .map(|i| entry(1, i, submit(&format!("j{i}"))))
+        .collect();
+    {
+        let mut log = LogStore::open(&path).await.unwrap();
+        append(&mut log, vec![membership_entry(1, 0)]).await;
+        append(&mut log, entries.clone()).await;
+        log.save_vote(&Vote::new_committed(1, 1)).await.unwrap();
+        log.save_committed(Some(log_id(1, 15))).await.unwrap();
+        log.purge(log_id(1, 4)).await.unwrap();
+    }
+    let mut log = LogStore::open(&path).await.unwrap();
+    assert_eq!(
+        log.read_vote().await.unwrap(),
+        Some(Vote::new_committed(1, 1))
+    );
+    assert_eq!(log.read_committed().await.unwrap(), Some(log_id(1, 15)));
+    let state = log.get_log_state().await.unwrap();
+    assert_eq!(state.last_purged_log_id, Some(log_id(1, 4)));
+    assert_eq!(state.last_log_id, Some(log_id(1, 20)));
+    let read = log.try_get_log_entries(0..100).await.unwrap();
+    assert_eq!(read, entries[4..].to_vec());
+
+    // And the reopened log keeps working: truncate a conflicting suffix, append anew.
+    log.truncate(log_id(1, 18)).await.unwrap();
+    append(&mut log, vec![entry(2, 18, submit("x"))]).await;
+    drop(log);
+    let mut log = LogStore::open(&path).await.unwrap();
+    let state = log.get_log_state().await.unwrap();
+    assert_eq!(state.last_log_id, Some(log_id(2, 18)));
+    assert_eq!(
+        log.try_get_log_entries(17..19).await.unwrap()[1],
+        entry(2, 18, submit("x"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn torn_log_tail_is_cut_back() {
+    let dir = TempDir::new().unwrap();
+    let path = dir.path().join("log");
+    let entries: Vec<_> = (1..=10)
+        .map(|i| entry(1, i, submit(&format!("job-{i}"))))
+        .collect();
+    {
+        let mut log = LogStore::open(&path).await.unwrap();
+        log.save_vote(&Vote::new_committed(1, 1)).await.unwrap();
+        for e in &entries {
+            append(&mut log, vec![e.clone()]).await;
+        }
+    }
+    // A crash in the middle of writing the last record: its tail never reached the disk.
+    let chunk = last_chunk(&path);
+    let len = std::fs::metadata(&chunk).unwrap().len();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&chunk)
+        .unwrap();
+    f.set_len(len - 7).unwrap();
+    drop(f);
+
+    let mut log = LogStore::open(&path).await.unwrap();
+    assert_eq!(
+        log.read_vote().await.unwrap(),
+        Some(Vote::new_committed(1, 1))
+    );
+    let state = log.get_log_state().await.unwrap();
+    assert_eq!(state.last_log_id, Some(log_id(1, 9)));
+    assert_eq!(
+        log.try_get_log_entries(0..100).await.unwrap(),
+        entries[..9].to_vec()
+    );
+    // The torn entry can be written again.
+    append(&mut log, vec![entries[9].clone()]).await;
+    drop(log);
+    let mut log = LogStore::open(&path).await.unwrap();
+    assert_eq!(log.try_get_log_entries(0..100).await.unwrap(), entries);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn appends_share_fsyncs() {
+    let dir = TempDir::new().unwrap();
+    let log = LogStore::open(dir.path()).await.unwrap();
+    // Like the Raft core: issue appends one after another without waiting for their
+    // fsyncs. The first poll of `append` does the in-memory append, so polling each
+    // future once, in order, keeps the indexes consecutive.
+    let mut waiting = Vec::new();
+    let mut cx = Context::from_waker(Waker::noop());
+    for i in 1..=500 {
+        let mut l = log.clone();
+        let mut fut = Box::pin(async move {
+            l.blocking_append(vec![entry(1, i, submit(&format!("j{i}")))])
+                .await
+        });
+        match fut.as_mut().poll(&mut cx) {
+            Poll::Ready(res) => res.unwrap(),
+            Poll::Pending => waiting.push(fut),
+        }
+    }
+    for fut in waiting {
+        fut.await.unwrap();
+    }
+    let m = log.flush_metrics().unwrap();
+    eprintln!(
+        "{} appends, {} write batches, {} fsyncs",
+        m.write_request_count, m.batch_count, m.sync_batch_count
+    );
+    assert!(m.write_request_count >= 500, "{m:?}");
+    assert!(
+        m.sync_batch_count < 100,
+        "500 appends issued back to back should share fsyncs: {m:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_directory_is_exclusive() {
+    let dir = TempDir::new().unwrap();
+    let _log = LogStore::open(dir.path()).await.unwrap();
+    let err = LogStore::open(dir.path()).await.unwrap_err();
+    assert!(
+        err.to_string().contains(&dir.path().display().to_string()),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apply_replies_and_tracks_stamp_and_term() {
+    let dir = TempDir::new().unwrap();
+    let clock = clock();
+    let mut sm = StateMachineStore::open(dir.path(), clock.clone())
+        .await
+        .unwrap();
+    let shared = sm.shared();
+    let mut applied = shared.subscribe();
+    assert_eq!(*applied.borrow_and_update(), 0);
+
+    let before = clock.mono_ms();
+    let replies = sm
+        .apply(vec![
+            membership_entry(1, 1),
+            Entry {
+                log_id: log_id(1, 2),
+                payload: EntryPayload::Blank,
+            },
+            entry(3, 3, claim("a", "w1")),
+            entry(3, 4, claim("a", "w2")),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(replies.len(), 4);
+    assert_eq!(replies[0], Ok(Outcome::Ticked));
+    assert_eq!(replies[1], Ok(Outcome::Ticked));
+    assert!(matches!(&replies[2], Ok(Outcome::Lease(l)) if l.generation == 1));
+    // A rejected claim is a reply, not a storage error.
+    let err = replies[3].as_ref().unwrap_err();
+    assert_eq!(err.code, ErrorCode::LeaseHeld);
+
+    assert!(applied.has_changed().unwrap());
+    assert_eq!(*applied.borrow_and_update(), 4);
+    shared.read(|s| {
+        assert_eq!(s.last_applied, Some(log_id(3, 4)));
+        assert_eq!(s.membership.log_id(), &Some(log_id(1, 1)));
+        assert_eq!(s.machine.term(), 3, "term comes from the log id");
+        let (stamp, at) = s.last_stamp.unwrap();
+        assert_eq!(stamp, 1_004);
+        assert!(at >= before);
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshot_survives_reopen() {
+    let dir = TempDir::new().unwrap();
+    let (bytes, meta) = {
+        let mut sm = StateMachineStore::open(dir.path(), clock()).await.unwrap();
+        sm.apply(vec![
+            membership_entry(1, 1),
+            entry(1, 2, submit("a")),
+            entry(1, 3, claim("a", "w1")),
+            entry(2, 4, claim("b", "w2")),
+        ])
+        .await
+        .unwrap();
+        let snap = sm
+            .get_snapshot_builder()
+            .await
+            .build_snapshot()
+            .await
+            .unwrap();
+        assert_eq!(snap.meta.last_log_id, Some(log_id(2, 4)));
+        let bytes = sm.shared().read(|s| s.machine.snapshot());
+        assert_eq!(
+            snap.snapshot.get_ref(),
+            &bytes,
+            "snapshot data is the machine's bytes"
+        );
+        // Applied after the snapshot: gone after the reopen, until openraft re-applies it.
+        sm.apply(vec![entry(2, 5, submit("c"))]).await.unwrap();
+        (bytes, snap.meta)
+    };
+
+    let mut sm = StateMachineStore::open(dir.path(), clock()).await.unwrap();
+    let shared = sm.shared();
+    assert_eq!(shared.read(|s| s.machine.snapshot()), bytes);
+    assert_eq!(
+        sm.applied_state().await.unwrap(),
+        (meta.last_log_id, meta.last_membership.clone())
+    );
+    assert_eq!(*shared.subscribe().borrow(), 4);
+    assert!(shared.read(|s| s.last_stamp).is_some());
+    let current = sm
+        .get_current_snapshot()
+        .await
+        .unwrap()
+        .expect("a current snapshot");
+    assert_eq!(current.meta, meta);
+    assert_eq!(current.snapshot.into_inner(), bytes);
+
+    // Installing it on another node gives the same machine, and persists it there.
+    let other = TempDir::new().unwrap();
+    {
+        let mut follower = StateMachineStore::open(other.path(), clock())
+            .await
+            .unwrap();
+        let mut data = follower.begin_receiving_snapshot().await.unwrap();
+        *data = std::io::Cursor::new(bytes.clone());
+        follower.install_snapshot(&meta, data).await.unwrap();
+        assert_eq!(follower.shared().read(|s| s.machine.snapshot()), bytes);
+    }
+    let follower = StateMachineStore::open(other.path(), clock())
+        .await
+        .unwrap();
+    assert_eq!(
+        follower
+            .shared()
+            .read(|s| (s.machine.snapshot(), s.last_applied)),
+        (bytes, meta.last_log_id)
+    );
+}
+
+async fn write_one_snapshot(dir: &Path) {
+    let mut sm = StateMachineStore::open(dir, clock()).await.unwrap();
+    sm.apply(vec![entry(1, 1, submit("a")), entry(1, 2, claim("a", "w"))])
+        .await
+        .unwrap();
+    sm.get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn corrupted_snapshot_fails_open() {
+    let dir = TempDir::new().unwrap();
+    write_one_snapshot(dir.path()).await;
+    let file = dir.path().join("snapshot.bin");
+    let mut bytes = std::fs::read(&file).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x01;
+    std::fs::write(&file, &bytes).unwrap();
+
+    let err = StateMachineStore::open(dir.path(), clock())
+        .await
+        .err()
+        .expect("open must fail");
+    assert!(matches!(err, SnapshotFileError::Corrupted { .. }), "{err}");
+    assert!(
+        err.to_string().contains(&file.display().to_string()),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn truncated_snapshot_fails_open() {
+    let dir = TempDir::new().unwrap();
+    write_one_snapshot(dir.path()).await;
+    let file = dir.path().join("snapshot.bin");
+    let bytes = std::fs::read(&file).unwrap();
+    std::fs::write(&file, &bytes[..bytes.len() - 3]).unwrap();
+    let err = StateMachineStore::open(dir.path(), clock())
+        .await
+        .err()
+        .expect("open must fail");
+    assert!(
+        err.to_string().contains(&file.display().to_string()),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_snapshot_version_fails_open() {
+    let dir = TempDir::new().unwrap();
+    write_one_snapshot(dir.path()).await;
+    let file = dir.path().join("snapshot.bin");
+    let mut bytes = std::fs::read(&file).unwrap();
+    bytes[0] = 99;
+    std::fs::write(&file, &bytes).unwrap();
+    let err = StateMachineStore::open(dir.path(), clock())
+        .await
+        .err()
+        .expect("open must fail");
+    assert!(
+        matches!(err, SnapshotFileError::UnknownVersion { found: 99, .. }),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains(&file.display().to_string()),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leftover_tmp_snapshot_is_ignored() {
+    let dir = TempDir::new().unwrap();
+    write_one_snapshot(dir.path()).await;
+    std::fs::write(dir.path().join("snapshot.tmp"), b"half written").unwrap();
+    let sm = StateMachineStore::open(dir.path(), clock()).await.unwrap();
+    assert_eq!(sm.shared().read(|s| s.last_applied), Some(log_id(1, 2)));
+    assert!(!dir.path().join("snapshot.tmp").exists());
+}
+
+#[test]
+fn stores_are_send_and_sync() {
+    fn check<T: Send + Sync + 'static>() {}
+    check::<LogStore>();
+    check::<StateMachineStore>();
+    check::<Arc<leasehold_node::store::SmShared>>();
+}
