@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_statemachine::{ApiError, Command, Entry, ErrorCode, Reply};
-use openraft::error::{ClientWriteError, RaftError};
+use openraft::error::{CheckIsLeaderError, ClientWriteError, RaftError};
 use openraft::ServerState;
 
 use crate::metrics::Metrics;
@@ -194,15 +194,43 @@ impl Node {
     /// Confirms leadership with a quorum and waits until applied; then reads are
     /// linearizable. Returns the cluster time to judge them at.
     pub async fn linearize(&self) -> Result<u64, ProposeError> {
-        match tokio::time::timeout(self.limits.write_timeout, self.raft.ensure_linearizable()).await
-        {
+        let confirmed =
+            tokio::time::timeout(self.limits.write_timeout, self.raft.ensure_linearizable()).await;
+        match confirmed {
             Err(_) => Err(ProposeError::Unavailable(
                 "could not confirm leadership in time".into(),
             )),
             Ok(Ok(_)) => Ok(self.cluster_time_ms()),
-            Ok(Err(RaftError::APIError(_))) => Err(ProposeError::NotLeader),
+            Ok(Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(_)))) => {
+                Err(ProposeError::NotLeader)
+            }
+            // Still leader, but no quorum answered: retrying at once would spin.
+            Ok(Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(e)))) => Err(
+                ProposeError::Unavailable(format!("leadership not confirmed: {e}")),
+            ),
             Ok(Err(e)) => Err(ProposeError::Unavailable(e.to_string())),
         }
+    }
+
+    /// The store time a linearizable read is judged at.
+    ///
+    /// Normally the leader's current cluster time. But if a lease ran out between the last
+    /// applied stamp and now, a read that reports it expired would state something the log
+    /// does not yet say — and after a whole-cluster restart (cluster time resumes from the
+    /// last stamp) the lease would be live again. So the expiry is recorded first with a
+    /// tick, whose stamp is at least `now`.
+    pub async fn read_time(&self) -> Result<u64, ProposeError> {
+        let now = self.linearize().await?;
+        let unrecorded = self
+            .sm
+            .read(|s| s.machine.next_expiry_ms().is_some_and(|t| t <= now));
+        if unrecorded {
+            match self.propose(Command::Tick, None).await? {
+                Ok(_) => {}
+                Err(e) => return Err(ProposeError::Unavailable(e.message)),
+            }
+        }
+        Ok(now)
     }
 }
 

@@ -34,6 +34,9 @@ pub struct RaftTuning {
     pub election_timeout_max_ms: u64,
     /// Take a snapshot (and purge the log) after this many entries.
     pub snapshot_every_logs: u64,
+    /// Entries kept in the log behind a snapshot, so a briefly lagging follower catches
+    /// up from the log rather than by a whole snapshot.
+    pub logs_kept_after_snapshot: u64,
 }
 
 impl Default for RaftTuning {
@@ -43,6 +46,7 @@ impl Default for RaftTuning {
             election_timeout_min_ms: 500,
             election_timeout_max_ms: 1000,
             snapshot_every_logs: 20_000,
+            logs_kept_after_snapshot: 1_000,
         }
     }
 }
@@ -105,7 +109,7 @@ fn raft_config(t: &RaftTuning) -> anyhow::Result<openraft::Config> {
         election_timeout_min: t.election_timeout_min_ms,
         election_timeout_max: t.election_timeout_max_ms,
         snapshot_policy: SnapshotPolicy::LogsSinceLast(t.snapshot_every_logs),
-        max_in_snapshot_log_to_keep: 1_000,
+        max_in_snapshot_log_to_keep: t.logs_kept_after_snapshot,
         ..Default::default()
     };
     Ok(c.validate()?)
@@ -250,11 +254,12 @@ pub fn decide_tick(
 const LEADER_LOOP_STEP: Duration = Duration::from_millis(50);
 
 async fn leader_loop(node: Arc<Node>, tick_interval_ms: u64, cancel: CancellationToken) {
-    let mut metrics = node.raft.metrics();
+    let metrics = node.raft.metrics();
     loop {
+        // A fixed step, not a wait on metrics: openraft republishes them on every report.
         tokio::select! {
             _ = cancel.cancelled() => return,
-            _ = tokio::time::timeout(LEADER_LOOP_STEP, metrics.changed()) => {}
+            _ = tokio::time::sleep(LEADER_LOOP_STEP) => {}
         }
         let (is_leader, term) = {
             let m = metrics.borrow();
@@ -279,6 +284,7 @@ async fn leader_loop(node: Arc<Node>, tick_interval_ms: u64, cancel: Cancellatio
             continue;
         };
         if reason == TickReason::NewTerm && node.linearize().await.is_err() {
+            // No quorum confirmed yet: the next step tries again.
             continue;
         }
         match node.propose_stamped(term, Command::Tick, None).await {

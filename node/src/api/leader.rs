@@ -51,7 +51,6 @@ const WAIT_STEP: Duration = Duration::from_millis(25);
 
 pub async fn on_leader(node: &Arc<Node>, inbound: &Inbound, op: LeaderOp) -> Response {
     let deadline = Instant::now() + node.limits.leader_wait;
-    let mut metrics = node.raft.metrics();
     loop {
         match node.route(inbound.hops) {
             Route::Local => match execute(node, &op).await {
@@ -73,10 +72,9 @@ pub async fn on_leader(node: &Arc<Node>, inbound: &Inbound, op: LeaderOp) -> Res
             let msg = "no leader is reachable (election or lost quorum); retry";
             return error_response(&ApiError::new(ErrorCode::Unavailable, msg));
         }
-        let step = WAIT_STEP
-            .max(Duration::from_millis(100))
-            .min(deadline - now);
-        let _ = tokio::time::timeout(step, metrics.changed()).await;
+        // A plain sleep, not a wait on metrics: openraft republishes metrics on every
+        // report, so such a wait returns at once and the loop would spin.
+        tokio::time::sleep(WAIT_STEP.min(deadline - now)).await;
     }
 }
 
@@ -96,7 +94,7 @@ async fn execute(node: &Arc<Node>, op: &LeaderOp) -> Result<Response, ProposeErr
             Ok(render(*kind, &reply))
         }
         LeaderOp::GetJob(id) => {
-            let now = node.linearize().await?;
+            let now = node.read_time().await?;
             Ok(match node.sm.read(|s| s.machine.job(id, now)) {
                 Some(job) => json_response(StatusCode::OK, &job),
                 None => error_response(&ApiError::new(
@@ -111,7 +109,7 @@ async fn execute(node: &Arc<Node>, op: &LeaderOp) -> Result<Response, ProposeErr
             limit,
             page_token,
         } => {
-            let now = node.linearize().await?;
+            let now = node.read_time().await?;
             let page = node.sm.read(|s| {
                 s.machine
                     .list(queue.as_deref(), *state, *limit, page_token.as_deref(), now)
