@@ -3,6 +3,7 @@
 //! # Layout
 //! - [`server`]: `start`/`run` a node — storage, Raft, HTTP, the leader loop.
 //! - [`node`]: the running node and its decisions (route, propose, linearize).
+//! - [`batcher`]: group commit — concurrent commands packed into one log entry.
 //! - [`api`]: HTTP handlers of api.md and Raft RPC endpoints.
 //! - [`network`]: the Raft RPC client (HTTP + bincode).
 //! - [`store`]: the durable log store (raft-log) and the state-machine store.
@@ -14,6 +15,7 @@
 //! - [`bench`]: the load generator behind `leasehold bench`.
 
 pub mod api;
+pub mod batcher;
 pub mod bench;
 pub mod cli;
 pub mod clock;

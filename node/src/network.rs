@@ -91,6 +91,7 @@ impl PeerClient {
         Resp: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
+        let started = std::time::Instant::now();
         let body = bincode::serialize(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         let sent = self
             .http
@@ -114,6 +115,8 @@ impl PeerClient {
             .bytes()
             .await
             .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        let elapsed_us = started.elapsed().as_micros() as u64;
+        tracing::trace!(target = self.target, path, elapsed_us, "raft rpc");
         let decoded: Result<Resp, RaftError<NodeId, E>> =
             bincode::deserialize(&bytes).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         decoded.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))

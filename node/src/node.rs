@@ -10,6 +10,7 @@ use leasehold_statemachine::{ApiError, Command, Entry, ErrorCode, Reply};
 use openraft::error::{CheckIsLeaderError, ClientWriteError, RaftError};
 use openraft::ServerState;
 
+use crate::batcher::Pending;
 use crate::metrics::Metrics;
 use crate::store::SmShared;
 use crate::timekeeper::Timekeeper;
@@ -50,6 +51,8 @@ pub struct Node {
     pub metrics: Metrics,
     /// Client for forwarding requests to the leader (pooled, shared).
     pub forward_http: reqwest::Client,
+    /// Queue of the group-commit batcher (`batcher.rs`).
+    pub proposals: tokio::sync::mpsc::Sender<Pending>,
 }
 
 /// Where a request that needs the leader goes.
@@ -87,7 +90,7 @@ pub fn decide_route(
 }
 
 /// Why a proposal did not produce a reply.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum ProposeError {
     /// This node is not (or no longer) the leader; the entry was not applied.
     NotLeader,
@@ -140,7 +143,8 @@ impl Node {
         self.time.estimate(self.sm.read(|s| s.last_stamp))
     }
 
-    /// Proposes a client command in the current term, once the term is ready to stamp.
+    /// Proposes a client command in the current term, once the term is ready to stamp,
+    /// through the group-commit batcher.
     pub async fn propose(
         &self,
         command: Command,
@@ -154,7 +158,7 @@ impl Node {
         })
         .await;
         match waited {
-            Ok(Ok(_)) => {}
+            Ok(Ok(())) => {}
             Ok(Err(_)) => return Err(ProposeError::Unavailable("shutting down".into())),
             Err(_) => {
                 return Err(ProposeError::Unavailable(
@@ -162,7 +166,17 @@ impl Node {
                 ))
             }
         }
-        self.propose_stamped(term, command, idempotency_key).await
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let pending = Pending {
+            command,
+            key: idempotency_key,
+            reply: tx,
+        };
+        if self.proposals.send(pending).await.is_err() {
+            return Err(ProposeError::Unavailable("shutting down".into()));
+        }
+        rx.await
+            .unwrap_or_else(|_| Err(ProposeError::Unavailable("shutting down".into())))
     }
 
     /// Stamps and proposes without waiting for the term to be ready (the leader loop's

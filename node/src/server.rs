@@ -142,6 +142,7 @@ pub async fn start(listener: TcpListener, cfg: NodeConfig) -> anyhow::Result<Run
     .context("starting raft")?;
     initialize_if_first(&raft, &cfg).await?;
 
+    let (proposals, proposal_rx) = crate::batcher::channel();
     let node = Arc::new(Node {
         id: cfg.id,
         raft,
@@ -153,6 +154,7 @@ pub async fn start(listener: TcpListener, cfg: NodeConfig) -> anyhow::Result<Run
             .tcp_nodelay(true)
             .connect_timeout(Duration::from_millis(500))
             .build()?,
+        proposals,
     });
     let cancel = CancellationToken::new();
     let app = crate::api::router(node.clone());
@@ -172,6 +174,11 @@ pub async fn start(listener: TcpListener, cfg: NodeConfig) -> anyhow::Result<Run
             tracing::error!(error = %e, "HTTP server failed");
         }
     });
+    let batcher = tokio::spawn(crate::batcher::run(
+        node.clone(),
+        proposal_rx,
+        cancel.clone(),
+    ));
     let leader = tokio::spawn(leader_loop(
         node.clone(),
         cfg.tick_interval_ms,
@@ -181,7 +188,7 @@ pub async fn start(listener: TcpListener, cfg: NodeConfig) -> anyhow::Result<Run
         node,
         addr,
         cancel,
-        tasks: vec![server, leader],
+        tasks: vec![server, leader, batcher],
     })
 }
 

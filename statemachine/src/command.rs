@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::limits;
-use crate::wire::{ApiError, Job, Lease};
+use crate::wire::{ApiError, ErrorCode, Job, Lease};
 
 /// One replicated log entry of the lease state machine.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -67,6 +67,17 @@ pub enum Command {
     },
     /// Internal: moves store time forward (a new leader's first entry, idle ticks).
     Tick,
+    /// Internal: several client commands proposed as one log entry (group commit). Each
+    /// item is applied in order at the entry's stamp, with its own idempotency key, and
+    /// gets its own reply in `Outcome::Batch`.
+    Batch(Vec<BatchItem>),
+}
+
+/// One command of a [`Command::Batch`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchItem {
+    pub idempotency_key: Option<String>,
+    pub command: Command,
 }
 
 impl Command {
@@ -138,6 +149,19 @@ impl Command {
             }
             Command::Delete { job_id } => limits::validate_job_id(job_id)?,
             Command::Tick => {}
+            // Only the shape: each item's command is validated when it is applied, and
+            // gets its own error reply rather than failing the whole batch.
+            Command::Batch(items) => {
+                if items.is_empty() || items.len() > limits::BATCH_ITEMS_MAX {
+                    return Err(ApiError::new(
+                        ErrorCode::InvalidArgument,
+                        format!("a batch holds 1-{} commands", limits::BATCH_ITEMS_MAX),
+                    ));
+                }
+                if items.iter().any(|i| matches!(i.command, Command::Batch(_))) {
+                    return Err(ApiError::new(ErrorCode::InvalidArgument, "nested batch"));
+                }
+            }
         }
         Ok(())
     }
@@ -166,6 +190,7 @@ impl Command {
             Command::Release { .. } => "release",
             Command::Delete { .. } => "delete",
             Command::Tick => "tick",
+            Command::Batch(_) => "batch",
         }
     }
 }
@@ -183,6 +208,8 @@ pub enum Outcome {
     Empty,
     /// Tick.
     Ticked,
+    /// One reply per item of a `Command::Batch`, in order.
+    Batch(Vec<Reply>),
 }
 
 /// The reply of `apply`: a rejection is an `Err`, and still a normal, replicated reply.

@@ -21,7 +21,7 @@ mod queries;
 pub mod snapshot;
 pub mod wire;
 
-pub use command::{Command, Entry, Outcome, Reply};
+pub use command::{BatchItem, Command, Entry, Outcome, Reply};
 pub use machine::{Config, LeaseMachine, Stats};
 pub use snapshot::SnapshotError;
 pub use wire::{ApiError, ErrorBody, ErrorCode, Job, JobPage, JobState, Lease};

@@ -34,6 +34,8 @@ pub const IDEMPOTENCY_WINDOW_MS: u64 = 10 * 60 * 1000;
 /// How many idempotency keys are remembered at most. Past this the oldest is forgotten
 /// early; at 1,000 keyed writes/s the window still holds for over 16 minutes.
 pub const IDEMPOTENCY_KEYS_MAX: usize = 1_000_000;
+/// Most client commands the node packs into one log entry.
+pub const BATCH_ITEMS_MAX: usize = 512;
 /// Longest failover grace added to live leases when a new term starts (design.md).
 pub const GRACE_MS_MAX_DEFAULT: u64 = 3_000;
 

@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::{Deserialize, Serialize};
 
-use crate::command::{Command, Entry, Outcome, Reply};
+use crate::command::{BatchItem, Command, Entry, Outcome, Reply};
 use crate::idempotency::{IdempotencyTable, Remembered};
 use crate::limits;
 use crate::wire::{ApiError, ErrorCode, Job, JobPage, JobState, Lease};
@@ -198,18 +198,51 @@ impl LeaseMachine {
         let cfg = self.config;
         self.idempotency
             .expire(now, cfg.idempotency_window_ms, cfg.idempotency_keys_max);
-        let reply = match &entry.idempotency_key {
-            None => self.execute(log_index, now, &entry.command),
-            // The node checked the key too; a log entry is never trusted to be well-formed,
-            // and an unchecked key would be stored in the replicated table.
-            Some(key) => match limits::validate_idempotency_key(key) {
-                Ok(()) => self.execute_once(log_index, now, key, &entry.command),
-                Err(e) => Err(e),
-            },
+        let reply = match &entry.command {
+            Command::Batch(items) => self.execute_batch(log_index, now, entry, items),
+            cmd => self.execute_keyed(log_index, now, entry.idempotency_key.as_deref(), cmd),
         };
         #[cfg(debug_assertions)]
         self.check_invariants();
         reply
+    }
+
+    fn execute_keyed(
+        &mut self,
+        log_index: u64,
+        now: u64,
+        key: Option<&str>,
+        cmd: &Command,
+    ) -> Reply {
+        match key {
+            None => self.execute(log_index, now, cmd),
+            // The node checked the key too; a log entry is never trusted to be well-formed,
+            // and an unchecked key would be stored in the replicated table.
+            Some(key) => {
+                limits::validate_idempotency_key(key)?;
+                self.execute_once(log_index, now, key, cmd)
+            }
+        }
+    }
+
+    /// A batch applies its items in order, as if each were its own entry at this stamp.
+    fn execute_batch(
+        &mut self,
+        log_index: u64,
+        now: u64,
+        entry: &Entry,
+        items: &[BatchItem],
+    ) -> Reply {
+        entry.command.validate()?;
+        if entry.idempotency_key.is_some() {
+            let msg = "a batch carries idempotency keys per item, not one for the entry";
+            return Err(ApiError::new(ErrorCode::InvalidArgument, msg));
+        }
+        let replies = items
+            .iter()
+            .map(|i| self.execute_keyed(log_index, now, i.idempotency_key.as_deref(), &i.command))
+            .collect();
+        Ok(Outcome::Batch(replies))
     }
 
     fn execute_once(&mut self, log_index: u64, now: u64, key: &str, cmd: &Command) -> Reply {
@@ -279,6 +312,7 @@ impl LeaseMachine {
             } => self.release(log_index, now, job_id, owner, *generation),
             Command::Delete { job_id } => self.delete(job_id),
             Command::Tick => Ok(Outcome::Ticked),
+            Command::Batch(_) => Err(ApiError::new(ErrorCode::InvalidArgument, "nested batch")),
         }
     }
 

@@ -194,6 +194,9 @@ fn validate(cmd: &Command) -> Result<(), ErrorCode> {
         }
         Command::Delete { job_id } => id(job_id),
         Command::Tick => Ok(()),
+        Command::Batch(_) => {
+            unreachable!("the model generates no batches (tests/rules.rs covers them)")
+        }
     }
 }
 
@@ -419,6 +422,7 @@ impl Model {
                 Ok(Outcome::Deleted)
             }
             Command::Tick => Ok(Outcome::Ticked),
+            Command::Batch(_) => unreachable!("the model generates no batches"),
         }
     }
 
@@ -952,6 +956,7 @@ impl Coverage {
                     Outcome::Deleted => "ok:deleted",
                     Outcome::Empty => "ok:empty",
                     Outcome::Ticked => "ok:ticked",
+                    Outcome::Batch(_) => "ok:batch",
                 });
                 let log_index = match o {
                     Outcome::Lease(l) => Some(l.log_index),

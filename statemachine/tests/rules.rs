@@ -1350,3 +1350,153 @@ fn worked_example_stale_completion_is_rejected() {
     let late = code(h.at(a.lease_until_ms + 4, complete("invoice-42", "worker-a", 7)));
     assert_eq!(late, ErrorCode::JobCompleted);
 }
+
+// ---- batches (group commit) -------------------------------------------------------------
+
+fn item(key: Option<&str>, command: Command) -> leasehold_statemachine::BatchItem {
+    leasehold_statemachine::BatchItem {
+        idempotency_key: key.map(str::to_owned),
+        command,
+    }
+}
+
+fn batch_replies(r: Reply) -> Vec<Reply> {
+    match r {
+        Ok(Outcome::Batch(rs)) => rs,
+        other => panic!("expected a batch reply, got {other:?}"),
+    }
+}
+
+#[test]
+fn batch_applies_items_in_order_each_with_its_own_reply() {
+    let mut h = H::new();
+    let rs = batch_replies(h.at(
+        1_000,
+        Command::Batch(vec![
+            item(None, claim("b", "w1", 5_000)),
+            item(None, claim("b", "w2", 5_000)),
+            item(None, renew("b", "w1", 1, None)),
+            item(None, complete("b", "w1", 1)),
+        ]),
+    ));
+    assert_eq!(rs.len(), 4);
+    let l = lease(rs[0].clone());
+    assert_eq!(
+        (l.generation, l.cluster_time_ms, l.log_index),
+        (1, 1_000, 1)
+    );
+    assert_eq!(code(rs[1].clone()), ErrorCode::LeaseHeld);
+    assert_eq!(lease(rs[2].clone()).lease_until_ms, 6_000);
+    assert_eq!(job_of(rs[3].clone()).state, JobState::Completed);
+}
+
+#[test]
+fn batch_items_keep_their_idempotency_keys() {
+    let mut h = H::new();
+    let first = batch_replies(h.at(
+        1_000,
+        Command::Batch(vec![
+            item(Some("k1"), claim("a", "w", 5_000)),
+            item(Some("k1"), claim("a", "w", 5_000)),
+            item(Some("k1"), claim("a", "other", 5_000)),
+        ]),
+    ));
+    // The retry inside the same batch replays the first reply; a different body is refused.
+    assert_eq!(first[0], first[1]);
+    assert_eq!(code(first[2].clone()), ErrorCode::IdempotencyKeyReused);
+    // A retry in a later plain entry replays it too, and the generation did not move.
+    let again = h.keyed(2_000, "k1", claim("a", "w", 5_000));
+    assert_eq!(again, first[0]);
+    assert_eq!(h.m.job("a", 0).unwrap().generation, 1);
+}
+
+#[test]
+fn malformed_batches_are_rejected_whole_and_change_nothing() {
+    let mut h = H::new();
+    h.at(1_000, claim("x", "w", 5_000)).unwrap();
+    let mut twin = h.m.clone();
+    let cases = vec![
+        (None, Command::Batch(vec![])),
+        (
+            None,
+            Command::Batch(vec![item(
+                None,
+                Command::Batch(vec![item(None, Command::Tick)]),
+            )]),
+        ),
+        (
+            Some("k"),
+            Command::Batch(vec![item(None, claim("y", "w", 5_000))]),
+        ),
+        (
+            None,
+            Command::Batch(
+                (0..=limits::BATCH_ITEMS_MAX)
+                    .map(|_| item(None, Command::Tick))
+                    .collect(),
+            ),
+        ),
+    ];
+    for (key, command) in cases {
+        let r = h.entry(Entry {
+            stamp_ms: 1_000,
+            term: 1,
+            idempotency_key: key.map(str::to_owned),
+            command,
+        });
+        assert_eq!(code(r), ErrorCode::InvalidArgument);
+        twin.apply(
+            h.idx,
+            &Entry {
+                stamp_ms: 1_000,
+                term: 1,
+                idempotency_key: None,
+                command: Command::Tick,
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            h.m.snapshot(),
+            twin.snapshot(),
+            "a rejected batch changed state"
+        );
+    }
+    // At the limit it is accepted.
+    let full = (0..limits::BATCH_ITEMS_MAX)
+        .map(|_| item(None, Command::Tick))
+        .collect();
+    assert_eq!(
+        batch_replies(h.at(1_000, Command::Batch(full))).len(),
+        limits::BATCH_ITEMS_MAX
+    );
+}
+
+#[test]
+fn a_batch_is_the_same_as_its_items_applied_one_by_one_at_one_stamp() {
+    let cmds = vec![
+        submit(Some("q1"), "q"),
+        claim_next("q", "w", 1_000),
+        claim("z", "w", 500),
+        renew("z", "w", 1, Some(900)),
+        release("z", "w", 1),
+        delete("z"),
+    ];
+    let mut batched = H::new();
+    let rs = batch_replies(batched.at(
+        7,
+        Command::Batch(cmds.iter().cloned().map(|c| item(None, c)).collect()),
+    ));
+    let mut single = H::new();
+    for (c, r) in cmds.into_iter().zip(rs) {
+        // Same stamp; log indexes differ, so compare the outcome kinds and generations.
+        let s = single.at(7, c);
+        assert_eq!(s.is_ok(), r.is_ok(), "{s:?} vs {r:?}");
+        if let (Ok(Outcome::Lease(a)), Ok(Outcome::Lease(b))) = (&s, &r) {
+            assert_eq!(
+                (a.generation, a.lease_until_ms),
+                (b.generation, b.lease_until_ms)
+            );
+        }
+    }
+    assert_eq!(batched.m.stats(), single.m.stats());
+}

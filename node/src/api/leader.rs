@@ -179,5 +179,10 @@ pub fn render(kind: WriteKind, reply: &Reply) -> Response {
         Ok(Outcome::Job(job)) => json_response(StatusCode::OK, job),
         Ok(Outcome::Deleted) | Ok(Outcome::Empty) => StatusCode::NO_CONTENT.into_response(),
         Ok(Outcome::Ticked) => json_response(StatusCode::OK, &serde_json::json!({})),
+        // The batcher splits batches; a client never proposes one.
+        Ok(Outcome::Batch(_)) => error_response(&ApiError::new(
+            ErrorCode::Internal,
+            "unexpected batch reply",
+        )),
     }
 }
