@@ -1,1 +1,59 @@
-//! Leasehold client (built out in the client issue).
+//! The Rust client of Leasehold: talks to any node of a cluster, retries safely, and
+//! makes the safe way to hold a lease the easy one.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), leasehold_client::Error> {
+//! use leasehold_client::Client;
+//! let client = Client::new(["127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003"])?;
+//! let lease = client.claim("invoice-42", "worker-a", 10_000).await?;
+//! let ka = lease.keep_alive();
+//! // … work, sending ka.token() with every external write; stop if ka.cancelled() fires …
+//! ka.complete(serde_json::json!({"sent": true})).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! A lease is temporary ownership, not exactly-once execution: a worker can lose its
+//! lease mid-work and the job then runs again elsewhere. What the client guarantees is
+//! that a worker stops (its cancellation token fires) before the store can have given
+//! the job to someone else, and that every write it makes carries a fencing token a
+//! destination can check ([`fence::FenceGate`]).
+//!
+//! # Layout
+//! - [`client`]: [`Client`] — every api.md call as a method, local validation, decoding.
+//! - `transport`: one logical call — attempts across endpoints, one `Idempotency-Key`.
+//! - [`retry`]: the retry decisions as pure functions (judge, rotation, backoff).
+//! - [`config`]: [`Config`] and [`ClientBuilder`]: timeouts, retries, deadline policy.
+//! - [`deadline`]: the local lease deadline, `sent + ttl × (1 − drift) − margin`.
+//! - [`lease`]: [`Lease`] — token, deadline, renew, complete, release.
+//! - [`keepalive`]: [`KeepAlive`], [`LeaseCtx`], [`run_leased`] — background renewal and
+//!   the cancellation signal.
+//! - [`error`]: [`Error`] — api.md's codes 1:1, unavailable, outcome unknown.
+//! - [`fence`]: [`fence::FenceGate`], for destinations; `fence::http` (feature
+//!   `fence-http`) is a fenced HTTP destination built on it.
+
+pub mod client;
+pub mod config;
+pub mod deadline;
+pub mod error;
+pub mod fence;
+pub mod keepalive;
+pub mod lease;
+pub mod retry;
+mod transport;
+
+pub use client::{Client, ClusterStatus, ListJobs, NewJob};
+pub use config::{ClientBuilder, Config};
+pub use deadline::DeadlinePolicy;
+pub use error::Error;
+pub use keepalive::{
+    run_leased, CancelReason, Completed, KeepAlive, KeepAliveConfig, LeaseCtx, LeaseStatus,
+    RunError,
+};
+pub use lease::Lease;
+pub use retry::RetryPolicy;
+pub use transport::new_idempotency_key;
+
+/// The wire types and error codes, re-exported so callers need not depend on the state
+/// machine crate themselves.
+pub use leasehold_statemachine::{ErrorCode, Job, JobPage, JobState};
+pub use tokio_util::sync::CancellationToken;

@@ -201,7 +201,12 @@ impl Node {
             Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_)))) => {
                 Err(ProposeError::NotLeader)
             }
-            Ok(Err(e)) => Err(ProposeError::Unavailable(e.to_string())),
+            // Raft failed or is stopping, possibly after the entry was appended: the
+            // outcome is unknown (504), never "not applied" (503).
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "write outcome unknown");
+                Err(ProposeError::Unknown)
+            }
         }
     }
 

@@ -1,0 +1,561 @@
+//! [`Client`]: every call of api.md as a method, with local validation (the node's own
+//! code, from `leasehold_statemachine`), request encoding and typed answers.
+//!
+//! Writes get a fresh `Idempotency-Key` per logical call, kept across its retries (see
+//! `transport`). That includes `DELETE`: the node honours a key on any write, and
+//! without one a delete whose answer was lost would be retried into a 404.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use leasehold_statemachine::limits;
+use leasehold_statemachine::wire::{
+    ClaimNextRequest, ClaimRequest, CompleteRequest, ReleaseRequest, RenewRequest, SubmitRequest,
+};
+use leasehold_statemachine::{ErrorBody, Job, JobPage, JobState};
+use reqwest::Method;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use serde_json::Value;
+
+use crate::config::{ClientBuilder, Config};
+use crate::error::Error;
+use crate::lease::Lease;
+use crate::transport::{Answer, Call, CallOpts};
+
+/// A Leasehold client: cheap to clone (one connection pool, shared), safe to share
+/// across tasks.
+#[derive(Clone)]
+pub struct Client {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    /// Base URLs, `http://host:port`.
+    pub endpoints: Vec<String>,
+    pub http: reqwest::Client,
+    pub config: Config,
+    /// Where the next call starts: the last endpoint that answered, or the leader it named.
+    pub preferred: AtomicUsize,
+    /// Node id → endpoint index, learned from `X-Leasehold-Node`.
+    pub node_ids: Mutex<HashMap<u64, usize>>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("endpoints", &self.inner.endpoints)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A job to submit (`POST /v1/jobs`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NewJob {
+    pub id: Option<String>,
+    pub queue: Option<String>,
+    pub payload: Option<Value>,
+    pub max_attempts: Option<u64>,
+}
+
+impl NewJob {
+    pub fn new() -> Self {
+        NewJob::default()
+    }
+
+    pub fn id(mut self, id: impl Into<String>) -> Self {
+        self.id = Some(id.into());
+        self
+    }
+
+    pub fn queue(mut self, queue: impl Into<String>) -> Self {
+        self.queue = Some(queue.into());
+        self
+    }
+
+    pub fn payload(mut self, payload: Value) -> Self {
+        self.payload = Some(payload);
+        self
+    }
+
+    pub fn max_attempts(mut self, n: u64) -> Self {
+        self.max_attempts = Some(n);
+        self
+    }
+
+    fn to_request(&self) -> Result<SubmitRequest, Error> {
+        Ok(SubmitRequest {
+            id: self.id.clone(),
+            queue: self.queue.clone(),
+            payload: raw(self.payload.as_ref())?,
+            max_attempts: self.max_attempts,
+        })
+    }
+}
+
+/// Filters and paging of `GET /v1/jobs`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListJobs {
+    pub queue: Option<String>,
+    pub state: Option<JobState>,
+    /// Page size, 1–1000 (api.md); the node's default (100) when absent.
+    pub limit: Option<usize>,
+    pub page_token: Option<String>,
+}
+
+impl ListJobs {
+    fn path(&self) -> Result<String, Error> {
+        let mut q = Vec::new();
+        if let Some(queue) = &self.queue {
+            limits::validate_queue(queue)?;
+            q.push(format!("queue={}", encode_component(queue)));
+        }
+        if let Some(state) = self.state {
+            q.push(format!("state={}", state.as_str()));
+        }
+        if let Some(limit) = self.limit {
+            limits::validate_list_limit(limit)?;
+            q.push(format!("limit={limit}"));
+        }
+        if let Some(token) = &self.page_token {
+            q.push(format!("page_token={}", encode_component(token)));
+        }
+        Ok(if q.is_empty() {
+            "/v1/jobs".to_owned()
+        } else {
+            format!("/v1/jobs?{}", q.join("&"))
+        })
+    }
+}
+
+/// `GET /v1/cluster`: one node's view of the cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterStatus {
+    pub node_id: u64,
+    pub leader_id: Option<u64>,
+    pub term: u64,
+    pub voters: Vec<u64>,
+    pub learners: Vec<u64>,
+    /// Node id (as a string, JSON object keys are strings) → advertised address.
+    pub nodes: BTreeMap<String, String>,
+    pub commit_index: u64,
+    pub applied_index: u64,
+    pub cluster_time_ms: u64,
+    /// Not in api.md: the node's Raft role, when the node reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+}
+
+/// A JSON value as the raw text the wire types carry, checked against api.md's 64 KiB.
+fn raw(value: Option<&Value>) -> Result<Option<Box<RawValue>>, Error> {
+    let Some(v) = value else { return Ok(None) };
+    let raw = serde_json::value::to_raw_value(v)
+        .map_err(|e| Error::invalid(format!("value is not encodable as JSON: {e}")))?;
+    Ok(Some(raw))
+}
+
+/// Percent-encodes all but RFC 3986's unreserved characters.
+fn encode_component(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// `/v1/jobs/{id}` with the id validated and encoded as ONE path segment (`/` → `%2F`;
+/// the node decodes after splitting off the action, api.md ids may contain `/`). The ids
+/// `.` and `..` are valid per api.md but are dot-segments that every URL parser removes
+/// (also when written `%2E`), so no HTTP client can address them: refused here.
+fn job_path(id: &str) -> Result<String, Error> {
+    limits::validate_job_id(id)?;
+    if id == "." || id == ".." {
+        return Err(Error::invalid(format!(
+            "job id {id:?} cannot be addressed in a URL path"
+        )));
+    }
+    Ok(format!("/v1/jobs/{}", id.replace('/', "%2F")))
+}
+
+fn to_body<T: Serialize>(value: &T) -> Result<Vec<u8>, Error> {
+    serde_json::to_vec(value).map_err(|e| Error::invalid(format!("encoding the request: {e}")))
+}
+
+/// Decodes a final answer: `ok` statuses into `T`, anything else into [`Error`].
+fn decode<T: DeserializeOwned>(a: &Answer, ok: &[u16]) -> Result<T, Error> {
+    if !ok.contains(&a.status) {
+        return Err(api_error(a));
+    }
+    serde_json::from_slice(&a.body).map_err(|e| Error::Protocol {
+        status: a.status,
+        message: format!("undecodable body ({e}): {}", snippet(&a.body)),
+    })
+}
+
+fn api_error(a: &Answer) -> Error {
+    match serde_json::from_slice::<ErrorBody>(&a.body) {
+        Ok(body) => body.error.into(),
+        Err(_) => Error::Protocol {
+            status: a.status,
+            message: format!("not an api.md error body: {}", snippet(&a.body)),
+        },
+    }
+}
+
+fn snippet(body: &[u8]) -> String {
+    String::from_utf8_lossy(&body[..body.len().min(300)]).into_owned()
+}
+
+impl Client {
+    /// A client with default settings over `endpoints` (`host:port` or `http://host:port`).
+    pub fn new<I, S>(endpoints: I) -> Result<Client, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Client::builder(endpoints).build()
+    }
+
+    pub fn builder<I, S>(endpoints: I) -> ClientBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        ClientBuilder::new(endpoints.into_iter().map(Into::into).collect())
+    }
+
+    pub(crate) fn from_parts(endpoints: Vec<String>, config: Config) -> Result<Client, Error> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(config.connect_timeout)
+            .tcp_nodelay(true)
+            // Nodes are reached directly; an HTTP_PROXY meant for the internet must not
+            // sit between a worker and its lease service.
+            .no_proxy()
+            .build()
+            .map_err(|e| Error::Config(format!("building the HTTP client: {e}")))?;
+        Ok(Client {
+            inner: Arc::new(Inner {
+                endpoints,
+                http,
+                config,
+                preferred: AtomicUsize::new(0),
+                node_ids: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    /// The endpoints, normalized to `http://host:port`, in the order given.
+    pub fn endpoints(&self) -> &[String] {
+        &self.inner.endpoints
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// `POST /v1/jobs` → 201 Job.
+    pub async fn submit(&self, job: &NewJob) -> Result<Job, Error> {
+        job.to_request()?.into_command()?;
+        let body = to_body(&job.to_request()?)?;
+        let call = Call::write(Method::POST, "/v1/jobs".into(), Some(body));
+        decode(&self.execute(&call).await?, &[201])
+    }
+
+    /// `GET /v1/jobs/{id}` → Job (linearizable).
+    pub async fn get_job(&self, id: &str) -> Result<Job, Error> {
+        let call = Call::new(Method::GET, job_path(id)?);
+        decode(&self.execute(&call).await?, &[200])
+    }
+
+    /// One page of `GET /v1/jobs`.
+    pub async fn list_jobs(&self, query: &ListJobs) -> Result<JobPage, Error> {
+        let call = Call::new(Method::GET, query.path()?);
+        decode(&self.execute(&call).await?, &[200])
+    }
+
+    /// Every page of `GET /v1/jobs` from `query.page_token` on, concatenated. Each page is
+    /// its own linearizable read, so the whole is not one snapshot.
+    pub async fn list_all_jobs(&self, query: &ListJobs) -> Result<Vec<Job>, Error> {
+        let mut q = query.clone();
+        let mut jobs = Vec::new();
+        let mut seen = HashSet::new();
+        loop {
+            let page = self.list_jobs(&q).await?;
+            jobs.extend(page.jobs);
+            let Some(token) = page.next_page_token else {
+                return Ok(jobs);
+            };
+            // A node that hands out the same token twice would loop us forever.
+            if !seen.insert(token.clone()) {
+                return Err(Error::Protocol {
+                    status: 200,
+                    message: format!("page token {token:?} repeated"),
+                });
+            }
+            q.page_token = Some(token);
+        }
+    }
+
+    /// `DELETE /v1/jobs/{id}` → 204. 409 `lease_held` while a live lease exists.
+    pub async fn delete_job(&self, id: &str) -> Result<(), Error> {
+        let call = Call::write(Method::DELETE, job_path(id)?, None);
+        let a = self.execute(&call).await?;
+        match a.status {
+            204 => Ok(()),
+            _ => Err(api_error(&a)),
+        }
+    }
+
+    /// `POST /v1/jobs/{id}/claim`: a lease on this job (created if absent), with its
+    /// local deadline counted from the first send of this call.
+    pub async fn claim(&self, job_id: &str, owner: &str, ttl_ms: u64) -> Result<Lease, Error> {
+        let req = ClaimRequest {
+            owner: owner.to_owned(),
+            ttl_ms,
+        };
+        req.clone().into_command(job_id)?;
+        let path = format!("{}/claim", job_path(job_id)?);
+        let call = Call::write(Method::POST, path, Some(to_body(&req)?));
+        let a = self.execute(&call).await?;
+        Lease::from_answer(self, decode(&a, &[200])?, a.first_sent)
+    }
+
+    /// `POST /v1/queues/{queue}/claim`: a lease on the oldest claimable job of `queue`,
+    /// waiting up to `wait_ms` (≤ 30,000) for one; `None` when none came.
+    ///
+    /// The wait is split into slices of at most a quarter of the TTL, each its own call:
+    /// a lease's local deadline counts from the send of the request that got it, so a
+    /// lease granted at the end of one long wait would arrive already expired locally.
+    pub async fn claim_next(
+        &self,
+        queue: &str,
+        owner: &str,
+        ttl_ms: u64,
+        wait_ms: u64,
+    ) -> Result<Option<Lease>, Error> {
+        let probe = ClaimNextRequest {
+            owner: owner.to_owned(),
+            ttl_ms,
+            wait_ms: Some(wait_ms),
+        };
+        probe.into_command(queue)?;
+        let slice_ms = (ttl_ms / 4).max(10);
+        let waited_until = tokio::time::Instant::now() + Duration::from_millis(wait_ms);
+        loop {
+            let left_ms = waited_until
+                .saturating_duration_since(tokio::time::Instant::now())
+                .as_millis() as u64;
+            let wait = left_ms.min(slice_ms);
+            if let Some(lease) = self.claim_next_once(queue, owner, ttl_ms, wait).await? {
+                return Ok(Some(lease));
+            }
+            if left_ms <= wait {
+                return Ok(None);
+            }
+        }
+    }
+
+    async fn claim_next_once(
+        &self,
+        queue: &str,
+        owner: &str,
+        ttl_ms: u64,
+        wait_ms: u64,
+    ) -> Result<Option<Lease>, Error> {
+        let req = ClaimNextRequest {
+            owner: owner.to_owned(),
+            ttl_ms,
+            wait_ms: (wait_ms > 0).then_some(wait_ms),
+        };
+        let path = format!("/v1/queues/{}/claim", encode_component(queue));
+        let mut call = Call::write(Method::POST, path, Some(to_body(&req)?));
+        call.opts.extra_wait = Duration::from_millis(wait_ms);
+        let a = self.execute(&call).await?;
+        if a.status == 204 {
+            return Ok(None);
+        }
+        Lease::from_answer(self, decode(&a, &[200])?, a.first_sent).map(Some)
+    }
+
+    /// `POST /v1/jobs/{id}/renew` → a lease handle whose deadline counts from this call's
+    /// first send. `ttl_ms` defaults (on the store) to the claim's TTL.
+    pub async fn renew(
+        &self,
+        job_id: &str,
+        owner: &str,
+        generation: u64,
+        ttl_ms: Option<u64>,
+    ) -> Result<Lease, Error> {
+        let (wire, sent) = self
+            .renew_call(job_id, owner, generation, ttl_ms, CallOpts::default())
+            .await?;
+        Lease::from_answer(self, wire, sent)
+    }
+
+    pub(crate) async fn renew_call(
+        &self,
+        job_id: &str,
+        owner: &str,
+        generation: u64,
+        ttl_ms: Option<u64>,
+        opts: CallOpts,
+    ) -> Result<(leasehold_statemachine::Lease, tokio::time::Instant), Error> {
+        let req = RenewRequest {
+            owner: owner.to_owned(),
+            generation,
+            ttl_ms,
+        };
+        req.clone().into_command(job_id)?;
+        let path = format!("{}/renew", job_path(job_id)?);
+        let mut call = Call::write(Method::POST, path, Some(to_body(&req)?));
+        call.opts = opts;
+        let a = self.execute(&call).await?;
+        Ok((decode(&a, &[200])?, a.first_sent))
+    }
+
+    /// `POST /v1/jobs/{id}/complete` → the completed Job. `result` is any JSON value of
+    /// at most 64 KiB encoded.
+    pub async fn complete(
+        &self,
+        job_id: &str,
+        owner: &str,
+        generation: u64,
+        result: Option<Value>,
+    ) -> Result<Job, Error> {
+        let req = |result| CompleteRequest {
+            owner: owner.to_owned(),
+            generation,
+            result,
+        };
+        req(raw(result.as_ref())?).into_command(job_id)?;
+        let path = format!("{}/complete", job_path(job_id)?);
+        let body = to_body(&req(raw(result.as_ref())?))?;
+        let call = Call::write(Method::POST, path, Some(body));
+        decode(&self.execute(&call).await?, &[200])
+    }
+
+    /// `POST /v1/jobs/{id}/release` → the Job, back to `pending`, generation kept.
+    pub async fn release(&self, job_id: &str, owner: &str, generation: u64) -> Result<Job, Error> {
+        let req = ReleaseRequest {
+            owner: owner.to_owned(),
+            generation,
+        };
+        req.clone().into_command(job_id)?;
+        let path = format!("{}/release", job_path(job_id)?);
+        let call = Call::write(Method::POST, path, Some(to_body(&req)?));
+        decode(&self.execute(&call).await?, &[200])
+    }
+
+    /// `GET /v1/cluster` from whichever node answers first.
+    pub async fn cluster_status(&self) -> Result<ClusterStatus, Error> {
+        let call = Call::new(Method::GET, "/v1/cluster".into());
+        decode(&self.execute(&call).await?, &[200])
+    }
+
+    /// `GET /v1/cluster` of the node at `endpoint` (an index into [`Client::endpoints`]),
+    /// one attempt.
+    pub async fn cluster_status_at(&self, endpoint: usize) -> Result<ClusterStatus, Error> {
+        let call = Call::new(Method::GET, "/v1/cluster".into());
+        decode(&self.execute_at(endpoint, &call).await?, &[200])
+    }
+
+    /// `GET /healthz` of one node: `Ok` while its process serves.
+    pub async fn healthz_at(&self, endpoint: usize) -> Result<(), Error> {
+        let call = Call::new(Method::GET, "/healthz".into());
+        let a = self.execute_at(endpoint, &call).await?;
+        match a.status {
+            200 => Ok(()),
+            status => Err(Error::Protocol {
+                status,
+                message: snippet(&a.body),
+            }),
+        }
+    }
+
+    /// `GET /readyz` of one node: whether it knows a leader and has applied what it knows
+    /// to be committed.
+    pub async fn readyz_at(&self, endpoint: usize) -> Result<bool, Error> {
+        let call = Call::new(Method::GET, "/readyz".into());
+        let a = self.execute_at(endpoint, &call).await?;
+        match a.status {
+            200 => Ok(true),
+            503 => Ok(false),
+            status => Err(Error::Protocol {
+                status,
+                message: snippet(&a.body),
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use leasehold_statemachine::ErrorCode;
+
+    #[test]
+    fn job_ids_are_one_path_segment() {
+        assert_eq!(job_path("invoice-42").unwrap(), "/v1/jobs/invoice-42");
+        assert_eq!(job_path("a/b/claim").unwrap(), "/v1/jobs/a%2Fb%2Fclaim");
+        assert_eq!(job_path("x:y@z.w").unwrap(), "/v1/jobs/x:y@z.w");
+        for bad in ["", "a b", ".", "..", "a?b"] {
+            let e = job_path(bad).unwrap_err();
+            assert_eq!(e.code(), Some(ErrorCode::InvalidArgument), "{bad:?}");
+        }
+        assert!(job_path("...").is_ok());
+    }
+
+    #[test]
+    fn list_queries_are_encoded_and_validated() {
+        assert_eq!(ListJobs::default().path().unwrap(), "/v1/jobs");
+        let q = ListJobs {
+            queue: Some("emails".into()),
+            state: Some(JobState::Completed),
+            limit: Some(1000),
+            page_token: Some("a b/c=".into()),
+        };
+        assert_eq!(
+            q.path().unwrap(),
+            "/v1/jobs?queue=emails&state=completed&limit=1000&page_token=a%20b%2Fc%3D"
+        );
+        let too_many = ListJobs {
+            limit: Some(1001),
+            ..ListJobs::default()
+        };
+        assert!(too_many.path().is_err());
+        let bad_queue = ListJobs {
+            queue: Some("Emails".into()),
+            ..ListJobs::default()
+        };
+        assert!(bad_queue.path().is_err());
+    }
+
+    #[test]
+    fn oversized_payloads_are_refused_locally() {
+        let big = Value::String("x".repeat(limits::PAYLOAD_BYTES_MAX));
+        let e = NewJob::new()
+            .payload(big)
+            .to_request()
+            .unwrap()
+            .into_command()
+            .unwrap_err();
+        assert_eq!(e.code, ErrorCode::PayloadTooLarge);
+    }
+
+    #[test]
+    fn cluster_status_parses_api_md_fields() {
+        let json = r#"{"node_id":2,"leader_id":1,"term":3,"voters":[1,2,3],"learners":[],
+            "nodes":{"1":"127.0.0.1:7001"},"commit_index":9,"applied_index":9,
+            "cluster_time_ms":1764450002345}"#;
+        let s: ClusterStatus = serde_json::from_str(json).unwrap();
+        assert_eq!(s.leader_id, Some(1));
+        assert_eq!(s.state, None);
+    }
+}

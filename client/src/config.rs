@@ -1,0 +1,172 @@
+//! Client configuration and its builder: endpoints, timeouts, retries, deadline policy.
+//!
+//! Every knob has a named default, chosen against the node's own timings (write timeout
+//! 5 s, leader wait 3 s, election timeout 0.5–1 s) and documented where it is defined.
+
+use std::time::Duration;
+
+use crate::client::Client;
+use crate::deadline::DeadlinePolicy;
+use crate::error::Error;
+use crate::retry::RetryPolicy;
+
+/// Everything a [`Client`] can be tuned with.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// TCP connect timeout per attempt. Short, because a refused or silent node is skipped
+    /// for the next one; 500 ms is ample on a LAN.
+    pub connect_timeout: Duration,
+    /// Whole-attempt timeout (connect to last body byte). A follower may legitimately
+    /// take its leader wait (3 s) plus one forward (the leader's 3 s wait + 5 s write
+    /// timeout) before answering 503/504, 11 s in all: 12 s stays above that. A timed-out
+    /// write is retried with the same key, so cutting it short is safe, only wasteful.
+    /// (Background renews use much shorter attempts, see `keepalive`.)
+    pub request_timeout: Duration,
+    pub retry: RetryPolicy,
+    pub deadline: DeadlinePolicy,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            connect_timeout: Duration::from_millis(500),
+            request_timeout: Duration::from_secs(12),
+            retry: RetryPolicy::default(),
+            deadline: DeadlinePolicy::default(),
+        }
+    }
+}
+
+/// Builds a [`Client`]: `Client::builder(["127.0.0.1:7001", …]).margin(…).build()`.
+#[derive(Debug, Clone)]
+pub struct ClientBuilder {
+    endpoints: Vec<String>,
+    config: Config,
+}
+
+impl ClientBuilder {
+    pub(crate) fn new(endpoints: Vec<String>) -> Self {
+        ClientBuilder {
+            endpoints,
+            config: Config::default(),
+        }
+    }
+
+    pub fn config(mut self, config: Config) -> Self {
+        self.config = config;
+        self
+    }
+
+    pub fn connect_timeout(mut self, d: Duration) -> Self {
+        self.config.connect_timeout = d;
+        self
+    }
+
+    pub fn request_timeout(mut self, d: Duration) -> Self {
+        self.config.request_timeout = d;
+        self
+    }
+
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.config.retry = policy;
+        self
+    }
+
+    /// Attempts per call, the first included (at least 1).
+    pub fn max_attempts(mut self, n: u32) -> Self {
+        self.config.retry.max_attempts = n;
+        self
+    }
+
+    pub fn backoff(mut self, base: Duration, max: Duration) -> Self {
+        self.config.retry.backoff_base = base;
+        self.config.retry.backoff_max = max;
+        self
+    }
+
+    pub fn deadline_policy(mut self, policy: DeadlinePolicy) -> Self {
+        self.config.deadline = policy;
+        self
+    }
+
+    /// Fraction of a TTL assumed lost to clock-rate difference, in `[0, 1)`.
+    pub fn drift(mut self, drift: f64) -> Self {
+        self.config.deadline.drift = drift;
+        self
+    }
+
+    /// Time kept in reserve before the store's earliest expiry to stop the work.
+    pub fn margin(mut self, margin: Duration) -> Self {
+        self.config.deadline.margin = margin;
+        self
+    }
+
+    pub fn build(self) -> Result<Client, Error> {
+        self.config.deadline.validate().map_err(Error::Config)?;
+        if self.config.retry.max_attempts == 0 {
+            return Err(Error::Config("max_attempts must be at least 1".into()));
+        }
+        let endpoints = self
+            .endpoints
+            .iter()
+            .map(|e| normalize_endpoint(e))
+            .collect::<Result<Vec<_>, _>>()?;
+        if endpoints.is_empty() {
+            return Err(Error::Config("at least one endpoint is needed".into()));
+        }
+        Client::from_parts(endpoints, self.config)
+    }
+}
+
+/// `host:port` or `http://host:port[/]` → `http://host:port`. This build has no TLS, so
+/// `https://` is refused here rather than failing on every request later.
+pub(crate) fn normalize_endpoint(raw: &str) -> Result<String, Error> {
+    let trimmed = raw.trim().trim_end_matches('/');
+    let rest = if let Some(rest) = trimmed.strip_prefix("http://") {
+        rest
+    } else if trimmed.contains("://") {
+        return Err(Error::Config(format!(
+            "endpoint {raw:?}: only http:// is supported"
+        )));
+    } else {
+        trimmed
+    };
+    if rest.is_empty() || rest.contains('/') {
+        return Err(Error::Config(format!(
+            "endpoint {raw:?} must be host:port or http://host:port"
+        )));
+    }
+    Ok(format!("http://{rest}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_are_normalized() {
+        assert_eq!(
+            normalize_endpoint("127.0.0.1:7001").unwrap(),
+            "http://127.0.0.1:7001"
+        );
+        assert_eq!(
+            normalize_endpoint(" http://node-1:7001/ ").unwrap(),
+            "http://node-1:7001"
+        );
+        assert!(normalize_endpoint("https://x:1").is_err());
+        assert!(normalize_endpoint("").is_err());
+        assert!(normalize_endpoint("http://x:1/v1").is_err());
+    }
+
+    #[test]
+    fn bad_configs_are_refused() {
+        let b = || ClientBuilder::new(vec!["127.0.0.1:1".into()]);
+        assert!(matches!(b().drift(1.0).build(), Err(Error::Config(_))));
+        assert!(matches!(b().max_attempts(0).build(), Err(Error::Config(_))));
+        assert!(matches!(
+            ClientBuilder::new(vec![]).build(),
+            Err(Error::Config(_))
+        ));
+        assert!(b().drift(0.05).build().is_ok());
+    }
+}

@@ -1,0 +1,208 @@
+//! [`Lease`]: a held lease — its fencing token, its local deadline, and the calls made
+//! under it (renew, complete, release).
+//!
+//! The deadline is [`DeadlinePolicy::deadline`](crate::DeadlinePolicy::deadline) of the
+//! first send of the claim or renew that produced the lease's current state, with the
+//! TTL the store reports back (so it matches what the store applied). Renews of one
+//! handle (and its clones) are serialized: each sets the store's expiry to its own
+//! stamp + TTL, and the handle's deadline must always come from the latest of them.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use leasehold_statemachine::Job;
+use serde_json::Value;
+use tokio::time::Instant;
+
+use crate::client::Client;
+use crate::error::Error;
+use crate::transport::CallOpts;
+
+/// A lease on one job at one generation. Clones share state: a renew through any clone
+/// moves every clone's deadline.
+#[derive(Clone)]
+pub struct Lease {
+    client: Client,
+    inner: Arc<LeaseInner>,
+}
+
+struct LeaseInner {
+    job_id: String,
+    owner: String,
+    generation: u64,
+    state: Mutex<LeaseState>,
+    /// Held for the whole of a renew call (a tokio mutex: it is held across `.await`).
+    renewing: tokio::sync::Mutex<()>,
+}
+
+#[derive(Debug, Clone)]
+struct LeaseState {
+    wire: leasehold_statemachine::Lease,
+    sent: Instant,
+    deadline: Instant,
+}
+
+impl std::fmt::Debug for Lease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = self.state();
+        f.debug_struct("Lease")
+            .field("job_id", &self.inner.job_id)
+            .field("owner", &self.inner.owner)
+            .field("generation", &self.inner.generation)
+            .field("ttl_ms", &s.wire.ttl_ms)
+            .field(
+                "deadline_in",
+                &s.deadline.saturating_duration_since(Instant::now()),
+            )
+            .finish()
+    }
+}
+
+impl Lease {
+    /// A handle for a lease the store just granted or renewed; `sent` is the first send
+    /// of the call that got it.
+    pub(crate) fn from_answer(
+        client: &Client,
+        wire: leasehold_statemachine::Lease,
+        sent: Instant,
+    ) -> Result<Lease, Error> {
+        let deadline = deadline_of(client, &wire, sent);
+        Ok(Lease {
+            client: client.clone(),
+            inner: Arc::new(LeaseInner {
+                job_id: wire.job_id.clone(),
+                owner: wire.owner.clone(),
+                generation: wire.generation,
+                state: Mutex::new(LeaseState {
+                    wire,
+                    sent,
+                    deadline,
+                }),
+                renewing: tokio::sync::Mutex::new(()),
+            }),
+        })
+    }
+
+    fn state(&self) -> LeaseState {
+        self.inner
+            .state
+            .lock()
+            .expect("lease state poisoned")
+            .clone()
+    }
+
+    /// The fencing token: the generation this lease was granted at. Send it with every
+    /// external write made under the lease.
+    pub fn token(&self) -> u64 {
+        self.inner.generation
+    }
+
+    /// Same as [`Lease::token`], under api.md's name.
+    pub fn generation(&self) -> u64 {
+        self.inner.generation
+    }
+
+    pub fn job_id(&self) -> &str {
+        &self.inner.job_id
+    }
+
+    pub fn owner(&self) -> &str {
+        &self.inner.owner
+    }
+
+    /// The TTL the store applied with the latest claim or renew.
+    pub fn ttl_ms(&self) -> u64 {
+        self.state().wire.ttl_ms
+    }
+
+    /// The local deadline: stop producing effects under this lease by then.
+    pub fn deadline(&self) -> Instant {
+        self.state().deadline
+    }
+
+    /// When the claim or renew that set the current deadline was first sent.
+    pub fn sent_at(&self) -> Instant {
+        self.state().sent
+    }
+
+    /// Time left before the local deadline (zero once it has passed).
+    pub fn remaining(&self) -> Duration {
+        self.deadline().saturating_duration_since(Instant::now())
+    }
+
+    /// Whether the local deadline is still ahead.
+    pub fn is_live(&self) -> bool {
+        Instant::now() < self.deadline()
+    }
+
+    /// The latest api.md Lease object the store returned for this lease.
+    pub fn wire(&self) -> leasehold_statemachine::Lease {
+        self.state().wire
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Renews for the TTL the lease already has; on success the deadline moves to this
+    /// call's first send + TTL (per the deadline policy).
+    pub async fn renew(&self) -> Result<(), Error> {
+        self.renew_with(CallOpts::default()).await
+    }
+
+    pub(crate) async fn renew_with(&self, opts: CallOpts) -> Result<(), Error> {
+        let _one_at_a_time = self.inner.renewing.lock().await;
+        let ttl_ms = self.ttl_ms();
+        let (wire, sent) = self
+            .client
+            .renew_call(
+                self.job_id(),
+                self.owner(),
+                self.token(),
+                Some(ttl_ms),
+                opts,
+            )
+            .await?;
+        if wire.generation != self.token() || wire.owner != self.owner() {
+            return Err(Error::Protocol {
+                status: 200,
+                message: format!(
+                    "renew of generation {} by {} answered with generation {} by {}",
+                    self.token(),
+                    self.owner(),
+                    wire.generation,
+                    wire.owner
+                ),
+            });
+        }
+        let deadline = deadline_of(&self.client, &wire, sent);
+        *self.inner.state.lock().expect("lease state poisoned") = LeaseState {
+            wire,
+            sent,
+            deadline,
+        };
+        Ok(())
+    }
+
+    /// Completes the job with `result` (any JSON value ≤ 64 KiB, or `None`).
+    pub async fn complete(&self, result: impl Into<Option<Value>>) -> Result<Job, Error> {
+        let result = result.into();
+        self.client
+            .complete(self.job_id(), self.owner(), self.token(), result)
+            .await
+    }
+
+    /// Gives the job back: `pending` again, generation kept.
+    pub async fn release(&self) -> Result<Job, Error> {
+        self.client
+            .release(self.job_id(), self.owner(), self.token())
+            .await
+    }
+}
+
+fn deadline_of(client: &Client, wire: &leasehold_statemachine::Lease, sent: Instant) -> Instant {
+    client
+        .config()
+        .deadline
+        .deadline(sent, Duration::from_millis(wire.ttl_ms))
+}

@@ -1,0 +1,405 @@
+//! The client against a real three-node cluster (in-process `server::start` nodes on
+//! loopback) and a real fenced destination: the calls of api.md, rotation past a dead
+//! endpoint, design.md's worked example end to end, the keep-alive's cancellation when
+//! every node is gone, and a claim whose answer was lost being retried without a second
+//! generation.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{dead_addr, eventually, Cluster, Destination};
+use leasehold_client::fence::http::{send_write, WriteRequest, WriteStatus};
+use leasehold_client::{
+    run_leased, CancelReason, Client, ErrorCode, JobState, LeaseStatus, ListJobs, NewJob,
+};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::time::{timeout, Instant};
+
+/// Bound on one client call in these tests (its own retries included).
+const CALL: Duration = Duration::from_secs(30);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn claim_renew_complete_through_the_client() {
+    let cluster = Cluster::start().await;
+    let client = cluster.client();
+
+    let job = client
+        .submit(&NewJob::new().id("job-1").payload(json!({"n": 1})))
+        .await
+        .unwrap();
+    assert_eq!((job.state, job.generation), (JobState::Pending, 0));
+    assert_eq!(job.payload.as_deref(), Some(r#"{"n":1}"#));
+    let e = client.submit(&NewJob::new().id("job-1")).await.unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::AlreadyExists));
+
+    let before = Instant::now();
+    let lease = client.claim("job-1", "worker-a", 5_000).await.unwrap();
+    assert_eq!(
+        (lease.token(), lease.owner(), lease.job_id()),
+        (1, "worker-a", "job-1")
+    );
+    assert!(lease.sent_at() >= before);
+    // 5 s × 0.99 − 100 ms after the first send.
+    assert_eq!(
+        lease.deadline(),
+        lease.sent_at() + Duration::from_millis(4_850)
+    );
+    assert_eq!(lease.wire().ttl_ms, 5_000);
+
+    let claimed_deadline = lease.deadline();
+    lease.renew().await.unwrap();
+    assert!(
+        lease.deadline() > claimed_deadline,
+        "a renew moves the deadline"
+    );
+    assert_eq!(lease.token(), 1, "a renew keeps the generation");
+
+    let held = client.claim("job-1", "worker-b", 5_000).await.unwrap_err();
+    assert_eq!(held.code(), Some(ErrorCode::LeaseHeld));
+    assert!(!held.is_stale_lease());
+
+    let done = lease.complete(json!({"ok": true})).await.unwrap();
+    assert_eq!(done.state, JobState::Completed);
+    assert_eq!(done.result.as_deref(), Some(r#"{"ok":true}"#));
+    let read = client.get_job("job-1").await.unwrap();
+    assert_eq!((read.state, read.generation), (JobState::Completed, 1));
+    let again = client.claim("job-1", "worker-b", 5_000).await.unwrap_err();
+    assert_eq!(again.code(), Some(ErrorCode::JobCompleted));
+
+    // A queue: claim-next, release, paging, delete.
+    for i in 0..5 {
+        client
+            .submit(&NewJob::new().id(format!("q-{i}")).queue("pages"))
+            .await
+            .unwrap();
+    }
+    let next = client
+        .claim_next("pages", "worker-q", 5_000, 0)
+        .await
+        .unwrap();
+    let next = next.expect("a claimable job");
+    assert_eq!(next.job_id(), "q-0", "oldest first");
+    let released = next.release().await.unwrap();
+    assert_eq!(
+        (released.state, released.generation),
+        (JobState::Pending, 1)
+    );
+    let query = ListJobs {
+        queue: Some("pages".into()),
+        limit: Some(2),
+        ..ListJobs::default()
+    };
+    let first = client.list_jobs(&query).await.unwrap();
+    assert_eq!(first.jobs.len(), 2);
+    assert!(first.next_page_token.is_some());
+    let all = client.list_all_jobs(&query).await.unwrap();
+    let ids: Vec<_> = all.iter().map(|j| j.id.as_str()).collect();
+    assert_eq!(ids, ["q-0", "q-1", "q-2", "q-3", "q-4"]);
+    client.delete_job("q-4").await.unwrap();
+    let gone = client.get_job("q-4").await.unwrap_err();
+    assert_eq!(gone.code(), Some(ErrorCode::NotFound));
+    let empty = client
+        .claim_next("nothing-here", "w", 5_000, 200)
+        .await
+        .unwrap();
+    assert!(empty.is_none());
+
+    let status = client.cluster_status().await.unwrap();
+    assert_eq!(status.voters, vec![1, 2, 3]);
+    assert!(status.leader_id.is_some());
+    for i in 0..3 {
+        client.healthz_at(i).await.unwrap();
+        assert!(client.readyz_at(i).await.unwrap());
+    }
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rotates_past_a_dead_first_endpoint() {
+    let cluster = Cluster::start().await;
+    let mut endpoints = vec![dead_addr().await.to_string()];
+    endpoints.extend(cluster.endpoints());
+    let client = Client::new(endpoints).unwrap();
+    let lease = timeout(CALL, client.claim("rot-1", "w", 5_000))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(lease.token(), 1);
+    lease.renew().await.unwrap();
+    lease.complete(None).await.unwrap();
+    // Only the dead endpoint left: unavailable, and known not to have been applied.
+    let dead_only = Client::builder([dead_addr().await.to_string()])
+        .max_attempts(3)
+        .build()
+        .unwrap();
+    let e = dead_only.claim("rot-2", "w", 5_000).await.unwrap_err();
+    assert!(e.is_unavailable(), "{e:?}");
+    cluster.shutdown().await;
+}
+
+/// design.md's worked example: A claims generation N and stalls; after expiry B claims
+/// N+1 and writes; A's completion is a typed `stale_lease`, and A's delayed write to the
+/// destination is refused there too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn worked_example_stale_lease_and_fenced_write() {
+    let cluster = Cluster::start().await;
+    let dest = Destination::start().await;
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let write = |token, key: &str, by: &str| WriteRequest {
+        resource: "invoice-42".into(),
+        token,
+        key: key.into(),
+        value: json!({"sent_by": by}),
+    };
+    let a = cluster.client();
+    let b = cluster.client();
+
+    let lease_a = a.claim("invoice-42", "worker-a", 1_000).await.unwrap();
+    let n = lease_a.token();
+    let first = send_write(&http, &dest.url, &write(n, "a-0", "a"))
+        .await
+        .unwrap();
+    assert_eq!(first.status, WriteStatus::Accepted);
+
+    // A stalls (no renew). Wait until the store no longer holds its lease.
+    eventually("A's lease to expire on the store", CALL, || {
+        let a = a.clone();
+        async move {
+            let job = a.get_job("invoice-42").await.map_err(|e| e.to_string())?;
+            match job.state {
+                JobState::Pending => Ok(()),
+                s => Err(format!("{s:?} until {:?}", job.lease_until_ms)),
+            }
+        }
+    })
+    .await;
+
+    let lease_b = b.claim("invoice-42", "worker-b", 10_000).await.unwrap();
+    let b_answered = Instant::now();
+    assert_eq!(lease_b.token(), n + 1);
+    // Real-time mutual exclusion: A's own deadline had passed before B got the job.
+    assert!(lease_a.deadline() <= b_answered);
+    assert!(!lease_a.is_live());
+    let by_b = send_write(&http, &dest.url, &write(n + 1, "b-1", "b"))
+        .await
+        .unwrap();
+    assert_eq!(by_b.status, WriteStatus::Accepted);
+
+    // A wakes up.
+    let stale = lease_a.complete(json!({"by": "a"})).await.unwrap_err();
+    assert!(stale.is_stale_lease(), "{stale:?}");
+    assert_eq!(stale.job().map(|j| j.generation), Some(n + 1));
+    let late = send_write(&http, &dest.url, &write(n, "a-1", "a"))
+        .await
+        .unwrap();
+    assert_eq!(
+        (late.status, late.highest),
+        (WriteStatus::Stale, Some(n + 1))
+    );
+    // B's retry of its write is a duplicate, not a second write.
+    let retry = send_write(&http, &dest.url, &write(n + 1, "b-1", "b"))
+        .await
+        .unwrap();
+    assert_eq!(retry.status, WriteStatus::Duplicate);
+
+    let done = lease_b.complete(json!({"by": "b"})).await.unwrap();
+    assert_eq!(done.owner.as_deref(), Some("worker-b"));
+    let stored = dest.store.get("invoice-42").unwrap();
+    assert_eq!(
+        (stored.token, stored.value),
+        (n + 1, json!({"sent_by": "b"}))
+    );
+    let tokens: Vec<u64> = dest.store.accepted().iter().map(|w| w.token).collect();
+    assert_eq!(tokens, vec![n, n + 1]);
+    cluster.shutdown().await;
+}
+
+/// Every node stops while a kept-alive lease is held: the token fires at the local
+/// deadline, and no later than the earliest moment the store could expire the lease
+/// (the last successful renew's first send + TTL).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn keep_alive_cancels_before_store_expiry_when_all_nodes_stop() {
+    let mut cluster = Cluster::start().await;
+    let client = cluster.client();
+    let ttl = Duration::from_millis(1_500);
+    let lease = client.claim("ka-1", "worker-k", 1_500).await.unwrap();
+    let claimed_at = lease.sent_at();
+    let ka = lease.keep_alive();
+    // Record the instant the token fires, whatever else the test is doing then.
+    let token = ka.cancellation_token();
+    let fired = tokio::spawn(async move {
+        token.cancelled().await;
+        Instant::now()
+    });
+
+    eventually("a background renew to succeed", CALL, || {
+        let lease = lease.clone();
+        async move {
+            if lease.sent_at() > claimed_at {
+                Ok(())
+            } else {
+                Err("no renew yet".to_owned())
+            }
+        }
+    })
+    .await;
+    assert_eq!(ka.status(), LeaseStatus::Live);
+    assert!(!ka.is_cancelled());
+
+    cluster.stop_all().await;
+    // No renew can succeed from here on: this is the last basis the store saw.
+    let last_sent = lease.sent_at();
+    let fired = timeout(ttl * 4, fired)
+        .await
+        .expect("the token fired")
+        .unwrap();
+    assert!(fired >= lease.deadline(), "fired before the deadline");
+    assert!(
+        fired <= last_sent + ttl,
+        "fired {:?} after the earliest store expiry",
+        fired - (last_sent + ttl)
+    );
+    assert_eq!(ka.cancel_reason(), Some(CancelReason::DeadlinePassed));
+    assert!(
+        matches!(ka.status(), LeaseStatus::Lapsed | LeaseStatus::Lost(None)),
+        "{:?}",
+        ka.status()
+    );
+}
+
+/// A claim whose answer is cut off after the node applied it is retried (same key) on
+/// another node: the store replays the first answer, so the generation is not bumped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_retried_claim_does_not_bump_the_generation() {
+    let cluster = Cluster::start().await;
+    let nodes: Vec<SocketAddr> = cluster.addrs.values().copied().collect();
+    let (proxy, relayed) = start_lossy_proxy(nodes[0]).await;
+    let client = Client::new([
+        proxy.to_string(),
+        nodes[1].to_string(),
+        nodes[2].to_string(),
+    ])
+    .unwrap();
+
+    let lease = timeout(CALL, client.claim("retry-1", "worker-r", 10_000))
+        .await
+        .unwrap()
+        .unwrap();
+    let relayed = relayed.lock().unwrap().clone();
+    assert_eq!(relayed.len(), 1, "{relayed:?}");
+    assert!(
+        relayed[0].starts_with("HTTP/1.1 200"),
+        "the first attempt was applied: {relayed:?}"
+    );
+    assert_eq!(lease.token(), 1, "the retry got the first claim's answer");
+    let job = client.get_job("retry-1").await.unwrap();
+    assert_eq!((job.generation, job.attempts), (1, 1));
+    assert_eq!(job.owner.as_deref(), Some("worker-r"));
+    // A new logical call is a new claim: refused while the lease lives.
+    let e = client
+        .claim("retry-1", "worker-r", 10_000)
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::LeaseHeld));
+    cluster.shutdown().await;
+}
+
+/// `run_leased` end to end: the work writes to the destination under its token, then
+/// the job completes with the work's output.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn run_leased_writes_fenced_and_completes() {
+    let cluster = Cluster::start().await;
+    let dest = Destination::start().await;
+    let client = cluster.client();
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let url = dest.url.clone();
+    let done = run_leased(&client, "report-7", "worker-r", 2_000, |ctx| async move {
+        let w = WriteRequest {
+            resource: ctx.job_id().to_owned(),
+            token: ctx.token(),
+            key: format!("{}@{}", ctx.job_id(), ctx.token()),
+            value: json!("rendered"),
+        };
+        let reply = send_write(&http, &url, &w)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok::<_, String>(json!({"write": reply.status}))
+    })
+    .await
+    .unwrap();
+    assert_eq!(done.job.state, JobState::Completed);
+    assert_eq!(done.output, json!({"write": "accepted"}));
+    assert_eq!(dest.store.get("report-7").unwrap().token, 1);
+    cluster.shutdown().await;
+}
+
+/// A proxy that forwards each request to `upstream`, waits for the answer to begin, and
+/// closes the client's connection without relaying it: the request was applied, its
+/// answer lost. Returns its address and the status lines it swallowed.
+async fn start_lossy_proxy(upstream: SocketAddr) -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let relayed = Arc::new(Mutex::new(Vec::new()));
+    let seen = relayed.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((client, _)) = listener.accept().await else {
+                return;
+            };
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                if let Some(status) = swallow_one(client, upstream).await {
+                    seen.lock().unwrap().push(status);
+                }
+            });
+        }
+    });
+    (addr, relayed)
+}
+
+/// Reads one request from `client`, sends it to `upstream`, and returns the upstream's
+/// status line; `client` is dropped unanswered.
+async fn swallow_one(mut client: TcpStream, upstream: SocketAddr) -> Option<String> {
+    let request = read_request(&mut client).await?;
+    let mut up = TcpStream::connect(upstream).await.ok()?;
+    up.write_all(&request).await.ok()?;
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !answer.windows(2).any(|w| w == b"\r\n") {
+        let n = timeout(CALL, up.read(&mut buf)).await.ok()?.ok()?;
+        if n == 0 {
+            return None;
+        }
+        answer.extend_from_slice(&buf[..n]);
+    }
+    let line_end = answer.windows(2).position(|w| w == b"\r\n")?;
+    Some(String::from_utf8_lossy(&answer[..line_end]).into_owned())
+}
+
+/// One HTTP/1.1 request with a `Content-Length` body, as raw bytes.
+async fn read_request(s: &mut TcpStream) -> Option<Vec<u8>> {
+    let mut req = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        if let Some(head_end) = req.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&req[..head_end]).to_ascii_lowercase();
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .map_or(0, |v| v.trim().parse().unwrap_or(0));
+            if req.len() >= head_end + 4 + len {
+                return Some(req);
+            }
+        }
+        let n = timeout(CALL, s.read(&mut buf)).await.ok()?.ok()?;
+        if n == 0 {
+            return None;
+        }
+        req.extend_from_slice(&buf[..n]);
+    }
+}
