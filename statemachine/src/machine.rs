@@ -120,6 +120,19 @@ impl Default for LeaseMachine {
     }
 }
 
+/// The Lease object of a grant or renew that `rec` just recorded.
+fn lease_of(rec: &JobRecord, owner: &str, ttl_ms: u64, now: u64, log_index: u64) -> Lease {
+    Lease {
+        job_id: rec.id.clone(),
+        owner: owner.to_owned(),
+        generation: rec.generation,
+        lease_until_ms: rec.lease_until_ms,
+        ttl_ms,
+        cluster_time_ms: now,
+        log_index,
+    }
+}
+
 fn not_found(job_id: &str) -> ApiError {
     ApiError::new(ErrorCode::NotFound, format!("job {job_id} not found"))
 }
@@ -529,15 +542,7 @@ impl LeaseMachine {
         rec.ttl_ms = ttl_ms;
         rec.leased = true;
         self.expiry.insert((rec.lease_until_ms, handle));
-        Ok(Outcome::Lease(Lease {
-            job_id: rec.id.clone(),
-            owner: owner.to_owned(),
-            generation: rec.generation,
-            lease_until_ms: rec.lease_until_ms,
-            ttl_ms,
-            cluster_time_ms: now,
-            log_index,
-        }))
+        Ok(Outcome::Lease(lease_of(rec, owner, ttl_ms, now, log_index)))
     }
 
     /// The checks shared by renew, complete and release: the caller must hold the
@@ -602,15 +607,7 @@ impl LeaseMachine {
         rec.updated_ms = now;
         rec.log_index = log_index;
         self.expiry.insert((rec.lease_until_ms, handle));
-        Ok(Outcome::Lease(Lease {
-            job_id: rec.id.clone(),
-            owner: owner.to_owned(),
-            generation,
-            lease_until_ms: rec.lease_until_ms,
-            ttl_ms,
-            cluster_time_ms: now,
-            log_index,
-        }))
+        Ok(Outcome::Lease(lease_of(rec, owner, ttl_ms, now, log_index)))
     }
 
     fn complete(
