@@ -1,4 +1,5 @@
-//! The `leasehold` command line: `serve` one node, or `dev` a local three-node cluster.
+//! The `leasehold` command line: `serve` one node, or `dev` a local three-node cluster;
+//! `job`, `cluster` and `worker` are client commands (see `cli_jobs` and `worker`).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -32,6 +33,12 @@ pub enum Cmd {
     Dev(DevArgs),
     /// Measure a running cluster through the public API (one JSON line per run).
     Bench(crate::bench::BenchArgs),
+    /// Submit, inspect, claim, renew, complete, release and delete jobs.
+    Job(crate::cli_jobs::JobArgs),
+    /// Inspect the cluster.
+    Cluster(crate::cli_jobs::ClusterArgs),
+    /// Run a command per job of a queue, under a kept-alive, fenced lease.
+    Worker(crate::worker::WorkerArgs),
 }
 
 #[derive(Debug, Args)]

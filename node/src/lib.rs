@@ -12,12 +12,15 @@
 //! - [`metrics`]: Prometheus counters.
 //! - [`types`]: the openraft type configuration.
 //! - [`cli`]: the `leasehold` command line (`serve`, `dev`, `bench`).
+//! - [`cli_jobs`]: `leasehold job …` and `leasehold cluster status`.
+//! - [`worker`]: `leasehold worker run`.
 //! - [`bench`]: the load generator behind `leasehold bench`.
 
 pub mod api;
 pub mod batcher;
 pub mod bench;
 pub mod cli;
+pub mod cli_jobs;
 pub mod clock;
 pub mod metrics;
 pub mod network;
@@ -26,3 +29,4 @@ pub mod server;
 pub mod store;
 pub mod timekeeper;
 pub mod types;
+pub mod worker;

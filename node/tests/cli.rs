@@ -1,0 +1,476 @@
+//! The `leasehold` binary's client commands (`job`, `cluster`, `worker run`) against an
+//! in-process three-node cluster. Every run of the binary is bounded by a timeout.
+
+mod common;
+
+use std::time::Duration;
+
+use common::TestCluster;
+use leasehold_client::{ClusterStatus, Job, JobPage, JobState};
+use serde_json::{json, Value};
+use tokio::process::Command;
+
+/// Bound on one CLI invocation (a short command).
+const CMD_WAIT: Duration = Duration::from_secs(30);
+/// Bound on a `worker run` with a few jobs.
+const WORKER_WAIT: Duration = Duration::from_secs(60);
+
+struct Out {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn endpoints(c: &TestCluster) -> String {
+    c.ids
+        .iter()
+        .map(|id| c.addr(*id).to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+async fn leasehold(c: &TestCluster, args: &[&str], limit: Duration) -> Out {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_leasehold"));
+    cmd.args(args)
+        .env("LEASEHOLD_ENDPOINTS", endpoints(c))
+        .env_remove("RUST_LOG")
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(limit, cmd.output())
+        .await
+        .unwrap_or_else(|_| panic!("leasehold {args:?} did not finish within {limit:?}"))
+        .expect("running leasehold");
+    Out {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Runs a command that must succeed and print one JSON object; returns it parsed as `T`.
+async fn json_of<T: serde::de::DeserializeOwned>(c: &TestCluster, args: &[&str]) -> T {
+    let mut all = args.to_vec();
+    all.extend(["--output", "json"]);
+    let out = leasehold(c, &all, CMD_WAIT).await;
+    assert_eq!(
+        out.code, 0,
+        "leasehold {all:?} failed: stdout={:?} stderr={:?}",
+        out.stdout, out.stderr
+    );
+    let line = out.stdout.trim();
+    assert_eq!(line.lines().count(), 1, "one JSON line expected: {line:?}");
+    serde_json::from_str(line)
+        .unwrap_or_else(|e| panic!("leasehold {all:?} printed {line:?}, not the object: {e}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn submit_get_claim_complete_and_errors() {
+    let c = TestCluster::start().await;
+    c.wait_for_leader().await;
+
+    let job: Job = json_of(
+        &c,
+        &[
+            "job",
+            "submit",
+            "--id",
+            "cli-1",
+            "--queue",
+            "q1",
+            "--payload",
+            r#"{"n":1}"#,
+            "--max-attempts",
+            "5",
+        ],
+    )
+    .await;
+    assert_eq!(job.id, "cli-1");
+    assert_eq!(job.queue, "q1");
+    assert_eq!(job.state, JobState::Pending);
+    assert_eq!(job.max_attempts, Some(5));
+    assert_eq!(
+        serde_json::from_str::<Value>(job.payload.as_deref().unwrap()).unwrap(),
+        json!({"n":1})
+    );
+
+    let got: Job = json_of(&c, &["job", "get", "cli-1"]).await;
+    assert_eq!(got.id, "cli-1");
+    assert_eq!(got.state, JobState::Pending);
+
+    // The Lease object, as api.md spells it.
+    let lease: Value = json_of(
+        &c,
+        &[
+            "job", "claim", "cli-1", "--owner", "w1", "--ttl-ms", "10000",
+        ],
+    )
+    .await;
+    for field in [
+        "job_id",
+        "owner",
+        "generation",
+        "lease_until_ms",
+        "ttl_ms",
+        "cluster_time_ms",
+        "log_index",
+    ] {
+        assert!(lease.get(field).is_some(), "lease lacks {field}: {lease}");
+    }
+    let lease: leasehold_statemachine::Lease = serde_json::from_value(lease).unwrap();
+    assert_eq!(lease.owner, "w1");
+    assert_eq!(lease.lease_until_ms, lease.cluster_time_ms + lease.ttl_ms);
+    let gen = lease.generation.to_string();
+
+    let renewed: leasehold_statemachine::Lease = json_of(
+        &c,
+        &[
+            "job",
+            "renew",
+            "cli-1",
+            "--owner",
+            "w1",
+            "--generation",
+            &gen,
+        ],
+    )
+    .await;
+    assert_eq!(renewed.generation, lease.generation);
+
+    // A stale generation: one line on stderr, exit 1, nothing on stdout.
+    let stale = (lease.generation + 5).to_string();
+    let out = leasehold(
+        &c,
+        &[
+            "job",
+            "complete",
+            "cli-1",
+            "--owner",
+            "w1",
+            "--generation",
+            &stale,
+        ],
+        CMD_WAIT,
+    )
+    .await;
+    assert_eq!(out.code, 1, "stderr: {}", out.stderr);
+    assert!(out.stdout.is_empty(), "stdout: {:?}", out.stdout);
+    assert_eq!(out.stderr.lines().count(), 1, "stderr: {:?}", out.stderr);
+    assert!(
+        out.stderr.starts_with("error: stale_lease: "),
+        "stderr: {:?}",
+        out.stderr
+    );
+
+    let done: Job = json_of(
+        &c,
+        &[
+            "job",
+            "complete",
+            "cli-1",
+            "--owner",
+            "w1",
+            "--generation",
+            &gen,
+            "--result",
+            r#"{"ok":true}"#,
+        ],
+    )
+    .await;
+    assert_eq!(done.state, JobState::Completed);
+    assert_eq!(done.owner.as_deref(), Some("w1"));
+    assert_eq!(
+        serde_json::from_str::<Value>(done.result.as_deref().unwrap()).unwrap(),
+        json!({"ok":true})
+    );
+
+    let page: JobPage = json_of(
+        &c,
+        &["job", "list", "--queue", "q1", "--state", "completed"],
+    )
+    .await;
+    assert_eq!(page.jobs.len(), 1);
+    assert_eq!(page.jobs[0].id, "cli-1");
+
+    // More errors: not found (1), bad JSON argument (2), usage (2), no node (3).
+    let out = leasehold(&c, &["job", "get", "nope"], CMD_WAIT).await;
+    assert_eq!(out.code, 1);
+    assert_eq!(out.stderr.lines().count(), 1, "stderr: {:?}", out.stderr);
+    assert!(
+        out.stderr.starts_with("error: not_found: "),
+        "{:?}",
+        out.stderr
+    );
+    let out = leasehold(&c, &["job", "submit", "--payload", "{nope"], CMD_WAIT).await;
+    assert_eq!(out.code, 2, "stderr: {}", out.stderr);
+    assert_eq!(out.stderr.lines().count(), 1, "stderr: {:?}", out.stderr);
+    let out = leasehold(&c, &["job", "claim", "x", "--owner", "w"], CMD_WAIT).await;
+    assert_eq!(out.code, 2, "a missing --ttl-ms is a usage error");
+    let out = leasehold(
+        &c,
+        &["job", "get", "x", "--endpoints", "127.0.0.1:1"],
+        CMD_WAIT,
+    )
+    .await;
+    assert_eq!(out.code, 3, "stderr: {}", out.stderr);
+    assert_eq!(out.stderr.lines().count(), 1, "stderr: {:?}", out.stderr);
+    assert!(
+        out.stderr.starts_with("error: unavailable"),
+        "{:?}",
+        out.stderr
+    );
+
+    // Delete.
+    let out = leasehold(&c, &["job", "delete", "cli-1"], CMD_WAIT).await;
+    assert_eq!(out.code, 0, "stderr: {}", out.stderr);
+    let out = leasehold(&c, &["job", "get", "cli-1"], CMD_WAIT).await;
+    assert_eq!(out.code, 1);
+
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cluster_status_parses() {
+    let c = TestCluster::start().await;
+    c.wait_for_leader().await;
+    let raw: Value = json_of(&c, &["cluster", "status"]).await;
+    for field in [
+        "node_id",
+        "leader_id",
+        "term",
+        "voters",
+        "learners",
+        "nodes",
+        "commit_index",
+        "applied_index",
+        "cluster_time_ms",
+    ] {
+        assert!(
+            raw.get(field).is_some(),
+            "cluster status lacks {field}: {raw}"
+        );
+    }
+    // (cluster_time_ms may still be 0 on a node that has applied no stamped entry yet.)
+    let s: ClusterStatus = serde_json::from_value(raw).unwrap();
+    assert_eq!(s.voters.len(), 3);
+    assert_eq!(s.nodes.len(), 3);
+    assert!(s.leader_id.is_some());
+    assert!(s.term >= 1);
+    let out = leasehold(&c, &["cluster", "status"], CMD_WAIT).await;
+    assert_eq!(out.code, 0, "stderr: {}", out.stderr);
+    assert!(out.stdout.contains("leader_id:"), "{}", out.stdout);
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn worker_run_completes_jobs_with_results() {
+    let c = TestCluster::start().await;
+    c.wait_for_leader().await;
+    for i in 1..=3 {
+        let id = format!("w-{i}");
+        let payload = format!(r#"{{"i":{i}}}"#);
+        let _: Job = json_of(
+            &c,
+            &[
+                "job",
+                "submit",
+                "--id",
+                &id,
+                "--queue",
+                "wq",
+                "--payload",
+                &payload,
+            ],
+        )
+        .await;
+    }
+    let out = leasehold(
+        &c,
+        &[
+            "worker",
+            "run",
+            "--queue",
+            "wq",
+            "--ttl-ms",
+            "2000",
+            "--max-jobs",
+            "3",
+            "--",
+            "sh",
+            "-c",
+            r#"echo "payload $LEASEHOLD_PAYLOAD gen $LEASEHOLD_GENERATION"; echo "{\"n\":\"$LEASEHOLD_JOB_ID\",\"p\":$LEASEHOLD_PAYLOAD}""#,
+        ],
+        WORKER_WAIT,
+    )
+    .await;
+    assert_eq!(
+        out.code, 0,
+        "worker failed: stdout={} stderr={}",
+        out.stdout, out.stderr
+    );
+
+    let page: JobPage = json_of(&c, &["job", "list", "--queue", "wq"]).await;
+    assert_eq!(page.jobs.len(), 3, "{page:?}");
+    for job in &page.jobs {
+        assert_eq!(job.state, JobState::Completed, "{job:?}");
+        let result: Value = serde_json::from_str(job.result.as_deref().expect("a result")).unwrap();
+        let payload: Value = serde_json::from_str(job.payload.as_deref().unwrap()).unwrap();
+        assert_eq!(result, json!({"n": job.id, "p": payload}), "{job:?}");
+    }
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn worker_releases_a_failed_job() {
+    let c = TestCluster::start().await;
+    c.wait_for_leader().await;
+    let _: Job = json_of(&c, &["job", "submit", "--id", "f-1", "--queue", "fq"]).await;
+    let out = leasehold(
+        &c,
+        &[
+            "worker",
+            "run",
+            "--queue",
+            "fq",
+            "--ttl-ms",
+            "2000",
+            "--max-jobs",
+            "1",
+            "--",
+            "sh",
+            "-c",
+            "exit 3",
+        ],
+        WORKER_WAIT,
+    )
+    .await;
+    assert_eq!(out.code, 0, "stderr={}", out.stderr);
+    let job: Job = json_of(&c, &["job", "get", "f-1"]).await;
+    assert_eq!(job.state, JobState::Pending, "{job:?}");
+    assert_eq!(job.owner, None);
+    assert_eq!(job.generation, 1);
+    c.shutdown().await;
+}
+
+/// Polls for a file to exist, at most `limit`; the time it was seen.
+async fn wait_file(path: &std::path::Path, limit: Duration) -> tokio::time::Instant {
+    let start = tokio::time::Instant::now();
+    loop {
+        if path.exists() {
+            return tokio::time::Instant::now();
+        }
+        assert!(
+            start.elapsed() < limit,
+            "{} did not appear within {limit:?}",
+            path.display()
+        );
+        tokio::time::sleep(common::POLL).await;
+    }
+}
+
+fn spawn_worker(c: &TestCluster, args: &[&str]) -> tokio::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(args)
+        .env("LEASEHOLD_ENDPOINTS", endpoints(c))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawning the worker")
+}
+
+async fn finish(child: tokio::process::Child, limit: Duration) -> Out {
+    let out = tokio::time::timeout(limit, child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("the worker did not exit within {limit:?}"))
+        .expect("waiting for the worker");
+    Out {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// A child that marks `started`, and `term` when it gets SIGTERM.
+fn marking_child(dir: &std::path::Path) -> String {
+    format!(
+        "trap 'echo term > {d}/term; exit 143' TERM; echo started > {d}/started; sleep 30 & wait",
+        d = dir.display()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn worker_kills_its_child_before_the_deadline_when_renewals_fail() {
+    let mut c = TestCluster::start().await;
+    c.wait_for_leader().await;
+    let _: Job = json_of(&c, &["job", "submit", "--id", "k-1", "--queue", "kq"]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let script = marking_child(dir.path());
+    let ttl_ms = 3000u64;
+    let ttl = ttl_ms.to_string();
+    let worker = spawn_worker(
+        &c,
+        &[
+            "worker",
+            "run",
+            "--queue",
+            "kq",
+            "--ttl-ms",
+            &ttl,
+            "--max-jobs",
+            "1",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+    );
+    wait_file(&dir.path().join("started"), CMD_WAIT).await;
+    // Let at least one renew happen, then take the whole cluster away.
+    tokio::time::sleep(Duration::from_millis(ttl_ms / 2)).await;
+    let stopped_at = tokio::time::Instant::now();
+    for id in c.ids.clone() {
+        c.stop(id).await;
+    }
+    // The last renew was sent before `stopped_at`, so the local deadline is before
+    // stopped_at + ttl; the child must have had SIGTERM by then.
+    let termed_at = wait_file(&dir.path().join("term"), Duration::from_millis(ttl_ms) * 3).await;
+    assert!(
+        termed_at < stopped_at + Duration::from_millis(ttl_ms),
+        "SIGTERM came {:?} after the cluster stopped (ttl {ttl_ms} ms)",
+        termed_at - stopped_at
+    );
+    let out = finish(worker, WORKER_WAIT).await;
+    assert_eq!(out.code, 0, "stderr={}", out.stderr);
+    assert!(out.stderr.contains("lease lost"), "stderr={}", out.stderr);
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn worker_stops_on_sigint_and_releases_its_job() {
+    let c = TestCluster::start().await;
+    c.wait_for_leader().await;
+    let _: Job = json_of(&c, &["job", "submit", "--id", "s-1", "--queue", "sq"]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let script = marking_child(dir.path());
+    let worker = spawn_worker(
+        &c,
+        &[
+            "worker", "run", "--queue", "sq", "--ttl-ms", "5000", "--", "sh", "-c", &script,
+        ],
+    );
+    wait_file(&dir.path().join("started"), CMD_WAIT).await;
+    let leased: Job = json_of(&c, &["job", "get", "s-1"]).await;
+    assert_eq!(leased.state, JobState::Leased);
+    let pid = worker.id().expect("worker pid");
+    let status = std::process::Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = finish(worker, WORKER_WAIT).await;
+    assert_eq!(out.code, 0, "stderr={}", out.stderr);
+    assert!(dir.path().join("term").exists(), "the child got no SIGTERM");
+    let job: Job = json_of(&c, &["job", "get", "s-1"]).await;
+    assert_eq!(job.state, JobState::Pending, "{job:?}");
+    assert_eq!(job.owner, None, "{job:?}");
+    c.shutdown().await;
+}
