@@ -590,6 +590,17 @@ impl LeaseMachine {
         Ok(handle)
     }
 
+    /// Takes a checked holder's live lease out of the expiry index and marks the job as
+    /// changed by this entry: the common first step of renew, complete and release.
+    fn unindex_lease(&mut self, handle: u64, now: u64, log_index: u64) -> &mut JobRecord {
+        let rec = self.jobs.get_mut(&handle).expect("checked holder");
+        let removed = self.expiry.remove(&(rec.lease_until_ms, handle));
+        debug_assert!(removed, "a live lease is in the expiry index");
+        rec.updated_ms = now;
+        rec.log_index = log_index;
+        rec
+    }
+
     fn renew(
         &mut self,
         log_index: u64,
@@ -600,14 +611,12 @@ impl LeaseMachine {
         ttl_ms: Option<u64>,
     ) -> Reply {
         let handle = self.check_holder(job_id, owner, generation, now)?;
-        let rec = self.jobs.get_mut(&handle).expect("checked");
+        let rec = self.unindex_lease(handle, now, log_index);
         let ttl_ms = ttl_ms.unwrap_or(rec.ttl_ms);
-        self.expiry.remove(&(rec.lease_until_ms, handle));
         rec.lease_until_ms = now.saturating_add(ttl_ms);
-        rec.updated_ms = now;
-        rec.log_index = log_index;
-        self.expiry.insert((rec.lease_until_ms, handle));
-        Ok(Outcome::Lease(lease_of(rec, owner, ttl_ms, now, log_index)))
+        let lease = lease_of(rec, owner, ttl_ms, now, log_index);
+        self.expiry.insert((lease.lease_until_ms, handle));
+        Ok(Outcome::Lease(lease))
     }
 
     fn complete(
@@ -620,13 +629,10 @@ impl LeaseMachine {
         result: &Option<String>,
     ) -> Reply {
         let handle = self.check_holder(job_id, owner, generation, now)?;
-        let rec = self.jobs.get_mut(&handle).expect("checked");
-        self.expiry.remove(&(rec.lease_until_ms, handle));
+        let rec = self.unindex_lease(handle, now, log_index);
         rec.leased = false;
         rec.status = Status::Completed;
         rec.result = result.clone();
-        rec.updated_ms = now;
-        rec.log_index = log_index;
         self.completed += 1;
         Ok(Outcome::Job(self.view(&self.jobs[&handle], now)))
     }
@@ -640,14 +646,11 @@ impl LeaseMachine {
         generation: u64,
     ) -> Reply {
         let handle = self.check_holder(job_id, owner, generation, now)?;
-        let rec = self.jobs.get_mut(&handle).expect("checked");
-        self.expiry.remove(&(rec.lease_until_ms, handle));
+        let rec = self.unindex_lease(handle, now, log_index);
         // The lease ends now: a later renew by the same holder is `lease_expired`.
         rec.leased = false;
         rec.lease_until_ms = now;
         rec.ready_at_ms = now;
-        rec.updated_ms = now;
-        rec.log_index = log_index;
         let queue = rec.queue.clone();
         self.ready.entry(queue).or_default().insert((now, handle));
         Ok(Outcome::Job(self.view(&self.jobs[&handle], now)))
