@@ -55,6 +55,10 @@ pub struct ServeArgs {
     /// A voter of the initial cluster as ID=HOST:PORT; repeat for each (this node too).
     #[arg(long = "peer", value_parser = parse_peer, required = true)]
     pub peers: Vec<(NodeId, String)>,
+    /// Dial peer ID at HOST:PORT instead of its --peer address (a proxy in front of it,
+    /// a NAT); repeat per peer. Raft RPC and forwarded requests to that peer go there.
+    #[arg(long = "peer-dial", value_parser = parse_peer)]
+    pub peer_dial: Vec<(NodeId, String)>,
     /// Narrow the accepted TTL range (api.md allows 100–3,600,000 ms).
     #[arg(long, default_value_t = leasehold_statemachine::limits::TTL_MS_MIN)]
     pub ttl_ms_min: u64,
@@ -111,6 +115,14 @@ impl ServeArgs {
             bail!("--clock-rate must be a positive number");
         }
         let mut cfg = NodeConfig::new(self.id, self.data_dir.clone(), peers);
+        for (id, addr) in &self.peer_dial {
+            if !cfg.peers.contains_key(id) {
+                bail!("--peer-dial names node {id}, which --peer does not list");
+            }
+            if cfg.dial.insert(*id, addr.clone()).is_some() {
+                bail!("--peer-dial lists node {id} twice");
+            }
+        }
         cfg.clock = SystemClock::skewed(self.clock_offset_ms, self.clock_rate).shared();
         cfg.limits.ttl_ms_min = self.ttl_ms_min;
         cfg.limits.ttl_ms_max = self.ttl_ms_max;
@@ -254,4 +266,85 @@ pub fn init_tracing() {
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .init();
+}
+
+/// The whole `leasehold` binary: parses the command line and runs it. A library function
+/// so other crates' test binaries (cluster-tests) can be the same program.
+pub fn main() -> anyhow::Result<()> {
+    use crate::cli_jobs;
+    let args = Cli::parse();
+    // Client commands print one line per error and nothing else on stderr: no logging.
+    let client_cmd = matches!(args.command, Cmd::Job(_) | Cmd::Cluster(_));
+    if !client_cmd {
+        init_tracing();
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        match args.command {
+            Cmd::Serve(a) => serve(a).await,
+            Cmd::Dev(a) => dev(a).await,
+            Cmd::Bench(a) => crate::bench::run(a).await,
+            Cmd::Job(a) => std::process::exit(cli_jobs::report(cli_jobs::run_job(a).await)),
+            Cmd::Cluster(a) => std::process::exit(cli_jobs::report(cli_jobs::run_cluster(a).await)),
+            Cmd::Worker(a) => std::process::exit(cli_jobs::report(crate::worker::run(a).await)),
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn serve_args(extra: &[&str]) -> Result<ServeArgs, clap::Error> {
+        let mut argv = vec![
+            "leasehold",
+            "serve",
+            "--id=1",
+            "--listen=127.0.0.1:7001",
+            "--data-dir=/tmp/x",
+            "--peer=1=127.0.0.1:7001",
+            "--peer=2=127.0.0.1:7002",
+        ];
+        argv.extend_from_slice(extra);
+        match Cli::try_parse_from(argv)?.command {
+            Cmd::Serve(a) => Ok(a),
+            _ => unreachable!("parsed a serve command"),
+        }
+    }
+
+    #[test]
+    fn peer_dial_overrides_where_a_peer_is_dialled() {
+        let cfg = serve_args(&["--peer-dial=2=127.0.0.1:9002"])
+            .unwrap()
+            .node_config()
+            .unwrap();
+        assert_eq!(cfg.dial.get(&2).map(String::as_str), Some("127.0.0.1:9002"));
+        assert_eq!(
+            cfg.peers[&2], "127.0.0.1:7002",
+            "the membership address is kept"
+        );
+    }
+
+    #[test]
+    fn peer_dial_must_name_a_listed_peer_once() {
+        let unknown = serve_args(&["--peer-dial=3=127.0.0.1:9003"]).unwrap();
+        let err = unknown.node_config().unwrap_err().to_string();
+        assert!(err.contains("node 3"), "{err}");
+        let twice = serve_args(&[
+            "--peer-dial=2=127.0.0.1:9002",
+            "--peer-dial=2=127.0.0.1:9003",
+        ])
+        .unwrap();
+        assert!(twice
+            .node_config()
+            .unwrap_err()
+            .to_string()
+            .contains("twice"));
+        assert!(
+            serve_args(&["--peer-dial=2"]).is_err(),
+            "a malformed value is refused"
+        );
+    }
 }

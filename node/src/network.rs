@@ -36,11 +36,16 @@ const PEER_CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 #[derive(Clone, Default)]
 pub struct Network {
     clients: BTreeMap<NodeId, reqwest::Client>,
+    /// Peers dialled at another address than the membership's (`serve --peer-dial`).
+    dial: BTreeMap<NodeId, String>,
 }
 
 impl Network {
-    pub fn new() -> Self {
-        Self::default()
+    pub fn new(dial: BTreeMap<NodeId, String>) -> Self {
+        Network {
+            clients: BTreeMap::new(),
+            dial,
+        }
     }
 }
 
@@ -64,7 +69,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             .clone();
         PeerClient {
             target,
-            base: format!("http://{}", node.addr),
+            base: format!("http://{}", self.dial.get(&target).unwrap_or(&node.addr)),
             http,
         }
     }

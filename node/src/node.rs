@@ -48,6 +48,8 @@ pub struct Node {
     pub sm: Arc<SmShared>,
     pub time: Arc<Timekeeper>,
     pub limits: Limits,
+    /// Peers dialled at another address than the membership's (`serve --peer-dial`).
+    pub dial: BTreeMap<NodeId, String>,
     pub metrics: Metrics,
     /// Client for forwarding requests to the leader (pooled, shared).
     pub forward_http: reqwest::Client,
@@ -128,11 +130,17 @@ impl Node {
     pub fn route(&self, hops: u32) -> Route {
         let m = self.raft.metrics();
         let m = m.borrow();
+        let mut addrs = member_addrs(&m);
+        for (id, addr) in &self.dial {
+            if let Some(a) = addrs.get_mut(id) {
+                a.clone_from(addr);
+            }
+        }
         decide_route(
             self.id,
             m.state,
             m.current_leader,
-            &member_addrs(&m),
+            &addrs,
             hops,
             self.limits.forward_hops_max,
         )

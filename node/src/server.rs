@@ -57,6 +57,9 @@ pub struct NodeConfig {
     pub data_dir: PathBuf,
     /// Every voter of the initial cluster (this node included): id → `host:port`.
     pub peers: BTreeMap<NodeId, String>,
+    /// Peers this node dials at another address than the one in the membership (a
+    /// proxy, a NAT): Raft RPC and forwarded requests to them go there.
+    pub dial: BTreeMap<NodeId, String>,
     pub clock: SharedClock,
     pub limits: Limits,
     pub raft: RaftTuning,
@@ -71,6 +74,7 @@ impl NodeConfig {
             id,
             data_dir,
             peers,
+            dial: BTreeMap::new(),
             clock: SystemClock::new().shared(),
             limits: Limits::default(),
             raft: RaftTuning::default(),
@@ -134,7 +138,7 @@ pub async fn start(listener: TcpListener, cfg: NodeConfig) -> anyhow::Result<Run
     let raft = Raft::new(
         cfg.id,
         Arc::new(raft_config(&cfg.raft)?),
-        Network::new(),
+        Network::new(cfg.dial.clone()),
         log_store,
         sm_store,
     )
@@ -149,6 +153,7 @@ pub async fn start(listener: TcpListener, cfg: NodeConfig) -> anyhow::Result<Run
         sm,
         time: Arc::new(Timekeeper::new(cfg.clock.clone())),
         limits: cfg.limits.clone(),
+        dial: cfg.dial.clone(),
         metrics: Metrics::default(),
         forward_http: reqwest::Client::builder()
             .tcp_nodelay(true)

@@ -170,13 +170,7 @@ impl Command {
     /// "same idempotency key, different request". FNV-1a over the bincode encoding: both
     /// are fixed by their specifications, so every replica computes the same value.
     pub fn fingerprint(&self) -> u64 {
-        let bytes = bincode::serialize(self).expect("commands always encode");
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        for b in bytes {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-        h
+        fnv1a(&bincode::serialize(self).expect("commands always encode"))
     }
 
     /// A short name for metrics and logs.
@@ -214,3 +208,13 @@ pub enum Outcome {
 
 /// The reply of `apply`: a rejection is an `Err`, and still a normal, replicated reply.
 pub type Reply = Result<Outcome, ApiError>;
+
+/// 64-bit FNV-1a: small, fixed by its specification, the same on every replica.
+pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}

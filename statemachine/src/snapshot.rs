@@ -74,6 +74,12 @@ impl LeaseMachine {
         out
     }
 
+    /// A fingerprint of the whole state (FNV-1a of `snapshot()`): two replicas that
+    /// applied the same log have the same digest. For tests and checks, not for speed.
+    pub fn digest(&self) -> u64 {
+        crate::command::fnv1a(&self.snapshot())
+    }
+
     /// Rebuilds a machine from `snapshot()` bytes, indexes included.
     pub fn restore(bytes: &[u8]) -> Result<LeaseMachine, SnapshotError> {
         let (&version, body) = bytes.split_first().ok_or(SnapshotError::Empty)?;

@@ -45,6 +45,7 @@ pub fn router(node: Arc<Node>) -> Router {
         )
         .route("/v1/queues/{queue}/claim", post(jobs::claim_next))
         .route("/v1/cluster", get(ops::cluster))
+        .route("/v1/cluster/digest", get(ops::digest))
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::metrics))
@@ -90,6 +91,7 @@ fn route_label(matched: Option<&str>) -> &'static str {
         Some("/v1/jobs/{*rest}") => "/v1/jobs/{id}",
         Some("/v1/queues/{queue}/claim") => "/v1/queues/{queue}/claim",
         Some("/v1/cluster") => "/v1/cluster",
+        Some("/v1/cluster/digest") => "/v1/cluster/digest",
         Some("/healthz") => "/healthz",
         Some("/readyz") => "/readyz",
         Some("/metrics") => "/metrics",

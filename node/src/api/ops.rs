@@ -55,6 +55,38 @@ pub async fn cluster(State(node): State<Arc<Node>>) -> Response {
     json_response(StatusCode::OK, &view)
 }
 
+#[derive(Debug, Serialize)]
+struct DigestView {
+    node_id: u64,
+    applied_index: u64,
+    /// FNV-1a of this replica's state-machine snapshot, hex; equal on every replica
+    /// that applied the same log.
+    digest: String,
+    jobs: u64,
+}
+
+/// This replica's state fingerprint, from its own applied state (never forwarded).
+pub async fn digest(State(node): State<Arc<Node>>) -> Response {
+    let node2 = node.clone();
+    // Serializing a large table takes a while: keep it off the async workers.
+    let view = tokio::task::spawn_blocking(move || {
+        node2.sm.read(|s| DigestView {
+            node_id: node2.id,
+            applied_index: s.last_applied.map_or(0, |l| l.index),
+            digest: format!("{:016x}", s.machine.digest()),
+            jobs: s.machine.stats().jobs,
+        })
+    })
+    .await;
+    match view {
+        Ok(v) => json_response(StatusCode::OK, &v),
+        Err(e) => super::error_response(&leasehold_statemachine::ApiError::new(
+            leasehold_statemachine::ErrorCode::Internal,
+            format!("digest failed: {e}"),
+        )),
+    }
+}
+
 pub async fn healthz() -> Response {
     (StatusCode::OK, "ok\n").into_response()
 }
