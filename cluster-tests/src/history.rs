@@ -1,0 +1,159 @@
+//! The recorded history of a chaos run: every operation a worker invoked, with the
+//! monotonic instants it was invoked and answered, and its outcome.
+//!
+//! Instants are `CLOCK_MONOTONIC` nanoseconds ([`mono_now`]): one clock for every process
+//! on the machine, so the histories of worker processes and of in-process workers can be
+//! merged and compared in real time.
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+/// `CLOCK_MONOTONIC` nanoseconds.
+pub type Nanos = u64;
+
+/// Now, in `CLOCK_MONOTONIC` nanoseconds (the clock `std::time::Instant` reads on Linux).
+pub fn mono_now() -> Nanos {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_MONOTONIC) failed");
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// An `Instant` as `CLOCK_MONOTONIC` nanoseconds (exact up to the few nanoseconds
+/// between the two clock reads).
+pub fn to_mono(i: Instant) -> Nanos {
+    let (now_i, now_m) = (Instant::now(), mono_now());
+    if i >= now_i {
+        now_m + (i - now_i).as_nanos() as u64
+    } else {
+        now_m.saturating_sub((now_i - i).as_nanos() as u64)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OpKind {
+    /// `POST /v1/jobs/{id}/claim` or a queue claim that returned a job.
+    Claim,
+    Renew,
+    Complete,
+    Release,
+    /// A write of an effect to the fenced destination, under the lease's token.
+    Write,
+}
+
+/// What the worker learned. `Unknown` (a timeout, a 504, a lost connection after the
+/// send) means the operation may or may not have taken effect: the checker must allow both.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "outcome")]
+pub enum Outcome {
+    Ok,
+    /// A definite refusal, with the error code (`stale_lease`, `lease_held`, `stale`…).
+    Failed {
+        code: String,
+    },
+    Unknown,
+}
+
+/// One operation of one worker.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Op {
+    /// The worker, which is also the lease owner it uses.
+    pub process: String,
+    pub job: String,
+    pub kind: OpKind,
+    /// Claim: the generation granted (only when `Ok`). Renew/complete/release: the
+    /// generation sent. Write: the token sent.
+    pub generation: Option<u64>,
+    /// When the first attempt was sent.
+    pub invoke: Nanos,
+    /// When the answer arrived, or when the worker gave up.
+    pub complete: Nanos,
+    #[serde(flatten)]
+    pub outcome: Outcome,
+    /// Claim/renew `Ok`: the worker's local deadline after this answer (the client
+    /// crate's conservative deadline, from the first send).
+    pub deadline: Option<Nanos>,
+    /// Write: the write's idempotency key (unique per effect).
+    pub key: Option<String>,
+}
+
+/// A job as the cluster reports it after the run (read through the leader).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FinalJob {
+    pub id: String,
+    pub generation: u64,
+    /// `pending` | `leased` | `completed` | `failed`
+    pub state: String,
+    pub owner: Option<String>,
+}
+
+/// One replica's state fingerprint after the run (`GET /v1/cluster/digest`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaDigest {
+    pub node_id: u64,
+    pub applied_index: u64,
+    pub digest: String,
+}
+
+/// One write the destination accepted, in acceptance order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Accepted {
+    pub seq: u64,
+    pub resource: String,
+    pub token: u64,
+    pub key: String,
+}
+
+/// Everything the checker looks at.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub ops: Vec<Op>,
+    /// Every job the workers touched, read after healing; `None` if not read.
+    pub final_jobs: Option<Vec<FinalJob>>,
+    /// Every replica's digest after healing (empty if not read).
+    pub replicas: Vec<ReplicaDigest>,
+    /// The destination's accepted writes, in order.
+    pub accepted: Vec<Accepted>,
+}
+
+/// A thread-safe, cloneable recorder of operations.
+#[derive(Debug, Clone, Default)]
+pub struct Recorder {
+    ops: Arc<Mutex<Vec<Op>>>,
+}
+
+impl Recorder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn record(&self, op: Op) {
+        self.ops.lock().expect("recorder lock").push(op);
+    }
+
+    pub fn extend(&self, ops: impl IntoIterator<Item = Op>) {
+        self.ops.lock().expect("recorder lock").extend(ops);
+    }
+
+    /// A copy of what was recorded so far, sorted by invoke instant.
+    pub fn ops(&self) -> Vec<Op> {
+        let mut ops = self.ops.lock().expect("recorder lock").clone();
+        ops.sort_by_key(|o| (o.invoke, o.complete));
+        ops
+    }
+
+    pub fn len(&self) -> usize {
+        self.ops.lock().expect("recorder lock").len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}

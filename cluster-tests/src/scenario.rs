@@ -1,0 +1,338 @@
+//! One chaos run: a cluster of real processes, a fenced destination, workers recording a
+//! history, faults injected by the scenario, then healing, a liveness check, the final
+//! observations and the checker's verdict.
+//!
+//! Every run is seeded: `CHAOS_SEED` if set, else a fresh seed, printed with the command
+//! that re-runs the scenario with it. The seed fixes the fault schedule and the workers'
+//! choices; the timing of real processes still varies from run to run.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold_client::fence::http::{serve, FencedStore};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tokio::time::Instant;
+
+use crate::checker::{check, Report};
+use crate::fixture::{ClusterOpts, ProcCluster};
+use crate::history::{mono_now, Accepted, Op, OpKind, Outcome, Recorder, RunRecord};
+use crate::workload::{
+    run_worker, worker_client, Actor, ProcMode, ProcWorker, WorkerConfig, WorkerProcess,
+};
+
+/// Bound on electing a leader, on a small shared box (election timeouts are 0.5–1 s).
+pub const LEADER_BOUND: Duration = Duration::from_secs(30);
+/// Bound on a worker finishing its current operation after being told to stop.
+const WORKER_STOP_BOUND: Duration = Duration::from_secs(60);
+
+/// The seed of this run: `CHAOS_SEED` or a fresh one.
+pub fn seed() -> u64 {
+    match std::env::var("CHAOS_SEED") {
+        Ok(s) => s.trim().parse().expect("CHAOS_SEED must be a u64"),
+        Err(_) => rand::random::<u64>() >> 16,
+    }
+}
+
+/// Paths of the binaries the test was built with (`env!("CARGO_BIN_EXE_…")`).
+#[derive(Debug, Clone)]
+pub struct Bins {
+    pub leasehold: PathBuf,
+    pub worker: PathBuf,
+}
+
+pub struct Chaos {
+    pub name: String,
+    pub seed: u64,
+    pub rng: StdRng,
+    pub cluster: ProcCluster,
+    pub rec: Recorder,
+    pub ttl_ms: u64,
+    pub dest_url: String,
+    pub bins: Bins,
+    dest: Arc<FencedStore>,
+    dest_stop: Option<tokio::sync::oneshot::Sender<()>>,
+    workers: Vec<(Arc<AtomicBool>, tokio::task::JoinHandle<()>)>,
+    procs: Vec<WorkerProcess>,
+    faults: Vec<String>,
+    started: Instant,
+    next_worker: u64,
+}
+
+impl Chaos {
+    /// Starts the cluster and the destination with the run's [`seed`]; prints the seed
+    /// and how to re-run.
+    pub async fn start(name: &str, opts: ClusterOpts, ttl_ms: u64, bins: Bins) -> Chaos {
+        Chaos::start_seeded(name, opts, ttl_ms, bins, seed()).await
+    }
+
+    /// [`Chaos::start`] with a given seed (a scenario that drew its node specs from it).
+    pub async fn start_seeded(
+        name: &str,
+        opts: ClusterOpts,
+        ttl_ms: u64,
+        bins: Bins,
+        seed: u64,
+    ) -> Chaos {
+        eprintln!(
+            "chaos {name}: seed {seed}; re-run: CHAOS_SEED={seed} cargo test -p \
+             leasehold-cluster-tests --release --test chaos -- {name} --exact"
+        );
+        let opts = ClusterOpts {
+            bin: crate::fixture::leasehold_bin(&opts.bin.to_string_lossy()),
+            ..opts
+        };
+        let cluster = ProcCluster::start(opts, LEADER_BOUND).await;
+        let dest = Arc::new(FencedStore::new());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("binding the destination");
+        let dest_url = format!("http://{}", listener.local_addr().expect("bound"));
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let store = dest.clone();
+        tokio::spawn(async move {
+            let _ = serve(listener, store, async move {
+                let _ = rx.await;
+            })
+            .await;
+        });
+        Chaos {
+            name: name.to_owned(),
+            seed,
+            rng: StdRng::seed_from_u64(seed),
+            cluster,
+            rec: Recorder::new(),
+            ttl_ms,
+            dest_url,
+            bins,
+            dest,
+            dest_stop: Some(tx),
+            workers: Vec::new(),
+            procs: Vec::new(),
+            faults: Vec::new(),
+            started: Instant::now(),
+            next_worker: 0,
+        }
+    }
+
+    /// A worker configuration with a fresh owner name and a seed from the run's rng.
+    pub fn worker_config(&mut self, jobs: &[String]) -> WorkerConfig {
+        self.next_worker += 1;
+        let mut cfg = WorkerConfig::new(
+            format!("w{}", self.next_worker),
+            jobs.to_vec(),
+            self.ttl_ms,
+            &self.dest_url,
+        );
+        cfg.seed = self.rng.gen();
+        cfg
+    }
+
+    /// An actor (one-off operations, recorded) for the test itself.
+    pub fn actor(&mut self, owner: &str) -> Actor<impl FnMut(Op)> {
+        let rec = self.rec.clone();
+        Actor::new(
+            owner,
+            worker_client(&self.cluster.endpoints()),
+            &self.dest_url,
+            move |op| rec.record(op),
+        )
+    }
+
+    /// Starts `n` in-process workers on `jobs`, each configured by `tweak`.
+    pub fn spawn_workers(&mut self, n: usize, jobs: &[String], tweak: impl Fn(&mut WorkerConfig)) {
+        for _ in 0..n {
+            let mut cfg = self.worker_config(jobs);
+            tweak(&mut cfg);
+            let actor = self.actor(&cfg.owner.clone());
+            let stop = Arc::new(AtomicBool::new(false));
+            let handle = tokio::spawn(run_worker(cfg, actor, stop.clone()));
+            self.workers.push((stop, handle));
+        }
+    }
+
+    /// Starts a worker process; `tap` gets its operations as they arrive.
+    pub fn spawn_process(
+        &mut self,
+        config: WorkerConfig,
+        mode: ProcMode,
+        tap: Option<tokio::sync::mpsc::UnboundedSender<Op>>,
+    ) -> usize {
+        let w = ProcWorker {
+            endpoints: self.cluster.endpoints(),
+            config,
+            mode,
+        };
+        self.procs.push(WorkerProcess::spawn(
+            &self.bins.worker,
+            &w,
+            self.rec.clone(),
+            tap,
+        ));
+        self.procs.len() - 1
+    }
+
+    pub fn process(&mut self, i: usize) -> &mut WorkerProcess {
+        &mut self.procs[i]
+    }
+
+    pub fn process_count(&self) -> usize {
+        self.procs.len()
+    }
+
+    /// Notes an injected fault (printed with the verdict).
+    pub fn fault(&mut self, what: impl Into<String>) {
+        let t = self.started.elapsed().as_secs_f64();
+        let what = what.into();
+        eprintln!("chaos {}: t={t:.2}s {what}", self.name);
+        self.faults.push(format!("t={t:.2}s {what}"));
+    }
+
+    pub fn faults(&self) -> usize {
+        self.faults.len()
+    }
+
+    /// Sleeps `d` (the scenario's own pacing, not a synchronization).
+    pub async fn run_for(&self, d: Duration) {
+        tokio::time::sleep(d).await;
+    }
+
+    /// A random duration in `[lo, hi]` ms from the run's rng.
+    pub fn ms(&mut self, lo: u64, hi: u64) -> Duration {
+        Duration::from_millis(self.rng.gen_range(lo..=hi))
+    }
+
+    /// Heals everything, stops the workers, checks liveness, reads the final state, and
+    /// checks the history. Panics (keeping logs and data) on any violation.
+    pub async fn finish(mut self) -> Report {
+        self.fault("heal all");
+        self.cluster.heal_all();
+        self.cluster.wait_leader(LEADER_BOUND).await;
+        for (stop, _) in &self.workers {
+            stop.store(true, Ordering::Relaxed);
+        }
+        for (_, h) in std::mem::take(&mut self.workers) {
+            let abort = h.abort_handle();
+            if tokio::time::timeout(WORKER_STOP_BOUND, h).await.is_err() {
+                abort.abort();
+                panic!("a worker did not stop within {WORKER_STOP_BOUND:?}");
+            }
+        }
+        for p in std::mem::take(&mut self.procs) {
+            let owner = p.owner.clone();
+            assert!(
+                p.wait(WORKER_STOP_BOUND).await,
+                "worker process {owner} did not finish within {WORKER_STOP_BOUND:?}"
+            );
+        }
+        self.liveness().await;
+        let report = self.verdict().await;
+        if let Some(tx) = self.dest_stop.take() {
+            let _ = tx.send(());
+        }
+        report
+    }
+
+    /// After healing, a claim on an expired job succeeds within TTL + a bound.
+    async fn liveness(&mut self) {
+        let job = format!("liveness-{}", self.name);
+        let ttl = self.ttl_ms;
+        let mut first = self.actor("liveness-a");
+        let bound = Duration::from_millis(ttl) + Duration::from_secs(30);
+        let deadline = Instant::now() + bound;
+        let g1 = loop {
+            match first.claim(&job, ttl).await {
+                Ok(l) => break l.generation(),
+                Err(e) => assert!(Instant::now() < deadline, "liveness: first claim: {e}"),
+            }
+        };
+        let mut second = self.actor("liveness-b");
+        let g2 = loop {
+            match second.claim(&job, ttl).await {
+                Ok(l) => break l.generation(),
+                Err(e) => {
+                    assert!(
+                        Instant::now() < deadline,
+                        "liveness: no claim of the expired job {job} within {bound:?}: {e}"
+                    );
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        };
+        assert!(g2 > g1, "liveness: generation {g2} after {g1}");
+    }
+
+    async fn verdict(&mut self) -> Report {
+        let ops = self.rec.ops();
+        let jobs: Vec<String> = ops
+            .iter()
+            .map(|o| o.job.clone())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let final_jobs = self
+            .cluster
+            .final_jobs(&jobs, Duration::from_secs(30))
+            .await;
+        let replicas = self
+            .cluster
+            .converged_digests(Duration::from_secs(30))
+            .await;
+        let accepted = self
+            .dest
+            .accepted()
+            .into_iter()
+            .map(|a| Accepted {
+                seq: a.seq,
+                resource: a.resource,
+                token: a.token,
+                key: a.key,
+            })
+            .collect();
+        let run = RunRecord {
+            ops,
+            final_jobs: Some(final_jobs),
+            replicas,
+            accepted,
+        };
+        let report = check(&run);
+        eprintln!(
+            "chaos {}: seed {} · {:.1}s · {} faults · {}",
+            self.name,
+            self.seed,
+            self.started.elapsed().as_secs_f64(),
+            self.faults.len(),
+            report.summary()
+        );
+        if !report.is_ok() {
+            let path = self.cluster.root().join("history.json");
+            let _ = std::fs::write(&path, serde_json::to_vec_pretty(&run).unwrap_or_default());
+            panic!(
+                "chaos {}: {} violation(s), seed {} (history in {})\nfaults:\n  {}\n{}\n{}",
+                self.name,
+                report.violations.len(),
+                self.seed,
+                path.display(),
+                self.faults.join("\n  "),
+                report.summary(),
+                self.cluster.log_tails(30)
+            );
+        }
+        report
+    }
+}
+
+/// Counts of a kind of operation with an outcome, for a scenario's own assertions.
+pub fn count(ops: &[Op], kind: OpKind, pred: impl Fn(&Outcome) -> bool) -> usize {
+    ops.iter()
+        .filter(|o| o.kind == kind && pred(&o.outcome))
+        .count()
+}
+
+/// Now, for ops' instants.
+pub fn now() -> u64 {
+    mono_now()
+}

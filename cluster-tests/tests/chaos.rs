@@ -1,0 +1,525 @@
+//! Chaos scenarios against real `leasehold serve` processes: leader kills, node pauses,
+//! partitions through the link proxies, skewed and fast clocks, frozen worker processes,
+//! hot jobs. Each run is seeded (the seed and the re-run command are printed first), ends
+//! by healing everything and checking liveness, and passes only if the checker finds no
+//! violation in the recorded history.
+//!
+//! The scenarios run one at a time (they share two cores; overlapping them would turn
+//! every timeout into noise). `CHAOS_SECONDS=N CHAOS_SEED=S` runs the mixed schedule
+//! for N seconds as a soak.
+
+use std::time::Duration;
+
+use leasehold_cluster_tests::fixture::{ClusterOpts, NodeSpec};
+use leasehold_cluster_tests::history::{mono_now, Op, OpKind, Outcome};
+use leasehold_cluster_tests::proxy::Fault;
+use leasehold_cluster_tests::scenario::{count, Bins, Chaos, LEADER_BOUND};
+use leasehold_cluster_tests::workload::ProcMode;
+use tokio::sync::mpsc;
+use tokio::time::{timeout, Instant};
+
+/// The lease TTL of every scenario: above the election timeout (0.5–1 s) so the pauses
+/// "between election timeout and TTL" exist.
+const TTL: u64 = 2_000;
+
+/// Held for a whole scenario (an async mutex: every test has its own runtime, and a
+/// failed scenario must not poison the others).
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn bins() -> Bins {
+    Bins {
+        leasehold: env!("CARGO_BIN_EXE_leasehold-under-test").into(),
+        worker: env!("CARGO_BIN_EXE_chaos-worker").into(),
+    }
+}
+
+fn opts() -> ClusterOpts {
+    ClusterOpts::new(bins().leasehold)
+}
+
+fn opts_with(nodes: Vec<NodeSpec>) -> ClusterOpts {
+    ClusterOpts { nodes, ..opts() }
+}
+
+fn jobs(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{prefix}-{i}")).collect()
+}
+
+async fn start(name: &str, opts: ClusterOpts) -> Chaos {
+    Chaos::start(name, opts, TTL, bins()).await
+}
+
+/// The next op of `kind` a worker process reports, within `bound`.
+async fn next_op(rx: &mut mpsc::UnboundedReceiver<Op>, kind: OpKind, bound: Duration) -> Op {
+    timeout(bound, async {
+        loop {
+            let op = rx.recv().await.expect("worker process ended early");
+            if op.kind == kind {
+                return op;
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no {kind:?} from the worker process within {bound:?}"))
+}
+
+/// The leader, waiting for one the running nodes agree on.
+async fn leader(c: &Chaos) -> u64 {
+    c.cluster.wait_leader(LEADER_BOUND).await
+}
+
+/// Waits until some node other than `old` leads (the majority side moved on).
+async fn wait_new_leader(c: &Chaos, old: u64) -> u64 {
+    let deadline = Instant::now() + LEADER_BOUND;
+    loop {
+        if let Some(l) = c.cluster.leader().await {
+            if l != old {
+                return l;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no leader other than {old} within {LEADER_BOUND:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// design.md's worked example with a real process: the worker claims, is SIGSTOPped past
+/// its lease, another worker claims and writes; the frozen one wakes up and — without
+/// looking at its own deadline — writes and completes: the destination refuses the write
+/// (stale token), the cluster refuses the completion (stale lease).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worked_example_frozen_worker_process() {
+    let _serial = SERIAL.lock().await;
+    let mut c = start("worked_example_frozen_worker_process", opts()).await;
+    let job = "invoice-42".to_string();
+    let mut cfg = c.worker_config(std::slice::from_ref(&job));
+    cfg.owner = "frozen".into();
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let p = c.spawn_process(cfg, ProcMode::Once { hold_ms: 500 }, Some(tx));
+    let claim = next_op(&mut rx, OpKind::Claim, Duration::from_secs(30)).await;
+    assert_eq!(claim.outcome, Outcome::Ok, "the first claim: {claim:?}");
+    assert_eq!(claim.generation, Some(1));
+    c.process(p).pause();
+    c.fault("SIGSTOP worker process 'frozen' holding generation 1");
+
+    let mut fresh = c.actor("fresh");
+    let deadline = Instant::now() + Duration::from_millis(TTL) + Duration::from_secs(30);
+    let lease = loop {
+        match fresh.claim(&job, TTL).await {
+            Ok(l) => break l,
+            Err(e) => {
+                assert!(Instant::now() < deadline, "no second claim: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    assert_eq!(lease.generation(), 2);
+    assert!(
+        mono_now() >= claim.deadline.expect("an ok claim has a deadline"),
+        "generation 2 was granted before generation 1's local deadline"
+    );
+    assert_eq!(fresh.write(&lease, 0).await, Outcome::Ok);
+
+    c.process(p).resume();
+    c.fault("SIGCONT worker process 'frozen'");
+    let write = next_op(&mut rx, OpKind::Write, Duration::from_secs(30)).await;
+    assert_eq!(
+        write.outcome,
+        Outcome::Failed {
+            code: "stale_token".into()
+        },
+        "the frozen worker's late write: {write:?}"
+    );
+    let complete = next_op(&mut rx, OpKind::Complete, Duration::from_secs(30)).await;
+    assert_eq!(
+        complete.outcome,
+        Outcome::Failed {
+            code: "stale_lease".into()
+        },
+        "the frozen worker's late completion: {complete:?}"
+    );
+    fresh
+        .complete(&lease)
+        .await
+        .expect("the current holder completes");
+    c.finish().await;
+}
+
+/// The leader is SIGKILLed while a claim is in flight and restarted 1–5 s later, twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_killed_with_claim_in_flight() {
+    let _serial = SERIAL.lock().await;
+    let mut c = start("leader_killed_with_claim_in_flight", opts()).await;
+    c.spawn_workers(6, &jobs("job", 8), |_| {});
+    c.run_for(Duration::from_secs(2)).await;
+    for round in 0..2 {
+        let l = leader(&c).await;
+        let mut a = c.actor(&format!("inflight-{round}"));
+        let job = format!("inflight-{round}");
+        let claim = tokio::spawn(async move { a.claim(&job, TTL).await.is_ok() });
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        c.cluster.kill(l);
+        c.fault(format!("SIGKILL leader {l} with a claim in flight"));
+        let down = c.ms(1_000, 5_000);
+        c.run_for(down).await;
+        c.cluster.restart(l);
+        c.fault(format!("restart node {l} after {down:?}"));
+        let _ = claim.await;
+        c.run_for(Duration::from_secs(2)).await;
+    }
+    c.finish().await;
+}
+
+/// Pauses the leader with SIGSTOP for `pause`, with workers running.
+async fn pause_leader(name: &str, pause: Duration) {
+    let _serial = SERIAL.lock().await;
+    let mut c = start(name, opts()).await;
+    c.spawn_workers(6, &jobs("job", 8), |_| {});
+    c.run_for(Duration::from_secs(2)).await;
+    let l = leader(&c).await;
+    c.cluster.pause(l);
+    c.fault(format!("SIGSTOP leader {l} for {pause:?}"));
+    c.run_for(pause).await;
+    c.cluster.resume(l);
+    c.fault(format!("SIGCONT node {l}"));
+    c.run_for(Duration::from_secs(3)).await;
+    c.finish().await;
+}
+
+/// Shorter than the election timeout (0.5–1 s): no election, leases ride it out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_paused_shorter_than_election_timeout() {
+    pause_leader(
+        "node_paused_shorter_than_election_timeout",
+        Duration::from_millis(300),
+    )
+    .await;
+}
+
+/// Between the election timeout and the TTL: a new leader, leases still live.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_paused_between_election_timeout_and_ttl() {
+    pause_leader(
+        "node_paused_between_election_timeout_and_ttl",
+        Duration::from_millis(1_500),
+    )
+    .await;
+}
+
+/// Longer than the TTL: the old leader wakes up into a newer term.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_paused_longer_than_ttl() {
+    pause_leader(
+        "node_paused_longer_than_ttl",
+        Duration::from_millis(2 * TTL),
+    )
+    .await;
+}
+
+/// The leader is cut off on the minority side; the majority elects another and goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_isolated_on_minority_side() {
+    let _serial = SERIAL.lock().await;
+    let mut c = start("leader_isolated_on_minority_side", opts()).await;
+    c.spawn_workers(6, &jobs("job", 8), |_| {});
+    c.run_for(Duration::from_secs(2)).await;
+    let l = leader(&c).await;
+    c.cluster.isolate(&[l]);
+    c.fault(format!("isolate leader {l}"));
+    let new = wait_new_leader(&c, l).await;
+    c.fault(format!("majority elected {new}"));
+    c.run_for(Duration::from_millis(2 * TTL)).await;
+    c.cluster.heal_network();
+    c.fault("heal network");
+    c.run_for(Duration::from_secs(2)).await;
+    c.finish().await;
+}
+
+/// A one-way partition (the leader's messages are lost, the others' arrive), then
+/// flapping partitions of random nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_way_and_flapping_partitions() {
+    let _serial = SERIAL.lock().await;
+    let mut c = start("one_way_and_flapping_partitions", opts()).await;
+    c.spawn_workers(6, &jobs("job", 8), |_| {});
+    c.run_for(Duration::from_secs(2)).await;
+    let l = leader(&c).await;
+    for other in c.cluster.ids() {
+        if other != l {
+            c.cluster.set_link(l, other, Fault::Blackhole);
+        }
+    }
+    c.fault(format!("one-way: links from leader {l} blackholed"));
+    c.run_for(Duration::from_secs(3)).await;
+    c.cluster.heal_network();
+    c.fault("heal network");
+    let until = Instant::now() + Duration::from_secs(6);
+    while Instant::now() < until {
+        let ids = c.cluster.ids();
+        let n = ids[c.ms(0, ids.len() as u64 - 1).as_millis() as usize];
+        c.cluster.isolate(&[n]);
+        c.fault(format!("flap: isolate {n}"));
+        let d = c.ms(200, 700);
+        c.run_for(d).await;
+        c.cluster.heal_network();
+        let d = c.ms(100, 500);
+        c.run_for(d).await;
+    }
+    c.fault("flapping over");
+    c.run_for(Duration::from_secs(2)).await;
+    c.finish().await;
+}
+
+/// Wall clocks ±2×TTL apart, with forced leader changes (pause and kill).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clock_offsets_with_forced_leader_changes() {
+    let _serial = SERIAL.lock().await;
+    let skew = 2 * TTL as i64;
+    let nodes = vec![
+        NodeSpec {
+            clock_offset_ms: skew,
+            ..NodeSpec::default()
+        },
+        NodeSpec {
+            clock_offset_ms: -skew,
+            ..NodeSpec::default()
+        },
+        NodeSpec::default(),
+    ];
+    let mut c = start("clock_offsets_with_forced_leader_changes", opts_with(nodes)).await;
+    c.spawn_workers(6, &jobs("job", 8), |_| {});
+    c.run_for(Duration::from_secs(2)).await;
+    for round in 0..4 {
+        let l = leader(&c).await;
+        if round % 2 == 0 {
+            c.cluster.pause(l);
+            c.fault(format!("SIGSTOP leader {l}"));
+            wait_new_leader(&c, l).await;
+            c.cluster.resume(l);
+            c.fault(format!("SIGCONT node {l}"));
+        } else {
+            c.cluster.kill(l);
+            c.fault(format!("SIGKILL leader {l}"));
+            wait_new_leader(&c, l).await;
+            c.cluster.restart(l);
+            c.fault(format!("restart node {l}"));
+        }
+        c.run_for(Duration::from_secs(2)).await;
+    }
+    c.finish().await;
+}
+
+/// Node 1's monotonic clock runs 0.5 % fast, and it leads for a while, twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fast_monotonic_clock_on_the_leader() {
+    let _serial = SERIAL.lock().await;
+    let mut nodes = vec![NodeSpec::default(); 3];
+    nodes[0].clock_rate = 1.005;
+    // Node 1 is the eager candidate, so leadership can be moved back to it.
+    nodes[0].election_timeout_ms = Some((300, 400));
+    for n in &mut nodes[1..] {
+        n.election_timeout_ms = Some((700, 1_000));
+    }
+    let mut c = start("fast_monotonic_clock_on_the_leader", opts_with(nodes)).await;
+    c.cluster.make_leader(1, LEADER_BOUND).await;
+    c.fault("node 1 (clock 0.5% fast) leads");
+    c.spawn_workers(6, &jobs("job", 8), |_| {});
+    c.run_for(Duration::from_secs(5)).await;
+    c.cluster.pause(1);
+    c.fault("SIGSTOP node 1");
+    wait_new_leader(&c, 1).await;
+    c.cluster.resume(1);
+    c.fault("SIGCONT node 1");
+    c.run_for(Duration::from_secs(2)).await;
+    c.cluster.make_leader(1, LEADER_BOUND).await;
+    c.fault("node 1 leads again");
+    c.run_for(Duration::from_secs(4)).await;
+    c.finish().await;
+}
+
+/// Sixteen workers fight over two jobs; the leader dies once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_workers_compete_for_hot_jobs() {
+    let _serial = SERIAL.lock().await;
+    let mut c = start("many_workers_compete_for_hot_jobs", opts()).await;
+    c.spawn_workers(16, &jobs("hot", 2), |w| {
+        w.p_complete = 0.0;
+        w.p_release = 0.95;
+        w.think_frac = 0.05;
+    });
+    c.run_for(Duration::from_secs(5)).await;
+    let l = leader(&c).await;
+    c.cluster.kill(l);
+    c.fault(format!("SIGKILL leader {l}"));
+    c.run_for(Duration::from_secs(1)).await;
+    c.cluster.restart(l);
+    c.fault(format!("restart node {l}"));
+    c.run_for(Duration::from_secs(4)).await;
+    let ops = c.rec.ops();
+    let claims = count(&ops, OpKind::Claim, |o| *o == Outcome::Ok);
+    let held = ops
+        .iter()
+        .filter(|o| {
+            o.kind == OpKind::Claim
+                && o.outcome
+                    == (Outcome::Failed {
+                        code: "lease_held".into(),
+                    })
+        })
+        .count();
+    assert!(
+        claims >= 10,
+        "too few successful claims to call it a contest: {claims}"
+    );
+    assert!(
+        held >= 10,
+        "too few lease_held refusals to call it a contest: {held}"
+    );
+    c.finish().await;
+}
+
+/// A random schedule of every fault above, including worker processes frozen past their
+/// lease. `CHAOS_SECONDS` (default 30) sets its length.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mixed_random_schedule() {
+    let _serial = SERIAL.lock().await;
+    let secs: f64 = std::env::var("CHAOS_SECONDS")
+        .ok()
+        .map(|s| s.trim().parse().expect("CHAOS_SECONDS must be a number"))
+        .unwrap_or(30.0);
+    let seed = leasehold_cluster_tests::scenario::seed();
+    // The node specs come from the seed too.
+    let mut specs = vec![NodeSpec::default(); 3];
+    {
+        use rand::{Rng, SeedableRng};
+        let mut r = rand::rngs::StdRng::seed_from_u64(seed ^ 0x5eed);
+        for s in specs.iter_mut() {
+            s.clock_offset_ms = r.gen_range(-2 * TTL as i64..=2 * TTL as i64);
+        }
+        specs[r.gen_range(0..3)].clock_rate = 1.005;
+    }
+    let mut c =
+        Chaos::start_seeded("mixed_random_schedule", opts_with(specs), TTL, bins(), seed).await;
+    let js = jobs("job", 12);
+    c.spawn_workers(8, &js, |_| {});
+    for _ in 0..2 {
+        let cfg = c.worker_config(&js);
+        c.spawn_process(cfg, ProcMode::Loop { seconds: secs }, None);
+    }
+    let until = Instant::now() + Duration::from_secs_f64(secs);
+    while Instant::now() < until {
+        let quiet = c.ms(300, 2_000);
+        c.run_for(quiet).await;
+        inject_random_fault(&mut c).await;
+    }
+    c.finish().await;
+}
+
+/// One fault from the menu, applied and then healed.
+async fn inject_random_fault(c: &mut Chaos) {
+    let ids = c.cluster.ids();
+    let pick = |c: &mut Chaos| ids[c.ms(0, ids.len() as u64 - 1).as_millis() as usize];
+    let kind = c.ms(0, 8).as_millis();
+    match kind {
+        0 => {
+            let l = leader(c).await;
+            c.cluster.kill(l);
+            c.fault(format!("SIGKILL leader {l}"));
+            let d = c.ms(1_000, 5_000);
+            c.run_for(d).await;
+            c.cluster.restart(l);
+            c.fault(format!("restart {l} after {d:?}"));
+        }
+        1 => {
+            let n = pick(c);
+            c.cluster.kill(n);
+            c.fault(format!("SIGKILL node {n}"));
+            let d = c.ms(500, 3_000);
+            c.run_for(d).await;
+            c.cluster.restart(n);
+            c.fault(format!("restart {n} after {d:?}"));
+        }
+        2 => {
+            let n = if c.ms(0, 1).as_millis() == 0 {
+                leader(c).await
+            } else {
+                pick(c)
+            };
+            let d = c.ms(200, 2 * TTL + 1_000);
+            c.cluster.pause(n);
+            c.fault(format!("SIGSTOP node {n} for {d:?}"));
+            c.run_for(d).await;
+            c.cluster.resume(n);
+            c.fault(format!("SIGCONT node {n}"));
+        }
+        3 => {
+            let l = leader(c).await;
+            c.cluster.isolate(&[l]);
+            let d = c.ms(500, 2 * TTL);
+            c.fault(format!("isolate leader {l} for {d:?}"));
+            c.run_for(d).await;
+            c.cluster.heal_network();
+            c.fault("heal network");
+        }
+        4 => {
+            let (a, b) = (pick(c), pick(c));
+            if a != b {
+                c.cluster.set_link(a, b, Fault::Blackhole);
+                let d = c.ms(500, 3_000);
+                c.fault(format!("one-way blackhole {a}->{b} for {d:?}"));
+                c.run_for(d).await;
+                c.cluster.heal_network();
+                c.fault("heal network");
+            }
+        }
+        5 => {
+            let (a, b) = (pick(c), pick(c));
+            if a != b {
+                let delay = c.ms(20, 300);
+                c.cluster.set_link(a, b, Fault::Delay(delay));
+                c.cluster.set_link(b, a, Fault::Delay(delay));
+                let d = c.ms(1_000, 4_000);
+                c.fault(format!("delay {a}<->{b} by {delay:?} for {d:?}"));
+                c.run_for(d).await;
+                c.cluster.heal_network();
+                c.fault("heal network");
+            }
+        }
+        6 => {
+            let n = pick(c);
+            c.cluster.set_link(n, (n % 3) + 1, Fault::Drop);
+            let d = c.ms(300, 2_000);
+            c.fault(format!("drop connections {n}->{} for {d:?}", (n % 3) + 1));
+            c.run_for(d).await;
+            c.cluster.heal_network();
+            c.fault("heal network");
+        }
+        7 => {
+            let until = Instant::now() + c.ms(2_000, 5_000);
+            c.fault("flapping partitions");
+            while Instant::now() < until {
+                let n = pick(c);
+                c.cluster.isolate(&[n]);
+                let d = c.ms(150, 700);
+                c.run_for(d).await;
+                c.cluster.heal_network();
+                let d = c.ms(100, 400);
+                c.run_for(d).await;
+            }
+            c.fault("flapping over");
+        }
+        _ => {
+            if c.process_count() > 0 {
+                let i = c.ms(0, c.process_count() as u64 - 1).as_millis() as usize;
+                let d = c.ms(TTL + 500, 3 * TTL);
+                c.process(i).pause();
+                c.fault(format!("SIGSTOP worker process {i} for {d:?}"));
+                c.run_for(d).await;
+                c.process(i).resume();
+                c.fault(format!("SIGCONT worker process {i}"));
+            }
+        }
+    }
+}
