@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use leasehold_client::fence::http::{send_write, WriteRequest, WriteStatus};
 use leasehold_client::{Client, Error, Lease};
+use leasehold_statemachine::ErrorCode;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
@@ -231,16 +232,35 @@ pub async fn run_worker<S: FnMut(Op)>(
 ) {
     let mut rng = StdRng::seed_from_u64(cfg.seed);
     let ttl = Duration::from_millis(cfg.ttl_ms);
+    // A completed (or failed) job is done for good: the slot moves on to a successor id,
+    // which every worker reaches the same way, so the contest goes on in a long run.
+    let mut epochs = vec![0u64; cfg.jobs.len()];
     while !stop.load(Ordering::Relaxed) {
-        let job = &cfg.jobs[rng.gen_range(0..cfg.jobs.len())];
-        let lease = match actor.claim(job, cfg.ttl_ms).await {
+        let slot = rng.gen_range(0..cfg.jobs.len());
+        let job = job_in_epoch(&cfg.jobs[slot], epochs[slot]);
+        let lease = match actor.claim(&job, cfg.ttl_ms).await {
             Ok(l) => l,
-            Err(_) => {
+            Err(e) => {
+                if matches!(
+                    e.code(),
+                    Some(ErrorCode::JobCompleted | ErrorCode::JobFailed)
+                ) {
+                    epochs[slot] += 1;
+                }
                 tokio::time::sleep(Duration::from_millis(rng.gen_range(5..40))).await;
                 continue;
             }
         };
         hold(&cfg, &mut actor, &lease, &mut rng, ttl, &stop).await;
+    }
+}
+
+/// The id of a job slot's `epoch`-th successor (`epoch` 0 is the slot's own id).
+pub fn job_in_epoch(base: &str, epoch: u64) -> String {
+    if epoch == 0 {
+        base.to_owned()
+    } else {
+        format!("{base}.{epoch}")
     }
 }
 
