@@ -148,7 +148,8 @@ impl Node {
 
     /// Cluster time now, as this node estimates it.
     pub fn cluster_time_ms(&self) -> u64 {
-        self.time.estimate(self.sm.read(|s| s.last_stamp))
+        let term = self.raft.metrics().borrow().current_term;
+        self.time.estimate(self.sm.read(|s| s.last_stamp), term)
     }
 
     /// Proposes a client command in the current term, once the term is ready to stamp,
@@ -195,7 +196,7 @@ impl Node {
         command: Command,
         idempotency_key: Option<String>,
     ) -> Result<Reply, ProposeError> {
-        let stamp_ms = self.time.issue(self.sm.read(|s| s.last_stamp));
+        let stamp_ms = self.time.issue(self.sm.read(|s| s.last_stamp), term);
         let entry = Entry {
             stamp_ms,
             term,
