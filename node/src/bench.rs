@@ -26,7 +26,10 @@ pub enum Target {
 }
 
 #[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct BenchArgs {
+    #[command(subcommand)]
+    pub sub: Option<BenchCmd>,
     /// Comma-separated node addresses (host:port or http://host:port).
     #[arg(
         long,
@@ -48,6 +51,12 @@ pub struct BenchArgs {
     /// Stop the timed part after this long even if cycles remain.
     #[arg(long, default_value_t = 60)]
     pub max_secs: u64,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum BenchCmd {
+    /// Start a three-node cluster, SIGKILL its leader under load, report the gaps (JSON).
+    Failover(crate::bench_failover::FailoverArgs),
 }
 
 fn base_url(e: &str) -> String {
@@ -178,6 +187,20 @@ fn summary(mut v: Vec<f64>) -> Value {
     json!({"p50_ms": r(q(0.5)), "p99_ms": r(q(0.99)), "max_ms": r(q(1.0)), "n": v.len()})
 }
 
+/// The highest term any endpoint reports (elections between two reads = its growth).
+async fn max_term(http: &reqwest::Client, urls: &[String]) -> Option<u64> {
+    let mut best = None;
+    for u in urls {
+        if let Ok(r) = http.get(format!("{u}/v1/cluster")).send().await {
+            let v: Value = r.json().await.unwrap_or(Value::Null);
+            if let Some(t) = v["term"].as_u64() {
+                best = best.max(Some(t));
+            }
+        }
+    }
+    best
+}
+
 async fn find_leader(http: &reqwest::Client, urls: &[String]) -> anyhow::Result<String> {
     for u in urls {
         if let Ok(r) = http.get(format!("{u}/v1/cluster")).send().await {
@@ -193,6 +216,9 @@ async fn find_leader(http: &reqwest::Client, urls: &[String]) -> anyhow::Result<
 }
 
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
+    if let Some(BenchCmd::Failover(a)) = args.sub {
+        return crate::bench_failover::run(a).await;
+    }
     let http = reqwest::Client::builder()
         .tcp_nodelay(true)
         .pool_max_idle_per_host(1024)
@@ -207,6 +233,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     if urls.is_empty() {
         bail!("--endpoints is empty");
     }
+    let all_urls = urls.clone();
     if args.target == Target::Leader {
         urls = vec![find_leader(&http, &urls).await?];
     }
@@ -225,10 +252,17 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let warm = (args.cycles / 10).clamp(50, 300);
     let warm_deadline = Instant::now() + Duration::from_secs(args.max_secs.min(15));
     phase(&s, run_id + 1, args.concurrency, warm, Some(warm_deadline)).await;
+    let term_before = max_term(&s.http, &all_urls).await;
     let start = Instant::now();
     let deadline = start + Duration::from_secs(args.max_secs);
     let r = phase(&s, run_id, args.concurrency, args.cycles, Some(deadline)).await;
     let secs = start.elapsed().as_secs_f64();
+    let term_after = max_term(&s.http, &all_urls).await;
+    // Each election starts a new term: 0 means no leader change during the timed part.
+    let elections = match (term_before, term_after) {
+        (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+        _ => None,
+    };
     let done = if args.mode == Mode::Cycle {
         r.cycle.len()
     } else {
@@ -251,6 +285,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         "secs": (secs * 1000.0).round() / 1000.0,
         "per_sec": ((done as f64 / secs) * 10.0).round() / 10.0,
         "lat": lat,
+        "elections": elections,
     });
     println!("{out}");
     Ok(())

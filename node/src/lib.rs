@@ -19,6 +19,7 @@
 pub mod api;
 pub mod batcher;
 pub mod bench;
+pub mod bench_failover;
 pub mod cli;
 pub mod cli_jobs;
 pub mod clock;
