@@ -59,6 +59,13 @@ pub struct FailoverArgs {
     /// Keep the cluster's data here instead of a temp dir removed at the end.
     #[arg(long)]
     pub dir: Option<PathBuf>,
+    /// Raft timing of the nodes (default: `serve`'s own defaults).
+    #[arg(long)]
+    pub heartbeat_ms: Option<u64>,
+    #[arg(long)]
+    pub election_timeout_min_ms: Option<u64>,
+    #[arg(long)]
+    pub election_timeout_max_ms: Option<u64>,
 }
 
 /// Polling step of the leader watch and of the expiry watch.
@@ -81,6 +88,8 @@ struct Proc {
 
 struct Cluster {
     exe: PathBuf,
+    /// Extra `serve` flags (Raft timing).
+    flags: Vec<String>,
     nodes: BTreeMap<u64, Proc>,
     http: reqwest::Client,
 }
@@ -90,7 +99,7 @@ fn free_addr() -> anyhow::Result<SocketAddr> {
 }
 
 impl Cluster {
-    fn start(root: &Path) -> anyhow::Result<Cluster> {
+    fn start(root: &Path, flags: Vec<String>) -> anyhow::Result<Cluster> {
         let mut nodes = BTreeMap::new();
         for id in 1..=3u64 {
             nodes.insert(
@@ -105,6 +114,7 @@ impl Cluster {
         }
         let mut c = Cluster {
             exe: std::env::current_exe().context("finding this binary")?,
+            flags,
             nodes,
             http: reqwest::Client::builder()
                 .timeout(Duration::from_millis(500))
@@ -133,6 +143,7 @@ impl Cluster {
             .arg(format!("--listen={}", p.addr))
             .arg(format!("--data-dir={}", p.dir.display()))
             .args(peers)
+            .args(&self.flags)
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
@@ -522,7 +533,17 @@ pub async fn run(args: FailoverArgs) -> anyhow::Result<()> {
             temp.path().to_owned()
         }
     };
-    let mut c = Cluster::start(&root)?;
+    let mut flags = Vec::new();
+    for (name, v) in [
+        ("heartbeat-ms", args.heartbeat_ms),
+        ("election-timeout-min-ms", args.election_timeout_min_ms),
+        ("election-timeout-max-ms", args.election_timeout_max_ms),
+    ] {
+        if let Some(v) = v {
+            flags.push(format!("--{name}={v}"));
+        }
+    }
+    let mut c = Cluster::start(&root, flags)?;
     let mut results = Vec::new();
     for n in 0..args.trials {
         let r = trial(&mut c, &args, n).await?;

@@ -65,12 +65,12 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = leasehold_statemachine::limits::TTL_MS_MAX)]
     pub ttl_ms_max: u64,
     /// Raft heartbeat interval.
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = crate::server::SERVE_HEARTBEAT_MS)]
     pub heartbeat_ms: u64,
     /// Raft election timeout range (a random value in [min, max] per election).
-    #[arg(long, default_value_t = 500)]
+    #[arg(long, default_value_t = crate::server::SERVE_ELECTION_TIMEOUT_MIN_MS)]
     pub election_timeout_min_ms: u64,
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = crate::server::SERVE_ELECTION_TIMEOUT_MAX_MS)]
     pub election_timeout_max_ms: u64,
     /// TEST ONLY: add this many ms to the node's wall clock.
     #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
@@ -173,7 +173,8 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
         let listener = TcpListener::bind(addr).await.with_context(|| {
             format!("binding {addr} (is another cluster running? try --base-port)")
         })?;
-        let cfg = NodeConfig::new(*id, dir.join(id.to_string()), peers.clone());
+        let mut cfg = NodeConfig::new(*id, dir.join(id.to_string()), peers.clone());
+        cfg.raft = crate::server::RaftTuning::fast();
         nodes.push(server::start(listener, cfg).await?);
     }
     let leader = wait_for_leader(&nodes[0].node, Duration::from_secs(20)).await?;
