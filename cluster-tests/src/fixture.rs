@@ -111,8 +111,6 @@ struct ProcNode {
     log: PathBuf,
     child: Option<Child>,
     paused: bool,
-    /// How many times the process was started.
-    starts: u32,
 }
 
 pub struct ProcCluster {
@@ -145,7 +143,6 @@ impl ProcCluster {
                     log: root.path().join(format!("n{id}.log")),
                     child: None,
                     paused: false,
-                    starts: 0,
                 },
             );
         }
@@ -242,7 +239,6 @@ impl ProcCluster {
             .unwrap_or_else(|e| panic!("spawning {}: {e}", self.bin.display()));
         n.child = Some(child);
         n.paused = false;
-        n.starts += 1;
     }
 
     fn signal(&self, id: u64, sig: libc::c_int) {
@@ -484,11 +480,6 @@ impl ProcCluster {
             }
         }
         out
-    }
-
-    /// How many times node `id` was started.
-    pub fn starts(&self, id: u64) -> u32 {
-        self.nodes[&id].starts
     }
 }
 

@@ -19,7 +19,7 @@ use tokio::time::Instant;
 
 use crate::checker::{check, Report};
 use crate::fixture::{ClusterOpts, ProcCluster};
-use crate::history::{mono_now, Accepted, Op, OpKind, Outcome, Recorder, RunRecord};
+use crate::history::{Accepted, Op, OpKind, Outcome, Recorder, RunRecord};
 use crate::workload::{
     run_worker, worker_client, Actor, ProcMode, ProcWorker, WorkerConfig, WorkerProcess,
 };
@@ -191,10 +191,6 @@ impl Chaos {
         self.faults.push(format!("t={t:.2}s {what}"));
     }
 
-    pub fn faults(&self) -> usize {
-        self.faults.len()
-    }
-
     /// Sleeps `d` (the scenario's own pacing, not a synchronization).
     pub async fn run_for(&self, d: Duration) {
         tokio::time::sleep(d).await;
@@ -330,9 +326,4 @@ pub fn count(ops: &[Op], kind: OpKind, pred: impl Fn(&Outcome) -> bool) -> usize
     ops.iter()
         .filter(|o| o.kind == kind && pred(&o.outcome))
         .count()
-}
-
-/// Now, for ops' instants.
-pub fn now() -> u64 {
-    mono_now()
 }
