@@ -184,6 +184,21 @@ fn job_path(id: &str) -> Result<String, Error> {
     Ok(format!("/v1/jobs/{}", id.replace('/', "%2F")))
 }
 
+/// `Authorization: Bearer <token>` when the config has a token, marked sensitive so
+/// reqwest keeps it out of its own debug output.
+fn auth_headers(config: &Config) -> Result<reqwest::header::HeaderMap, Error> {
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Some(token) = &config.token {
+        token.validate()?;
+        let mut value =
+            reqwest::header::HeaderValue::from_str(&format!("Bearer {}", token.secret()))
+                .map_err(|_| Error::Config("the token is not a valid header value".into()))?;
+        value.set_sensitive(true);
+        headers.insert(reqwest::header::AUTHORIZATION, value);
+    }
+    Ok(headers)
+}
+
 fn to_body<T: Serialize>(value: &T) -> Result<Vec<u8>, Error> {
     serde_json::to_vec(value).map_err(|e| Error::invalid(format!("encoding the request: {e}")))
 }
@@ -232,12 +247,16 @@ impl Client {
     }
 
     pub(crate) fn from_parts(endpoints: Vec<String>, config: Config) -> Result<Client, Error> {
-        let http = reqwest::Client::builder()
+        let builder = reqwest::Client::builder()
+            .default_headers(auth_headers(&config)?)
             .connect_timeout(config.connect_timeout)
             .tcp_nodelay(true)
             // Nodes are reached directly; an HTTP_PROXY meant for the internet must not
             // sit between a worker and its lease service.
-            .no_proxy()
+            .no_proxy();
+        let http = config
+            .tls
+            .apply(builder)?
             .build()
             .map_err(|e| Error::Config(format!("building the HTTP client: {e}")))?;
         Ok(Client {
@@ -251,7 +270,7 @@ impl Client {
         })
     }
 
-    /// The endpoints, normalized to `http://host:port`, in the order given.
+    /// The endpoints, normalized to `http://host:port` (or `https://`), in the order given.
     pub fn endpoints(&self) -> &[String] {
         &self.inner.endpoints
     }

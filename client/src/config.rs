@@ -1,4 +1,5 @@
-//! Client configuration and its builder: endpoints, timeouts, retries, deadline policy.
+//! Client configuration and its builder: endpoints, timeouts, retries, deadline policy,
+//! and the bearer token a node started with `--auth-file` asks for.
 //!
 //! Every knob has a named default, chosen against the node's own timings (write timeout
 //! 5 s, leader wait 3 s, election timeout 0.5–1 s) and documented where it is defined.
@@ -9,6 +10,7 @@ use crate::client::Client;
 use crate::deadline::DeadlinePolicy;
 use crate::error::Error;
 use crate::retry::RetryPolicy;
+use crate::tls::TlsConfig;
 
 /// Everything a [`Client`] can be tuned with.
 #[derive(Debug, Clone)]
@@ -24,6 +26,43 @@ pub struct Config {
     pub request_timeout: Duration,
     pub retry: RetryPolicy,
     pub deadline: DeadlinePolicy,
+    /// Sent as `Authorization: Bearer <token>` on every request (lease renewals and
+    /// keep-alives included). `None`: no header, for nodes without `--auth-file`.
+    pub token: Option<Token>,
+    /// The CA for `https://` endpoints and the client certificate for mTLS.
+    pub tls: TlsConfig,
+}
+
+/// A client token. `Debug` never shows it, so a logged config leaks nothing.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Token(String);
+
+impl Token {
+    pub fn new(token: impl Into<String>) -> Token {
+        Token(token.into())
+    }
+
+    /// The token itself, for the `Authorization` header.
+    pub fn secret(&self) -> &str {
+        &self.0
+    }
+
+    /// Non-empty visible ASCII without spaces: what a header carries unchanged, and
+    /// what `--auth-file` accepts.
+    pub(crate) fn validate(&self) -> Result<(), Error> {
+        if self.0.is_empty() || !self.0.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(Error::Config(
+                "the token must be non-empty visible ASCII without spaces".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Token(<redacted>)")
+    }
 }
 
 impl Default for Config {
@@ -33,6 +72,8 @@ impl Default for Config {
             request_timeout: Duration::from_secs(12),
             retry: RetryPolicy::default(),
             deadline: DeadlinePolicy::default(),
+            token: None,
+            tls: TlsConfig::default(),
         }
     }
 }
@@ -101,8 +142,31 @@ impl ClientBuilder {
         self
     }
 
+    /// The bearer token for nodes started with `--auth-file`.
+    pub fn token(mut self, token: impl Into<String>) -> Self {
+        self.config.token = Some(Token::new(token));
+        self
+    }
+
+    /// The CA certificate(s), PEM, that sign the nodes' certificates: the only roots
+    /// trusted for `https://` endpoints (which need one).
+    pub fn ca_cert_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.config.tls = self.config.tls.with_ca_pem(pem);
+        self
+    }
+
+    /// A client certificate (PEM chain, leaf first) and its key (PEM), for nodes started
+    /// with `--tls-client-auth`.
+    pub fn identity_pem(mut self, cert_pem: &[u8], key_pem: &[u8]) -> Self {
+        self.config.tls = self.config.tls.with_identity_pem(cert_pem, key_pem);
+        self
+    }
+
     pub fn build(self) -> Result<Client, Error> {
         self.config.deadline.validate().map_err(Error::Config)?;
+        if let Some(t) = &self.config.token {
+            t.validate()?;
+        }
         if self.config.retry.max_attempts == 0 {
             return Err(Error::Config("max_attempts must be at least 1".into()));
         }
@@ -114,29 +178,41 @@ impl ClientBuilder {
         if endpoints.is_empty() {
             return Err(Error::Config("at least one endpoint is needed".into()));
         }
+        if let Some(e) = endpoints.iter().find(|e| e.starts_with("https://")) {
+            if !self.config.tls.has_ca() {
+                return Err(Error::Config(format!(
+                    "endpoint {e} needs the CA that signs the nodes' certificates \
+                     (ca_cert_pem; the CLI's --tls-ca)"
+                )));
+            }
+        }
         Client::from_parts(endpoints, self.config)
     }
 }
 
-/// `host:port` or `http://host:port[/]` → `http://host:port`. This build has no TLS, so
-/// `https://` is refused here rather than failing on every request later.
+/// `host:port` or `http://host:port[/]` → `http://host:port`; `https://host:port[/]` →
+/// `https://host:port`. Any other scheme is refused here rather than failing on every
+/// request later.
 pub(crate) fn normalize_endpoint(raw: &str) -> Result<String, Error> {
-    let trimmed = raw.trim().trim_end_matches('/');
-    let rest = if let Some(rest) = trimmed.strip_prefix("http://") {
-        rest
+    let trimmed = raw.trim();
+    let (scheme, rest) = if let Some(rest) = trimmed.strip_prefix("http://") {
+        ("http", rest)
+    } else if let Some(rest) = trimmed.strip_prefix("https://") {
+        ("https", rest)
     } else if trimmed.contains("://") {
         return Err(Error::Config(format!(
-            "endpoint {raw:?}: only http:// is supported"
+            "endpoint {raw:?}: only http:// and https:// are supported"
         )));
     } else {
-        trimmed
+        ("http", trimmed)
     };
+    let rest = rest.trim_end_matches('/');
     if rest.is_empty() || rest.contains('/') {
         return Err(Error::Config(format!(
-            "endpoint {raw:?} must be host:port or http://host:port"
+            "endpoint {raw:?} must be host:port, http://host:port or https://host:port"
         )));
     }
-    Ok(format!("http://{rest}"))
+    Ok(format!("{scheme}://{rest}"))
 }
 
 #[cfg(test)]
@@ -153,7 +229,12 @@ mod tests {
             normalize_endpoint(" http://node-1:7001/ ").unwrap(),
             "http://node-1:7001"
         );
-        assert!(normalize_endpoint("https://x:1").is_err());
+        assert_eq!(
+            normalize_endpoint("https://node-1:7001/").unwrap(),
+            "https://node-1:7001"
+        );
+        assert!(normalize_endpoint("ftp://x:1").is_err());
+        assert!(normalize_endpoint("https://").is_err());
         assert!(normalize_endpoint("").is_err());
         assert!(normalize_endpoint("http://x:1/v1").is_err());
     }
@@ -168,5 +249,20 @@ mod tests {
             Err(Error::Config(_))
         ));
         assert!(b().drift(0.05).build().is_ok());
+        for bad in ["", "a b", "tab\there", "é"] {
+            assert!(
+                matches!(b().token(bad).build(), Err(Error::Config(_))),
+                "token {bad:?}"
+            );
+        }
+        assert!(b().token("s3cr3t-a").build().is_ok());
+    }
+
+    #[test]
+    fn tokens_never_show_in_debug_output() {
+        let c = ClientBuilder::new(vec!["127.0.0.1:1".into()]).token("s3cr3t-a");
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("s3cr3t"), "{shown}");
+        assert!(shown.contains("redacted"), "{shown}");
     }
 }

@@ -43,8 +43,8 @@ pub enum Error {
     #[error("unexpected response (HTTP {status}): {message}")]
     Protocol { status: u16, message: String },
 
-    /// The client was configured wrongly (no endpoints, an `https://` endpoint, a drift
-    /// outside `[0, 1)`).
+    /// The client was configured wrongly (no endpoints, an `https://` endpoint without a
+    /// CA, an unreadable certificate, a drift outside `[0, 1)`).
     #[error("client configuration: {0}")]
     Config(String),
 }

@@ -22,7 +22,9 @@
 //! - [`client`]: [`Client`] — every api.md call as a method, local validation, decoding.
 //! - `transport`: one logical call — attempts across endpoints, one `Idempotency-Key`.
 //! - [`retry`]: the retry decisions as pure functions (judge, rotation, backoff).
-//! - [`config`]: [`Config`] and [`ClientBuilder`]: timeouts, retries, deadline policy.
+//! - [`config`]: [`Config`] and [`ClientBuilder`]: timeouts, retries, deadline policy,
+//!   the bearer [`Token`].
+//! - [`tls`]: [`TlsConfig`] — the CA for `https://` endpoints, the mTLS identity.
 //! - [`deadline`]: the local lease deadline, `sent + ttl × (1 − drift) − margin`.
 //! - [`lease`]: [`Lease`] — token, deadline, renew, complete, release.
 //! - [`keepalive`]: [`KeepAlive`], [`LeaseCtx`], [`run_leased`] — background renewal and
@@ -39,10 +41,11 @@ pub mod fence;
 pub mod keepalive;
 pub mod lease;
 pub mod retry;
+pub mod tls;
 mod transport;
 
 pub use client::{Client, ClusterStatus, ListJobs, NewJob};
-pub use config::{ClientBuilder, Config};
+pub use config::{ClientBuilder, Config, Token};
 pub use deadline::DeadlinePolicy;
 pub use error::Error;
 pub use keepalive::{
@@ -51,6 +54,7 @@ pub use keepalive::{
 };
 pub use lease::Lease;
 pub use retry::RetryPolicy;
+pub use tls::TlsConfig;
 pub use transport::new_idempotency_key;
 
 /// The wire types and error codes, re-exported so callers need not depend on the state

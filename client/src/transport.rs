@@ -17,6 +17,7 @@ use tokio::time::Instant;
 use crate::client::Client;
 use crate::error::Error;
 use crate::retry::{backoff, judge, Attempt, Rotation, Verdict};
+use crate::tls::chain;
 
 pub(crate) const NODE_HEADER: &str = "x-leasehold-node";
 pub(crate) const LEADER_HEADER: &str = "x-leasehold-leader";
@@ -282,8 +283,11 @@ impl Client {
         let resp = match req.send().await {
             Ok(r) => r,
             // A connect error (refused, unreachable, connect timeout): nothing was sent.
-            Err(e) if e.is_connect() => return Exchange::NotSent(format!("{endpoint}: {e}")),
-            Err(e) => return Exchange::Lost(format!("{endpoint}: {e}")),
+            // With the cause: "invalid peer certificate: UnknownIssuer" is in a source.
+            Err(e) if e.is_connect() => {
+                return Exchange::NotSent(format!("{endpoint}: {}", chain(&e)))
+            }
+            Err(e) => return Exchange::Lost(format!("{endpoint}: {}", chain(&e))),
         };
         let status = resp.status().as_u16();
         let headers = resp.headers();

@@ -73,6 +73,8 @@ struct Seen {
     method: Method,
     path: String,
     key: Option<String>,
+    /// The `Authorization` header.
+    auth: Option<String>,
     body: String,
 }
 
@@ -132,6 +134,9 @@ async fn handle(
         path: path.clone(),
         key: headers
             .get("idempotency-key")
+            .map(|v| v.to_str().unwrap().to_owned()),
+        auth: headers
+            .get("authorization")
             .map(|v| v.to_str().unwrap().to_owned()),
         body: String::from_utf8_lossy(&body).into_owned(),
     });
@@ -523,4 +528,53 @@ async fn delete_carries_a_key_and_maps_204() {
         seen[0].key.is_some(),
         "a retried delete must replay, not 404"
     );
+}
+
+/// A configured token goes on every request, background renewals included; without
+/// one, no `Authorization` header is sent at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_token_goes_with_every_request_including_renewals() {
+    let (fake, addr) = start_fake().await;
+    fake.on("/claim", vec![reply(200, lease_json("j1", "w", 1, 300))]);
+    fake.on("/renew", vec![reply(200, lease_json("j1", "w", 1, 300))]);
+    fake.on(
+        "/complete",
+        vec![reply(200, job_json("j1", "completed", 1))],
+    );
+    let client = Client::builder([addr.to_string()])
+        .token("s3cr3t-a")
+        .build()
+        .unwrap();
+    let lease = client.claim("j1", "w", 300).await.unwrap();
+    let ka = lease.keep_alive();
+    let renewed = async {
+        while fake.seen_on("/renew").is_empty() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    timeout(WAIT, renewed).await.expect("a background renew");
+    ka.complete(json!(null)).await.unwrap();
+    let seen = fake.seen();
+    assert!(seen.len() >= 3, "{seen:?}");
+    for s in &seen {
+        assert_eq!(s.auth.as_deref(), Some("Bearer s3cr3t-a"), "{s:?}");
+    }
+
+    let (open, open_addr) = start_fake().await;
+    open.on(
+        "/v1/jobs/j2",
+        vec![reply(200, job_json("j2", "pending", 0))],
+    );
+    fast_client(&[open_addr]).get_job("j2").await.unwrap();
+    assert_eq!(open.seen()[0].auth, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unauthenticated_and_permission_denied_are_final_api_errors() {
+    let (fake, addr) = start_fake().await;
+    fake.on("/claim", vec![api_error(403, "permission_denied")]);
+    let client = fast_client(&[addr]);
+    let e = client.claim("j1", "team-b/x", 1_000).await.unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::PermissionDenied), "{e}");
+    assert_eq!(fake.seen_on("/claim").len(), 1, "a 403 is not retried");
 }

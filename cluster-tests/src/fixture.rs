@@ -121,6 +121,8 @@ pub struct ProcCluster {
     /// (from, to) → the proxy `from` dials `to` through.
     links: BTreeMap<(u64, u64), LinkProxy>,
     http: reqwest::Client,
+    /// The nodes' shared `--peer-secret-file` (as in production: peer RPC is signed).
+    peer_secret: PathBuf,
 }
 
 impl ProcCluster {
@@ -130,6 +132,9 @@ impl ProcCluster {
             .prefix("leasehold-chaos-")
             .tempdir()
             .expect("creating the cluster's temp dir");
+        let peer_secret = root.path().join("peer-secret");
+        leasehold_node::peer_auth::PeerSecret::write_new_file(&peer_secret)
+            .expect("writing the peer secret");
         let ids: Vec<u64> = (1..=opts.nodes.len() as u64).collect();
         let mut nodes = BTreeMap::new();
         for (i, id) in ids.iter().enumerate() {
@@ -169,6 +174,7 @@ impl ProcCluster {
             nodes,
             links,
             http,
+            peer_secret,
         };
         for id in ids {
             c.spawn(id);
@@ -224,6 +230,7 @@ impl ProcCluster {
             .arg(format!("--id={id}"))
             .arg(format!("--listen={}", n.listen))
             .arg(format!("--data-dir={}", n.data_dir.display()))
+            .arg(format!("--peer-secret-file={}", self.peer_secret.display()))
             .args(&peers)
             .args(&dials)
             .arg(format!("--heartbeat-ms={}", self.opts.heartbeat_ms))

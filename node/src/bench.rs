@@ -15,8 +15,25 @@ use serde_json::{json, Value};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Mode {
+    /// claim → renew → complete on a fresh job id.
     Cycle,
+    /// Claim a fresh job id (created by the claim).
     Claim,
+    /// Submit a fresh job into `--queue` (to load a queue for `claim-next`).
+    Submit,
+    /// Claim the next claimable job of `--queue`; an empty queue counts as an error.
+    ClaimNext,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Cycle => "cycle",
+            Mode::Claim => "claim",
+            Mode::Submit => "submit",
+            Mode::ClaimNext => "claim-next",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -30,7 +47,7 @@ pub enum Target {
 pub struct BenchArgs {
     #[command(subcommand)]
     pub sub: Option<BenchCmd>,
-    /// Comma-separated node addresses (host:port or http://host:port).
+    /// Comma-separated node addresses (host:port, http://host:port or https://host:port).
     #[arg(
         long,
         env = "LEASEHOLD_ENDPOINTS",
@@ -51,6 +68,63 @@ pub struct BenchArgs {
     /// Stop the timed part after this long even if cycles remain.
     #[arg(long, default_value_t = 60)]
     pub max_secs: u64,
+    /// The queue of `submit` and `claim-next`.
+    #[arg(long, default_value = "bench")]
+    pub queue: String,
+    /// Bearer token for nodes started with `--auth-file` (a worker's or admin's).
+    #[arg(long, env = crate::cli_jobs::TOKEN_ENV, hide_env_values = true)]
+    pub token: Option<String>,
+    /// The CA certificate (PEM) of the nodes' certificates, for https:// endpoints.
+    #[arg(long, env = crate::cli_jobs::TLS_CA_ENV)]
+    pub tls_ca: Option<std::path::PathBuf>,
+    /// Client certificate and key (PEM) for nodes started with `--tls-client-auth`.
+    #[arg(long, env = "LEASEHOLD_TLS_CLIENT_CERT", requires = "tls_client_key")]
+    pub tls_client_cert: Option<std::path::PathBuf>,
+    #[arg(long, env = "LEASEHOLD_TLS_CLIENT_KEY", requires = "tls_client_cert")]
+    pub tls_client_key: Option<std::path::PathBuf>,
+}
+
+/// The CA (the only root trusted) and the client identity, when given.
+fn with_tls(
+    mut b: reqwest::ClientBuilder,
+    args: &BenchArgs,
+) -> anyhow::Result<reqwest::ClientBuilder> {
+    let read = |flag: &str, p: &std::path::Path| {
+        std::fs::read(p).with_context(|| format!("{flag} {}", p.display()))
+    };
+    if let Some(ca) = &args.tls_ca {
+        b = b.tls_built_in_root_certs(false);
+        for c in reqwest::Certificate::from_pem_bundle(&read("--tls-ca", ca)?)
+            .with_context(|| format!("--tls-ca {}", ca.display()))?
+        {
+            b = b.add_root_certificate(c);
+        }
+    }
+    if let (Some(cert), Some(key)) = (&args.tls_client_cert, &args.tls_client_key) {
+        let mut pem = read("--tls-client-cert", cert)?;
+        pem.push(b'\n');
+        pem.extend(read("--tls-client-key", key)?);
+        b = b.identity(reqwest::Identity::from_pem(&pem).with_context(|| {
+            format!(
+                "--tls-client-cert {} / --tls-client-key {}",
+                cert.display(),
+                key.display()
+            )
+        })?);
+    }
+    Ok(b)
+}
+
+/// `Authorization: Bearer <token>` on every bench request, when a token is given.
+fn auth_headers(token: Option<&str>) -> anyhow::Result<reqwest::header::HeaderMap> {
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Some(t) = token.map(str::trim).filter(|t| !t.is_empty()) {
+        let mut v = reqwest::header::HeaderValue::from_str(&format!("Bearer {t}"))
+            .context("--token is not a valid header value")?;
+        v.set_sensitive(true);
+        headers.insert(reqwest::header::AUTHORIZATION, v);
+    }
+    Ok(headers)
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -82,6 +156,7 @@ struct Shared {
     urls: Vec<String>,
     mode: Mode,
     ttl_ms: u64,
+    queue: String,
     /// Job ids of a phase start with `bench-{run}-`, so phases never share a job.
     run: AtomicU64,
     next: AtomicU64,
@@ -97,6 +172,9 @@ async fn post(s: &Shared, url: &str, path: &str, body: Value) -> anyhow::Result<
         .await?;
     let status = resp.status();
     let v: Value = resp.json().await.unwrap_or(Value::Null);
+    if status == reqwest::StatusCode::NO_CONTENT {
+        bail!("{path}: 204, nothing to claim");
+    }
     if !status.is_success() {
         bail!("{path}: {status} {v}");
     }
@@ -114,6 +192,22 @@ async fn one(
     let t = Instant::now();
     let job = format!("bench-{}-{worker}-{k}", s.run.load(Ordering::Relaxed));
     let owner = format!("w{worker}");
+    match s.mode {
+        Mode::Submit => {
+            let body = json!({"id": job, "queue": s.queue});
+            let (_, ms) = post(s, url, "/v1/jobs", body).await?;
+            out.claim.push(ms);
+            return Ok(());
+        }
+        Mode::ClaimNext => {
+            let path = format!("/v1/queues/{}/claim", s.queue);
+            let body = json!({"owner": owner, "ttl_ms": s.ttl_ms});
+            let (_, ms) = post(s, url, &path, body).await?;
+            out.claim.push(ms);
+            return Ok(());
+        }
+        Mode::Cycle | Mode::Claim => {}
+    }
     let (lease, ms) = post(
         s,
         url,
@@ -207,6 +301,10 @@ async fn find_leader(http: &reqwest::Client, urls: &[String]) -> anyhow::Result<
             let v: Value = r.json().await.unwrap_or(Value::Null);
             if let (Some(l), Some(nodes)) = (v["leader_id"].as_u64(), v["nodes"].as_object()) {
                 if let Some(addr) = nodes.get(&l.to_string()).and_then(Value::as_str) {
+                    // Node addresses are host:port: the leader speaks what `u` speaks.
+                    if u.starts_with("https://") {
+                        return Ok(format!("https://{addr}"));
+                    }
                     return Ok(base_url(addr));
                 }
             }
@@ -220,10 +318,11 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         return crate::bench_failover::run(a).await;
     }
     let http = reqwest::Client::builder()
+        .default_headers(auth_headers(args.token.as_deref())?)
         .tcp_nodelay(true)
         .pool_max_idle_per_host(1024)
-        .timeout(Duration::from_secs(10))
-        .build()?;
+        .timeout(Duration::from_secs(10));
+    let http = with_tls(http, &args)?.build()?;
     let mut urls: Vec<String> = args
         .endpoints
         .split(',')
@@ -245,6 +344,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         urls,
         mode: args.mode,
         ttl_ms: args.ttl_ms,
+        queue: args.queue.clone(),
         run: AtomicU64::new(0),
         next: AtomicU64::new(0),
     });
@@ -269,7 +369,13 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         r.claim.len()
     } as u64;
     let mut lat = serde_json::Map::new();
-    lat.insert("claim".into(), summary(r.claim));
+    // Submit latencies are kept in the claim samples; reported under their own name.
+    let first = if args.mode == Mode::Submit {
+        "submit"
+    } else {
+        "claim"
+    };
+    lat.insert(first.into(), summary(r.claim));
     if args.mode == Mode::Cycle {
         lat.insert("renew".into(), summary(r.renew));
         lat.insert("complete".into(), summary(r.complete));
@@ -277,7 +383,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     }
     let out = json!({
         "system": "leasehold",
-        "mode": match args.mode { Mode::Cycle => "cycle", Mode::Claim => "claim" },
+        "mode": args.mode.name(),
         "target": match args.target { Target::All => "all", Target::Leader => "leader" },
         "concurrency": args.concurrency,
         "cycles_done": done,

@@ -99,7 +99,11 @@ fn free_addr() -> anyhow::Result<SocketAddr> {
 }
 
 impl Cluster {
-    fn start(root: &Path, flags: Vec<String>) -> anyhow::Result<Cluster> {
+    fn start(root: &Path, mut flags: Vec<String>) -> anyhow::Result<Cluster> {
+        // Signed peer RPC, as in production: its cost is part of what is measured.
+        let secret = root.join("peer-secret");
+        crate::peer_auth::PeerSecret::write_new_file(&secret)?;
+        flags.push(format!("--peer-secret-file={}", secret.display()));
         let mut nodes = BTreeMap::new();
         for id in 1..=3u64 {
             nodes.insert(

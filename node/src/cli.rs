@@ -11,6 +11,7 @@ use clap::{Args, Parser, Subcommand};
 use tokio::net::TcpListener;
 
 use crate::clock::SystemClock;
+use crate::peer_auth::PeerSecret;
 use crate::server::{self, NodeConfig};
 use crate::types::NodeId;
 
@@ -78,6 +79,55 @@ pub struct ServeArgs {
     /// TEST ONLY: run the node's monotonic clock at this rate (1.003 = 0.3% fast).
     #[arg(long, default_value_t = 1.0)]
     pub clock_rate: f64,
+    /// Client requests in flight at once; past it, 503 `unavailable` + Retry-After at
+    /// once (load shedding, no queue). /raft/… has its own budget, --max-inflight-raft.
+    #[arg(long, default_value_t = crate::listener::MAX_INFLIGHT)]
+    pub max_inflight: usize,
+    /// Raft RPC requests in flight at once (kept apart so client load cannot starve it).
+    #[arg(long, default_value_t = crate::listener::MAX_INFLIGHT_RAFT)]
+    pub max_inflight_raft: usize,
+    /// Open connections at most; a connection past it is closed at once.
+    #[arg(long, default_value_t = crate::listener::MAX_CONNECTIONS)]
+    pub max_connections: usize,
+    /// Longest a client request may take, body upload included: past it, 504 `timeout`
+    /// (a write may still apply). Keep it above 30 s, the longest queue-claim wait.
+    #[arg(long, default_value_t = crate::listener::REQUEST_TIMEOUT_MS)]
+    pub request_timeout_ms: u64,
+    /// A request head must arrive whole within this long (slow clients), which is also
+    /// how long an idle kept-alive connection stays open.
+    #[arg(long, default_value_t = crate::listener::HEADER_READ_TIMEOUT_MS)]
+    pub header_read_timeout_ms: u64,
+    /// TOML file of client tokens (`[[token]]` with `token`, `role` = admin|worker|reader,
+    /// optional `owner_prefix`); every client call but /healthz and /readyz then needs
+    /// `Authorization: Bearer <token>`. Give every node the same file. Without it the
+    /// client API is open.
+    #[arg(long)]
+    pub auth_file: Option<PathBuf>,
+    /// File holding the secret shared by all nodes (at least 32 bytes, e.g.
+    /// `openssl rand -hex 32`; not world-readable). Every Raft RPC is signed with it and
+    /// unsigned ones are refused. Without it peer RPC is unauthenticated.
+    #[arg(long)]
+    pub peer_secret_file: Option<PathBuf>,
+    /// The cluster (32 hex digits, `GET /v1/cluster` shows it) this data dir must belong
+    /// to: refuse to start if it belongs to another; a new data dir takes it.
+    #[arg(long)]
+    pub cluster_id: Option<crate::peer_auth::ClusterId>,
+    /// This node's certificate chain (PEM, leaf first): serve the client API and Raft RPC
+    /// over TLS, and call peers over https. Needs --tls-key and --tls-ca. It must name the
+    /// host of this node's --peer address (a DNS name or an IP SAN).
+    #[arg(long, requires_all = ["tls_key", "tls_ca"])]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM: PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// The CA (PEM) that signs the nodes' certificates: the only root peer calls trust.
+    #[arg(long, requires = "tls_cert")]
+    pub tls_ca: Option<PathBuf>,
+    /// mTLS: every connection must present a certificate signed by --tls-ca at the
+    /// handshake — peers' and clients' alike, since they share the listener. Nodes
+    /// present their own --tls-cert.
+    #[arg(long, requires = "tls_cert")]
+    pub tls_client_auth: bool,
 }
 
 #[derive(Debug, Args)]
@@ -101,6 +151,23 @@ fn parse_peer(s: &str) -> Result<(NodeId, String), String> {
 }
 
 impl ServeArgs {
+    fn listener_limits(&self) -> anyhow::Result<crate::listener::ListenerLimits> {
+        if self.max_inflight == 0 || self.max_inflight_raft == 0 || self.max_connections == 0 {
+            bail!("--max-inflight, --max-inflight-raft and --max-connections must be at least 1");
+        }
+        if self.request_timeout_ms == 0 || self.header_read_timeout_ms == 0 {
+            bail!("--request-timeout-ms and --header-read-timeout-ms must be at least 1");
+        }
+        Ok(crate::listener::ListenerLimits {
+            max_inflight: self.max_inflight,
+            max_inflight_raft: self.max_inflight_raft,
+            max_connections: self.max_connections,
+            request_timeout: Duration::from_millis(self.request_timeout_ms),
+            header_read_timeout: Duration::from_millis(self.header_read_timeout_ms),
+            ..Default::default()
+        })
+    }
+
     pub fn node_config(&self) -> anyhow::Result<NodeConfig> {
         let mut peers = BTreeMap::new();
         for (id, addr) in &self.peers {
@@ -115,6 +182,7 @@ impl ServeArgs {
             bail!("--clock-rate must be a positive number");
         }
         let mut cfg = NodeConfig::new(self.id, self.data_dir.clone(), peers);
+        cfg.listener = self.listener_limits()?;
         for (id, addr) in &self.peer_dial {
             if !cfg.peers.contains_key(id) {
                 bail!("--peer-dial names node {id}, which --peer does not list");
@@ -129,7 +197,33 @@ impl ServeArgs {
         cfg.raft.heartbeat_ms = self.heartbeat_ms;
         cfg.raft.election_timeout_min_ms = self.election_timeout_min_ms;
         cfg.raft.election_timeout_max_ms = self.election_timeout_max_ms;
+        if let Some(path) = &self.auth_file {
+            cfg.auth = Some(std::sync::Arc::new(crate::auth::AuthPolicy::load(path)?));
+        }
+        if let Some(path) = &self.peer_secret_file {
+            cfg.peer_secret = Some(PeerSecret::read_file(path)?);
+        }
+        cfg.cluster_id = self.cluster_id;
+        cfg.tls = self.tls()?;
         Ok(cfg)
+    }
+
+    /// The TLS setup, every file read and checked now: a bad one stops `serve` with an
+    /// error naming it.
+    fn tls(&self) -> anyhow::Result<Option<std::sync::Arc<crate::tls::NodeTls>>> {
+        let (Some(cert), Some(key), Some(ca)) = (&self.tls_cert, &self.tls_key, &self.tls_ca)
+        else {
+            // clap's `requires` already refused a partial set.
+            return Ok(None);
+        };
+        let files = crate::tls::TlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+            ca: ca.clone(),
+            client_auth: self.tls_client_auth,
+        };
+        let tls = crate::tls::NodeTls::load(&files).context("--tls-cert/--tls-key/--tls-ca")?;
+        Ok(Some(std::sync::Arc::new(tls)))
     }
 }
 
@@ -150,11 +244,42 @@ pub async fn shutdown_signal() {
 }
 
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    // Before any file is created: the data dir is private (0700 dirs, 0600 files).
+    crate::identity::restrict_umask();
     let cfg = args.node_config()?;
+    log_client_auth(&cfg, args.auth_file.as_deref());
+    match &cfg.tls {
+        Some(t) => tracing::info!(
+            client_auth = t.client_auth(),
+            "serving TLS; peers are called over https"
+        ),
+        None => tracing::info!("no --tls-cert: clients and peers talk in plain HTTP"),
+    }
     let listener = TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding {}", args.listen))?;
     server::run(listener, cfg, shutdown_signal()).await
+}
+
+/// Says whether the client API is open, and warns about a token file others can read.
+fn log_client_auth(cfg: &NodeConfig, path: Option<&std::path::Path>) {
+    let (Some(policy), Some(path)) = (&cfg.auth, path) else {
+        tracing::warn!(
+            "no --auth-file: any client that reaches this node may read and write every job"
+        );
+        return;
+    };
+    tracing::info!(tokens = policy.len(), file = %path.display(), "client calls need a token");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        const GROUP_OR_OTHER: u32 = 0o077;
+        if let Ok(m) = std::fs::metadata(path) {
+            if m.permissions().mode() & GROUP_OR_OTHER != 0 {
+                tracing::warn!(file = %path.display(), "the auth file is readable by others; chmod 600 it");
+            }
+        }
+    }
 }
 
 pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
@@ -165,9 +290,11 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
             (t.path().to_path_buf(), Some(t))
         }
     };
+    crate::identity::restrict_umask();
     let peers: BTreeMap<NodeId, String> = (1..=3u64)
         .map(|i| (i, format!("127.0.0.1:{}", args.base_port + i as u16)))
         .collect();
+    let secret = dev_peer_secret(&dir)?;
     let mut nodes = Vec::new();
     for (id, addr) in &peers {
         let listener = TcpListener::bind(addr).await.with_context(|| {
@@ -175,6 +302,7 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
         })?;
         let mut cfg = NodeConfig::new(*id, dir.join(id.to_string()), peers.clone());
         cfg.raft = crate::server::RaftTuning::fast();
+        cfg.peer_secret = Some(secret.clone());
         nodes.push(server::start(listener, cfg).await?);
     }
     let leader = wait_for_leader(&nodes[0].node, Duration::from_secs(20)).await?;
@@ -186,6 +314,20 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// `dev`'s peer secret: `<dir>/peer-secret` (0600), generated on the first run and kept
+/// with the data, so a resumed `--dir` cluster keeps its secret.
+fn dev_peer_secret(dir: &std::path::Path) -> anyhow::Result<PeerSecret> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let path = dir.join(DEV_PEER_SECRET_FILE);
+    if path.exists() {
+        return Ok(PeerSecret::read_file(&path)?);
+    }
+    Ok(PeerSecret::write_new_file(&path)?)
+}
+
+/// The secret file `dev` writes in its directory.
+pub const DEV_PEER_SECRET_FILE: &str = "peer-secret";
 
 /// A directory that removes itself on drop, without a tempfile dependency in the binary.
 struct DevDir(PathBuf);
@@ -246,6 +388,10 @@ fn print_dev_banner(
         ""
     };
     println!("  data: {}{kept}", dir.display());
+    println!(
+        "  peer secret: {} (Raft RPC is signed with it)",
+        dir.join(DEV_PEER_SECRET_FILE).display()
+    );
     let first = peers.values().next().expect("three peers");
     println!();
     println!("Claim a job (any node answers):");
@@ -347,5 +493,176 @@ mod tests {
             serve_args(&["--peer-dial=2"]).is_err(),
             "a malformed value is refused"
         );
+    }
+
+    #[test]
+    fn auth_file_is_loaded_and_its_errors_name_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tokens.toml");
+        let flag = format!("--auth-file={}", path.display());
+        std::fs::write(&path, "[[token]]\ntoken = \"t\"\nrole = \"reader\"\n").unwrap();
+        let cfg = serve_args(&[&flag]).unwrap().node_config().unwrap();
+        assert_eq!(cfg.auth.map(|p| p.len()), Some(1));
+        assert!(serve_args(&[])
+            .unwrap()
+            .node_config()
+            .unwrap()
+            .auth
+            .is_none());
+        std::fs::write(&path, "[[token]]\ntoken = \"t\"\nrole = \"root\"\n").unwrap();
+        let err = serve_args(&[&flag]).unwrap().node_config().unwrap_err();
+        let err = format!("{err:#}");
+        assert!(
+            err.contains("tokens.toml") && err.contains("entry 1"),
+            "{err}"
+        );
+    }
+}
+
+#[cfg(test)]
+mod peer_secret_tests {
+    use super::*;
+
+    fn serve_args(extra: &[&str]) -> ServeArgs {
+        let mut argv = vec![
+            "leasehold",
+            "serve",
+            "--id=1",
+            "--listen=127.0.0.1:7001",
+            "--data-dir=/tmp/x",
+            "--peer=1=127.0.0.1:7001",
+        ];
+        argv.extend_from_slice(extra);
+        match Cli::try_parse_from(argv).unwrap().command {
+            Cmd::Serve(a) => a,
+            _ => unreachable!("parsed a serve command"),
+        }
+    }
+
+    #[test]
+    fn dev_writes_a_private_secret_once_and_reuses_it() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let first = dev_peer_secret(dir.path()).unwrap();
+        let path = dir.path().join(DEV_PEER_SECRET_FILE);
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            text.len() >= crate::peer_auth::PEER_SECRET_BYTES_MIN,
+            "{text}"
+        );
+        dev_peer_secret(dir.path()).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            text,
+            "kept on a resumed run"
+        );
+        drop(first);
+    }
+
+    #[test]
+    fn peer_secret_and_cluster_id_flags_reach_the_node_config() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s");
+        PeerSecret::write_new_file(&path).unwrap();
+        let id = "00112233445566778899aabbccddeeff";
+        let cfg = serve_args(&[
+            &format!("--peer-secret-file={}", path.display()),
+            &format!("--cluster-id={id}"),
+        ])
+        .node_config()
+        .unwrap();
+        assert!(cfg.peer_secret.is_some());
+        assert_eq!(cfg.cluster_id.map(|c| c.to_string()).as_deref(), Some(id));
+        let cfg = serve_args(&[]).node_config().unwrap();
+        assert!(cfg.peer_secret.is_none() && cfg.cluster_id.is_none());
+        let missing = serve_args(&["--peer-secret-file=/nonexistent/s"]).node_config();
+        assert!(missing.unwrap_err().to_string().contains("/nonexistent/s"));
+        let bad = Cli::try_parse_from([
+            "leasehold",
+            "serve",
+            "--id=1",
+            "--listen=127.0.0.1:1",
+            "--data-dir=/x",
+            "--peer=1=a:1",
+            "--cluster-id=xyz",
+        ]);
+        assert!(bad.is_err(), "a malformed --cluster-id is refused");
+    }
+}
+
+#[cfg(test)]
+mod tls_flag_tests {
+    use super::*;
+
+    fn serve_args(extra: &[String]) -> Result<ServeArgs, clap::Error> {
+        let mut argv: Vec<String> = [
+            "leasehold",
+            "serve",
+            "--id=1",
+            "--listen=127.0.0.1:7001",
+            "--data-dir=/tmp/x",
+            "--peer=1=127.0.0.1:7001",
+        ]
+        .map(String::from)
+        .to_vec();
+        argv.extend_from_slice(extra);
+        match Cli::try_parse_from(argv)?.command {
+            Cmd::Serve(a) => Ok(a),
+            _ => unreachable!("parsed a serve command"),
+        }
+    }
+
+    /// A CA and a node certificate for 127.0.0.1 in `dir`: the three flags' values.
+    fn tls_flags(dir: &std::path::Path) -> Vec<String> {
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca = ca_params.self_signed(&ca_key).unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".into()])
+            .unwrap()
+            .signed_by(&key, &ca, &ca_key)
+            .unwrap();
+        let files = [
+            ("cert", cert.pem()),
+            ("key", key.serialize_pem()),
+            ("ca", ca.pem()),
+        ];
+        files
+            .into_iter()
+            .map(|(name, pem)| {
+                let path = dir.join(format!("{name}.pem"));
+                std::fs::write(&path, pem).unwrap();
+                format!("--tls-{name}={}", path.display())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn tls_flags_reach_the_node_config() {
+        let dir = tempfile::tempdir().unwrap();
+        let flags = tls_flags(dir.path());
+        let cfg = serve_args(&flags).unwrap().node_config().unwrap();
+        assert!(cfg.tls.as_ref().is_some_and(|t| !t.client_auth()));
+        let mut mtls = flags.clone();
+        mtls.push("--tls-client-auth".into());
+        let cfg = serve_args(&mtls).unwrap().node_config().unwrap();
+        assert!(cfg.tls.as_ref().is_some_and(|t| t.client_auth()));
+        let plain = serve_args(&[]).unwrap().node_config().unwrap();
+        assert!(plain.tls.is_none());
+    }
+
+    #[test]
+    fn a_partial_tls_flag_set_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let flags = tls_flags(dir.path());
+        for missing in 0..flags.len() {
+            let mut partial = flags.clone();
+            partial.remove(missing);
+            assert!(serve_args(&partial).is_err(), "without {}", flags[missing]);
+        }
+        assert!(serve_args(&["--tls-client-auth".into()]).is_err());
     }
 }

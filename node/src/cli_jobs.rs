@@ -10,8 +10,12 @@
 //! [`EXIT_API`] for api.md errors, [`EXIT_USAGE`] for bad arguments, [`EXIT_UNAVAILABLE`]
 //! when no node answered or the outcome of a write is unknown.
 
+use std::path::{Path, PathBuf};
+
 use clap::{Args, Subcommand, ValueEnum};
-use leasehold_client::{Client, ClusterStatus, Error, Job, JobPage, JobState, ListJobs, NewJob};
+use leasehold_client::{
+    Client, ClusterStatus, Error, ErrorCode, Job, JobPage, JobState, ListJobs, NewJob,
+};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -35,7 +39,7 @@ pub enum Output {
 /// Flags shared by every client-side subcommand.
 #[derive(Debug, Clone, Args)]
 pub struct ClientOpts {
-    /// Nodes to talk to, comma-separated HOST:PORT.
+    /// Nodes to talk to, comma-separated HOST:PORT (plain HTTP) or https://HOST:PORT.
     #[arg(
         long,
         global = true,
@@ -47,6 +51,41 @@ pub struct ClientOpts {
     /// Output format.
     #[arg(long, global = true, value_enum, default_value_t = Output::Table)]
     pub output: Output,
+    /// Bearer token for nodes started with `--auth-file` (prefer the environment
+    /// variable: a flag shows in `ps`).
+    #[arg(long, global = true, env = TOKEN_ENV, hide_env_values = true)]
+    pub token: Option<String>,
+    /// The CA certificate (PEM) that signs the nodes' certificates: needed for
+    /// `https://HOST:PORT` endpoints, and the only root trusted for them.
+    #[arg(long, global = true, env = TLS_CA_ENV)]
+    pub tls_ca: Option<PathBuf>,
+    /// A client certificate (PEM) for nodes started with `--tls-client-auth` (mTLS);
+    /// needs --tls-client-key.
+    #[arg(
+        long,
+        global = true,
+        env = "LEASEHOLD_TLS_CLIENT_CERT",
+        requires = "tls_client_key"
+    )]
+    pub tls_client_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-client-cert.
+    #[arg(
+        long,
+        global = true,
+        env = "LEASEHOLD_TLS_CLIENT_KEY",
+        requires = "tls_client_cert"
+    )]
+    pub tls_client_key: Option<PathBuf>,
+}
+
+/// The environment variable every client command reads its token from.
+pub const TOKEN_ENV: &str = "LEASEHOLD_TOKEN";
+/// The environment variable every client command reads its CA file from.
+pub const TLS_CA_ENV: &str = "LEASEHOLD_TLS_CA";
+
+/// Reads a file a flag names; the error names the flag and the file.
+pub fn read_flag_file(flag: &str, path: &Path) -> Result<Vec<u8>, CliError> {
+    std::fs::read(path).map_err(|e| CliError::usage(format!("{flag} {}: {e}", path.display())))
 }
 
 impl ClientOpts {
@@ -58,8 +97,30 @@ impl ClientOpts {
             .collect()
     }
 
+    /// The token, surrounding whitespace trimmed (`$(cat file)` keeps no newline, but
+    /// an exported file may); an empty one is none.
+    pub fn token(&self) -> Option<&str> {
+        self.token
+            .as_deref()
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+    }
+
     pub fn client(&self) -> Result<Client, CliError> {
-        Client::new(self.endpoints()).map_err(CliError::from)
+        let mut builder = Client::builder(self.endpoints());
+        if let Some(t) = self.token() {
+            builder = builder.token(t);
+        }
+        if let Some(path) = &self.tls_ca {
+            builder = builder.ca_cert_pem(read_flag_file("--tls-ca", path)?);
+        }
+        if let (Some(cert), Some(key)) = (&self.tls_client_cert, &self.tls_client_key) {
+            builder = builder.identity_pem(
+                &read_flag_file("--tls-client-cert", cert)?,
+                &read_flag_file("--tls-client-key", key)?,
+            );
+        }
+        builder.build().map_err(CliError::from)
     }
 }
 
@@ -186,10 +247,24 @@ impl From<Error> for CliError {
             Error::Config(_) => EXIT_USAGE,
             _ => EXIT_UNAVAILABLE,
         };
-        CliError {
-            code,
-            message: one_line(&e.to_string()),
+        let mut message = one_line(&e.to_string());
+        if let Some(hint) = auth_hint(e.code()) {
+            message.push_str(hint);
         }
+        CliError { code, message }
+    }
+}
+
+/// What to do about a 401/403, appended to the store's own message.
+fn auth_hint(code: Option<ErrorCode>) -> Option<&'static str> {
+    match code? {
+        ErrorCode::Unauthenticated => {
+            Some(" (the cluster requires a token: pass --token or set LEASEHOLD_TOKEN)")
+        }
+        ErrorCode::PermissionDenied => {
+            Some(" (the token's role or owner prefix does not allow this call)")
+        }
+        _ => None,
     }
 }
 

@@ -5,11 +5,17 @@
 //! - [`node`]: the running node and its decisions (route, propose, linearize).
 //! - [`batcher`]: group commit — concurrent commands packed into one log entry.
 //! - [`api`]: HTTP handlers of api.md and Raft RPC endpoints.
+//! - [`auth`]: client tokens (`serve --auth-file`): roles, routes, owner prefixes.
 //! - [`network`]: the Raft RPC client (HTTP + bincode).
+//! - [`peer_auth`]: peer RPC authentication (HMAC over the body) and the cluster-id check.
+//! - [`identity`]: the data dir's identity file (node and cluster id) and its modes.
 //! - [`store`]: the durable log store (raft-log) and the state-machine store.
 //! - [`timekeeper`]: cluster time — the leader's stamps.
 //! - [`clock`]: wall and monotonic clocks behind a trait (skewable in tests).
 //! - [`metrics`]: Prometheus counters.
+//! - [`listener`]: the accept loop — connection, header, in-flight and time limits.
+//! - [`tls`]: TLS for the listener and for peer calls (rustls, `ring`), mTLS.
+//! - [`fuzzing`]: fuzz entry points for every decoder of untrusted bytes.
 //! - [`types`]: the openraft type configuration.
 //! - [`cli`]: the `leasehold` command line (`serve`, `dev`, `bench`).
 //! - [`cli_jobs`]: `leasehold job …` and `leasehold cluster status`.
@@ -17,17 +23,23 @@
 //! - [`bench`]: the load generator behind `leasehold bench`.
 
 pub mod api;
+pub mod auth;
 pub mod batcher;
 pub mod bench;
 pub mod bench_failover;
 pub mod cli;
 pub mod cli_jobs;
 pub mod clock;
+pub mod fuzzing;
+pub mod identity;
+pub mod listener;
 pub mod metrics;
 pub mod network;
 pub mod node;
+pub mod peer_auth;
 pub mod server;
 pub mod store;
 pub mod timekeeper;
+pub mod tls;
 pub mod types;
 pub mod worker;

@@ -7,6 +7,7 @@
 //! `Result<Response, RaftError>`, so a remote error arrives typed.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::error::{
@@ -21,6 +22,8 @@ use openraft::BasicNode;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::peer_auth::{PeerGuard, PEER_AUTH_HEADER};
+use crate::tls::NodeTls;
 use crate::types::{NodeId, TypeConfig};
 
 pub const RAFT_APPEND_PATH: &str = "/raft/append";
@@ -31,31 +34,49 @@ pub const BINCODE_CONTENT_TYPE: &str = "application/x-bincode";
 const PEER_POOL_IDLE: Duration = Duration::from_secs(60);
 /// Connecting to a live peer on a LAN takes well under this.
 const PEER_CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+/// How much of a refusal's body (401/403: why) goes into the error openraft logs.
+const PEER_ERROR_BODY_BYTES_MAX: usize = 512;
 
 /// Creates one [`PeerClient`] per target, each with its own connection pool.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Network {
     clients: BTreeMap<NodeId, reqwest::Client>,
     /// Peers dialled at another address than the membership's (`serve --peer-dial`).
     dial: BTreeMap<NodeId, String>,
+    /// Signs every request (`peer_auth.rs`).
+    guard: Arc<PeerGuard>,
+    /// `serve --tls-*`: peers are called over https (`tls.rs`).
+    tls: Option<Arc<NodeTls>>,
 }
 
 impl Network {
-    pub fn new(dial: BTreeMap<NodeId, String>) -> Self {
+    pub fn new(dial: BTreeMap<NodeId, String>, guard: Arc<PeerGuard>) -> Self {
         Network {
             clients: BTreeMap::new(),
             dial,
+            guard,
+            tls: None,
         }
+    }
+
+    /// Calls peers over https, trusting `--tls-ca` and presenting this node's certificate.
+    pub fn with_tls(mut self, tls: Option<Arc<NodeTls>>) -> Self {
+        self.tls = tls;
+        self
     }
 }
 
-fn new_http_client() -> reqwest::Client {
-    reqwest::Client::builder()
+fn new_http_client(tls: Option<&NodeTls>) -> reqwest::Client {
+    let b = reqwest::Client::builder()
         .pool_idle_timeout(PEER_POOL_IDLE)
         .connect_timeout(PEER_CONNECT_TIMEOUT)
-        .tcp_nodelay(true)
-        .build()
-        .expect("the HTTP client builds with static settings")
+        .tcp_nodelay(true);
+    match tls {
+        Some(tls) => tls.peer_client(b),
+        None => b,
+    }
+    .build()
+    .expect("the HTTP client builds: static settings, TLS checked by NodeTls::load")
 }
 
 impl RaftNetworkFactory<TypeConfig> for Network {
@@ -65,12 +86,17 @@ impl RaftNetworkFactory<TypeConfig> for Network {
         let http = self
             .clients
             .entry(target)
-            .or_insert_with(new_http_client)
+            .or_insert_with(|| new_http_client(self.tls.as_deref()))
             .clone();
+        let scheme = crate::tls::peer_scheme(self.tls.as_deref());
         PeerClient {
             target,
-            base: format!("http://{}", self.dial.get(&target).unwrap_or(&node.addr)),
+            base: format!(
+                "{scheme}://{}",
+                self.dial.get(&target).unwrap_or(&node.addr)
+            ),
             http,
+            guard: self.guard.clone(),
         }
     }
 }
@@ -80,6 +106,7 @@ pub struct PeerClient {
     target: NodeId,
     base: String,
     http: reqwest::Client,
+    guard: Arc<PeerGuard>,
 }
 
 type RpcErr<E> = RPCError<NodeId, BasicNode, RaftError<NodeId, E>>;
@@ -98,10 +125,13 @@ impl PeerClient {
     {
         let started = std::time::Instant::now();
         let body = bincode::serialize(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        // Signed over the exact bytes sent, after serializing.
+        let auth = self.guard.stamp(path, &body);
         let sent = self
             .http
             .post(format!("{}{}", self.base, path))
             .header(reqwest::header::CONTENT_TYPE, BINCODE_CONTENT_TYPE)
+            .header(PEER_AUTH_HEADER, auth)
             .timeout(opt.hard_ttl())
             .body(body)
             .send()
@@ -112,8 +142,9 @@ impl PeerClient {
             Err(e) => return Err(RPCError::Network(NetworkError::new(&e))),
         };
         if !resp.status().is_success() {
-            let err =
-                std::io::Error::other(format!("peer {} answered {}", self.target, resp.status()));
+            let status = resp.status();
+            let why = refusal_text(resp).await;
+            let err = std::io::Error::other(format!("peer {} answered {status}{why}", self.target));
             return Err(RPCError::Network(NetworkError::new(&err)));
         }
         let bytes = resp
@@ -126,6 +157,19 @@ impl PeerClient {
             bincode::deserialize(&bytes).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         decoded.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
     }
+}
+
+/// A 401/403's reason (api.md's error body), bounded, for the log: a refused peer is a
+/// configuration error someone has to read.
+async fn refusal_text(mut resp: reqwest::Response) -> String {
+    let status = resp.status();
+    if status != reqwest::StatusCode::UNAUTHORIZED && status != reqwest::StatusCode::FORBIDDEN {
+        return String::new();
+    }
+    // The first chunk only: never buffer a whole (possibly hostile) error body.
+    let body = resp.chunk().await.ok().flatten().unwrap_or_default();
+    let text = String::from_utf8_lossy(&body[..body.len().min(PEER_ERROR_BODY_BYTES_MAX)]);
+    format!(": {text}")
 }
 
 impl RaftNetwork<TypeConfig> for PeerClient {

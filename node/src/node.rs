@@ -53,8 +53,14 @@ pub struct Node {
     pub metrics: Metrics,
     /// Client for forwarding requests to the leader (pooled, shared).
     pub forward_http: reqwest::Client,
+    /// `http` or, with `serve --tls-*`, `https`: the scheme of forwarded requests.
+    pub peer_scheme: &'static str,
     /// Queue of the group-commit batcher (`batcher.rs`).
     pub proposals: tokio::sync::mpsc::Sender<Pending>,
+    /// Client tokens (`serve --auth-file`); `None`: the client API is open.
+    pub auth: Option<Arc<crate::auth::AuthPolicy>>,
+    /// Peer RPC: the secret, this node's cluster id, what `/raft/…` admits.
+    pub peer: Arc<crate::peer_auth::PeerGuard>,
 }
 
 /// Where a request that needs the leader goes.

@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use axum::serve::ListenerExt;
 use leasehold_statemachine::{Command, Outcome};
 use openraft::{BasicNode, ServerState, SnapshotPolicy};
 use tokio::net::TcpListener;
@@ -21,6 +20,7 @@ use crate::clock::{SharedClock, SystemClock};
 use crate::metrics::Metrics;
 use crate::network::Network;
 use crate::node::{Limits, Node};
+use crate::peer_auth::{ClusterId, PeerGuard, PeerSecret};
 use crate::store::{LogStore, StateMachineStore};
 use crate::timekeeper::Timekeeper;
 use crate::types::{NodeId, Raft};
@@ -68,7 +68,7 @@ impl Default for RaftTuning {
             election_timeout_min_ms: 500,
             election_timeout_max_ms: 1000,
             snapshot_every_logs: 20_000,
-            logs_kept_after_snapshot: 1_000,
+            logs_kept_after_snapshot: 5_000,
         }
     }
 }
@@ -88,6 +88,19 @@ pub struct NodeConfig {
     /// While leases are live, the leader writes a tick when no entry was applied for this
     /// long, so followers' basis of cluster time stays fresh for a failover.
     pub tick_interval_ms: u64,
+    /// Client tokens (`serve --auth-file`); `None` leaves the client API open.
+    pub auth: Option<Arc<crate::auth::AuthPolicy>>,
+    /// The shared peer secret (`serve --peer-secret-file`); `None`: peer RPC is
+    /// unauthenticated (a loud warning at startup).
+    pub peer_secret: Option<PeerSecret>,
+    /// `serve --cluster-id`: the cluster this data dir must belong to (adopted when the
+    /// dir has none yet).
+    pub cluster_id: Option<ClusterId>,
+    /// Connection, header, in-flight and time limits of the HTTP listener.
+    pub listener: crate::listener::ListenerLimits,
+    /// `serve --tls-cert/--tls-key/--tls-ca`: the listener serves TLS and peers are
+    /// called over https (`tls.rs`); `None`: plain HTTP.
+    pub tls: Option<Arc<crate::tls::NodeTls>>,
 }
 
 impl NodeConfig {
@@ -101,6 +114,11 @@ impl NodeConfig {
             limits: Limits::default(),
             raft: RaftTuning::default(),
             tick_interval_ms: 250,
+            auth: None,
+            peer_secret: None,
+            cluster_id: None,
+            listener: Default::default(),
+            tls: None,
         }
     }
 }
@@ -148,8 +166,9 @@ pub async fn start(listener: TcpListener, cfg: NodeConfig) -> anyhow::Result<Run
         .get(&cfg.id)
         .with_context(|| format!("--peer list has no entry for this node's id {}", cfg.id))?;
     tracing::info!(id = cfg.id, %addr, advertised = %self_addr, "starting node");
-    std::fs::create_dir_all(&cfg.data_dir)
-        .with_context(|| format!("creating data dir {}", cfg.data_dir.display()))?;
+    // Before anything else touches the dir: refuse another node's (or cluster's) data.
+    let identity = crate::identity::open(&cfg.data_dir, cfg.id, cfg.cluster_id)?;
+    let peer = Arc::new(peer_guard(&cfg, identity.cluster_id));
     let log_store = LogStore::open(&cfg.data_dir.join("log"))
         .await
         .with_context(|| format!("opening the log in {}", cfg.data_dir.display()))?;
@@ -160,13 +179,13 @@ pub async fn start(listener: TcpListener, cfg: NodeConfig) -> anyhow::Result<Run
     let raft = Raft::new(
         cfg.id,
         Arc::new(raft_config(&cfg.raft)?),
-        Network::new(cfg.dial.clone()),
+        Network::new(cfg.dial.clone(), peer.clone()).with_tls(cfg.tls.clone()),
         log_store,
         sm_store,
     )
     .await
     .context("starting raft")?;
-    initialize_if_first(&raft, &cfg).await?;
+    initialize_if_first(&raft, &cfg, &peer).await?;
 
     let (proposals, proposal_rx) = crate::batcher::channel();
     let node = Arc::new(Node {
@@ -177,30 +196,22 @@ pub async fn start(listener: TcpListener, cfg: NodeConfig) -> anyhow::Result<Run
         limits: cfg.limits.clone(),
         dial: cfg.dial.clone(),
         metrics: Metrics::default(),
-        forward_http: reqwest::Client::builder()
-            .tcp_nodelay(true)
-            .connect_timeout(Duration::from_millis(500))
-            .build()?,
+        forward_http: forward_client(&cfg)?,
+        peer_scheme: crate::tls::peer_scheme(cfg.tls.as_deref()),
         proposals,
+        auth: cfg.auth.clone(),
+        peer,
     });
     let cancel = CancellationToken::new();
     let app = crate::api::router(node.clone());
-    let serve_cancel = cancel.clone();
-    // Without TCP_NODELAY a response written in two parts waits for the peer's delayed
-    // ACK (~40 ms) before its second part: that capped a replication round at ~40 ms.
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::warn!(error = %e, "could not set TCP_NODELAY");
-        }
-    });
-    let server = tokio::spawn(async move {
-        let served = axum::serve(listener, app)
-            .with_graceful_shutdown(async move { serve_cancel.cancelled().await })
-            .await;
-        if let Err(e) = served {
-            tracing::error!(error = %e, "HTTP server failed");
-        }
-    });
+    let server = tokio::spawn(crate::listener::serve(
+        listener,
+        app,
+        node.clone(),
+        cfg.listener.clone(),
+        cfg.tls.as_ref().map(|t| t.acceptor()),
+        cancel.clone(),
+    ));
     let batcher = tokio::spawn(crate::batcher::run(
         node.clone(),
         proposal_rx,
@@ -219,13 +230,58 @@ pub async fn start(listener: TcpListener, cfg: NodeConfig) -> anyhow::Result<Run
     })
 }
 
+/// The client that forwards requests to the leader (https with `--tls-*`, like Raft RPC).
+fn forward_client(cfg: &NodeConfig) -> anyhow::Result<reqwest::Client> {
+    let b = reqwest::Client::builder()
+        .tcp_nodelay(true)
+        .connect_timeout(Duration::from_millis(500))
+        // Drop a pooled connection before the leader's listener closes it as idle
+        // (the same --header-read-timeout-ms everywhere): reusing one the server is
+        // closing fails the forwarded request.
+        .pool_idle_timeout(cfg.listener.header_read_timeout / 2);
+    let b = match &cfg.tls {
+        Some(tls) => tls.peer_client(b),
+        None => b,
+    };
+    Ok(b.build()?)
+}
+
+fn peer_guard(cfg: &NodeConfig, cluster_id: Option<ClusterId>) -> PeerGuard {
+    if cfg.peer_secret.is_none() {
+        tracing::warn!(
+            id = cfg.id,
+            "PEER RPC IS UNAUTHENTICATED: started without --peer-secret-file, so anyone who \
+             can reach this port can send Raft messages and rewrite the lease table"
+        );
+    }
+    match cluster_id {
+        Some(c) => tracing::info!(cluster_id = %c, "cluster id"),
+        None => {
+            tracing::info!("no cluster id yet: adopting the first cluster that replicates here")
+        }
+    }
+    PeerGuard::new(
+        cfg.id,
+        cfg.peer_secret.clone(),
+        cfg.clock.clone(),
+        cfg.data_dir.clone(),
+        cluster_id,
+    )
+}
+
 /// Only the lowest id of the peer list initializes, and only a node that never was
-/// initialized: a restarted node rejoins with what it has on disk.
-async fn initialize_if_first(raft: &Raft, cfg: &NodeConfig) -> anyhow::Result<()> {
+/// initialized: a restarted node rejoins with what it has on disk. The cluster id is
+/// fixed (and on disk) before the cluster exists, so every RPC of the cluster carries it.
+async fn initialize_if_first(
+    raft: &Raft,
+    cfg: &NodeConfig,
+    peer: &PeerGuard,
+) -> anyhow::Result<()> {
     let lowest = *cfg.peers.keys().next().expect("peers has this node");
     if cfg.id != lowest || raft.is_initialized().await? {
         return Ok(());
     }
+    peer.ensure_cluster_id().await?;
     let members: BTreeMap<NodeId, BasicNode> = cfg
         .peers
         .iter()

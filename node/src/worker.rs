@@ -2,8 +2,9 @@
 //!
 //! Each of `--concurrency` slots loops: `claim_next` on the queue (waiting up to
 //! `--poll-wait-ms`), run the command with `LEASEHOLD_JOB_ID`, `LEASEHOLD_GENERATION`,
-//! `LEASEHOLD_PAYLOAD` (JSON, `null` when absent) and `LEASEHOLD_ENDPOINTS` set, while a
-//! [`leasehold_client::KeepAlive`] renews the lease. Then:
+//! `LEASEHOLD_PAYLOAD` (JSON, `null` when absent) and `LEASEHOLD_ENDPOINTS` (and, with
+//! `--tls-ca`, `LEASEHOLD_TLS_CA`) set, while a [`leasehold_client::KeepAlive`] renews
+//! the lease. Then:
 //! - exit 0 → complete, with the last non-empty line of the child's stdout as the result
 //!   when it is valid JSON (no result otherwise);
 //! - non-zero exit → release;
@@ -86,6 +87,7 @@ pub async fn run(args: WorkerArgs) -> Result<(), CliError> {
         client,
         owner,
         endpoints: args.opts.endpoints().join(","),
+        tls_ca: args.opts.tls_ca.clone(),
         run,
         grace,
         claimed: AtomicU64::new(0),
@@ -139,6 +141,8 @@ struct Shared {
     client: Client,
     owner: String,
     endpoints: String,
+    /// `--tls-ca`, passed on to the child as `LEASEHOLD_TLS_CA` with the endpoints.
+    tls_ca: Option<std::path::PathBuf>,
     run: RunArgs,
     grace: Duration,
     /// Claims made so far (bounded by --max-jobs).
@@ -278,6 +282,9 @@ impl Shared {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .kill_on_drop(true);
+        if let Some(ca) = &self.tls_ca {
+            cmd.env(crate::cli_jobs::TLS_CA_ENV, ca);
+        }
         #[cfg(unix)]
         cmd.process_group(0);
         cmd.spawn()

@@ -372,7 +372,11 @@ async fn leader_crash_mid_lease_loses_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn restarted_follower_catches_up_by_snapshot() {
-    let mut c = TestCluster::start_with(|cfg| cfg.raft.snapshot_every_logs = 50).await;
+    let mut c = TestCluster::start_with(|cfg| {
+        cfg.raft.snapshot_every_logs = 50;
+        cfg.raft.logs_kept_after_snapshot = 200;
+    })
+    .await;
     let leader = c.wait_for_leader().await;
     let f = c.follower_of(leader);
     c.wait_all_caught_up(leader).await;
@@ -388,8 +392,8 @@ async fn restarted_follower_catches_up_by_snapshot() {
 
     // Write until the leader has purged its log past the follower's last entry: from then
     // on the follower can only catch up by receiving a snapshot. (openraft keeps
-    // `max_in_snapshot_log_to_keep` = 1000 entries behind a snapshot, so this takes
-    // somewhat over 1000 writes, not 50.)
+    // `max_in_snapshot_log_to_keep` = 200 entries behind a snapshot here, so this takes
+    // somewhat over 200 entries, not 50.)
     let mut written = Vec::new();
     let started = Instant::now();
     loop {

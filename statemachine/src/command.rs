@@ -77,7 +77,33 @@ pub enum Command {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BatchItem {
     pub idempotency_key: Option<String>,
+    #[serde(deserialize_with = "item_command")]
     pub command: Command,
+}
+
+std::thread_local! {
+    /// Set while a batch item's command is being decoded on this thread.
+    static DECODING_BATCH_ITEM: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Decodes a batch item's command, refusing a batch inside a batch *before* decoding
+/// it. Decoding is recursive, so `Batch(Batch(Batch(…)))` a million levels deep in a
+/// Raft append body or a snapshot (13 bytes a level) used to overflow the stack and
+/// abort the node (found by fuzzing, issue 7 part 6). One level is all the batcher
+/// writes, and `validate` refuses nesting on apply anyway.
+fn item_command<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Command, D::Error> {
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            DECODING_BATCH_ITEM.with(|c| c.set(false));
+        }
+    }
+    if DECODING_BATCH_ITEM.with(|c| c.replace(true)) {
+        // Only reached through a nested `Batch`: the outer item's guard resets the flag.
+        return Err(serde::de::Error::custom("a batch item is itself a batch"));
+    }
+    let _reset = Reset;
+    Command::deserialize(d)
 }
 
 impl Command {

@@ -23,5 +23,5 @@ pub mod wire;
 
 pub use command::{BatchItem, Command, Entry, Outcome, Reply};
 pub use machine::{Config, LeaseMachine, Stats};
-pub use snapshot::SnapshotError;
+pub use snapshot::{SnapshotError, SnapshotSource};
 pub use wire::{ApiError, ErrorBody, ErrorCode, Job, JobPage, JobState, Lease};

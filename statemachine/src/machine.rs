@@ -19,6 +19,7 @@
 //! indexes hold pairs of integers, not strings.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -101,7 +102,10 @@ pub struct LeaseMachine {
     pub(crate) completed: u64,
     pub(crate) failed: u64,
     pub(crate) grace_applied: u64,
-    pub(crate) jobs: BTreeMap<u64, JobRecord>,
+    /// Records behind `Arc`s: a snapshot takes a copy of the table cheaply (see
+    /// [`LeaseMachine::snapshot_source`]) and a record is copied only when written while
+    /// a snapshot still holds it.
+    pub(crate) jobs: BTreeMap<u64, Arc<JobRecord>>,
     /// Deleted job ids and their last generation, so a re-created job's fencing token
     /// continues upward instead of restarting at 1 (a destination would reject it).
     pub(crate) tombstones: BTreeMap<String, u64>,
@@ -340,7 +344,7 @@ impl LeaseMachine {
         self.grace_applied += 1;
         let old = std::mem::take(&mut self.expiry);
         for (until, handle) in old {
-            let rec = self.jobs.get_mut(&handle).expect("expiry names a job");
+            let rec = Arc::make_mut(self.jobs.get_mut(&handle).expect("expiry names a job"));
             rec.lease_until_ms = until.saturating_add(extra);
             self.expiry.insert((rec.lease_until_ms, handle));
         }
@@ -353,7 +357,7 @@ impl LeaseMachine {
                 break;
             }
             self.expiry.pop_first();
-            let rec = self.jobs.get_mut(&handle).expect("expiry names a job");
+            let rec = Arc::make_mut(self.jobs.get_mut(&handle).expect("expiry names a job"));
             rec.leased = false;
             rec.ready_at_ms = until;
             let queue = rec.queue.clone();
@@ -435,7 +439,7 @@ impl LeaseMachine {
             .entry(queue.to_owned())
             .or_default()
             .insert(handle);
-        self.jobs.insert(handle, rec);
+        self.jobs.insert(handle, Arc::new(rec));
         handle
     }
 
@@ -456,7 +460,7 @@ impl LeaseMachine {
             return Err(self.job_error(h, ErrorCode::AlreadyExists, format!("job {id} exists")));
         }
         let handle = self.create(log_index, now, &id, queue);
-        let rec = self.jobs.get_mut(&handle).expect("just created");
+        let rec = Arc::make_mut(self.jobs.get_mut(&handle).expect("just created"));
         rec.payload = payload.clone();
         rec.max_attempts = max_attempts;
         Ok(Outcome::Job(self.view(&self.jobs[&handle], now)))
@@ -526,7 +530,7 @@ impl LeaseMachine {
     /// this claim would exceed `max_attempts`.
     fn grant(&mut self, log_index: u64, now: u64, handle: u64, owner: &str, ttl_ms: u64) -> Reply {
         self.remove_ready(handle);
-        let rec = self.jobs.get_mut(&handle).expect("granted job exists");
+        let rec = Arc::make_mut(self.jobs.get_mut(&handle).expect("granted job exists"));
         rec.updated_ms = now;
         rec.log_index = log_index;
         if rec.max_attempts.is_some_and(|m| rec.attempts >= m) {
@@ -593,7 +597,7 @@ impl LeaseMachine {
     /// Takes a checked holder's live lease out of the expiry index and marks the job as
     /// changed by this entry: the common first step of renew, complete and release.
     fn unindex_lease(&mut self, handle: u64, now: u64, log_index: u64) -> &mut JobRecord {
-        let rec = self.jobs.get_mut(&handle).expect("checked holder");
+        let rec = Arc::make_mut(self.jobs.get_mut(&handle).expect("checked holder"));
         let removed = self.expiry.remove(&(rec.lease_until_ms, handle));
         debug_assert!(removed, "a live lease is in the expiry index");
         rec.updated_ms = now;
@@ -676,7 +680,7 @@ impl LeaseMachine {
             self.by_queue.remove(&rec.queue);
         }
         if rec.generation > 0 {
-            self.tombstones.insert(rec.id, rec.generation);
+            self.tombstones.insert(rec.id.clone(), rec.generation);
         }
         Ok(Outcome::Deleted)
     }

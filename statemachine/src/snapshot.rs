@@ -5,6 +5,7 @@
 //! never carry an index that disagrees with its records.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use bincode::Options;
 use serde::{Deserialize, Serialize};
@@ -29,6 +30,37 @@ pub enum SnapshotError {
     Inconsistent(String),
 }
 
+/// A queue, its members' handles and its claimable jobs' (ready_at_ms, handle).
+type QueueSlot<'a> = (&'a str, Vec<u64>, Vec<(u64, u64)>);
+
+/// Per queue: its members and its claimable jobs, gathered while restoring.
+#[derive(Default)]
+struct QueueIndexes<'a> {
+    slot_of: HashMap<&'a str, usize>,
+    slots: Vec<QueueSlot<'a>>,
+    /// Records come in handle order and neighbours usually share a queue.
+    last: Option<(&'a str, usize)>,
+}
+
+impl<'a> QueueIndexes<'a> {
+    fn of(&mut self, queue: &'a str) -> (&mut Vec<u64>, &mut Vec<(u64, u64)>) {
+        let i = match self.last {
+            Some((q, i)) if q == queue => i,
+            _ => {
+                let slots = &mut self.slots;
+                let i = *self.slot_of.entry(queue).or_insert_with(|| {
+                    slots.push((queue, Vec::new(), Vec::new()));
+                    slots.len() - 1
+                });
+                self.last = Some((queue, i));
+                i
+            }
+        };
+        let (_, members, ready) = &mut self.slots[i];
+        (members, ready)
+    }
+}
+
 #[derive(Serialize)]
 struct SnapshotRef<'a> {
     config: Config,
@@ -37,9 +69,64 @@ struct SnapshotRef<'a> {
     last_log_index: u64,
     next_handle: u64,
     grace_applied: u64,
-    jobs: &'a BTreeMap<u64, JobRecord>,
+    jobs: &'a BTreeMap<u64, Arc<JobRecord>>,
     tombstones: &'a BTreeMap<String, u64>,
     idempotency: Vec<(&'a String, &'a Remembered)>,
+}
+
+/// The records of a machine at one instant, detached from it: taking one costs a walk
+/// of the job table's keys (records are shared, and the machine copies a record it
+/// writes while a source still holds it), so a node can encode a million-job snapshot
+/// without holding off applies for the whole encoding.
+#[derive(Debug, Clone)]
+pub struct SnapshotSource {
+    config: Config,
+    clock_ms: u64,
+    term: u64,
+    last_log_index: u64,
+    next_handle: u64,
+    grace_applied: u64,
+    jobs: BTreeMap<u64, Arc<JobRecord>>,
+    tombstones: BTreeMap<String, u64>,
+    idempotency: Vec<(String, Remembered)>,
+}
+
+impl SnapshotSource {
+    /// [`LeaseMachine::digest`] as of the instant this was taken.
+    pub fn digest(&self) -> u64 {
+        crate::command::fnv1a(&self.encode())
+    }
+
+    /// Exactly the bytes [`LeaseMachine::snapshot`] gave at the instant this was taken.
+    pub fn encode(&self) -> Vec<u8> {
+        encode(&self.as_ref())
+    }
+
+    /// [`Self::encode`] into a writer (a file), without the whole image in memory.
+    pub fn encode_into<W: std::io::Write>(&self, mut w: W) -> bincode::Result<()> {
+        w.write_all(&[SNAPSHOT_FORMAT_V1])?;
+        bincode::serialize_into(w, &self.as_ref())
+    }
+
+    fn as_ref(&self) -> SnapshotRef<'_> {
+        SnapshotRef {
+            config: self.config,
+            clock_ms: self.clock_ms,
+            term: self.term,
+            last_log_index: self.last_log_index,
+            next_handle: self.next_handle,
+            grace_applied: self.grace_applied,
+            jobs: &self.jobs,
+            tombstones: &self.tombstones,
+            idempotency: self.idempotency.iter().map(|(k, r)| (k, r)).collect(),
+        }
+    }
+}
+
+fn encode(state: &SnapshotRef<'_>) -> Vec<u8> {
+    let mut out = vec![SNAPSHOT_FORMAT_V1];
+    bincode::serialize_into(&mut out, state).expect("state always encodes");
+    out
 }
 
 #[derive(Deserialize)]
@@ -50,12 +137,31 @@ struct SnapshotOwned {
     last_log_index: u64,
     next_handle: u64,
     grace_applied: u64,
-    jobs: BTreeMap<u64, JobRecord>,
+    jobs: BTreeMap<u64, Arc<JobRecord>>,
     tombstones: BTreeMap<String, u64>,
     idempotency: Vec<(String, Remembered)>,
 }
 
 impl LeaseMachine {
+    /// The records as of now, to [`SnapshotSource::encode`] later (elsewhere).
+    pub fn snapshot_source(&self) -> SnapshotSource {
+        SnapshotSource {
+            config: self.config,
+            clock_ms: self.clock_ms,
+            term: self.term,
+            last_log_index: self.last_log_index,
+            next_handle: self.next_handle,
+            grace_applied: self.grace_applied,
+            jobs: self.jobs.clone(),
+            tombstones: self.tombstones.clone(),
+            idempotency: self
+                .idempotency
+                .entries()
+                .map(|(k, r)| (k.clone(), r.clone()))
+                .collect(),
+        }
+    }
+
     /// The whole state as bytes: `[SNAPSHOT_FORMAT_V1] ++ bincode(state)`.
     pub fn snapshot(&self) -> Vec<u8> {
         let state = SnapshotRef {
@@ -69,9 +175,7 @@ impl LeaseMachine {
             tombstones: &self.tombstones,
             idempotency: self.idempotency.entries().collect(),
         };
-        let mut out = vec![SNAPSHOT_FORMAT_V1];
-        bincode::serialize_into(&mut out, &state).expect("state always encodes");
-        out
+        encode(&state)
     }
 
     /// A fingerprint of the whole state (FNV-1a of `snapshot()`): two replicas that
@@ -103,6 +207,10 @@ impl LeaseMachine {
         m.idempotency =
             IdempotencyTable::from_entries(s.idempotency).map_err(SnapshotError::Inconsistent)?;
         m.ids.reserve(s.jobs.len());
+        // The indexes are collected into vectors and built in bulk: a million one-by-one
+        // tree inserts (and a queue-name copy per record) were most of a restart.
+        let mut queues = QueueIndexes::default();
+        let mut expiry = Vec::new();
         for (&handle, rec) in &s.jobs {
             if handle >= m.next_handle || m.ids.insert(rec.id.clone(), handle).is_some() {
                 return Err(SnapshotError::Inconsistent(format!(
@@ -110,10 +218,70 @@ impl LeaseMachine {
                     rec.id
                 )));
             }
-            m.index_record(handle, rec);
+            m.check_restored_record(rec)
+                .map_err(SnapshotError::Inconsistent)?;
+            let (members, ready) = queues.of(&rec.queue);
+            members.push(handle);
+            match rec.status {
+                Status::Completed => m.completed += 1,
+                Status::Failed => m.failed += 1,
+                Status::Open if rec.leased => expiry.push((rec.lease_until_ms, handle)),
+                Status::Open => ready.push((rec.ready_at_ms, handle)),
+            }
+        }
+        m.expiry = expiry.into_iter().collect();
+        for (queue, members, ready) in queues.slots {
+            if !ready.is_empty() {
+                m.ready
+                    .insert(queue.to_owned(), ready.into_iter().collect());
+            }
+            m.by_queue
+                .insert(queue.to_owned(), members.into_iter().collect());
         }
         m.jobs = s.jobs;
+        m.check_restored_idempotency()
+            .map_err(SnapshotError::Inconsistent)?;
         Ok(m)
+    }
+
+    /// What `check_invariants` asserts of one record, as an error: a snapshot comes from
+    /// a peer or the disk, so a record breaking an invariant is bad input, not a bug
+    /// (found by fuzzing `restore`, issue 7 part 6).
+    fn check_restored_record(&self, rec: &JobRecord) -> Result<(), String> {
+        let id = &rec.id;
+        if self.tombstones.contains_key(id) {
+            return Err(format!("live job {id} is tombstoned"));
+        }
+        if rec.generation < rec.attempts {
+            return Err(format!("job {id} has more attempts than generations"));
+        }
+        if rec.max_attempts.is_some_and(|max| rec.attempts > max) {
+            return Err(format!("job {id} has attempts beyond max_attempts"));
+        }
+        if rec.leased && rec.status != Status::Open {
+            return Err(format!("closed job {id} is leased"));
+        }
+        if rec.leased && rec.lease_until_ms <= self.clock_ms {
+            return Err(format!("job {id} holds an expired lease"));
+        }
+        Ok(())
+    }
+
+    /// The idempotency table's bounds against the restored clock and config.
+    fn check_restored_idempotency(&self) -> Result<(), String> {
+        let cfg = self.config;
+        if self.idempotency.len() > cfg.idempotency_keys_max {
+            return Err("idempotency table over its bound".into());
+        }
+        for (key, r) in self.idempotency.entries() {
+            if r.recorded_ms > self.clock_ms {
+                return Err(format!("idempotency key {key:?} from the future"));
+            }
+            if r.recorded_ms.saturating_add(cfg.idempotency_window_ms) <= self.clock_ms {
+                return Err(format!("expired idempotency key {key:?} kept"));
+            }
+        }
+        Ok(())
     }
 
     fn index_record(&mut self, handle: u64, rec: &JobRecord) {

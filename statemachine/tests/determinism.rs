@@ -277,6 +277,32 @@ fn snapshot_and_restore_midway_changes_nothing() {
 }
 
 #[test]
+fn a_snapshot_source_keeps_its_instant_while_the_machine_moves_on() {
+    let log = random_log(11, N);
+    let mut m = LeaseMachine::new(config());
+    let mut taken = Vec::new();
+    for (c, chunk) in log.chunks(N / 4).enumerate() {
+        replay(&mut m, chunk, (c * (N / 4)) as u64 + 1);
+        // The source is taken now and encoded only after later entries changed (and
+        // deleted) records it shares with the machine.
+        taken.push((m.snapshot_source(), m.snapshot()));
+    }
+    assert!(taken.len() >= 4);
+    for (i, (source, bytes_then)) in taken.iter().enumerate() {
+        assert!(
+            source.encode() == *bytes_then,
+            "source {i} changed with the machine"
+        );
+        let mut streamed = Vec::new();
+        source.encode_into(&mut streamed).unwrap();
+        assert!(streamed == *bytes_then, "encode_into differs from encode");
+    }
+    let (last, _) = taken.last().unwrap();
+    assert!(last.encode() == m.snapshot());
+    assert!(taken[0].0.encode() != m.snapshot());
+}
+
+#[test]
 fn restore_rejects_an_empty_input_and_unknown_versions() {
     assert!(matches!(
         LeaseMachine::restore(&[]),

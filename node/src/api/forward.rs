@@ -37,7 +37,7 @@ const FORWARDED_HEADERS: [&str; 3] = [IDEMPOTENCY_HEADER, "content-type", "autho
 
 pub async fn forward(node: &Node, inbound: &Inbound, addr: &str) -> Result<Response, ForwardError> {
     node.metrics.forwarded.fetch_add(1, Ordering::Relaxed);
-    let url = format!("http://{addr}{}", inbound.path_and_query);
+    let url = format!("{}://{addr}{}", node.peer_scheme, inbound.path_and_query);
     let mut req = node
         .forward_http
         .request(inbound.method.clone(), url)
@@ -60,7 +60,8 @@ pub async fn forward(node: &Node, inbound: &Inbound, addr: &str) -> Result<Respo
     };
     let status = StatusCode::from_u16(resp.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
     let mut headers = HeaderMap::new();
-    for name in ["content-type", "retry-after"] {
+    // `www-authenticate`: a leader's 401 keeps its challenge (client_auth.rs).
+    for name in ["content-type", "retry-after", "www-authenticate"] {
         if let Some(v) = resp
             .headers()
             .get(name)

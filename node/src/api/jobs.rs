@@ -19,10 +19,11 @@ use leasehold_statemachine::{ApiError, Command, ErrorCode, JobState};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
+use super::client_auth;
 use super::forward::Inbound;
 use super::leader::{on_leader, LeaderOp, WriteKind};
 use super::{error_response, hops, read_body, IDEMPOTENCY_HEADER};
-use crate::node::Node;
+use crate::node::{Limits, Node};
 
 fn invalid(msg: impl Into<String>) -> ApiError {
     ApiError::new(ErrorCode::InvalidArgument, msg)
@@ -47,13 +48,18 @@ async fn inbound(req: Request, extra_wait: Duration) -> Result<Inbound, ApiError
     })
 }
 
-fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+pub(crate) fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     // An empty body is an empty object: `curl -X POST` with no data is a fair request.
     let body = if body.iter().all(u8::is_ascii_whitespace) {
         b"{}" as &[u8]
     } else {
         body
     };
+    // serde's derived structs also accept an array of the fields in order (`[]` was a
+    // valid submit): api.md's bodies are objects, anything else is 400.
+    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(invalid("the request body must be a JSON object"));
+    }
     serde_json::from_slice(body).map_err(|e| invalid(format!("bad JSON body: {e}")))
 }
 
@@ -69,8 +75,8 @@ fn idempotency_key(inbound: &Inbound) -> Result<Option<String>, ApiError> {
 }
 
 /// Node flags may narrow the TTL range (api.md).
-fn check_ttl(node: &Node, ttl_ms: Option<u64>) -> Result<(), ApiError> {
-    let (lo, hi) = (node.limits.ttl_ms_min, node.limits.ttl_ms_max);
+fn check_ttl(limits: &Limits, ttl_ms: Option<u64>) -> Result<(), ApiError> {
+    let (lo, hi) = (limits.ttl_ms_min, limits.ttl_ms_max);
     match ttl_ms {
         Some(t) if !(lo..=hi).contains(&t) => Err(invalid(format!(
             "ttl_ms must be {lo}-{hi} on this node (got {t})"
@@ -86,10 +92,14 @@ async fn write(
     build: impl FnOnce(&Node, &[u8]) -> Result<(Command, u64), ApiError>,
 ) -> Response {
     let extra_wait = Duration::from_millis(limits::WAIT_MS_MAX);
+    let caller = client_auth::caller_of(&req);
     let result = async {
         let inbound = inbound(req, extra_wait).await?;
         let key = idempotency_key(&inbound)?;
         let (command, wait_ms) = build(&node, &inbound.body)?;
+        // Owner prefix and operation of the parsed command, before it is proposed or
+        // forwarded: a refused request changes nothing.
+        client_auth::check_command(&node, caller.as_deref(), &command)?;
         Ok((inbound, key, command, wait_ms))
     }
     .await;
@@ -110,9 +120,25 @@ async fn write(
 
 pub async fn submit(State(node): State<Arc<Node>>, req: Request) -> Response {
     write(node, req, WriteKind::Submit, |_, body| {
-        Ok((parse_json::<SubmitRequest>(body)?.into_command()?, 0))
+        Ok((decode_submit(body)?, 0))
     })
     .await
+}
+
+/// `POST /v1/jobs`'s body as its command (the handler and the fuzz target share this).
+pub(crate) fn decode_submit(body: &[u8]) -> Result<Command, ApiError> {
+    parse_json::<SubmitRequest>(body)?.into_command()
+}
+
+/// `POST /v1/queues/{queue}/claim`'s body as its command and wait.
+pub(crate) fn decode_claim_next(
+    limits: &Limits,
+    queue: &str,
+    body: &[u8],
+) -> Result<(Command, u64), ApiError> {
+    let r: ClaimNextRequest = parse_json(body)?;
+    check_ttl(limits, Some(r.ttl_ms))?;
+    r.into_command(queue)
 }
 
 pub async fn claim_next(
@@ -121,16 +147,14 @@ pub async fn claim_next(
     req: Request,
 ) -> Response {
     write(node, req, WriteKind::ClaimNext, |node, body| {
-        let r: ClaimNextRequest = parse_json(body)?;
-        check_ttl(node, Some(r.ttl_ms))?;
-        r.into_command(&queue)
+        decode_claim_next(&node.limits, &queue, body)
     })
     .await
 }
 
 /// The action a POST under `/v1/jobs/` names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Action {
+pub(crate) enum Action {
     Claim,
     Renew,
     Complete,
@@ -138,7 +162,7 @@ enum Action {
 }
 
 /// Splits `rest` (the raw path after `/v1/jobs/`) into a decoded job id and the action.
-fn split_action(rest: &str) -> Result<(String, Option<Action>), ApiError> {
+pub(crate) fn split_action(rest: &str) -> Result<(String, Option<Action>), ApiError> {
     let actions = [
         ("/claim", Action::Claim),
         ("/renew", Action::Renew),
@@ -188,28 +212,42 @@ pub async fn job_action(State(node): State<Arc<Node>>, req: Request) -> Response
         Err(e) => return error_response(&e),
     };
     write(node, req, WriteKind::Plain, move |node, body| {
-        let cmd = match action {
-            Action::Claim => {
-                let r: ClaimRequest = parse_json(body)?;
-                check_ttl(node, Some(r.ttl_ms))?;
-                r.into_command(&id)?
-            }
-            Action::Renew => {
-                let r: RenewRequest = parse_json(body)?;
-                check_ttl(node, r.ttl_ms)?;
-                r.into_command(&id)?
-            }
-            Action::Complete => parse_json::<CompleteRequest>(body)?.into_command(&id)?,
-            Action::Release => parse_json::<ReleaseRequest>(body)?.into_command(&id)?,
-        };
-        Ok((cmd, 0))
+        Ok((decode_action(&node.limits, action, &id, body)?, 0))
     })
     .await
 }
 
+/// The body of a POST on a job's action as its command (handler and fuzz target).
+pub(crate) fn decode_action(
+    limits: &Limits,
+    action: Action,
+    id: &str,
+    body: &[u8],
+) -> Result<Command, ApiError> {
+    match action {
+        Action::Claim => {
+            let r: ClaimRequest = parse_json(body)?;
+            check_ttl(limits, Some(r.ttl_ms))?;
+            r.into_command(id)
+        }
+        Action::Renew => {
+            let r: RenewRequest = parse_json(body)?;
+            check_ttl(limits, r.ttl_ms)?;
+            r.into_command(id)
+        }
+        Action::Complete => parse_json::<CompleteRequest>(body)?.into_command(id),
+        Action::Release => parse_json::<ReleaseRequest>(body)?.into_command(id),
+    }
+}
+
 /// The job a GET or DELETE names: the whole raw rest of the path, decoded.
 fn named_job(req: &Request) -> Result<String, ApiError> {
-    let id = percent_decode(raw_rest(req))
+    decode_job_path(raw_rest(req))
+}
+
+/// A job id from the raw rest of a GET/DELETE path (handler and fuzz target).
+pub(crate) fn decode_job_path(raw_rest: &str) -> Result<String, ApiError> {
+    let id = percent_decode(raw_rest)
         .ok_or_else(|| invalid("job id is not valid percent-encoded UTF-8"))?;
     limits::validate_job_id(&id)?;
     Ok(id)
@@ -243,32 +281,32 @@ pub struct ListParams {
 }
 
 pub async fn list(State(node): State<Arc<Node>>, req: Request) -> Response {
-    let op = (|| {
-        let Query(p) = Query::<ListParams>::try_from_uri(req.uri())
-            .map_err(|e| invalid(format!("bad query: {e}")))?;
-        let state = match p.state.as_deref().filter(|s| !s.is_empty()) {
-            None => None,
-            Some(s) => {
-                Some(JobState::parse(s).ok_or_else(|| invalid(format!("unknown state {s:?}")))?)
-            }
-        };
-        let queue = p.queue.filter(|q| !q.is_empty());
-        if let Some(q) = &queue {
-            limits::validate_queue(q)?;
-        }
-        let limit = p.limit.unwrap_or(limits::LIST_LIMIT_DEFAULT);
-        limits::validate_list_limit(limit)?;
-        Ok::<_, ApiError>(LeaderOp::List {
-            queue,
-            state,
-            limit,
-            page_token: p.page_token.filter(|t| !t.is_empty()),
-        })
-    })();
-    match op {
+    match list_op(req.uri()) {
         Ok(op) => read(node, req, op).await,
         Err(e) => error_response(&e),
     }
+}
+
+/// `GET /v1/jobs?…`'s query as its read (handler and fuzz target).
+pub(crate) fn list_op(uri: &axum::http::Uri) -> Result<LeaderOp, ApiError> {
+    let Query(p) =
+        Query::<ListParams>::try_from_uri(uri).map_err(|e| invalid(format!("bad query: {e}")))?;
+    let state = match p.state.as_deref().filter(|s| !s.is_empty()) {
+        None => None,
+        Some(s) => Some(JobState::parse(s).ok_or_else(|| invalid(format!("unknown state {s:?}")))?),
+    };
+    let queue = p.queue.filter(|q| !q.is_empty());
+    if let Some(q) = &queue {
+        limits::validate_queue(q)?;
+    }
+    let limit = p.limit.unwrap_or(limits::LIST_LIMIT_DEFAULT);
+    limits::validate_list_limit(limit)?;
+    Ok(LeaderOp::List {
+        queue,
+        state,
+        limit,
+        page_token: p.page_token.filter(|t| !t.is_empty()),
+    })
 }
 
 async fn read(node: Arc<Node>, req: Request, op: LeaderOp) -> Response {

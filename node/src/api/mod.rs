@@ -5,8 +5,9 @@
 //! [`leader::on_leader`], which runs it here if this node leads, forwards the request
 //! verbatim to the leader if not, or waits out an election.
 
+mod client_auth;
 mod forward;
-mod jobs;
+pub(crate) mod jobs;
 mod leader;
 mod ops;
 mod raft_rpc;
@@ -53,6 +54,11 @@ pub fn router(node: Arc<Node>) -> Router {
         .route(crate::network::RAFT_VOTE_PATH, post(raft_rpc::vote))
         .route(crate::network::RAFT_SNAPSHOT_PATH, post(raft_rpc::snapshot))
         .fallback(unknown_route)
+        // Inside `stamp_headers`, so a refusal carries the node headers and is counted.
+        .layer(axum::middleware::from_fn_with_state(
+            node.clone(),
+            client_auth::check_token,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             node.clone(),
             stamp_headers,

@@ -25,6 +25,9 @@ struct ClusterView {
     cluster_time_ms: u64,
     /// Added to api.md's fields: this node's Raft role.
     state: String,
+    /// Added to api.md's fields: the cluster's id (32 hex digits), null until this node
+    /// initialized the cluster or was first replicated to.
+    cluster_id: Option<String>,
 }
 
 async fn committed_index(node: &Node) -> u64 {
@@ -51,6 +54,7 @@ pub async fn cluster(State(node): State<Arc<Node>>) -> Response {
         applied_index: m.last_applied.map_or(0, |l| l.index),
         cluster_time_ms: node.cluster_time_ms(),
         state: format!("{:?}", m.state),
+        cluster_id: node.peer.cluster_id().map(|c| c.to_string()),
     };
     json_response(StatusCode::OK, &view)
 }
@@ -67,19 +71,27 @@ struct DigestView {
 
 /// This replica's state fingerprint, from its own applied state (never forwarded).
 pub async fn digest(State(node): State<Arc<Node>>) -> Response {
-    let node2 = node.clone();
-    // Serializing a large table takes a while: keep it off the async workers.
-    let view = tokio::task::spawn_blocking(move || {
-        node2.sm.read(|s| DigestView {
-            node_id: node2.id,
-            applied_index: s.last_applied.map_or(0, |l| l.index),
-            digest: format!("{:016x}", s.machine.digest()),
-            jobs: s.machine.stats().jobs,
+    let id = node.id;
+    // Encoding a large table takes a while: off the runtime, applies held off only
+    // while the records are captured.
+    let (applied_index, jobs, source) = node
+        .sm
+        .read_long(|s| {
+            let index = s.last_applied.map_or(0, |l| l.index);
+            (index, s.machine.stats().jobs, s.machine.snapshot_source())
         })
-    })
-    .await;
-    match view {
-        Ok(v) => json_response(StatusCode::OK, &v),
+        .await;
+    let digest = tokio::task::spawn_blocking(move || source.digest()).await;
+    match digest {
+        Ok(d) => json_response(
+            StatusCode::OK,
+            &DigestView {
+                node_id: id,
+                applied_index,
+                digest: format!("{d:016x}"),
+                jobs,
+            },
+        ),
         Err(e) => super::error_response(&leasehold_statemachine::ApiError::new(
             leasehold_statemachine::ErrorCode::Internal,
             format!("digest failed: {e}"),

@@ -1,5 +1,9 @@
 //! Server side of Raft RPC: bincode request in, bincode `Result<Response, RaftError>`
 //! out, so the caller sees the peer's Raft error typed (see `network.rs`).
+//!
+//! Every request is admitted by the node's [`PeerGuard`](crate::peer_auth::PeerGuard)
+//! (peer secret, timestamp, cluster id) on its raw bytes, before a byte is decoded:
+//! refused → api.md's error body, 401 `unauthenticated` or 403 `permission_denied`.
 
 use std::sync::Arc;
 
@@ -9,18 +13,44 @@ use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::read_body;
+use super::{error_response, read_body};
 use crate::node::Node;
+use crate::peer_auth::PEER_AUTH_HEADER;
 
 /// Raft bodies carry log batches and snapshot chunks; bounded all the same.
 const RAFT_BODY_BYTES_MAX: usize = 64 * 1024 * 1024;
 
-async fn decode<T: DeserializeOwned>(req: Request) -> Result<T, Response> {
+/// Reads, admits, then decodes. `replicates`: AppendEntries or InstallSnapshot, the RPCs
+/// from which a fresh node adopts its cluster id.
+async fn decode<T: DeserializeOwned>(
+    node: &Node,
+    req: Request,
+    replicates: bool,
+) -> Result<T, Response> {
+    let path = req.uri().path().to_owned();
+    let header = req.headers().get(PEER_AUTH_HEADER).cloned();
+    let header = match header.as_ref().map(|h| h.to_str()) {
+        None => None,
+        Some(Ok(h)) => Some(h),
+        Some(Err(_)) => Some("(not visible ASCII)"),
+    };
+    // No body is buffered for a request that cannot be authentic.
+    node.peer.precheck(header).map_err(|e| refused(&path, &e))?;
     let bytes = read_body(req.into_body(), RAFT_BODY_BYTES_MAX)
         .await
         .map_err(|e| (StatusCode::PAYLOAD_TOO_LARGE, e.message).into_response())?;
+    let fresh = node.raft.metrics().borrow().last_log_index.is_none();
+    node.peer
+        .admit(header, &path, &bytes, replicates, fresh)
+        .await
+        .map_err(|e| refused(&path, &e))?;
     bincode::deserialize(&bytes)
         .map_err(|e| (StatusCode::BAD_REQUEST, format!("bad raft body: {e}")).into_response())
+}
+
+fn refused(path: &str, e: &leasehold_statemachine::ApiError) -> Response {
+    tracing::warn!(%path, error = %e.message, "refused a peer RPC");
+    error_response(e)
 }
 
 fn encode<T: Serialize>(v: &T) -> Response {
@@ -39,21 +69,21 @@ fn encode<T: Serialize>(v: &T) -> Response {
 }
 
 pub async fn append(State(node): State<Arc<Node>>, req: Request) -> Response {
-    match decode(req).await {
+    match decode(&node, req, true).await {
         Ok(rpc) => encode(&node.raft.append_entries(rpc).await),
         Err(r) => r,
     }
 }
 
 pub async fn vote(State(node): State<Arc<Node>>, req: Request) -> Response {
-    match decode(req).await {
+    match decode(&node, req, false).await {
         Ok(rpc) => encode(&node.raft.vote(rpc).await),
         Err(r) => r,
     }
 }
 
 pub async fn snapshot(State(node): State<Arc<Node>>, req: Request) -> Response {
-    match decode(req).await {
+    match decode(&node, req, true).await {
         Ok(rpc) => encode(&node.raft.install_snapshot(rpc).await),
         Err(r) => r,
     }

@@ -46,9 +46,11 @@ const CHUNK_MAX_BYTES: usize = 64 * 1024 * 1024;
 const FLUSH_BATCH_WAIT: std::time::Duration = std::time::Duration::ZERO;
 
 /// Recent entries stay in memory for replication to followers that are slightly behind;
-/// older ones are read back from disk on demand.
+/// older ones are read back from disk on demand. 32 MiB holds several seconds of
+/// entries at full load; a larger cache only adds to a node's memory (a 1 M-job node
+/// peaked at 1.07 GB RSS with 128 MiB).
 const CACHE_MAX_ITEMS: usize = 100_000;
-const CACHE_MAX_BYTES: usize = 128 * 1024 * 1024;
+const CACHE_MAX_BYTES: usize = 32 * 1024 * 1024;
 
 /// The durable Raft log of one node. Cheap to clone: clones share the same log, which
 /// is how openraft's replication tasks read it (`get_log_reader`).
@@ -85,9 +87,13 @@ impl LogStore {
                 .map_err(io::Error::other)?
         };
         let log = opened.map_err(|e| {
+            let msg = e.to_string();
+            let file = damaged_chunk(&dir, &msg)
+                .map(|f| format!(" (damaged file: {}; the node will not run on it: restore this node's data dir from a peer or a backup)", f.display()))
+                .unwrap_or_default();
             io::Error::new(
                 e.kind(),
-                format!("opening raft log in {}: {e}", dir.display()),
+                format!("opening raft log in {}: {msg}{file}", dir.display()),
             )
         })?;
         Ok(LogStore {
@@ -131,6 +137,16 @@ impl LogStore {
         rx.await
             .map_err(|_| io::Error::other("raft log flush thread stopped before reporting"))?
     }
+}
+
+/// The chunk file a raft-log decode error names (`… iterate ChunkId(00_000_…)`): raft-log
+/// names chunks `r-<id>.wal`. A CRC mismatch before the tail is damage, not a torn write:
+/// raft-log refuses to open, and the operator needs the file.
+fn damaged_chunk(dir: &Path, error: &str) -> Option<PathBuf> {
+    let start = error.rfind("ChunkId(")? + "ChunkId(".len();
+    let id = &error[start..start + error[start..].find(')')?];
+    let file = dir.join(format!("r-{id}.wal"));
+    file.exists().then_some(file)
 }
 
 fn open_blocking(dir: &Path) -> Result<RaftLog<WalTypes>, io::Error> {

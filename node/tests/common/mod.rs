@@ -679,3 +679,129 @@ impl TestCluster {
         commit
     }
 }
+
+// ---- raw HTTP (limits and garbage tests) ------------------------------------------------
+
+/// A response read off a raw TCP connection.
+#[derive(Debug)]
+pub struct RawResp {
+    pub status: u16,
+    /// Lower-cased header names.
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl RawResp {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
+            panic!(
+                "status {}: body is not JSON ({e}): {:?}",
+                self.status,
+                String::from_utf8_lossy(&self.body)
+            )
+        })
+    }
+}
+
+/// Reads one HTTP/1 response off `stream` (Content-Length bodies, or up to EOF), within
+/// `timeout`. `Err` says what happened instead: EOF, a reset, a timeout.
+pub async fn read_raw_response(
+    stream: &mut (impl tokio::io::AsyncRead + Unpin),
+    timeout: Duration,
+) -> Result<RawResp, String> {
+    use tokio::io::AsyncReadExt;
+    let read = async {
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 8192];
+        loop {
+            if let Some(resp) = parse_raw_response(&buf)? {
+                return Ok(resp);
+            }
+            let n = stream
+                .read(&mut chunk)
+                .await
+                .map_err(|e| format!("read error after {} bytes: {e}", buf.len()))?;
+            if n == 0 {
+                return match parse_raw_head(&buf) {
+                    Some((status, headers, body_at)) => Ok(RawResp {
+                        status,
+                        headers,
+                        body: buf[body_at..].to_vec(),
+                    }),
+                    None => Err(format!("connection closed after {} bytes", buf.len())),
+                };
+            }
+            buf.extend_from_slice(&chunk[..n]);
+        }
+    };
+    tokio::time::timeout(timeout, read)
+        .await
+        .map_err(|_| format!("no response within {timeout:?}"))?
+}
+
+/// Status, headers, and where the body starts.
+type RawHead = (u16, Vec<(String, String)>, usize);
+
+fn parse_raw_head(buf: &[u8]) -> Option<RawHead> {
+    let end = buf.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = String::from_utf8_lossy(&buf[..end]);
+    let mut lines = head.split("\r\n");
+    let status = lines.next()?.split(' ').nth(1)?.parse().ok()?;
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    Some((status, headers, end + 4))
+}
+
+fn parse_raw_response(buf: &[u8]) -> Result<Option<RawResp>, String> {
+    let Some((status, headers, body_at)) = parse_raw_head(buf) else {
+        return Ok(None);
+    };
+    let len = headers
+        .iter()
+        .find(|(n, _)| n == "content-length")
+        .map(|(_, v)| {
+            v.parse::<usize>()
+                .map_err(|e| format!("content-length {v}: {e}"))
+        })
+        .transpose()?;
+    match len {
+        Some(len) if buf.len() >= body_at + len => Ok(Some(RawResp {
+            status,
+            headers,
+            body: buf[body_at..body_at + len].to_vec(),
+        })),
+        _ => Ok(None),
+    }
+}
+
+/// Sends `request` verbatim on a new connection to `addr` and reads one response.
+pub async fn raw_request(
+    addr: SocketAddr,
+    request: &[u8],
+    timeout: Duration,
+) -> Result<RawResp, String> {
+    use tokio::io::AsyncWriteExt;
+    let mut s = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("connect {addr}: {e}"))?;
+    s.write_all(request)
+        .await
+        .map_err(|e| format!("write to {addr}: {e}"))?;
+    read_raw_response(&mut s, timeout).await
+}
+
+impl TestCluster {
+    /// Node `id`'s data dir (peer_auth.rs checks the identity file and modes there).
+    pub fn data_dir(&self, id: u64) -> &std::path::Path {
+        self.dirs[&id].path()
+    }
+}

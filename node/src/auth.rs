@@ -1,0 +1,832 @@
+//! Client authentication and authorization (`serve --auth-file`, issue 7 part 2): the
+//! token file, the role table, which route needs what, and the owner-prefix rule — as
+//! pure functions, tested here. The HTTP glue is `api::client_auth`.
+//!
+//! ```toml
+//! [[token]]
+//! token = "s3cr3t-a"
+//! role = "worker"          # admin | worker | reader
+//! owner_prefix = "team-a/" # optional: every `owner` this token sends starts with it
+//! name = "team-a workers"  # optional: names the token in logs and 403 messages
+//! ```
+//!
+//! Only SHA-256 digests of the tokens are kept, and a presented token's digest is
+//! compared with every entry's in constant time ([`subtle`]), so neither the response
+//! time nor a memory dump tells an attacker how much of a guess was right.
+//!
+//! The role is checked twice: by route before the body is read (so a refused request
+//! costs no parsing), and by the parsed command together with its owners, before anything
+//! is proposed or forwarded (so a request that fails auth changes nothing).
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use axum::http::Method;
+use leasehold_statemachine::{limits, ApiError, Command, ErrorCode};
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+/// An auth file larger than this is refused (it is a short list of tokens).
+pub const AUTH_FILE_BYTES_MAX: u64 = 1 << 20;
+/// Most `[[token]]` entries in one file: authentication compares against every entry.
+pub const TOKENS_MAX: usize = 10_000;
+/// Longest token accepted in the file (it travels in an HTTP header).
+pub const TOKEN_BYTES_MAX: usize = 4_096;
+/// Longest optional `name` of an entry.
+pub const TOKEN_NAME_BYTES_MAX: usize = 128;
+/// The auth scheme of `Authorization: Bearer <token>` (RFC 6750).
+pub const BEARER_SCHEME: &str = "Bearer";
+
+/// What a token may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Everything.
+    Admin,
+    /// Submit, claim (by id and from a queue), renew, complete, release, and every read.
+    Worker,
+    /// Reads only: jobs, lists, cluster status, digest, metrics.
+    Reader,
+}
+
+impl Role {
+    pub const ALL: [Role; 3] = [Role::Admin, Role::Worker, Role::Reader];
+
+    pub fn parse(s: &str) -> Option<Role> {
+        Role::ALL.into_iter().find(|r| r.as_str() == s)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Admin => "admin",
+            Role::Worker => "worker",
+            Role::Reader => "reader",
+        }
+    }
+
+    /// The role table. Listed per role, not "all but", so a new operation is denied to
+    /// workers and readers until someone decides otherwise.
+    pub fn allows(self, op: Operation) -> bool {
+        use Operation::*;
+        match self {
+            Role::Admin => true,
+            Role::Worker => matches!(
+                op,
+                Read | Submit | Claim | ClaimNext | Renew | Complete | Release
+            ),
+            Role::Reader => op == Read,
+        }
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a request does, as far as permissions go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    /// Any GET: jobs, lists, cluster status, digest, metrics.
+    Read,
+    Submit,
+    Claim,
+    ClaimNext,
+    Renew,
+    Complete,
+    Release,
+    Delete,
+    /// A command no client sends (tick, batch): admin only, never reached by the API.
+    Internal,
+}
+
+impl Operation {
+    pub const ALL: [Operation; 9] = [
+        Operation::Read,
+        Operation::Submit,
+        Operation::Claim,
+        Operation::ClaimNext,
+        Operation::Renew,
+        Operation::Complete,
+        Operation::Release,
+        Operation::Delete,
+        Operation::Internal,
+    ];
+
+    /// The operation a parsed command performs.
+    pub fn of_command(cmd: &Command) -> Operation {
+        match cmd {
+            Command::Submit { .. } => Operation::Submit,
+            Command::Claim { .. } => Operation::Claim,
+            Command::ClaimNext { .. } => Operation::ClaimNext,
+            Command::Renew { .. } => Operation::Renew,
+            Command::Complete { .. } => Operation::Complete,
+            Command::Release { .. } => Operation::Release,
+            Command::Delete { .. } => Operation::Delete,
+            Command::Tick | Command::Batch(_) => Operation::Internal,
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Operation::Read => "read",
+            Operation::Submit => "submit jobs",
+            Operation::Claim => "claim jobs",
+            Operation::ClaimNext => "claim from queues",
+            Operation::Renew => "renew leases",
+            Operation::Complete => "complete jobs",
+            Operation::Release => "release leases",
+            Operation::Delete => "delete jobs",
+            Operation::Internal => "propose internal commands",
+        }
+    }
+}
+
+impl fmt::Display for Operation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.describe())
+    }
+}
+
+/// What a route asks of the caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Requirement {
+    /// No token: `/healthz` and `/readyz` (probes carry no credentials and these reveal
+    /// no job data), and `/raft/…`, which peer authentication guards instead.
+    Open,
+    /// A known token whose role allows this operation.
+    Token(Operation),
+}
+
+/// Paths served without a client token.
+const OPEN_PATHS: [&str; 2] = ["/healthz", "/readyz"];
+/// Raft RPC between nodes: not a client route (peer authentication covers it).
+const RAFT_PREFIX: &str = "/raft/";
+/// `POST /v1/jobs/{id}/<suffix>` → operation (the handler splits the same way).
+const JOB_ACTIONS: [(&str, Operation); 4] = [
+    ("/claim", Operation::Claim),
+    ("/renew", Operation::Renew),
+    ("/complete", Operation::Complete),
+    ("/release", Operation::Release),
+];
+
+/// Which route needs what, from the raw method and path (the ones the router matches).
+/// Anything not listed needs a token of any role: an unknown route answers 404 only to
+/// a caller who could use a known one.
+pub fn requirement(method: &Method, path: &str) -> Requirement {
+    if OPEN_PATHS.contains(&path) || path.starts_with(RAFT_PREFIX) {
+        return Requirement::Open;
+    }
+    let op = match *method {
+        Method::POST => post_operation(path),
+        Method::DELETE if path.starts_with("/v1/jobs/") => Operation::Delete,
+        _ => Operation::Read,
+    };
+    Requirement::Token(op)
+}
+
+fn post_operation(path: &str) -> Operation {
+    if path == "/v1/jobs" {
+        return Operation::Submit;
+    }
+    if let Some(rest) = path.strip_prefix("/v1/queues/") {
+        if rest.ends_with("/claim") {
+            return Operation::ClaimNext;
+        }
+    }
+    if let Some(rest) = path.strip_prefix("/v1/jobs/") {
+        if let Some((_, op)) = JOB_ACTIONS.iter().find(|(s, _)| rest.ends_with(s)) {
+            return *op;
+        }
+    }
+    // A POST on no known action: the router answers 404.
+    Operation::Read
+}
+
+/// An authenticated caller: what its token entry grants.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    /// The entry's `name`, or `token entry N`: never the token itself.
+    pub label: String,
+    pub role: Role,
+    pub owner_prefix: Option<String>,
+}
+
+impl Caller {
+    pub fn check_operation(&self, op: Operation) -> Result<(), Denied> {
+        if self.role.allows(op) {
+            Ok(())
+        } else {
+            Err(Denied::Role {
+                caller: self.label.clone(),
+                role: self.role,
+                op,
+            })
+        }
+    }
+
+    /// A parsed command: its operation, and every owner it names against the prefix.
+    pub fn check_command(&self, cmd: &Command) -> Result<(), Denied> {
+        self.check_operation(Operation::of_command(cmd))?;
+        let Some(prefix) = &self.owner_prefix else {
+            return Ok(());
+        };
+        match command_owners(cmd)
+            .into_iter()
+            .find(|o| !o.starts_with(prefix))
+        {
+            None => Ok(()),
+            Some(owner) => Err(Denied::Owner {
+                caller: self.label.clone(),
+                prefix: prefix.clone(),
+                owner: owner.to_owned(),
+            }),
+        }
+    }
+}
+
+/// Every `owner` a command acts as.
+fn command_owners(cmd: &Command) -> Vec<&str> {
+    match cmd {
+        Command::Claim { owner, .. }
+        | Command::ClaimNext { owner, .. }
+        | Command::Renew { owner, .. }
+        | Command::Complete { owner, .. }
+        | Command::Release { owner, .. } => vec![owner.as_str()],
+        Command::Batch(items) => items
+            .iter()
+            .flat_map(|i| command_owners(&i.command))
+            .collect(),
+        Command::Submit { .. } | Command::Delete { .. } | Command::Tick => vec![],
+    }
+}
+
+/// Why a request was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Denied {
+    #[error("this node requires a client token: send `Authorization: Bearer <token>`")]
+    Missing,
+    #[error("the Authorization header is not `Bearer <token>`")]
+    Malformed,
+    #[error("unknown token")]
+    Unknown,
+    #[error("{caller} (role {role}) may not {op}")]
+    Role {
+        caller: String,
+        role: Role,
+        op: Operation,
+    },
+    #[error("{caller} may only act as owners starting with {prefix:?}, not as {owner:?}")]
+    Owner {
+        caller: String,
+        prefix: String,
+        owner: String,
+    },
+}
+
+impl Denied {
+    /// 401: no usable token. Otherwise 403: a known token that lacks the permission.
+    pub fn is_unauthenticated(&self) -> bool {
+        matches!(self, Denied::Missing | Denied::Malformed | Denied::Unknown)
+    }
+
+    pub fn to_api(&self) -> ApiError {
+        let code = if self.is_unauthenticated() {
+            ErrorCode::Unauthenticated
+        } else {
+            ErrorCode::PermissionDenied
+        };
+        ApiError::new(code, self.to_string())
+    }
+}
+
+type TokenDigest = [u8; 32];
+
+fn digest(token: &str) -> TokenDigest {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+struct Grant {
+    digest: TokenDigest,
+    caller: Arc<Caller>,
+}
+
+/// The tokens of an auth file. `Debug` shows the grants, never the digests.
+pub struct AuthPolicy {
+    grants: Vec<Grant>,
+}
+
+impl fmt::Debug for AuthPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let callers: Vec<&Caller> = self.grants.iter().map(|g| &*g.caller).collect();
+        f.debug_struct("AuthPolicy")
+            .field("grants", &callers)
+            .finish()
+    }
+}
+
+impl AuthPolicy {
+    /// The caller an `Authorization` header value names.
+    pub fn authenticate(&self, authorization: Option<&[u8]>) -> Result<Arc<Caller>, Denied> {
+        let token = bearer_token(authorization.ok_or(Denied::Missing)?)?;
+        let presented = digest(token);
+        // Every entry is compared, whatever matched: the time taken says nothing about
+        // which entry (if any) matched.
+        let mut found = None;
+        for g in &self.grants {
+            if bool::from(g.digest.ct_eq(&presented)) {
+                found = Some(&g.caller);
+            }
+        }
+        found.cloned().ok_or(Denied::Unknown)
+    }
+
+    /// Authentication, then the route's operation.
+    pub fn check(
+        &self,
+        authorization: Option<&[u8]>,
+        op: Operation,
+    ) -> Result<Arc<Caller>, Denied> {
+        let caller = self.authenticate(authorization)?;
+        caller.check_operation(op)?;
+        Ok(caller)
+    }
+
+    pub fn len(&self) -> usize {
+        self.grants.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.grants.is_empty()
+    }
+
+    /// Reads and validates an auth file.
+    pub fn load(path: &Path) -> Result<AuthPolicy, AuthFileError> {
+        let fail = |problem| AuthFileError {
+            path: path.to_path_buf(),
+            problem,
+        };
+        let text = read_bounded(path).map_err(fail)?;
+        AuthPolicy::parse(&text).map_err(fail)
+    }
+
+    /// Parses and validates the text of an auth file.
+    pub fn parse(text: &str) -> Result<AuthPolicy, AuthProblem> {
+        let file: FileRepr =
+            toml::from_str(text).map_err(|e| AuthProblem::Syntax(e.to_string()))?;
+        if file.token.is_empty() {
+            return Err(AuthProblem::NoTokens);
+        }
+        if file.token.len() > TOKENS_MAX {
+            return Err(AuthProblem::TooManyTokens(file.token.len()));
+        }
+        let mut grants: Vec<Grant> = Vec::with_capacity(file.token.len());
+        for (i, table) in file.token.into_iter().enumerate() {
+            let number = i + 1;
+            let grant = EntryRepr::from_table(table)
+                .and_then(|entry| entry.into_grant(number))
+                .map_err(|message| AuthProblem::Entry { number, message })?;
+            if let Some(first) = grants.iter().position(|g| g.digest == grant.digest) {
+                return Err(AuthProblem::Entry {
+                    number,
+                    message: format!("the same token as entry {}", first + 1),
+                });
+            }
+            grants.push(grant);
+        }
+        Ok(AuthPolicy { grants })
+    }
+}
+
+/// `Bearer <token>`: the scheme is case-insensitive (RFC 7235 §2.1), the token is one
+/// non-empty run of visible characters.
+fn bearer_token(value: &[u8]) -> Result<&str, Denied> {
+    let value = std::str::from_utf8(value).map_err(|_| Denied::Malformed)?;
+    let (scheme, rest) = value.split_once(' ').ok_or(Denied::Malformed)?;
+    if !scheme.eq_ignore_ascii_case(BEARER_SCHEME) {
+        return Err(Denied::Malformed);
+    }
+    let token = rest.trim_matches(' ');
+    if token.is_empty() || !token.bytes().all(is_token_byte) {
+        return Err(Denied::Malformed);
+    }
+    Ok(token)
+}
+
+/// Visible ASCII, no space: what a header carries unchanged.
+fn is_token_byte(b: u8) -> bool {
+    b.is_ascii_graphic()
+}
+
+fn read_bounded(path: &Path) -> Result<String, AuthProblem> {
+    let io = |e: std::io::Error| AuthProblem::Read(e.to_string());
+    let len = std::fs::metadata(path).map_err(io)?.len();
+    if len > AUTH_FILE_BYTES_MAX {
+        return Err(AuthProblem::TooLarge(len));
+    }
+    std::fs::read_to_string(path).map_err(io)
+}
+
+/// An auth file that cannot be used, naming the file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("auth file {}: {problem}", path.display())]
+pub struct AuthFileError {
+    pub path: PathBuf,
+    pub problem: AuthProblem,
+}
+
+/// What is wrong with an auth file (entries are numbered from 1, in file order).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AuthProblem {
+    #[error("{0}")]
+    Read(String),
+    #[error("{0} bytes, more than the {AUTH_FILE_BYTES_MAX} allowed")]
+    TooLarge(u64),
+    #[error("{0}")]
+    Syntax(String),
+    #[error("no [[token]] entries: every client would be refused")]
+    NoTokens,
+    #[error("{0} [[token]] entries, more than the {TOKENS_MAX} allowed")]
+    TooManyTokens(usize),
+    #[error("[[token]] entry {number}: {message}")]
+    Entry { number: usize, message: String },
+}
+
+/// Entries stay tables at first, so that an entry's unknown or mistyped key is reported
+/// with the entry's number (the TOML error alone gives only a line).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileRepr {
+    #[serde(default)]
+    token: Vec<toml::Table>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EntryRepr {
+    token: String,
+    role: String,
+    owner_prefix: Option<String>,
+    name: Option<String>,
+}
+
+impl EntryRepr {
+    fn from_table(table: toml::Table) -> Result<EntryRepr, String> {
+        EntryRepr::deserialize(toml::Value::Table(table)).map_err(|e| one_line(&e.to_string()))
+    }
+
+    fn into_grant(self, number: usize) -> Result<Grant, String> {
+        check_token_text(&self.token)?;
+        let role = Role::parse(&self.role).ok_or_else(|| {
+            format!(
+                "unknown role {:?} (expected admin, worker or reader)",
+                self.role
+            )
+        })?;
+        if let Some(p) = &self.owner_prefix {
+            check_owner_prefix(p)?;
+        }
+        let label = match self.name {
+            Some(n) if n.is_empty() || n.len() > TOKEN_NAME_BYTES_MAX => {
+                return Err(format!("name must be 1-{TOKEN_NAME_BYTES_MAX} bytes"));
+            }
+            Some(n) => format!("token {n:?}"),
+            None => format!("token entry {number}"),
+        };
+        Ok(Grant {
+            digest: digest(&self.token),
+            caller: Arc::new(Caller {
+                label,
+                role,
+                owner_prefix: self.owner_prefix,
+            }),
+        })
+    }
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Messages never quote the token: the error may end up in a log.
+fn check_token_text(token: &str) -> Result<(), String> {
+    if token.is_empty() {
+        return Err("token is empty".into());
+    }
+    if token.len() > TOKEN_BYTES_MAX {
+        return Err(format!("token is longer than {TOKEN_BYTES_MAX} bytes"));
+    }
+    if !token.bytes().all(is_token_byte) {
+        return Err("token must be visible ASCII without spaces (it is sent in a header)".into());
+    }
+    Ok(())
+}
+
+/// A prefix is itself a valid owner (api.md's characters), so some owner can match it.
+fn check_owner_prefix(prefix: &str) -> Result<(), String> {
+    if prefix.is_empty() {
+        return Err("owner_prefix is empty: leave it out to allow every owner".into());
+    }
+    limits::validate_owner(prefix).map_err(|e| format!("owner_prefix {prefix:?}: {}", e.message))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use leasehold_statemachine::BatchItem;
+
+    const FILE: &str = r#"
+        [[token]]
+        token = "adm"
+        role = "admin"
+
+        [[token]]
+        token = "wrk-a"
+        role = "worker"
+        owner_prefix = "team-a/"
+        name = "team a"
+
+        [[token]]
+        token = "rdr"
+        role = "reader"
+    "#;
+
+    fn policy() -> AuthPolicy {
+        AuthPolicy::parse(FILE).unwrap()
+    }
+
+    fn bearer(t: &str) -> Vec<u8> {
+        format!("Bearer {t}").into_bytes()
+    }
+
+    fn problem(text: &str) -> String {
+        match AuthPolicy::parse(text) {
+            Err(e) => e.to_string(),
+            Ok(p) => panic!("parsed {p:?} from {text}"),
+        }
+    }
+
+    #[test]
+    fn role_table() {
+        use Operation::*;
+        // (operation, admin, worker, reader)
+        let table = [
+            (Read, true, true, true),
+            (Submit, true, true, false),
+            (Claim, true, true, false),
+            (ClaimNext, true, true, false),
+            (Renew, true, true, false),
+            (Complete, true, true, false),
+            (Release, true, true, false),
+            (Delete, true, false, false),
+            (Internal, true, false, false),
+        ];
+        assert_eq!(
+            table.len(),
+            Operation::ALL.len(),
+            "every operation is listed"
+        );
+        for (op, admin, worker, reader) in table {
+            assert_eq!(Role::Admin.allows(op), admin, "admin {op:?}");
+            assert_eq!(Role::Worker.allows(op), worker, "worker {op:?}");
+            assert_eq!(Role::Reader.allows(op), reader, "reader {op:?}");
+        }
+    }
+
+    #[test]
+    fn routes_need_what_the_role_table_names() {
+        use Operation::*;
+        let t = Requirement::Token;
+        let cases = [
+            (Method::GET, "/healthz", Requirement::Open),
+            (Method::GET, "/readyz", Requirement::Open),
+            (Method::POST, "/raft/append", Requirement::Open),
+            (Method::GET, "/metrics", t(Read)),
+            (Method::GET, "/v1/cluster", t(Read)),
+            (Method::GET, "/v1/cluster/digest", t(Read)),
+            (Method::GET, "/v1/jobs", t(Read)),
+            (Method::GET, "/v1/jobs/a/claim", t(Read)),
+            (Method::HEAD, "/v1/jobs/a", t(Read)),
+            (Method::POST, "/v1/jobs", t(Submit)),
+            (Method::POST, "/v1/jobs/a/b/claim", t(Claim)),
+            (Method::POST, "/v1/jobs/a/renew", t(Renew)),
+            (Method::POST, "/v1/jobs/a/complete", t(Complete)),
+            (Method::POST, "/v1/jobs/a/release", t(Release)),
+            (Method::POST, "/v1/queues/q/claim", t(ClaimNext)),
+            (Method::DELETE, "/v1/jobs/a", t(Delete)),
+            (Method::POST, "/v1/jobs/a", t(Read)),
+            (Method::GET, "/nope", t(Read)),
+            (Method::GET, "/healthz/", t(Read)),
+            (Method::GET, "/%68ealthz", t(Read)),
+        ];
+        for (method, path, want) in cases {
+            assert_eq!(requirement(&method, path), want, "{method} {path}");
+        }
+    }
+
+    #[test]
+    fn tokens_authenticate_to_their_entry() {
+        let p = policy();
+        assert_eq!(p.len(), 3);
+        let w = p.authenticate(Some(&bearer("wrk-a"))).unwrap();
+        assert_eq!(w.role, Role::Worker);
+        assert_eq!(w.owner_prefix.as_deref(), Some("team-a/"));
+        assert_eq!(w.label, "token \"team a\"");
+        let r = p.authenticate(Some(b"bearer   rdr ")).unwrap();
+        assert_eq!((r.role, r.label.as_str()), (Role::Reader, "token entry 3"));
+    }
+
+    #[test]
+    fn missing_malformed_and_unknown_tokens_are_unauthenticated() {
+        let p = policy();
+        let cases: [(Option<&[u8]>, Denied); 7] = [
+            (None, Denied::Missing),
+            (Some(b"adm"), Denied::Malformed),
+            (Some(b"Basic adm"), Denied::Malformed),
+            (Some(b"Bearer "), Denied::Malformed),
+            (Some(b"Bearer a b"), Denied::Malformed),
+            (Some(b"Bearer \xff"), Denied::Malformed),
+            (Some(b"Bearer adm2"), Denied::Unknown),
+        ];
+        for (header, want) in cases {
+            let got = p.authenticate(header).unwrap_err();
+            assert_eq!(got, want, "{header:?}");
+            assert!(got.is_unauthenticated());
+            assert_eq!(got.to_api().code, ErrorCode::Unauthenticated);
+        }
+    }
+
+    #[test]
+    fn a_known_token_lacking_the_role_is_permission_denied() {
+        let p = policy();
+        let e = p.check(Some(&bearer("rdr")), Operation::Claim).unwrap_err();
+        assert!(!e.is_unauthenticated());
+        assert_eq!(e.to_api().code, ErrorCode::PermissionDenied);
+        assert!(e.to_string().contains("reader"), "{e}");
+        assert!(p.check(Some(&bearer("rdr")), Operation::Read).is_ok());
+        assert!(p.check(Some(&bearer("wrk-a")), Operation::Delete).is_err());
+        assert!(p.check(Some(&bearer("adm")), Operation::Delete).is_ok());
+    }
+
+    fn claim(owner: &str) -> Command {
+        Command::Claim {
+            job_id: "j".into(),
+            owner: owner.into(),
+            ttl_ms: 1_000,
+        }
+    }
+
+    #[test]
+    fn owner_prefix_applies_to_every_owner_of_a_command() {
+        let p = policy();
+        let w = p.authenticate(Some(&bearer("wrk-a"))).unwrap();
+        assert!(w.check_command(&claim("team-a/x")).is_ok());
+        assert!(w.check_command(&claim("team-a/")).is_ok());
+        for owner in ["team-b/x", "team-a", "TEAM-A/x", "xteam-a/"] {
+            let e = w.check_command(&claim(owner)).unwrap_err();
+            assert!(matches!(e, Denied::Owner { .. }), "{owner}: {e:?}");
+            assert_eq!(e.to_api().code, ErrorCode::PermissionDenied);
+        }
+        let renew = Command::Renew {
+            job_id: "j".into(),
+            owner: "team-b/x".into(),
+            generation: 1,
+            ttl_ms: None,
+        };
+        assert!(w.check_command(&renew).is_err());
+        let batch = Command::Batch(vec![
+            BatchItem {
+                idempotency_key: None,
+                command: claim("team-a/1"),
+            },
+            BatchItem {
+                idempotency_key: None,
+                command: claim("team-b/2"),
+            },
+        ]);
+        // A batch is internal (never sent by a client); the admin is not prefix-bound.
+        assert!(p
+            .authenticate(Some(&bearer("adm")))
+            .unwrap()
+            .check_command(&batch)
+            .is_ok());
+        let submit = Command::Submit {
+            id: None,
+            queue: "default".into(),
+            payload: None,
+            max_attempts: None,
+        };
+        assert!(w.check_command(&submit).is_ok(), "a submit names no owner");
+        let reader = p.authenticate(Some(&bearer("rdr"))).unwrap();
+        assert!(reader.check_command(&claim("any")).is_err());
+    }
+
+    #[test]
+    fn prefix_bound_admins_are_bound_too() {
+        let p = AuthPolicy::parse(
+            "[[token]]\ntoken = \"t\"\nrole = \"admin\"\nowner_prefix = \"ops/\"\n",
+        )
+        .unwrap();
+        let a = p.authenticate(Some(&bearer("t"))).unwrap();
+        assert!(a.check_command(&claim("ops/1")).is_ok());
+        assert!(a.check_command(&claim("dev/1")).is_err());
+    }
+
+    #[test]
+    fn parse_errors_name_the_entry() {
+        let entry = |body: &str| {
+            format!("[[token]]\ntoken = \"a\"\nrole = \"admin\"\n\n[[token]]\n{body}\n")
+        };
+        let cases = [
+            (
+                entry("token = \"b\"\nrole = \"wroker\""),
+                "entry 2: unknown role \"wroker\"",
+            ),
+            (
+                entry("token = \"\"\nrole = \"reader\""),
+                "entry 2: token is empty",
+            ),
+            (
+                entry("token = \"a\"\nrole = \"reader\""),
+                "entry 2: the same token as entry 1",
+            ),
+            (
+                entry("token = \"b c\"\nrole = \"reader\""),
+                "entry 2: token must be visible ASCII",
+            ),
+            (
+                entry("token = \"b\"\nrole = \"reader\"\nowner_prefix = \"\""),
+                "entry 2: owner_prefix is empty",
+            ),
+            (
+                entry("token = \"b\"\nrole = \"reader\"\nowner_prefix = \"a b\""),
+                "entry 2: owner_prefix \"a b\"",
+            ),
+            (
+                entry("token = \"b\"\nrole = \"reader\"\nname = \"\""),
+                "entry 2: name must be",
+            ),
+        ];
+        for (text, want) in cases {
+            let got = problem(&text);
+            assert!(got.contains(want), "{want:?} not in {got:?}");
+            assert!(!got.contains("\"b\""), "a token was quoted: {got}");
+        }
+    }
+
+    #[test]
+    fn unknown_keys_missing_keys_and_empty_files_are_refused() {
+        let cases = [
+            (
+                "[[token]]\ntoken = \"a\"\nrole = \"admin\"\nrol = \"x\"\n",
+                "entry 1: unknown field `rol`",
+            ),
+            ("[[tokens]]\ntoken = \"a\"\nrole = \"admin\"\n", "tokens"),
+            (
+                "[[token]]\ntoken = \"a\"\n",
+                "entry 1: missing field `role`",
+            ),
+            (
+                "[[token]]\ntoken = 5\nrole = \"admin\"\n",
+                "entry 1: invalid type",
+            ),
+            ("", "no [[token]] entries"),
+            ("[[token]\n", "TOML"),
+        ];
+        for (text, want) in cases {
+            let got = problem(text);
+            assert!(
+                got.to_lowercase().contains(&want.to_lowercase()),
+                "{want:?} not in {got:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn load_names_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("auth.toml");
+        let missing = AuthPolicy::load(&path).unwrap_err().to_string();
+        assert!(missing.contains("auth.toml"), "{missing}");
+        std::fs::write(&path, "[[token]]\ntoken = \"a\"\nrole = \"boss\"\n").unwrap();
+        let bad = AuthPolicy::load(&path).unwrap_err().to_string();
+        assert!(
+            bad.contains("auth.toml") && bad.contains("entry 1") && bad.contains("boss"),
+            "{bad}"
+        );
+        std::fs::write(&path, FILE).unwrap();
+        assert_eq!(AuthPolicy::load(&path).unwrap().len(), 3);
+    }
+
+    #[test]
+    fn debug_output_never_shows_tokens_or_digests() {
+        let shown = format!("{:?}", policy());
+        assert!(
+            !shown.contains("wrk-a") && !shown.contains("digest"),
+            "{shown}"
+        );
+        assert!(shown.contains("team a"), "{shown}");
+    }
+}

@@ -1,0 +1,347 @@
+//! Our own accept loop in place of `axum::serve`, so that every resource a client can tie
+//! up is bounded (issue 7 part 4):
+//!
+//! | what | limit | past it |
+//! |---|---|---|
+//! | open connections | [`MAX_CONNECTIONS`] | the new connection is closed at once |
+//! | request head (slow loris) and keep-alive idle time | [`HEADER_READ_TIMEOUT_MS`] | connection closed |
+//! | request head size / header count | [`MAX_HEADER_BYTES`] / [`MAX_HEADERS`] | 431, connection closed |
+//! | client requests in flight | [`MAX_INFLIGHT`] | 503 `unavailable` + `Retry-After`, at once |
+//! | `/raft/…` requests in flight | [`MAX_INFLIGHT_RAFT`], a separate budget | 503, at once |
+//! | one client request, body upload included | [`REQUEST_TIMEOUT_MS`] | 504 `timeout` |
+//! | one `/raft/…` request | [`RAFT_REQUEST_TIMEOUT_MS`] | 504 |
+//!
+//! Body sizes are bounded by each handler (`api::read_body`, `RAFT_BODY_BYTES_MAX`).
+//!
+//! Nothing waits in a queue here: a request over its in-flight budget is answered 503 at
+//! once, so a burst turns into fast retries with the same `Idempotency-Key`, never into
+//! unbounded memory or latency. Raft traffic has its own budget, so client load can never
+//! starve heartbeats and appends (and cost this node its leadership).
+//!
+//! A request cut off by its timeout is answered 504 `timeout` and not 503: if it was a
+//! write, it may already have been proposed, and an entry that reached Raft may still
+//! commit and apply after the answer — its outcome is unknown, exactly api.md's 504. A
+//! retry with the same `Idempotency-Key` gets the real answer.
+//!
+//! [`serve_connection`] is generic over the byte stream so that TLS can wrap the accepted
+//! `TcpStream` (a tokio-rustls acceptor) before hyper sees it.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{HeaderValue, Request, Response};
+use axum::Router;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use leasehold_statemachine::{ApiError, ErrorCode};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+
+use crate::api::{LEADER_HEADER, NODE_HEADER};
+use crate::node::Node;
+
+/// Open connections at most; past it a new connection is closed as soon as accepted
+/// (peers keep theirs open and busy, so an established peer link is never the victim).
+pub const MAX_CONNECTIONS: usize = 1024;
+/// A request head must arrive whole within this long of the connection becoming ready
+/// for it — on a new connection, and after each response on a kept-alive one, so this is
+/// also the keep-alive idle timeout (hyper starts the timer when it starts reading a head).
+pub const HEADER_READ_TIMEOUT_MS: u64 = 10_000;
+/// Largest request head (request line + headers) read, in bytes; hyper's floor is 8 KiB.
+pub const MAX_HEADER_BYTES: usize = 16 * 1024;
+/// Most headers in one request.
+pub const MAX_HEADERS: usize = 64;
+/// Client requests (everything but `/raft/…` and `/healthz`) in flight at once.
+pub const MAX_INFLIGHT: usize = 256;
+/// `/raft/…` requests in flight at once: a separate budget client load cannot use.
+pub const MAX_INFLIGHT_RAFT: usize = 64;
+/// Longest a client request may take, reading its body included. Above the longest
+/// legitimate one: a queue claim's `wait_ms` (30 s) plus a write's timeout (5 s).
+pub const REQUEST_TIMEOUT_MS: u64 = 45_000;
+/// Longest a `/raft/…` request may take (a 64 MiB snapshot chunk on a slow link).
+pub const RAFT_REQUEST_TIMEOUT_MS: u64 = 120_000;
+/// On shutdown, how long open connections get to finish their requests.
+pub const SHUTDOWN_DRAIN_MS: u64 = 5_000;
+
+/// The limits of one listener; `Default` is the constants above.
+#[derive(Debug, Clone)]
+pub struct ListenerLimits {
+    pub max_connections: usize,
+    pub header_read_timeout: Duration,
+    pub max_header_bytes: usize,
+    pub max_headers: usize,
+    pub max_inflight: usize,
+    pub max_inflight_raft: usize,
+    pub request_timeout: Duration,
+    pub raft_request_timeout: Duration,
+}
+
+impl Default for ListenerLimits {
+    fn default() -> Self {
+        ListenerLimits {
+            max_connections: MAX_CONNECTIONS,
+            header_read_timeout: Duration::from_millis(HEADER_READ_TIMEOUT_MS),
+            max_header_bytes: MAX_HEADER_BYTES,
+            max_headers: MAX_HEADERS,
+            max_inflight: MAX_INFLIGHT,
+            max_inflight_raft: MAX_INFLIGHT_RAFT,
+            request_timeout: Duration::from_millis(REQUEST_TIMEOUT_MS),
+            raft_request_timeout: Duration::from_millis(RAFT_REQUEST_TIMEOUT_MS),
+        }
+    }
+}
+
+/// Which in-flight budget a request draws from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Budget {
+    Client,
+    Raft,
+    /// `/healthz`: answers "the process serves" without touching Raft, so load never
+    /// makes a live node look dead.
+    Exempt,
+}
+
+/// The budget of a request path (a pure decision, tested below).
+pub fn budget_of(path: &str) -> Budget {
+    if path.starts_with("/raft/") {
+        Budget::Raft
+    } else if path == "/healthz" {
+        Budget::Exempt
+    } else {
+        Budget::Client
+    }
+}
+
+/// What every connection of one listener shares.
+struct Shared {
+    app: Router,
+    /// For the `X-Leasehold-Node`/`-Leader` headers of the answers given here.
+    node: Arc<Node>,
+    limits: ListenerLimits,
+    client_slots: Arc<Semaphore>,
+    raft_slots: Arc<Semaphore>,
+}
+
+/// Serves `app` on `listener` until `cancel` fires, then drains open connections for at
+/// most [`SHUTDOWN_DRAIN_MS`].
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    node: Arc<Node>,
+    limits: ListenerLimits,
+    tls: Option<TlsAcceptor>,
+    cancel: CancellationToken,
+) {
+    let connections = Arc::new(Semaphore::new(limits.max_connections));
+    let shared = Arc::new(Shared {
+        app,
+        node,
+        client_slots: Arc::new(Semaphore::new(limits.max_inflight)),
+        raft_slots: Arc::new(Semaphore::new(limits.max_inflight_raft)),
+        limits,
+    });
+    let mut tasks = JoinSet::new();
+    loop {
+        let accepted = tokio::select! {
+            _ = cancel.cancelled() => break,
+            accepted = listener.accept() => accepted,
+            // Reap finished connections so the set stays as small as the open ones.
+            Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
+        };
+        let (tcp, peer) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                // EMFILE and friends: back off briefly rather than spin.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = connections.clone().try_acquire_owned() else {
+            tracing::warn!(%peer, "connection limit reached: closing a new connection");
+            drop(tcp);
+            continue;
+        };
+        // Without TCP_NODELAY a response written in two parts waits for the peer's
+        // delayed ACK (~40 ms) before its second part: that capped a replication round
+        // at ~40 ms.
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::warn!(error = %e, "could not set TCP_NODELAY");
+        }
+        match &tls {
+            Some(acceptor) => tasks.spawn(serve_tls_connection(
+                tcp,
+                peer,
+                acceptor.clone(),
+                shared.clone(),
+                permit,
+                cancel.clone(),
+            )),
+            None => tasks.spawn(serve_connection(
+                tcp,
+                shared.clone(),
+                permit,
+                cancel.clone(),
+            )),
+        };
+    }
+    drop(listener);
+    let drain = async { while tasks.join_next().await.is_some() {} };
+    if tokio::time::timeout(Duration::from_millis(SHUTDOWN_DRAIN_MS), drain)
+        .await
+        .is_err()
+    {
+        tracing::warn!("connections still open after the shutdown drain: closing them");
+        tasks.abort_all();
+    }
+}
+
+/// The TLS step (`serve --tls-*`, tls.rs): the handshake, in the connection's own task
+/// and bounded by the header read timeout (a client that never finishes its handshake is
+/// a slow client like any other), then HTTP on the decrypted stream. A failed handshake —
+/// plain HTTP to this port, a certificate of another CA, no client certificate under
+/// mTLS — closes the connection before any HTTP is parsed.
+async fn serve_tls_connection(
+    tcp: TcpStream,
+    peer: SocketAddr,
+    acceptor: TlsAcceptor,
+    shared: Arc<Shared>,
+    connection_slot: OwnedSemaphorePermit,
+    cancel: CancellationToken,
+) {
+    let handshake = tokio::time::timeout(shared.limits.header_read_timeout, acceptor.accept(tcp));
+    let accepted = tokio::select! {
+        r = handshake => r,
+        _ = cancel.cancelled() => return,
+    };
+    match accepted {
+        Ok(Ok(tls)) => serve_connection(tls, shared, connection_slot, cancel).await,
+        // Debug, not warn: anyone can make these, as often as they can connect.
+        Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+    }
+}
+
+/// Serves HTTP/1 on one connection, whatever carries its bytes (TCP or TLS).
+async fn serve_connection<IO>(
+    io: IO,
+    shared: Arc<Shared>,
+    _connection_slot: OwnedSemaphorePermit,
+    cancel: CancellationToken,
+) where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let limits = &shared.limits;
+    let service = {
+        let shared = shared.clone();
+        hyper::service::service_fn(move |req: Request<Incoming>| {
+            let shared = shared.clone();
+            async move { Ok::<_, Infallible>(handle(&shared, req).await) }
+        })
+    };
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .max_buf_size(limits.max_header_bytes.max(HYPER_BUF_MIN))
+        .max_headers(limits.max_headers);
+    let conn = builder.serve_connection(TokioIo::new(io), service);
+    tokio::pin!(conn);
+    let result = tokio::select! {
+        r = conn.as_mut() => r,
+        _ = cancel.cancelled() => {
+            // Finish the request in progress, then close.
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    if let Err(e) = result {
+        // Timeouts, oversized heads and clients that hang up: normal operating events.
+        tracing::debug!(error = %e, "connection ended with an error");
+    }
+}
+
+/// hyper refuses a read buffer under 8 KiB (it panics).
+const HYPER_BUF_MIN: usize = 8 * 1024;
+
+// The defaults leave room for the longest legitimate request (a queue claim's longest
+// wait plus a write's 5 s timeout), and are ones hyper accepts.
+const _: () = assert!(REQUEST_TIMEOUT_MS > leasehold_statemachine::limits::WAIT_MS_MAX + 5_000);
+const _: () = assert!(MAX_HEADER_BYTES >= HYPER_BUF_MIN);
+
+/// One request: take an in-flight slot of its budget or answer 503 at once, then run
+/// the router under the budget's timeout.
+async fn handle(shared: &Shared, req: Request<Incoming>) -> Response<Body> {
+    let budget = budget_of(req.uri().path());
+    let (slots, timeout) = match budget {
+        Budget::Client => (Some(&shared.client_slots), shared.limits.request_timeout),
+        Budget::Raft => (Some(&shared.raft_slots), shared.limits.raft_request_timeout),
+        Budget::Exempt => (None, shared.limits.request_timeout),
+    };
+    let _slot = match slots.map(|s| s.clone().try_acquire_owned()) {
+        Some(Err(_)) => return stamped(&shared.node, overloaded(budget)),
+        Some(Ok(permit)) => Some(permit),
+        None => None,
+    };
+    let mut app = shared.app.clone();
+    let call = tower_service::Service::call(&mut app, req);
+    match tokio::time::timeout(timeout, call).await {
+        Ok(Ok(resp)) => resp,
+        Ok(Err(never)) => match never {},
+        Err(_) => stamped(
+            &shared.node,
+            crate::api::error_response(&ApiError::new(
+                ErrorCode::Timeout,
+                format!(
+                    "the request did not finish within {} ms; if it was a write its outcome \
+                     is unknown: retry with the same Idempotency-Key",
+                    timeout.as_millis()
+                ),
+            )),
+        ),
+    }
+}
+
+/// api.md: every response carries `X-Leasehold-Node` and, when known, the leader — also
+/// the ones given here, outside the router.
+fn stamped(node: &Node, mut resp: Response<Body>) -> Response<Body> {
+    let h = resp.headers_mut();
+    h.insert(NODE_HEADER, HeaderValue::from(node.id));
+    if let Some(l) = node.raft.metrics().borrow().current_leader {
+        h.insert(LEADER_HEADER, HeaderValue::from(l));
+    }
+    resp
+}
+
+fn overloaded(budget: Budget) -> Response<Body> {
+    let what = match budget {
+        Budget::Raft => "Raft requests",
+        _ => "requests",
+    };
+    crate::api::error_response(&ApiError::new(
+        ErrorCode::Unavailable,
+        format!("this node is at its limit of concurrent {what}: retry later"),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn raft_traffic_has_its_own_budget() {
+        assert_eq!(budget_of("/raft/append"), Budget::Raft);
+        assert_eq!(budget_of("/raft/vote"), Budget::Raft);
+        assert_eq!(budget_of("/v1/jobs"), Budget::Client);
+        assert_eq!(budget_of("/raftish"), Budget::Client);
+        assert_eq!(budget_of("/healthz"), Budget::Exempt);
+        assert_eq!(budget_of("/healthz/x"), Budget::Client);
+    }
+}

@@ -1,0 +1,578 @@
+//! Peer authentication and cluster identity (issue 7, part 1): a forged, unsigned, wrongly
+//! signed or stale `/raft/append` is refused with 401 and changes nothing; a node with
+//! another secret or of another cluster stays out; a data dir of another node id is
+//! refused at startup; the data dir is private (0700 dirs, 0600 files).
+//!
+//! Each refusal is checked against a control that shows the same request *would* have
+//! done damage: the forged AppendEntries, correctly signed, does move the term and apply
+//! its entry; the node with the wrong secret, restarted with the right one, catches up.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use common::{eventually, u64_of, Req, TestCluster, CATCH_UP_WAIT, LEADER_WAIT};
+use leasehold_node::network::{BINCODE_CONTENT_TYPE, RAFT_APPEND_PATH};
+use leasehold_node::peer_auth::{
+    self, ClusterId, PeerSecret, PEER_AUTH_HEADER, PEER_AUTH_WINDOW_MS,
+};
+use leasehold_node::server::{self, NodeConfig};
+use leasehold_node::types::TypeConfig;
+use leasehold_statemachine::{Command, Entry};
+use openraft::raft::AppendEntriesRequest;
+use openraft::{CommittedLeaderId, EntryPayload, LogId, Vote};
+use serde_json::{json, Value};
+use tempfile::TempDir;
+use tokio::net::TcpListener;
+use tokio::process::Command as Process;
+
+/// Bound on one `leasehold` process run.
+const PROC_WAIT: Duration = Duration::from_secs(30);
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// A fresh secret in its own file (the dir must outlive the cluster using it).
+fn new_secret(dir: &TempDir, name: &str) -> (PathBuf, PeerSecret) {
+    let path = dir.path().join(name);
+    let secret = PeerSecret::write_new_file(&path).expect("writing a peer secret");
+    (path, secret)
+}
+
+/// A cluster whose node `id` runs with `secrets[id]`; the map may change between a stop
+/// and a restart.
+async fn cluster_with(secrets: Arc<Mutex<BTreeMap<u64, PeerSecret>>>) -> TestCluster {
+    TestCluster::start_with(move |cfg: &mut NodeConfig| {
+        cfg.peer_secret = secrets.lock().unwrap().get(&cfg.id).cloned();
+    })
+    .await
+}
+
+/// `(applied_index, digest, term)` of every node, from its own view.
+async fn fingerprints(c: &TestCluster, ids: &[u64]) -> BTreeMap<u64, (u64, String, u64)> {
+    let mut out = BTreeMap::new();
+    for &id in ids {
+        let d = c.get(id, "/v1/cluster/digest").await.ok(200);
+        let v = c.cluster_view(id).await.unwrap();
+        let digest = d["digest"].as_str().unwrap().to_owned();
+        out.insert(
+            id,
+            (u64_of(&d, "applied_index"), digest, u64_of(&v, "term")),
+        );
+    }
+    out
+}
+
+/// An AppendEntries as a hostile peer would forge it for node `target`: a term five above
+/// the cluster's, one entry creating job `forged`, committed at once.
+fn forged_append(c: &TestCluster, target: u64) -> Vec<u8> {
+    let m = c.node(target).node.raft.metrics().borrow().clone();
+    let last = m.last_applied.expect("the target applied something");
+    let term = m.current_term + 5;
+    let log_id = LogId::new(CommittedLeaderId::new(term, 9), last.index + 1);
+    let entry = openraft::Entry::<TypeConfig> {
+        log_id,
+        payload: EntryPayload::Normal(Entry {
+            stamp_ms: now_ms(),
+            term,
+            idempotency_key: None,
+            command: Command::Submit {
+                id: Some("forged".into()),
+                queue: "default".into(),
+                payload: None,
+                max_attempts: None,
+            },
+        }),
+    };
+    let rpc = AppendEntriesRequest::<TypeConfig> {
+        vote: Vote::new_committed(term, 9),
+        prev_log_id: Some(last),
+        entries: vec![entry],
+        leader_commit: Some(log_id),
+    };
+    bincode::serialize(&rpc).unwrap()
+}
+
+fn raft_append(body: &[u8], auth: Option<String>) -> Req {
+    let mut r = Req::post_raw(RAFT_APPEND_PATH, body.to_vec());
+    r.headers = vec![("content-type".into(), BINCODE_CONTENT_TYPE.into())];
+    if let Some(a) = auth {
+        r.headers.push((PEER_AUTH_HEADER.into(), a));
+    }
+    r
+}
+
+fn cluster_id_of(v: &Value) -> Option<String> {
+    v["cluster_id"].as_str().map(str::to_owned)
+}
+
+/// Waits until nodes `ids` all report the same non-null `cluster_id`; returns it.
+async fn agreed_cluster_id(c: &TestCluster, ids: &[u64]) -> ClusterId {
+    let hex = eventually("one cluster id on every node", CATCH_UP_WAIT, || async {
+        let mut seen = Vec::new();
+        for &id in ids {
+            seen.push(cluster_id_of(&c.cluster_view(id).await?));
+        }
+        match &seen[0] {
+            Some(first) if seen.iter().all(|s| s.as_ref() == Some(first)) => Ok(first.clone()),
+            _ => Err(format!("{seen:?}")),
+        }
+    })
+    .await;
+    hex.parse().unwrap()
+}
+
+/// `leasehold_requests_total{route="/raft",status="<status>"}` of node `id`.
+async fn raft_refusals(c: &TestCluster, id: u64, status: u16) -> u64 {
+    let text = c.get(id, "/metrics").await.text();
+    let key = format!("leasehold_requests_total{{route=\"/raft\",status=\"{status}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&key))
+        .map_or(0, |n| n.trim().parse().unwrap())
+}
+
+/// The node ids `ids` agree on a leader among themselves (others may be out).
+async fn leader_among(c: &TestCluster, ids: &[u64]) -> u64 {
+    eventually(&format!("a leader among {ids:?}"), LEADER_WAIT, || async {
+        let mut leaders = Vec::new();
+        for &id in ids {
+            leaders.push(c.cluster_view(id).await?["leader_id"].as_u64());
+        }
+        match leaders[0] {
+            Some(l) if ids.contains(&l) && leaders.iter().all(|x| *x == Some(l)) => Ok(l),
+            _ => Err(format!("{leaders:?}")),
+        }
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn forged_unsigned_wrongly_signed_or_stale_appends_get_401_and_change_nothing() {
+    let keys = tempfile::tempdir().unwrap();
+    let (_, secret) = new_secret(&keys, "secret");
+    let (_, wrong) = new_secret(&keys, "wrong");
+    let secrets = Arc::new(Mutex::new((1..=3).map(|id| (id, secret.clone())).collect()));
+    let c = cluster_with(secrets).await;
+    let leader = c.wait_for_leader().await;
+    c.post(leader, "/v1/jobs", json!({"id": "real"}))
+        .await
+        .ok(201);
+    c.wait_all_caught_up(leader).await;
+    let cluster = agreed_cluster_id(&c, &c.ids).await;
+    let before = fingerprints(&c, &c.ids).await;
+
+    for &target in &c.ids {
+        let body = forged_append(&c, target);
+        let sign = |s: &PeerSecret, t: u64, cl: ClusterId| {
+            peer_auth::sign(Some(s), RAFT_APPEND_PATH, t, 9, Some(cl), &body)
+        };
+        let stale = now_ms() - PEER_AUTH_WINDOW_MS - 5_000;
+        let attempts = [
+            ("no header", None),
+            (
+                "unsigned header",
+                Some(peer_auth::sign(
+                    None,
+                    RAFT_APPEND_PATH,
+                    now_ms(),
+                    9,
+                    Some(cluster),
+                    &body,
+                )),
+            ),
+            ("wrong secret", Some(sign(&wrong, now_ms(), cluster))),
+            ("stale timestamp", Some(sign(&secret, stale, cluster))),
+            (
+                "signed for another body",
+                Some(peer_auth::sign(
+                    Some(&secret),
+                    RAFT_APPEND_PATH,
+                    now_ms(),
+                    9,
+                    Some(cluster),
+                    b"other",
+                )),
+            ),
+        ];
+        for (what, auth) in attempts {
+            let r = c.send(target, &raft_append(&body, auth)).await;
+            let e = r.err(401, "unauthenticated");
+            assert!(
+                e["message"].as_str().unwrap().contains("peer RPC refused"),
+                "{what}: {e}"
+            );
+        }
+        // Right secret, another cluster: authenticated, but not one of ours.
+        let other = sign(&secret, now_ms(), ClusterId::random());
+        let e = c
+            .send(target, &raft_append(&body, Some(other)))
+            .await
+            .err(403, "permission_denied");
+        assert!(
+            e["message"]
+                .as_str()
+                .unwrap()
+                .contains(&cluster.to_string()),
+            "{e}"
+        );
+    }
+    assert_eq!(
+        fingerprints(&c, &c.ids).await,
+        before,
+        "refused RPCs changed a node's state or term"
+    );
+
+    // Control: the same forgery, correctly signed, is exactly as harmful as claimed.
+    let target = c.follower_of(leader);
+    let body = forged_append(&c, target);
+    let good = peer_auth::sign(
+        Some(&secret),
+        RAFT_APPEND_PATH,
+        now_ms(),
+        9,
+        Some(cluster),
+        &body,
+    );
+    let r = c.send(target, &raft_append(&body, Some(good))).await;
+    assert_eq!(r.status, 200, "the signed forgery: {}", r.text());
+    let term_before = before[&target].2;
+    eventually(
+        "the signed forgery to move the term and apply",
+        CATCH_UP_WAIT,
+        || async {
+            let v = c.cluster_view(target).await?;
+            let d = c.get(target, "/v1/cluster/digest").await.json();
+            if u64_of(&v, "term") > term_before && d["digest"] != before[&target].1.as_str() {
+                Ok(())
+            } else {
+                Err(format!("{v} {d}"))
+            }
+        },
+    )
+    .await;
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_with_another_secret_stays_out_until_it_has_the_right_one() {
+    let keys = tempfile::tempdir().unwrap();
+    let (_, secret) = new_secret(&keys, "secret");
+    let (_, wrong) = new_secret(&keys, "wrong");
+    let secrets: BTreeMap<u64, PeerSecret> =
+        [(1, secret.clone()), (2, secret.clone()), (3, wrong)].into();
+    let secrets = Arc::new(Mutex::new(secrets));
+    let mut c = cluster_with(secrets.clone()).await;
+    let leader = leader_among(&c, &[1, 2]).await;
+    c.post(leader, "/v1/jobs", json!({"id": "a"})).await.ok(201);
+    let commit = u64_of(&c.cluster_view(leader).await.unwrap(), "commit_index");
+    c.wait_applied(1, commit).await;
+    c.wait_applied(2, commit).await;
+    eventually(
+        "node 3 to have refused replication (401 on /raft)",
+        CATCH_UP_WAIT,
+        || async {
+            match raft_refusals(&c, 3, 401).await {
+                0 => Err("no 401 yet".to_owned()),
+                n => Ok(n),
+            }
+        },
+    )
+    .await;
+    let out = c.get(3, "/v1/cluster/digest").await.ok(200);
+    assert_eq!(
+        (u64_of(&out, "applied_index"), u64_of(&out, "jobs")),
+        (0, 0),
+        "{out}"
+    );
+    assert_eq!(
+        cluster_id_of(&c.cluster_view(3).await.unwrap()),
+        None,
+        "node 3 adopted an id"
+    );
+    // The two nodes with the secret are a quorum: the cluster keeps working.
+    c.post(leader, "/v1/jobs", json!({"id": "b"})).await.ok(201);
+
+    // Control: with the right secret, node 3 joins and catches up.
+    c.stop(3).await;
+    secrets.lock().unwrap().insert(3, secret);
+    c.restart(3).await;
+    let commit = u64_of(&c.cluster_view(leader).await.unwrap(), "commit_index");
+    c.wait_applied(3, commit).await;
+    agreed_cluster_id(&c, &c.ids).await;
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_of_another_cluster_with_the_same_secret_is_refused() {
+    let keys = tempfile::tempdir().unwrap();
+    let (_, secret) = new_secret(&keys, "secret");
+    let secrets = Arc::new(Mutex::new((1..=3).map(|id| (id, secret.clone())).collect()));
+    let c = cluster_with(secrets).await;
+    let leader = c.wait_for_leader().await;
+    c.post(leader, "/v1/jobs", json!({"id": "a"})).await.ok(201);
+    c.wait_all_caught_up(leader).await;
+    let cluster = agreed_cluster_id(&c, &c.ids).await;
+    let before = fingerprints(&c, &c.ids).await;
+    let top_term = before.values().map(|f| f.2).max().unwrap();
+
+    // A fresh node 1 whose peer list names this cluster's nodes 2 and 3 (a wrong address
+    // in a config): it initializes a cluster of its own and campaigns at them.
+    let dir = tempfile::tempdir().unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let peers = BTreeMap::from([
+        (1, listener.local_addr().unwrap().to_string()),
+        (2, c.addr(2).to_string()),
+        (3, c.addr(3).to_string()),
+    ]);
+    let mut cfg = NodeConfig::new(1, dir.path().to_path_buf(), peers);
+    cfg.peer_secret = Some(secret);
+    let rogue = server::start(listener, cfg).await.unwrap();
+    let rogue_cluster = rogue
+        .node
+        .peer
+        .cluster_id()
+        .expect("the initializing node has an id");
+    assert_ne!(rogue_cluster, cluster);
+    // Its term climbs with each failed election; once past ours, an unchecked vote request
+    // would have made our nodes step up to it.
+    let mut m = rogue.node.raft.metrics();
+    // (The `Ref` `wait_for` returns holds the metrics lock: drop it at once.)
+    let climbed = m.wait_for(|m| m.current_term > top_term + 1);
+    let passed = tokio::time::timeout(LEADER_WAIT, async { climbed.await.map(drop) }).await;
+    assert!(
+        matches!(passed, Ok(Ok(()))),
+        "the rogue node's term did not pass {top_term}"
+    );
+    for id in [2, 3] {
+        assert!(
+            raft_refusals(&c, id, 403).await > 0,
+            "node {id} refused no RPC with 403"
+        );
+    }
+    assert_eq!(
+        fingerprints(&c, &c.ids).await,
+        before,
+        "the other cluster's node changed us"
+    );
+    assert_eq!(c.wait_for_leader().await, leader);
+    rogue.shutdown().await;
+    c.shutdown().await;
+}
+
+async fn leasehold(args: &[String]) -> std::process::Output {
+    let mut cmd = Process::new(env!("CARGO_BIN_EXE_leasehold"));
+    cmd.args(args).env("RUST_LOG", "info").kill_on_drop(true);
+    tokio::time::timeout(PROC_WAIT, cmd.output())
+        .await
+        .unwrap_or_else(|_| panic!("leasehold {args:?} did not finish within {PROC_WAIT:?}"))
+        .expect("running leasehold")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_refuses_a_data_dir_of_another_node_id_naming_the_file_and_both_ids() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    leasehold_node::identity::open(&data, 2, None).unwrap();
+    let out = leasehold(&[
+        "serve".into(),
+        "--id=3".into(),
+        "--listen=127.0.0.1:0".into(),
+        format!("--data-dir={}", data.display()),
+        "--peer=3=127.0.0.1:1".into(),
+    ])
+    .await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "serve started on node 2's data dir: {stderr}"
+    );
+    let file = data.join(leasehold_node::identity::IDENTITY_FILE);
+    for needle in ["node 2", "node 3", &file.display().to_string()] {
+        assert!(stderr.contains(needle), "{needle:?} not in: {stderr}");
+    }
+    assert!(
+        !data.join("log").exists(),
+        "the log was opened before the check"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_refuses_a_short_or_world_readable_secret_file() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let short = dir.path().join("short");
+    std::fs::write(&short, "too-short\n").unwrap();
+    std::fs::set_permissions(&short, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let (open, _) = new_secret(&dir, "open");
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o644)).unwrap();
+    for (file, needle) in [(&short, "at least 32"), (&open, "chmod 600")] {
+        let out = leasehold(&[
+            "serve".into(),
+            "--id=1".into(),
+            "--listen=127.0.0.1:0".into(),
+            format!("--data-dir={}", dir.path().join("data").display()),
+            "--peer=1=127.0.0.1:1".into(),
+            format!("--peer-secret-file={}", file.display()),
+        ])
+        .await;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{}: {stderr}", file.display());
+        assert!(
+            stderr.contains(needle) && stderr.contains(&file.display().to_string()),
+            "{stderr}"
+        );
+    }
+}
+
+/// Every dir under `root` (itself included) is 0700 and every file 0600.
+fn assert_private(root: &Path) -> usize {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = std::fs::symlink_metadata(root).unwrap();
+    let mode = meta.permissions().mode() & 0o777;
+    let want = if meta.is_dir() { 0o700 } else { 0o600 };
+    assert_eq!(mode, want, "{} is {mode:o}", root.display());
+    let mut n = 1;
+    if meta.is_dir() {
+        for e in std::fs::read_dir(root).unwrap() {
+            n += assert_private(&e.unwrap().path());
+        }
+    }
+    n
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_keeps_its_data_dir_private() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let (secret, _) = new_secret(&dir, "secret");
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let mut child = Process::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args([
+            "serve".into(),
+            "--id=1".into(),
+            format!("--listen={addr}"),
+            format!("--data-dir={}", data.display()),
+            format!("--peer=1={addr}"),
+            format!("--peer-secret-file={}", secret.display()),
+        ])
+        .env("RUST_LOG", "error")
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let http = reqwest::Client::new();
+    let url = format!("http://{addr}/v1/jobs");
+    eventually("the node to accept a job", LEADER_WAIT, || async {
+        let r = http
+            .post(&url)
+            .json(&json!({"id": "j"}))
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        match r.status().as_u16() {
+            201 | 409 => Ok(()),
+            s => Err(format!("{s}")),
+        }
+    })
+    .await;
+    let v: Value = http
+        .get(format!("http://{addr}/v1/cluster"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(cluster_id_of(&v).is_some_and(|c| c.len() == 32), "{v}");
+    child.kill().await.unwrap();
+    let files = assert_private(&data);
+    assert!(data.join("log").is_dir() && data.join("identity").is_file());
+    assert!(
+        files >= 5,
+        "expected the log, its files, sm and identity; saw {files} entries"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_node_records_the_cluster_id_in_a_private_identity_file() {
+    let c = TestCluster::start().await;
+    let leader = c.wait_for_leader().await;
+    c.post(leader, "/v1/jobs", json!({"id": "a"})).await.ok(201);
+    let cluster = agreed_cluster_id(&c, &c.ids).await;
+    for &id in &c.ids {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = c.data_dir(id);
+        let stored = leasehold_node::identity::load(&dir.join("identity")).unwrap();
+        let want = leasehold_node::identity::Identity {
+            cluster_id: Some(cluster),
+            node_id: id,
+        };
+        assert_eq!(stored, Some(want), "node {id}'s identity file");
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(dir), 0o700, "node {id}'s data dir");
+        assert_eq!(
+            mode(&dir.join("identity")),
+            0o600,
+            "node {id}'s identity file"
+        );
+    }
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_wiped_first_node_rejoins_with_cluster_id_and_not_without() {
+    let flag: Arc<Mutex<Option<ClusterId>>> = Arc::new(Mutex::new(None));
+    let tweak_flag = flag.clone();
+    let mut c = TestCluster::start_with(move |cfg: &mut NodeConfig| {
+        if cfg.id == 1 {
+            cfg.cluster_id = *tweak_flag.lock().unwrap();
+        }
+    })
+    .await;
+    let leader = c.wait_for_leader().await;
+    c.post(leader, "/v1/jobs", json!({"id": "a"})).await.ok(201);
+    c.wait_all_caught_up(leader).await;
+    let cluster = agreed_cluster_id(&c, &c.ids).await;
+
+    // Wiped, node 1 founds a cluster of its own, which nodes 2 and 3 refuse.
+    c.stop(1).await;
+    std::fs::remove_dir_all(c.data_dir(1)).unwrap();
+    c.restart(1).await;
+    let own = c.node(1).node.peer.cluster_id().expect("it initialized");
+    assert_ne!(own, cluster);
+    eventually(
+        "node 2 or 3 to refuse node 1 (403)",
+        CATCH_UP_WAIT,
+        || async {
+            match raft_refusals(&c, 2, 403).await + raft_refusals(&c, 3, 403).await {
+                0 => Err("no 403 yet".to_owned()),
+                n => Ok(n),
+            }
+        },
+    )
+    .await;
+    let leader = leader_among(&c, &[2, 3]).await;
+    c.post(leader, "/v1/jobs", json!({"id": "b"})).await.ok(201);
+
+    // Wiped again and started with --cluster-id, it rejoins and catches up.
+    c.stop(1).await;
+    std::fs::remove_dir_all(c.data_dir(1)).unwrap();
+    *flag.lock().unwrap() = Some(cluster);
+    c.restart(1).await;
+    c.wait_for_leader().await;
+    let commit = u64_of(&c.cluster_view(leader).await.unwrap(), "commit_index");
+    c.wait_applied(1, commit).await;
+    assert_eq!(agreed_cluster_id(&c, &c.ids).await, cluster);
+    c.get(1, "/v1/jobs/b").await.ok(200);
+    c.shutdown().await;
+}
