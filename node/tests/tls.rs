@@ -462,3 +462,211 @@ async fn serve_refuses_a_key_of_another_certificate_naming_the_files() {
     let out = leasehold(&args[..args.len() - 1]).await;
     assert_eq!(out.status.code(), Some(2), "--tls-cert without --tls-ca");
 }
+
+/// The issue's acceptance check in one cluster: TLS, a peer secret and client tokens all
+/// on. A forged, unsigned AppendEntries gets 401 and moves nothing; a client without a
+/// token gets 401, a reader's claim 403, a worker outside its owner prefix 403 and inside
+/// it 200; the CLI works over https with the CA and a token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_guard_on_refuses_forgeries_and_strangers_and_serves_its_clients() {
+    use leasehold_node::auth::AuthPolicy;
+    use leasehold_node::peer_auth::PeerSecret;
+
+    let pki = Pki::new();
+    let secret = PeerSecret::write_new_file(&pki.dir.path().join("peer-secret")).unwrap();
+    let auth_path = pki.dir.path().join("tokens.toml");
+    std::fs::write(
+        &auth_path,
+        "[[token]]\ntoken = \"rdr-1\"\nrole = \"reader\"\n\n\
+         [[token]]\ntoken = \"wrk-a\"\nrole = \"worker\"\nowner_prefix = \"team-a/\"\n",
+    )
+    .unwrap();
+    let auth = Arc::new(AuthPolicy::load(&auth_path).unwrap());
+    let tls: BTreeMap<u64, Arc<NodeTls>> = (1..=3u64)
+        .map(|id| {
+            (
+                id,
+                Arc::new(NodeTls::load(&pki.node_files(id, false)).unwrap()),
+            )
+        })
+        .collect();
+    let c = TestCluster::start_with(move |cfg| {
+        cfg.tls = Some(tls[&cfg.id].clone());
+        cfg.peer_secret = Some(secret.clone());
+        cfg.auth = Some(auth.clone());
+        // No keep-time ticks while the lease lives: the state must stand still for the
+        // before/after comparison.
+        cfg.tick_interval_ms = 3_600_000;
+    })
+    .await;
+    let http = pki.https(&pki.ca, false);
+    let get = |id: u64, path: &str, token: Option<&str>| {
+        let mut r = http.get(https_url(&c, id, path));
+        if let Some(t) = token {
+            r = r.bearer_auth(t);
+        }
+        r.send()
+    };
+    let leader = eventually(
+        "a leader, seen with a reader token",
+        LEADER_WAIT,
+        || async {
+            let v: Value = get(1, "/v1/cluster", Some("rdr-1"))
+                .await
+                .map_err(|e| e.to_string())?
+                .json()
+                .await
+                .map_err(|e| e.to_string())?;
+            v["leader_id"].as_u64().ok_or_else(|| v.to_string())
+        },
+    )
+    .await;
+    let claim = |id: u64, job: &str, owner: &str, token: Option<&str>| {
+        let mut r = http
+            .post(https_url(&c, id, &format!("/v1/jobs/{job}/claim")))
+            .json(&serde_json::json!({"owner": owner, "ttl_ms": 30_000}));
+        if let Some(t) = token {
+            r = r.bearer_auth(t);
+        }
+        r.send()
+    };
+
+    // Clients: no token, a reader, a worker outside and inside its prefix.
+    assert_eq!(
+        get(leader, "/v1/cluster", None).await.unwrap().status(),
+        401
+    );
+    let r = claim(leader, "j1", "team-a/w", None).await.unwrap();
+    assert_eq!(r.status(), 401);
+    let r = claim(leader, "j1", "team-a/w", Some("rdr-1"))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    let r = claim(leader, "j1", "team-b/w", Some("wrk-a"))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "permission_denied", "{body}");
+    let r = claim(leader, "j1", "team-a/w", Some("wrk-a"))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let lease: Value = r.json().await.unwrap();
+    assert_eq!(lease["generation"], 1, "{lease}");
+
+    // A forged, unsigned AppendEntries (a higher term, one entry) over TLS: 401, and no
+    // node's state or term moves.
+    let fingerprint = || async {
+        let mut out = Vec::new();
+        for id in c.ids.clone() {
+            let d: Value = get(id, "/v1/cluster/digest", Some("rdr-1"))
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            let v: Value = get(id, "/v1/cluster", Some("rdr-1"))
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            out.push((
+                d["applied_index"].clone(),
+                d["digest"].clone(),
+                v["term"].clone(),
+            ));
+        }
+        out
+    };
+    // Settle first: every node applied the claim (idle ticks are off in this cluster).
+    let claimed_at = lease["log_index"].as_u64().unwrap();
+    for id in c.ids.clone() {
+        eventually("every node applies the claim", LEADER_WAIT, || async {
+            let v: Value = get(id, "/v1/cluster", Some("rdr-1"))
+                .await
+                .map_err(|e| e.to_string())?
+                .json()
+                .await
+                .map_err(|e| e.to_string())?;
+            match v["applied_index"].as_u64() {
+                Some(a) if a >= claimed_at => Ok(()),
+                _ => Err(v.to_string()),
+            }
+        })
+        .await;
+    }
+    let before = fingerprint().await;
+    let m = c.node(leader).node.raft.metrics().borrow().clone();
+    let term = m.current_term + 5;
+    let last = m.last_applied.unwrap();
+    let log_id = openraft::LogId::new(openraft::CommittedLeaderId::new(term, 9), last.index + 1);
+    let forged = openraft::raft::AppendEntriesRequest::<leasehold_node::types::TypeConfig> {
+        vote: openraft::Vote::new_committed(term, 9),
+        prev_log_id: Some(last),
+        entries: vec![openraft::Entry {
+            log_id,
+            payload: openraft::EntryPayload::Normal(leasehold_statemachine::Entry {
+                stamp_ms: 1,
+                term,
+                idempotency_key: None,
+                command: leasehold_statemachine::Command::Tick,
+            }),
+        }],
+        leader_commit: Some(log_id),
+    };
+    for id in c.ids.clone() {
+        let r = http
+            .post(https_url(&c, id, leasehold_node::network::RAFT_APPEND_PATH))
+            .header(
+                "content-type",
+                leasehold_node::network::BINCODE_CONTENT_TYPE,
+            )
+            .body(bincode::serialize(&forged).unwrap())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 401, "node {id} took an unsigned AppendEntries");
+    }
+    let after = fingerprint().await;
+    assert_eq!(before, after, "a refused AppendEntries changed a node");
+
+    // The CLI over https, with the CA and a token; and without the token.
+    let endpoints = c
+        .ids
+        .iter()
+        .map(|id| https_url(&c, *id, ""))
+        .collect::<Vec<_>>()
+        .join(",");
+    let ca = pki.ca.display().to_string();
+    let args = [
+        "job",
+        "get",
+        "j1",
+        "--endpoints",
+        &endpoints,
+        "--tls-ca",
+        &ca,
+        "--output",
+        "json",
+    ];
+    let with_token: Vec<&str> = args.iter().copied().chain(["--token", "rdr-1"]).collect();
+    let out = leasehold(&with_token).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let job: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(job["owner"], "team-a/w", "{job}");
+    let out = leasehold(&args).await;
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("unauthenticated"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    c.shutdown().await;
+}
