@@ -53,7 +53,9 @@ pub async fn run(node: Arc<Node>, mut rx: mpsc::Receiver<Pending>, cancel: Cance
         }
         let node = node.clone();
         tokio::spawn(async move {
+            let slot = node.commits_in_flight.enter();
             commit(&node, batch).await;
+            drop(slot);
             drop(permit);
         });
     }
@@ -101,5 +103,53 @@ async fn commit(node: &Node, mut batch: Vec<Pending>) {
                 let _ = tx.send(Err(e.clone()));
             }
         }
+    }
+}
+
+/// Counts commits in flight (see `Node::commits_in_flight`).
+#[derive(Debug, Default)]
+pub struct InFlight(std::sync::atomic::AtomicUsize);
+
+/// One commit in flight; leaving (or being dropped, if its request is abandoned) ends it.
+#[must_use]
+pub struct Slot<'a>(&'a InFlight);
+
+impl InFlight {
+    /// Enters only if no commit is in flight. Two requests may both see none and both
+    /// enter: each then proposes its own entry, which costs batching, not correctness.
+    pub fn try_first(&self) -> Option<Slot<'_>> {
+        use std::sync::atomic::Ordering;
+        self.0
+            .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+            .ok()
+            .map(|_| Slot(self))
+    }
+
+    pub fn enter(&self) -> Slot<'_> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Slot(self)
+    }
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        self.0 .0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_first_of_an_idle_node_skips_the_batcher() {
+        let f = InFlight::default();
+        let first = f.try_first().expect("idle");
+        assert!(f.try_first().is_none(), "a commit is in flight");
+        drop(first);
+        let batch = f.enter();
+        assert!(f.try_first().is_none(), "a batch is in flight");
+        drop(batch);
+        assert!(f.try_first().is_some());
     }
 }

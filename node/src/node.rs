@@ -57,6 +57,9 @@ pub struct Node {
     pub peer_scheme: &'static str,
     /// Queue of the group-commit batcher (`batcher.rs`).
     pub proposals: tokio::sync::mpsc::Sender<Pending>,
+    /// Commits in flight, through the batcher or proposed directly: while none is, a
+    /// request skips the batcher (nothing to share an entry with) and its task hops.
+    pub commits_in_flight: crate::batcher::InFlight,
     /// Client tokens (`serve --auth-file`); `None`: the client API is open.
     pub auth: Option<Arc<crate::auth::AuthPolicy>>,
     /// Peer RPC: the secret, this node's cluster id, what `/raft/…` admits.
@@ -179,6 +182,14 @@ impl Node {
                 return Err(ProposeError::Unavailable(
                     "the new leader is not ready yet".into(),
                 ))
+            }
+        }
+        // An idle node: nothing is being committed and nothing waits, so a batch would
+        // hold this one command anyway. Propose it from here.
+        if self.proposals.capacity() == self.proposals.max_capacity() {
+            if let Some(_slot) = self.commits_in_flight.try_first() {
+                let term = self.raft.metrics().borrow().current_term;
+                return self.propose_stamped(term, command, idempotency_key).await;
             }
         }
         let (tx, rx) = tokio::sync::oneshot::channel();

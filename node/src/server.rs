@@ -199,6 +199,7 @@ pub async fn start(listener: TcpListener, cfg: NodeConfig) -> anyhow::Result<Run
         forward_http: forward_client(&cfg)?,
         peer_scheme: crate::tls::peer_scheme(cfg.tls.as_deref()),
         proposals,
+        commits_in_flight: Default::default(),
         auth: cfg.auth.clone(),
         peer,
     });
