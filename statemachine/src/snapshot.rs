@@ -77,8 +77,9 @@ struct SnapshotRef<'a> {
 /// The records of a machine at one instant, detached from it: taking one costs a walk
 /// of the job table's keys (records are shared, and the machine copies a record it
 /// writes while a source still holds it), so a node can encode a million-job snapshot
-/// without holding off applies for the whole encoding.
-#[derive(Debug, Clone)]
+/// without holding off applies for the whole encoding. It is also what `restore`
+/// decodes: the same fields in the same order as [`SnapshotRef`].
+#[derive(Debug, Clone, Deserialize)]
 pub struct SnapshotSource {
     config: Config,
     clock_ms: u64,
@@ -127,19 +128,6 @@ fn encode(state: &SnapshotRef<'_>) -> Vec<u8> {
     let mut out = vec![SNAPSHOT_FORMAT_V1];
     bincode::serialize_into(&mut out, state).expect("state always encodes");
     out
-}
-
-#[derive(Deserialize)]
-struct SnapshotOwned {
-    config: Config,
-    clock_ms: u64,
-    term: u64,
-    last_log_index: u64,
-    next_handle: u64,
-    grace_applied: u64,
-    jobs: BTreeMap<u64, Arc<JobRecord>>,
-    tombstones: BTreeMap<String, u64>,
-    idempotency: Vec<(String, Remembered)>,
 }
 
 impl LeaseMachine {
@@ -192,7 +180,7 @@ impl LeaseMachine {
         }
         // The encoding of `bincode::serialize_into`, but bytes left over are an error, not
         // silently ignored: they mean the input is not (only) a snapshot.
-        let s: SnapshotOwned = bincode::DefaultOptions::new()
+        let s: SnapshotSource = bincode::DefaultOptions::new()
             .with_fixint_encoding()
             .reject_trailing_bytes()
             .deserialize(body)
