@@ -98,12 +98,14 @@ pub enum Operation {
     Complete,
     Release,
     Delete,
+    /// Cluster administration: membership changes, snapshot download (admin only).
+    Manage,
     /// A command no client sends (tick, batch): admin only, never reached by the API.
     Internal,
 }
 
 impl Operation {
-    pub const ALL: [Operation; 9] = [
+    pub const ALL: [Operation; 10] = [
         Operation::Read,
         Operation::Submit,
         Operation::Claim,
@@ -112,6 +114,7 @@ impl Operation {
         Operation::Complete,
         Operation::Release,
         Operation::Delete,
+        Operation::Manage,
         Operation::Internal,
     ];
 
@@ -139,6 +142,7 @@ impl Operation {
             Operation::Complete => "complete jobs",
             Operation::Release => "release leases",
             Operation::Delete => "delete jobs",
+            Operation::Manage => "administer the cluster",
             Operation::Internal => "propose internal commands",
         }
     }
@@ -162,6 +166,8 @@ pub enum Requirement {
 
 /// Paths served without a client token.
 const OPEN_PATHS: [&str; 2] = ["/healthz", "/readyz"];
+/// The dashboard's static assets (no data: the page asks for a token to call the API).
+const UI_PATH: &str = "/ui";
 /// Raft RPC between nodes: not a client route (peer authentication covers it).
 const RAFT_PREFIX: &str = "/raft/";
 /// `POST /v1/jobs/{id}/<suffix>` → operation (the handler splits the same way).
@@ -176,15 +182,27 @@ const JOB_ACTIONS: [(&str, Operation); 4] = [
 /// Anything not listed needs a token of any role: an unknown route answers 404 only to
 /// a caller who could use a known one.
 pub fn requirement(method: &Method, path: &str) -> Requirement {
-    if OPEN_PATHS.contains(&path) || path.starts_with(RAFT_PREFIX) {
+    if OPEN_PATHS.contains(&path)
+        || path.starts_with(RAFT_PREFIX)
+        || (*method == Method::GET
+            && (path == UI_PATH || path.starts_with(&format!("{UI_PATH}/"))))
+    {
         return Requirement::Open;
     }
     let op = match *method {
+        _ if is_manage_path(path) => Operation::Manage,
         Method::POST => post_operation(path),
         Method::DELETE if path.starts_with("/v1/jobs/") => Operation::Delete,
         _ => Operation::Read,
     };
     Requirement::Token(op)
+}
+
+/// Membership (`/v1/cluster/nodes…`, any method) and the backup download.
+fn is_manage_path(path: &str) -> bool {
+    path == "/v1/cluster/nodes"
+        || path.starts_with("/v1/cluster/nodes/")
+        || path == "/v1/cluster/snapshot"
 }
 
 fn post_operation(path: &str) -> Operation {
@@ -581,6 +599,7 @@ mod tests {
             (Complete, true, true, false),
             (Release, true, true, false),
             (Delete, true, false, false),
+            (Manage, true, false, false),
             (Internal, true, false, false),
         ];
         assert_eq!(
@@ -620,6 +639,15 @@ mod tests {
             (Method::GET, "/nope", t(Read)),
             (Method::GET, "/healthz/", t(Read)),
             (Method::GET, "/%68ealthz", t(Read)),
+            (Method::GET, "/ui", Requirement::Open),
+            (Method::GET, "/ui/app.js", Requirement::Open),
+            (Method::POST, "/ui", t(Read)),
+            (Method::GET, "/uix", t(Read)),
+            (Method::GET, "/v1/cluster/rejections", t(Read)),
+            (Method::GET, "/v1/cluster/members", t(Read)),
+            (Method::POST, "/v1/cluster/nodes", t(Manage)),
+            (Method::DELETE, "/v1/cluster/nodes/4", t(Manage)),
+            (Method::GET, "/v1/cluster/snapshot", t(Manage)),
         ];
         for (method, path, want) in cases {
             assert_eq!(requirement(&method, path), want, "{method} {path}");

@@ -9,8 +9,10 @@ mod client_auth;
 mod forward;
 pub(crate) mod jobs;
 mod leader;
+mod membership;
 mod ops;
 mod raft_rpc;
+mod ui;
 
 use std::sync::Arc;
 
@@ -47,6 +49,16 @@ pub fn router(node: Arc<Node>) -> Router {
         .route("/v1/queues/{queue}/claim", post(jobs::claim_next))
         .route("/v1/cluster", get(ops::cluster))
         .route("/v1/cluster/digest", get(ops::digest))
+        .route("/v1/cluster/members", get(ui::members))
+        .route("/v1/cluster/rejections", get(ui::rejections))
+        .route("/v1/cluster/nodes", post(membership::add))
+        .route(
+            "/v1/cluster/nodes/{id}",
+            axum::routing::delete(membership::remove),
+        )
+        .route("/v1/cluster/snapshot", get(membership::snapshot))
+        .route("/ui", get(ui::page))
+        .route("/ui/{*asset}", get(ui::asset))
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::metrics))
@@ -98,6 +110,12 @@ fn route_label(matched: Option<&str>) -> &'static str {
         Some("/v1/queues/{queue}/claim") => "/v1/queues/{queue}/claim",
         Some("/v1/cluster") => "/v1/cluster",
         Some("/v1/cluster/digest") => "/v1/cluster/digest",
+        Some("/v1/cluster/members") => "/v1/cluster/members",
+        Some("/v1/cluster/rejections") => "/v1/cluster/rejections",
+        Some("/v1/cluster/nodes") => "/v1/cluster/nodes",
+        Some("/v1/cluster/nodes/{id}") => "/v1/cluster/nodes/{id}",
+        Some("/v1/cluster/snapshot") => "/v1/cluster/snapshot",
+        Some("/ui") | Some("/ui/{*asset}") => "/ui",
         Some("/healthz") => "/healthz",
         Some("/readyz") => "/readyz",
         Some("/metrics") => "/metrics",

@@ -21,10 +21,11 @@
 //! [`LeaseMachine`]: leasehold_statemachine::LeaseMachine
 
 mod log_store;
+pub mod rejections;
 mod state_machine;
 
 pub use log_store::LogStore;
 pub use raft_log::FlushMetrics;
 pub use state_machine::{
-    AppliedState, SmShared, SnapshotBuilder, SnapshotFileError, StateMachineStore, SNAPSHOT_FILE_V1,
+    AppliedState, SmShared, SnapshotBuilder, SnapshotStats, SnapshotFileError, StateMachineStore, SNAPSHOT_FILE_V1,
 };

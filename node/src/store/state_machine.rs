@@ -35,6 +35,7 @@ use openraft::{
 };
 use tokio::sync::watch;
 
+use super::rejections::RecentRejections;
 use crate::clock::SharedClock;
 use crate::types::{LogId, NodeId, SnapshotMeta, StoredMembership, TypeConfig};
 
@@ -81,6 +82,8 @@ pub struct AppliedState {
     /// (stamp_ms of the newest applied Normal entry, clock.mono_ms() at the moment it was
     /// applied) — the basis of cluster time.
     pub last_stamp: Option<(u64, u64)>,
+    /// The last client commands the machine refused (node-local, not in snapshots).
+    pub rejections: RecentRejections,
 }
 
 /// The applied state, shared between the Raft state machine and the HTTP layer.
@@ -98,6 +101,22 @@ pub struct SmShared {
     state: RwLock<AppliedState>,
     long_reads: tokio::sync::RwLock<()>,
     applied: watch::Sender<u64>,
+    /// What the snapshot builds of this node did (for `/metrics`).
+    pub snapshots: std::sync::Mutex<SnapshotStats>,
+}
+
+/// Snapshot builds of this node since it started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SnapshotStats {
+    pub builds: u64,
+    /// Size of the last snapshot file built, bytes.
+    pub last_bytes: u64,
+    /// Whole build (capture, encode, write, fsync) of the last one, ms.
+    pub last_build_ms: u64,
+    /// Of which applies were held off (capturing the records), ms.
+    pub last_capture_ms: u64,
+    /// Log index the last snapshot covers.
+    pub last_index: u64,
 }
 
 impl SmShared {
@@ -107,6 +126,7 @@ impl SmShared {
             state: RwLock::new(state),
             long_reads: tokio::sync::RwLock::new(()),
             applied: watch::Sender::new(index),
+            snapshots: Default::default(),
         }
     }
 
@@ -200,6 +220,7 @@ impl StateMachineStore {
                 last_applied: None,
                 membership: StoredMembership::default(),
                 last_stamp: None,
+                rejections: RecentRejections::default(),
             },
             Some((meta, machine)) => {
                 *files.current.lock().await = Some(meta.clone());
@@ -241,6 +262,7 @@ fn restored_state(meta: SnapshotMeta, machine: LeaseMachine, mono_ms: u64) -> Ap
         last_applied: meta.last_log_id,
         membership: meta.last_membership,
         last_stamp,
+        rejections: RecentRejections::default(),
     }
 }
 
@@ -275,7 +297,11 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                             stamped = true;
                             // A rejection is an `Err` reply like any other, never a storage
                             // error: a storage error would stop Raft.
-                            state.machine.apply(log_id.index, &e)
+                            let reply = state.machine.apply(log_id.index, &e);
+                            state
+                                .rejections
+                                .record(log_id.index, e.stamp_ms, &e.command, &reply);
+                            reply
                         }
                         EntryPayload::Blank => Ok(Outcome::Ticked),
                         EntryPayload::Membership(m) => {
@@ -398,13 +424,27 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             .map_err(|e| {
                 StorageIOError::write_snapshot(Some(meta.signature()), AnyError::new(&e))
             })?;
+        let stats = SnapshotStats {
+            builds: 0,
+            last_bytes: bytes,
+            last_build_ms: started.elapsed().as_millis() as u64,
+            last_capture_ms: captured.as_millis() as u64,
+            last_index: last_log_id.map_or(0, |l| l.index),
+        };
         tracing::info!(
             last_log_id = ?meta.last_log_id,
             bytes,
-            capture_ms = captured.as_millis() as u64,
-            total_ms = started.elapsed().as_millis() as u64,
+            capture_ms = stats.last_capture_ms,
+            total_ms = stats.last_build_ms,
             "snapshot built"
         );
+        {
+            let mut s = self.shared.snapshots.lock().expect("snapshot stats lock");
+            *s = SnapshotStats {
+                builds: s.builds + 1,
+                ..stats
+            };
+        }
         // openraft 0.9.25 keeps only the meta of a built snapshot (sm::worker's
         // `build_snapshot` answers `BuildSnapshot(snap.meta)`); a follower that needs the
         // data gets it from `get_current_snapshot`, which reads the file.

@@ -1,0 +1,189 @@
+//! The recent rejections feed: the last [`CAPACITY`] client commands the state machine
+//! refused (a stale completion fenced off, a lease held by another owner, …), recorded as
+//! they are applied. Every replica applies the same log, so every node shows the same
+//! feed; it is node-local memory (not in snapshots), so a restarted node starts with the
+//! rejections of the log it re-applies.
+
+use std::collections::VecDeque;
+
+use leasehold_statemachine::{Command, Outcome, Reply};
+use serde::Serialize;
+
+/// Rejections kept per node.
+pub const CAPACITY: usize = 200;
+
+/// One refused command.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Rejection {
+    /// Increases by one per recorded rejection on this node: a poller asks for `after`.
+    pub seq: u64,
+    pub log_index: u64,
+    /// The entry's stamp (cluster time, ms).
+    pub at_ms: u64,
+    /// `claim`, `claim_next`, `renew`, `complete`, `release`, `submit`, `delete`.
+    pub command: &'static str,
+    pub job_id: Option<String>,
+    pub queue: Option<String>,
+    pub owner: Option<String>,
+    /// The generation the caller presented (renew, complete, release).
+    pub generation: Option<u64>,
+    /// api.md's error code, e.g. `stale_lease`.
+    pub code: &'static str,
+    pub message: String,
+    /// The job's generation when it was refused, if the error carried the job.
+    pub current_generation: Option<u64>,
+    /// The job's owner when it was refused, if the error carried the job.
+    pub current_owner: Option<String>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct RecentRejections {
+    next_seq: u64,
+    items: VecDeque<Rejection>,
+}
+
+impl RecentRejections {
+    /// Records every refusal in `reply` to `command` (each item of a batch on its own).
+    pub fn record(&mut self, log_index: u64, at_ms: u64, command: &Command, reply: &Reply) {
+        match (command, reply) {
+            (Command::Batch(items), Ok(Outcome::Batch(replies))) => {
+                for (item, reply) in items.iter().zip(replies) {
+                    self.record(log_index, at_ms, &item.command, reply);
+                }
+            }
+            (Command::Tick, _) | (_, Ok(_)) => {}
+            (command, Err(err)) => {
+                let (job_id, queue, owner, generation) = describe(command);
+                let job = err.job.as_deref();
+                self.next_seq += 1;
+                if self.items.len() == CAPACITY {
+                    self.items.pop_front();
+                }
+                self.items.push_back(Rejection {
+                    seq: self.next_seq,
+                    log_index,
+                    at_ms,
+                    command: command.kind(),
+                    job_id,
+                    queue,
+                    owner,
+                    generation,
+                    code: err.code.as_str(),
+                    message: err.message.clone(),
+                    current_generation: job.map(|j| j.generation),
+                    current_owner: job.and_then(|j| j.owner.clone()),
+                });
+            }
+        }
+    }
+
+    /// Rejections with `seq > after`, oldest first, at most `limit` of the newest.
+    pub fn since(&self, after: u64, limit: usize) -> Vec<Rejection> {
+        let newer: Vec<&Rejection> = self.items.iter().filter(|r| r.seq > after).collect();
+        let skip = newer.len().saturating_sub(limit);
+        newer.into_iter().skip(skip).cloned().collect()
+    }
+
+    /// The `seq` of the newest rejection recorded (0: none yet).
+    pub fn last_seq(&self) -> u64 {
+        self.next_seq
+    }
+}
+
+type Described = (Option<String>, Option<String>, Option<String>, Option<u64>);
+
+fn describe(command: &Command) -> Described {
+    match command {
+        Command::Submit { id, queue, .. } => (id.clone(), Some(queue.clone()), None, None),
+        Command::Claim { job_id, owner, .. } => (Some(job_id.clone()), None, Some(owner.clone()), None),
+        Command::ClaimNext { queue, owner, .. } => {
+            (None, Some(queue.clone()), Some(owner.clone()), None)
+        }
+        Command::Renew {
+            job_id,
+            owner,
+            generation,
+            ..
+        }
+        | Command::Complete {
+            job_id,
+            owner,
+            generation,
+            ..
+        }
+        | Command::Release {
+            job_id,
+            owner,
+            generation,
+        } => (
+            Some(job_id.clone()),
+            None,
+            Some(owner.clone()),
+            Some(*generation),
+        ),
+        Command::Delete { job_id } => (Some(job_id.clone()), None, None, None),
+        Command::Tick | Command::Batch(_) => (None, None, None, None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use leasehold_statemachine::{ApiError, BatchItem, ErrorCode};
+
+    fn complete(job: &str, generation: u64) -> Command {
+        Command::Complete {
+            job_id: job.into(),
+            owner: "w".into(),
+            generation,
+            result: None,
+        }
+    }
+
+    #[test]
+    fn records_refusals_only_and_keeps_the_newest() {
+        let mut r = RecentRejections::default();
+        let stale = Err(ApiError::new(ErrorCode::StaleLease, "generation 1 is not current"));
+        r.record(5, 100, &complete("a", 1), &stale);
+        r.record(6, 110, &complete("a", 2), &Ok(Outcome::Ticked));
+        r.record(7, 120, &Command::Tick, &stale);
+        let got = r.since(0, 10);
+        assert_eq!(got.len(), 1);
+        assert_eq!(
+            (got[0].seq, got[0].code, got[0].generation, got[0].job_id.as_deref()),
+            (1, "stale_lease", Some(1), Some("a"))
+        );
+        for i in 0..CAPACITY as u64 + 5 {
+            r.record(10 + i, 200, &complete("b", i), &stale);
+        }
+        let all = r.since(0, usize::MAX);
+        assert_eq!(all.len(), CAPACITY);
+        assert_eq!(all.last().unwrap().seq, r.last_seq());
+        assert_eq!(r.since(r.last_seq() - 3, 2).len(), 2);
+        assert_eq!(r.since(r.last_seq() - 3, 2)[1].seq, r.last_seq());
+    }
+
+    #[test]
+    fn batch_items_are_recorded_one_by_one() {
+        let mut r = RecentRejections::default();
+        let items = vec![
+            BatchItem {
+                idempotency_key: None,
+                command: complete("x", 3),
+            },
+            BatchItem {
+                idempotency_key: None,
+                command: complete("y", 4),
+            },
+        ];
+        let replies = vec![
+            Ok(Outcome::Ticked),
+            Err(ApiError::new(ErrorCode::LeaseExpired, "expired")),
+        ];
+        r.record(9, 1, &Command::Batch(items), &Ok(Outcome::Batch(replies)));
+        let got = r.since(0, 10);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].job_id.as_deref(), Some("y"));
+        assert_eq!(got[0].code, "lease_expired");
+    }
+}
