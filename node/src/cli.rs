@@ -40,6 +40,8 @@ pub enum Cmd {
     Cluster(crate::cli_jobs::ClusterArgs),
     /// Run a command per job of a queue, under a kept-alive, fenced lease.
     Worker(crate::worker::WorkerArgs),
+    /// Back up a cluster's state to a file, or seed a new cluster's data dir from one.
+    Snapshot(crate::backup::SnapshotArgs),
 }
 
 #[derive(Debug, Args)]
@@ -421,7 +423,10 @@ pub fn main() -> anyhow::Result<()> {
     use crate::cli_jobs;
     let args = Cli::parse();
     // Client commands print one line per error and nothing else on stderr: no logging.
-    let client_cmd = matches!(args.command, Cmd::Job(_) | Cmd::Cluster(_));
+    let client_cmd = matches!(
+        args.command,
+        Cmd::Job(_) | Cmd::Cluster(_) | Cmd::Snapshot(_)
+    );
     if !client_cmd {
         init_tracing();
     }
@@ -436,6 +441,7 @@ pub fn main() -> anyhow::Result<()> {
             Cmd::Job(a) => std::process::exit(cli_jobs::report(cli_jobs::run_job(a).await)),
             Cmd::Cluster(a) => std::process::exit(cli_jobs::report(cli_jobs::run_cluster(a).await)),
             Cmd::Worker(a) => std::process::exit(cli_jobs::report(crate::worker::run(a).await)),
+            Cmd::Snapshot(a) => std::process::exit(cli_jobs::report(crate::backup::run(a).await)),
         }
     })
 }

@@ -21,9 +21,11 @@
 //! - [`cli_jobs`]: `leasehold job …` and `leasehold cluster status`.
 //! - [`worker`]: `leasehold worker run`.
 //! - [`bench`]: the load generator behind `leasehold bench`.
+//! - [`backup`]: `leasehold snapshot save|restore`.
 
 pub mod api;
 pub mod auth;
+pub mod backup;
 pub mod batcher;
 pub mod bench;
 pub mod bench_failover;
