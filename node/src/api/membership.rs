@@ -17,7 +17,3 @@ pub async fn add(State(_node): State<Arc<Node>>) -> Response {
 pub async fn remove(State(_node): State<Arc<Node>>) -> Response {
     error_response(&ApiError::new(ErrorCode::NotFound, "not yet"))
 }
-
-pub async fn snapshot(State(_node): State<Arc<Node>>) -> Response {
-    error_response(&ApiError::new(ErrorCode::NotFound, "not yet"))
-}

@@ -5,6 +5,7 @@
 //! [`leader::on_leader`], which runs it here if this node leads, forwards the request
 //! verbatim to the leader if not, or waits out an election.
 
+mod backup;
 mod client_auth;
 mod forward;
 pub(crate) mod jobs;
@@ -56,7 +57,7 @@ pub fn router(node: Arc<Node>) -> Router {
             "/v1/cluster/nodes/{id}",
             axum::routing::delete(membership::remove),
         )
-        .route("/v1/cluster/snapshot", get(membership::snapshot))
+        .route("/v1/cluster/snapshot", get(backup::snapshot))
         .route("/ui", get(ui::page))
         .route("/ui/{*asset}", get(ui::asset))
         .route("/healthz", get(ops::healthz))
