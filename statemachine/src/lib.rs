@@ -11,6 +11,7 @@
 //! - [`machine`]: `LeaseMachine::apply`, the rules, the indexes, failover grace, reads.
 //! - `idempotency`: the table of remembered replies to keyed requests.
 //! - `queries`: read-only questions between entries (is anything claimable?).
+//! - `queue_stats`: jobs per queue and state, kept by every transition (for metrics).
 //! - [`snapshot`]: `snapshot()`/`restore()` and `check_invariants()`.
 
 pub mod command;
@@ -18,10 +19,12 @@ mod idempotency;
 pub mod limits;
 pub mod machine;
 mod queries;
+mod queue_stats;
 pub mod snapshot;
 pub mod wire;
 
 pub use command::{BatchItem, Command, Entry, Outcome, Reply};
 pub use machine::{Config, LeaseMachine, Stats};
+pub use queue_stats::QueueStats;
 pub use snapshot::{SnapshotError, SnapshotSource};
 pub use wire::{ApiError, ErrorBody, ErrorCode, Job, JobPage, JobState, Lease};

@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 use crate::command::{BatchItem, Command, Entry, Outcome, Reply};
 use crate::idempotency::{IdempotencyTable, Remembered};
 use crate::limits;
+use crate::queue_stats::{count_move, QueueStats, Slot};
 use crate::wire::{ApiError, ErrorCode, Job, JobPage, JobState, Lease};
 
 /// Settings every replica must share; they are part of the snapshot.
@@ -102,6 +103,9 @@ pub struct LeaseMachine {
     pub(crate) completed: u64,
     pub(crate) failed: u64,
     pub(crate) grace_applied: u64,
+    /// The extension the last failover grace gave live leases, ms. Node-local like the
+    /// indexes (not in snapshots): 0 on a machine restored since.
+    pub(crate) last_grace_ms: u64,
     /// Records behind `Arc`s: a snapshot takes a copy of the table cheaply (see
     /// [`LeaseMachine::snapshot_source`]) and a record is copied only when written while
     /// a snapshot still holds it.
@@ -116,6 +120,8 @@ pub struct LeaseMachine {
     pub(crate) expiry: BTreeSet<(u64, u64)>,
     pub(crate) ready: BTreeMap<String, BTreeSet<(u64, u64)>>,
     pub(crate) by_queue: BTreeMap<String, BTreeSet<u64>>,
+    /// Jobs per queue and state (`queue_stats.rs`).
+    pub(crate) queue_counts: BTreeMap<String, QueueStats>,
 }
 
 impl Default for LeaseMachine {
@@ -152,6 +158,7 @@ impl LeaseMachine {
             completed: 0,
             failed: 0,
             grace_applied: 0,
+            last_grace_ms: 0,
             jobs: BTreeMap::new(),
             tombstones: BTreeMap::new(),
             idempotency: IdempotencyTable::default(),
@@ -159,6 +166,7 @@ impl LeaseMachine {
             expiry: BTreeSet::new(),
             ready: BTreeMap::new(),
             by_queue: BTreeMap::new(),
+            queue_counts: BTreeMap::new(),
         }
     }
 
@@ -192,6 +200,56 @@ impl LeaseMachine {
             idempotency_keys: self.idempotency.len() as u64,
             grace_applied: self.grace_applied,
         }
+    }
+
+    /// The extension the last failover grace gave live leases (ms) since this machine
+    /// was created or restored; 0 if none was granted since.
+    pub fn last_grace_ms(&self) -> u64 {
+        self.last_grace_ms
+    }
+
+    /// Seeding a new cluster from a backup (`leasehold snapshot restore`): raises every
+    /// job's generation — and every deleted job's remembered one — by `by`, and ends
+    /// every lease live in the backup (the job becomes claimable at once).
+    ///
+    /// The cluster the backup came from may have granted generations after the backup
+    /// was taken; a restored cluster granting the same ones again could give two workers
+    /// the same fencing token for a job. Raised by more than that cluster could have
+    /// granted since, every token the restored cluster grants is above every token the
+    /// old one did, and the workers of leases live in the backup are fenced off (their
+    /// generation is no longer current). Job ids the backup does not know start at 1 as
+    /// always. Errors (changing nothing) if a generation would overflow.
+    pub fn raise_generations(&mut self, by: u64) -> Result<(), String> {
+        let top = self
+            .jobs
+            .values()
+            .map(|r| r.generation)
+            .chain(self.tombstones.values().copied())
+            .max()
+            .unwrap_or(0);
+        if top.checked_add(by).is_none() {
+            return Err(format!(
+                "raising generations by {by} overflows (the highest is {top})"
+            ));
+        }
+        let now = self.clock_ms;
+        for g in self.tombstones.values_mut() {
+            *g += by;
+        }
+        let live: Vec<(u64, u64)> = std::mem::take(&mut self.expiry).into_iter().collect();
+        for rec in self.jobs.values_mut() {
+            Arc::make_mut(rec).generation += by;
+        }
+        for (_, handle) in live {
+            let rec = Arc::make_mut(self.jobs.get_mut(&handle).expect("expiry names a job"));
+            rec.leased = false;
+            rec.lease_until_ms = rec.lease_until_ms.min(now);
+            rec.ready_at_ms = now;
+            let queue = rec.queue.clone();
+            self.ready.entry(queue).or_default().insert((now, handle));
+            self.recount(handle, Some(Slot::Leased), Some(Slot::Pending));
+        }
+        Ok(())
     }
 
     /// The earliest live lease's expiry, if any (the node ticks while leases are live).
@@ -342,6 +400,7 @@ impl LeaseMachine {
             return;
         }
         self.grace_applied += 1;
+        self.last_grace_ms = extra;
         let old = std::mem::take(&mut self.expiry);
         for (until, handle) in old {
             let rec = Arc::make_mut(self.jobs.get_mut(&handle).expect("expiry names a job"));
@@ -360,6 +419,12 @@ impl LeaseMachine {
             let rec = Arc::make_mut(self.jobs.get_mut(&handle).expect("expiry names a job"));
             rec.leased = false;
             rec.ready_at_ms = until;
+            count_move(
+                &mut self.queue_counts,
+                &rec.queue,
+                Some(Slot::Leased),
+                Some(Slot::Pending),
+            );
             let queue = rec.queue.clone();
             self.ready.entry(queue).or_default().insert((until, handle));
         }
@@ -439,6 +504,7 @@ impl LeaseMachine {
             .entry(queue.to_owned())
             .or_default()
             .insert(handle);
+        count_move(&mut self.queue_counts, queue, None, Some(Slot::Pending));
         self.jobs.insert(handle, Arc::new(rec));
         handle
     }
@@ -537,6 +603,7 @@ impl LeaseMachine {
             rec.status = Status::Failed;
             self.failed += 1;
             let msg = format!("job {} failed: {} attempts used", rec.id, rec.attempts);
+            self.recount(handle, Some(Slot::Pending), Some(Slot::Failed));
             return Err(self.job_error(handle, ErrorCode::JobFailed, msg));
         }
         rec.generation += 1;
@@ -546,7 +613,9 @@ impl LeaseMachine {
         rec.ttl_ms = ttl_ms;
         rec.leased = true;
         self.expiry.insert((rec.lease_until_ms, handle));
-        Ok(Outcome::Lease(lease_of(rec, owner, ttl_ms, now, log_index)))
+        let lease = lease_of(rec, owner, ttl_ms, now, log_index);
+        self.recount(handle, Some(Slot::Pending), Some(Slot::Leased));
+        Ok(Outcome::Lease(lease))
     }
 
     /// The checks shared by renew, complete and release: the caller must hold the
@@ -638,6 +707,7 @@ impl LeaseMachine {
         rec.status = Status::Completed;
         rec.result = result.clone();
         self.completed += 1;
+        self.recount(handle, Some(Slot::Leased), Some(Slot::Completed));
         Ok(Outcome::Job(self.view(&self.jobs[&handle], now)))
     }
 
@@ -657,6 +727,7 @@ impl LeaseMachine {
         rec.ready_at_ms = now;
         let queue = rec.queue.clone();
         self.ready.entry(queue).or_default().insert((now, handle));
+        self.recount(handle, Some(Slot::Leased), Some(Slot::Pending));
         Ok(Outcome::Job(self.view(&self.jobs[&handle], now)))
     }
 
@@ -673,6 +744,12 @@ impl LeaseMachine {
             Status::Failed => self.failed -= 1,
         }
         let rec = self.jobs.remove(&handle).expect("exists");
+        count_move(
+            &mut self.queue_counts,
+            &rec.queue,
+            Some(Slot::of(&rec)),
+            None,
+        );
         self.ids.remove(&rec.id);
         let members = self.by_queue.get_mut(&rec.queue).expect("queue of a job");
         members.remove(&handle);

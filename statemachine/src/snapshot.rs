@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::idempotency::{IdempotencyTable, Remembered};
 use crate::machine::{Config, JobRecord, LeaseMachine, Status};
+use crate::queue_stats::{count_move, QueueStats, Slot};
 
 /// Version byte of the snapshot format this build writes and reads.
 pub const SNAPSHOT_FORMAT_V1: u8 = 1;
@@ -30,8 +31,9 @@ pub enum SnapshotError {
     Inconsistent(String),
 }
 
-/// A queue, its members' handles and its claimable jobs' (ready_at_ms, handle).
-type QueueSlot<'a> = (&'a str, Vec<u64>, Vec<(u64, u64)>);
+/// A queue, its members' handles, its claimable jobs' (ready_at_ms, handle) and its jobs
+/// by state.
+type QueueSlot<'a> = (&'a str, Vec<u64>, Vec<(u64, u64)>, QueueStats);
 
 /// Per queue: its members and its claimable jobs, gathered while restoring.
 #[derive(Default)]
@@ -43,21 +45,21 @@ struct QueueIndexes<'a> {
 }
 
 impl<'a> QueueIndexes<'a> {
-    fn of(&mut self, queue: &'a str) -> (&mut Vec<u64>, &mut Vec<(u64, u64)>) {
+    fn of(&mut self, queue: &'a str) -> (&mut Vec<u64>, &mut Vec<(u64, u64)>, &mut QueueStats) {
         let i = match self.last {
             Some((q, i)) if q == queue => i,
             _ => {
                 let slots = &mut self.slots;
                 let i = *self.slot_of.entry(queue).or_insert_with(|| {
-                    slots.push((queue, Vec::new(), Vec::new()));
+                    slots.push((queue, Vec::new(), Vec::new(), QueueStats::default()));
                     slots.len() - 1
                 });
                 self.last = Some((queue, i));
                 i
             }
         };
-        let (_, members, ready) = &mut self.slots[i];
-        (members, ready)
+        let (_, members, ready, counts) = &mut self.slots[i];
+        (members, ready, counts)
     }
 }
 
@@ -208,17 +210,30 @@ impl LeaseMachine {
             }
             m.check_restored_record(rec)
                 .map_err(SnapshotError::Inconsistent)?;
-            let (members, ready) = queues.of(&rec.queue);
+            let (members, ready, counts) = queues.of(&rec.queue);
             members.push(handle);
-            match rec.status {
-                Status::Completed => m.completed += 1,
-                Status::Failed => m.failed += 1,
-                Status::Open if rec.leased => expiry.push((rec.lease_until_ms, handle)),
-                Status::Open => ready.push((rec.ready_at_ms, handle)),
+            match Slot::of(rec) {
+                Slot::Completed => {
+                    m.completed += 1;
+                    counts.completed += 1;
+                }
+                Slot::Failed => {
+                    m.failed += 1;
+                    counts.failed += 1;
+                }
+                Slot::Leased => {
+                    expiry.push((rec.lease_until_ms, handle));
+                    counts.leased += 1;
+                }
+                Slot::Pending => {
+                    ready.push((rec.ready_at_ms, handle));
+                    counts.pending += 1;
+                }
             }
         }
         m.expiry = expiry.into_iter().collect();
-        for (queue, members, ready) in queues.slots {
+        for (queue, members, ready, counts) in queues.slots {
+            m.queue_counts.insert(queue.to_owned(), counts);
             if !ready.is_empty() {
                 m.ready
                     .insert(queue.to_owned(), ready.into_iter().collect());
@@ -277,6 +292,12 @@ impl LeaseMachine {
             .entry(rec.queue.clone())
             .or_default()
             .insert(handle);
+        count_move(
+            &mut self.queue_counts,
+            &rec.queue,
+            None,
+            Some(Slot::of(rec)),
+        );
         match rec.status {
             Status::Completed => self.completed += 1,
             Status::Failed => self.failed += 1,
@@ -330,6 +351,10 @@ impl LeaseMachine {
         assert_eq!(self.expiry, rebuilt.expiry, "expiry index");
         assert_eq!(self.ready, rebuilt.ready, "ready index");
         assert_eq!(self.by_queue, rebuilt.by_queue, "queue index");
+        assert_eq!(
+            self.queue_counts, rebuilt.queue_counts,
+            "jobs per queue and state"
+        );
         assert_eq!(self.completed, rebuilt.completed, "completed count");
         assert_eq!(self.failed, rebuilt.failed, "failed count");
         let cfg = self.config;
