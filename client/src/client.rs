@@ -147,7 +147,24 @@ pub struct ClusterStatus {
     /// Not in api.md: the node's Raft role, when the node reports it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<String>,
+    /// Not in api.md: the cluster's id (32 hex digits), when the node reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_id: Option<String>,
 }
+
+/// The membership after a change (`POST /v1/cluster/nodes`,
+/// `DELETE /v1/cluster/nodes/{id}`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Membership {
+    pub leader_id: Option<u64>,
+    pub voters: Vec<u64>,
+    pub learners: Vec<u64>,
+    /// Node id (as a string) → advertised address.
+    pub nodes: BTreeMap<String, String>,
+}
+
+/// How long the server may take to add a node: its catch-up wait (30 s) and a commit.
+const ADD_NODE_WAIT: Duration = Duration::from_secs(40);
 
 /// A JSON value as the raw text the wire types carry, checked against api.md's 64 KiB.
 fn raw(value: Option<&Value>) -> Result<Option<Box<RawValue>>, Error> {
@@ -469,6 +486,25 @@ impl Client {
         req.clone().into_command(job_id)?;
         let path = format!("{}/release", job_path(job_id)?);
         let call = Call::write(Method::POST, path, Some(to_body(&req)?));
+        decode(&self.execute(&call).await?, &[200])
+    }
+
+    /// `POST /v1/cluster/nodes`: adds node `id` at `addr` as a learner and promotes it to
+    /// voter once it has caught up (admin). 409 `already_exists` if it is a voter already.
+    pub async fn add_node(&self, id: u64, addr: &str) -> Result<Membership, Error> {
+        let body = serde_json::json!({ "id": id, "addr": addr });
+        let mut call = Call::write(
+            Method::POST,
+            "/v1/cluster/nodes".into(),
+            Some(to_body(&body)?),
+        );
+        call.opts.extra_wait = ADD_NODE_WAIT;
+        decode(&self.execute(&call).await?, &[200])
+    }
+
+    /// `DELETE /v1/cluster/nodes/{id}`: removes a voter or learner, the leader too (admin).
+    pub async fn remove_node(&self, id: u64) -> Result<Membership, Error> {
+        let call = Call::write(Method::DELETE, format!("/v1/cluster/nodes/{id}"), None);
         decode(&self.execute(&call).await?, &[200])
     }
 

@@ -44,7 +44,7 @@ pub mod retry;
 pub mod tls;
 mod transport;
 
-pub use client::{Client, ClusterStatus, ListJobs, NewJob};
+pub use client::{Client, ClusterStatus, ListJobs, Membership, NewJob};
 pub use config::{ClientBuilder, Config, Token};
 pub use deadline::DeadlinePolicy;
 pub use error::Error;

@@ -111,6 +111,17 @@ struct ProcNode {
     log: PathBuf,
     child: Option<Child>,
     paused: bool,
+    /// Started after the cluster formed ([`ProcCluster::add_process`]).
+    added: Option<Added>,
+}
+
+/// How a node started after the cluster formed comes in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Added {
+    /// `serve --join` through this node: it asks to be added.
+    JoinVia(u64),
+    /// Started with the members in its `--peer` list, waiting for `cluster add-node`.
+    Waiting,
 }
 
 pub struct ProcCluster {
@@ -148,6 +159,7 @@ impl ProcCluster {
                     log: root.path().join(format!("n{id}.log")),
                     child: None,
                     paused: false,
+                    added: None,
                 },
             );
         }
@@ -203,12 +215,63 @@ impl ProcCluster {
         self.root.as_ref().expect("root kept until drop").path()
     }
 
+    /// Starts a new node `id` on a fresh port and data dir, coming in as `how` says; it
+    /// is not a member until the cluster adds it.
+    pub fn add_process(&mut self, id: u64, how: Added) {
+        assert!(!self.nodes.contains_key(&id), "node {id} exists");
+        let root = self.root().to_path_buf();
+        self.nodes.insert(
+            id,
+            ProcNode {
+                spec: NodeSpec::default(),
+                listen: free_port(),
+                data_dir: root.join(format!("n{id}")),
+                log: root.join(format!("n{id}.log")),
+                child: None,
+                paused: false,
+                added: Some(how),
+            },
+        );
+        self.spawn(id);
+    }
+
+    /// The `HOST:PORT` a node listens on (its address in the membership).
+    pub fn addr(&self, id: u64) -> SocketAddr {
+        self.nodes[&id].listen
+    }
+
+    /// Kills a node that left the cluster and stops counting it (status, digests).
+    pub fn forget(&mut self, id: u64) {
+        self.kill(id);
+        self.nodes.remove(&id);
+    }
+
+    /// Kills a node and deletes its data dir: a lost disk.
+    pub fn wipe(&mut self, id: u64) {
+        self.kill(id);
+        let dir = self.nodes[&id].data_dir.clone();
+        std::fs::remove_dir_all(&dir).unwrap_or_else(|e| panic!("wiping {}: {e}", dir.display()));
+    }
+
+    /// Starts a (wiped or killed) node again with `serve --join` through `via`.
+    pub fn restart_joining(&mut self, id: u64, via: u64) {
+        assert!(!self.is_running(id), "node {id} is still running");
+        self.nodes.get_mut(&id).expect("known node").added = Some(Added::JoinVia(via));
+        self.spawn(id);
+    }
+
     fn spawn(&mut self, id: u64) {
-        let peers: Vec<String> = self
-            .nodes
-            .iter()
-            .map(|(pid, n)| format!("--peer={pid}={}", n.listen))
-            .collect();
+        let peers: Vec<String> = match self.nodes[&id].added {
+            Some(Added::JoinVia(via)) => vec![
+                format!("--peer={id}={}", self.nodes[&id].listen),
+                format!("--join={}", self.nodes[&via].listen),
+            ],
+            _ => self
+                .nodes
+                .iter()
+                .map(|(pid, n)| format!("--peer={pid}={}", n.listen))
+                .collect(),
+        };
         let dials: Vec<String> = self
             .links
             .iter()

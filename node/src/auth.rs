@@ -184,8 +184,7 @@ const JOB_ACTIONS: [(&str, Operation); 4] = [
 pub fn requirement(method: &Method, path: &str) -> Requirement {
     if OPEN_PATHS.contains(&path)
         || path.starts_with(RAFT_PREFIX)
-        || (*method == Method::GET
-            && (path == UI_PATH || path.starts_with(&format!("{UI_PATH}/"))))
+        || (*method == Method::GET && (path == UI_PATH || path.starts_with(&format!("{UI_PATH}/"))))
     {
         return Requirement::Open;
     }

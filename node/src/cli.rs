@@ -56,8 +56,17 @@ pub struct ServeArgs {
     #[arg(long)]
     pub data_dir: PathBuf,
     /// A voter of the initial cluster as ID=HOST:PORT; repeat for each (this node too).
+    /// With --join, only this node's own entry (the address others reach it at).
     #[arg(long = "peer", value_parser = parse_peer, required = true)]
     pub peers: Vec<(NodeId, String)>,
+    /// Join a running cluster through any of its nodes (HOST:PORT) instead of forming
+    /// one: an empty data dir asks to be added (learner, then voter once caught up) and
+    /// does not vote until it is. Ignored once the data dir is a member.
+    #[arg(long)]
+    pub join: Option<String>,
+    /// File holding an admin token for --join, when the cluster has --auth-file.
+    #[arg(long, requires = "join")]
+    pub join_token_file: Option<PathBuf>,
     /// Dial peer ID at HOST:PORT instead of its --peer address (a proxy in front of it,
     /// a NAT); repeat per peer. Raft RPC and forwarded requests to that peer go there.
     #[arg(long = "peer-dial", value_parser = parse_peer)]
@@ -207,7 +216,39 @@ impl ServeArgs {
         }
         cfg.cluster_id = self.cluster_id;
         cfg.tls = self.tls()?;
+        cfg.join = self.join_config(&cfg)?;
         Ok(cfg)
+    }
+
+    fn join_config(&self, cfg: &NodeConfig) -> anyhow::Result<Option<crate::join::JoinConfig>> {
+        let Some(via) = &self.join else {
+            return Ok(None);
+        };
+        crate::api::validate_addr(via).map_err(|e| anyhow::anyhow!("--join: {e}"))?;
+        if cfg.peers.len() != 1 {
+            bail!(
+                "with --join, --peer names only this node (ID=HOST:PORT, the address the                  cluster reaches it at); the cluster's members come from the cluster"
+            );
+        }
+        let token = match &self.join_token_file {
+            None => None,
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("--join-token-file {}", path.display()))?;
+                let t = text.trim();
+                if t.is_empty() || !t.bytes().all(|b| b.is_ascii_graphic()) {
+                    bail!(
+                        "--join-token-file {}: expected one token of visible ASCII",
+                        path.display()
+                    );
+                }
+                Some(t.to_owned())
+            }
+        };
+        Ok(Some(crate::join::JoinConfig {
+            via: via.clone(),
+            token,
+        }))
     }
 
     /// The TLS setup, every file read and checked now: a bad one stops `serve` with an

@@ -216,6 +216,11 @@ pub struct ClusterArgs {
 pub enum ClusterCmd {
     /// Members, leader, term, indexes and cluster time (GET /v1/cluster).
     Status,
+    /// Add node ID at ADDR (HOST:PORT): a learner, promoted to voter once it has caught up.
+    /// Start the node first (`serve --join` adds itself instead).
+    AddNode { id: u64, addr: String },
+    /// Remove node ID (the leader too: it steps down once the change commits).
+    RemoveNode { id: u64 },
 }
 
 fn parse_state(s: &str) -> Result<JobState, String> {
@@ -355,6 +360,9 @@ fn print_cluster(s: &ClusterStatus) {
     println!("commit_index:    {}", s.commit_index);
     println!("applied_index:   {}", s.applied_index);
     println!("cluster_time_ms: {}", s.cluster_time_ms);
+    if let Some(c) = &s.cluster_id {
+        println!("cluster_id:      {c}");
+    }
     let ids = |v: &[u64]| v.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
     println!("voters:          {}", ids(&s.voters));
     println!("learners:        {}", ids(&s.learners));
@@ -465,7 +473,29 @@ pub async fn run_cluster(args: ClusterArgs) -> Result<(), CliError> {
                 Ok(())
             }
         }
+        ClusterCmd::AddNode { id, addr } => {
+            crate::api::validate_addr(&addr).map_err(CliError::usage)?;
+            let m = client.add_node(id, &addr).await?;
+            show_membership(&m, args.opts.output == Output::Json)
+        }
+        ClusterCmd::RemoveNode { id } => {
+            let m = client.remove_node(id).await?;
+            show_membership(&m, args.opts.output == Output::Json)
+        }
     }
+}
+
+fn show_membership(m: &leasehold_client::Membership, json: bool) -> Result<(), CliError> {
+    if json {
+        return print_json(m);
+    }
+    let ids = |v: &[u64]| v.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
+    println!("voters:   {}", ids(&m.voters));
+    println!("learners: {}", ids(&m.learners));
+    for (id, addr) in &m.nodes {
+        println!("  node {id}: {addr}");
+    }
+    Ok(())
 }
 
 fn show_job(job: &Job, json: bool) -> Result<(), CliError> {

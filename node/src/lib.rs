@@ -8,6 +8,7 @@
 //! - [`auth`]: client tokens (`serve --auth-file`): roles, routes, owner prefixes.
 //! - [`network`]: the Raft RPC client (HTTP + bincode).
 //! - [`peer_auth`]: peer RPC authentication (HMAC over the body) and the cluster-id check.
+//! - [`join`]: `serve --join` — a new node asks a cluster to add it.
 //! - [`identity`]: the data dir's identity file (node and cluster id) and its modes.
 //! - [`store`]: the durable log store (raft-log) and the state-machine store.
 //! - [`timekeeper`]: cluster time — the leader's stamps.
@@ -34,6 +35,7 @@ pub mod cli_jobs;
 pub mod clock;
 pub mod fuzzing;
 pub mod identity;
+pub mod join;
 pub mod listener;
 pub mod metrics;
 pub mod network;

@@ -97,16 +97,57 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             ),
             http,
             guard: self.guard.clone(),
+            matched: None,
         }
     }
 }
 
 /// The RPC client for one peer.
+///
+/// openraft creates one per replication stream (a leader's term, or a re-added member),
+/// so `matched` follows the leader's own record of what the peer holds.
 pub struct PeerClient {
     target: NodeId,
     base: String,
     http: reqwest::Client,
     guard: Arc<PeerGuard>,
+    /// Highest log index this peer acknowledged holding, in this stream.
+    matched: Option<u64>,
+}
+
+/// What an AppendEntries answer says about the peer's log, against what it acknowledged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AppendCheck {
+    /// Holds entries up to this index now.
+    Matched(Option<u64>),
+    /// A conflict at or below an index the peer had acknowledged: its log went back
+    /// (a wiped or restored data dir).
+    Reverted { acknowledged: u64, conflict: u64 },
+    /// An ordinary conflict (the leader probes further back).
+    Conflict,
+}
+
+/// Judges an AppendEntries answer.
+pub fn check_append(
+    matched: Option<u64>,
+    prev_index: Option<u64>,
+    last_index: Option<u64>,
+    resp: &AppendEntriesResponse<NodeId>,
+) -> AppendCheck {
+    match resp {
+        AppendEntriesResponse::Success => AppendCheck::Matched(matched.max(last_index)),
+        AppendEntriesResponse::PartialSuccess(upto) => {
+            AppendCheck::Matched(matched.max(upto.map(|l| l.index)))
+        }
+        AppendEntriesResponse::Conflict => match (matched, prev_index) {
+            (Some(acked), Some(conflict)) if conflict <= acked => AppendCheck::Reverted {
+                acknowledged: acked,
+                conflict,
+            },
+            _ => AppendCheck::Conflict,
+        },
+        AppendEntriesResponse::HigherVote(_) => AppendCheck::Matched(matched),
+    }
 }
 
 type RpcErr<E> = RPCError<NodeId, BasicNode, RaftError<NodeId, E>>;
@@ -178,7 +219,39 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RpcErr<openraft::error::Infallible>> {
-        self.call(RAFT_APPEND_PATH, &rpc, &option).await
+        let prev = rpc.prev_log_id.map(|l| l.index);
+        let last = rpc.entries.last().map(|e| e.log_id.index).or(prev);
+        let resp = self.call(RAFT_APPEND_PATH, &rpc, &option).await?;
+        match check_append(self.matched, prev, last, &resp) {
+            AppendCheck::Matched(m) => self.matched = m,
+            AppendCheck::Conflict => {}
+            // openraft 0.9 panics the leader's Raft core on a follower whose log went
+            // back (`loosen-follower-log-revert` off). A node restarted on an empty or
+            // older data dir while still a member must not take the leader down: it is
+            // reported unreachable until an operator removes it (and re-adds it with
+            // `serve --join`, which starts a fresh stream).
+            AppendCheck::Reverted {
+                acknowledged,
+                conflict,
+            } => {
+                tracing::error!(
+                    peer = self.target,
+                    acknowledged,
+                    conflict,
+                    "peer {} lost log entries it had acknowledged (a wiped or replaced data \
+                     dir?); it is treated as unreachable: remove it (leasehold cluster \
+                     remove-node {}) and add it again (serve --join)",
+                    self.target,
+                    self.target
+                );
+                let e = std::io::Error::other(format!(
+                    "peer {} lost acknowledged log entries (had {acknowledged}, conflicts at {conflict})",
+                    self.target
+                ));
+                return Err(RPCError::Unreachable(Unreachable::new(&e)));
+            }
+        }
+        Ok(resp)
     }
 
     async fn install_snapshot(
@@ -186,7 +259,12 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: InstallSnapshotRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<InstallSnapshotResponse<NodeId>, RpcErr<InstallSnapshotError>> {
-        self.call(RAFT_SNAPSHOT_PATH, &rpc, &option).await
+        let (done, last) = (rpc.done, rpc.meta.last_log_id.map(|l| l.index));
+        let resp = self.call(RAFT_SNAPSHOT_PATH, &rpc, &option).await?;
+        if done {
+            self.matched = self.matched.max(last);
+        }
+        Ok(resp)
     }
 
     async fn vote(
@@ -195,5 +273,59 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         option: RPCOption,
     ) -> Result<VoteResponse<NodeId>, RpcErr<openraft::error::Infallible>> {
         self.call(RAFT_VOTE_PATH, &rpc, &option).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use openraft::{CommittedLeaderId, LogId};
+
+    fn log_id(index: u64) -> LogId<NodeId> {
+        LogId::new(CommittedLeaderId::new(2, 1), index)
+    }
+
+    #[test]
+    fn a_peer_whose_log_went_back_is_told_apart_from_an_ordinary_conflict() {
+        use AppendEntriesResponse as R;
+        // Acknowledged up to 10, then 12, then a partial success to 15.
+        let m = check_append(None, Some(5), Some(10), &R::Success);
+        assert_eq!(m, AppendCheck::Matched(Some(10)));
+        let m = check_append(Some(10), Some(10), Some(12), &R::Success);
+        assert_eq!(m, AppendCheck::Matched(Some(12)));
+        let m = check_append(
+            Some(12),
+            Some(12),
+            Some(20),
+            &R::PartialSuccess(Some(log_id(15))),
+        );
+        assert_eq!(m, AppendCheck::Matched(Some(15)));
+        // A heartbeat (no entries) keeps what was matched.
+        let m = check_append(Some(15), Some(15), Some(15), &R::Success);
+        assert_eq!(m, AppendCheck::Matched(Some(15)));
+        // Probing back before anything was acknowledged, or above it: ordinary.
+        assert_eq!(
+            check_append(None, Some(9), Some(9), &R::Conflict),
+            AppendCheck::Conflict
+        );
+        assert_eq!(
+            check_append(Some(15), Some(16), Some(16), &R::Conflict),
+            AppendCheck::Conflict
+        );
+        // A conflict at or below an acknowledged index: the log went back.
+        assert_eq!(
+            check_append(Some(15), Some(15), Some(16), &R::Conflict),
+            AppendCheck::Reverted {
+                acknowledged: 15,
+                conflict: 15
+            }
+        );
+        assert_eq!(
+            check_append(Some(15), Some(3), Some(16), &R::Conflict),
+            AppendCheck::Reverted {
+                acknowledged: 15,
+                conflict: 3
+            }
+        );
     }
 }

@@ -64,6 +64,8 @@ pub struct Node {
     pub auth: Option<Arc<crate::auth::AuthPolicy>>,
     /// Peer RPC: the secret, this node's cluster id, what `/raft/…` admits.
     pub peer: Arc<crate::peer_auth::PeerGuard>,
+    /// Set while `serve --join` has not been added yet: the node refuses to vote.
+    pub joining: crate::join::Joining,
 }
 
 /// Where a request that needs the leader goes.

@@ -101,6 +101,9 @@ pub struct NodeConfig {
     /// `serve --tls-cert/--tls-key/--tls-ca`: the listener serves TLS and peers are
     /// called over https (`tls.rs`); `None`: plain HTTP.
     pub tls: Option<Arc<crate::tls::NodeTls>>,
+    /// `serve --join`: ask this cluster to add this node instead of forming one from
+    /// `peers` (which then lists only this node).
+    pub join: Option<crate::join::JoinConfig>,
 }
 
 impl NodeConfig {
@@ -119,6 +122,7 @@ impl NodeConfig {
             cluster_id: None,
             listener: Default::default(),
             tls: None,
+            join: None,
         }
     }
 }
@@ -185,7 +189,17 @@ pub async fn start(listener: TcpListener, cfg: NodeConfig) -> anyhow::Result<Run
     )
     .await
     .context("starting raft")?;
-    initialize_if_first(&raft, &cfg, &peer).await?;
+    let stage = crate::join::begin(
+        &cfg.data_dir,
+        cfg.join.as_ref(),
+        raft.is_initialized().await?,
+    )?;
+    let joining = stage != crate::join::Stage::Member;
+    if joining {
+        tracing::info!("joining a cluster: this node does not vote until the cluster has added it");
+    } else if cfg.join.is_none() {
+        initialize_if_first(&raft, &cfg, &peer).await?;
+    }
 
     let (proposals, proposal_rx) = crate::batcher::channel();
     let node = Arc::new(Node {
@@ -202,6 +216,7 @@ pub async fn start(listener: TcpListener, cfg: NodeConfig) -> anyhow::Result<Run
         commits_in_flight: Default::default(),
         auth: cfg.auth.clone(),
         peer,
+        joining: crate::join::Joining::new(stage),
     });
     let cancel = CancellationToken::new();
     let app = crate::api::router(node.clone());
@@ -223,11 +238,25 @@ pub async fn start(listener: TcpListener, cfg: NodeConfig) -> anyhow::Result<Run
         cfg.tick_interval_ms,
         cancel.clone(),
     ));
+    let mut tasks = vec![server, leader, batcher];
+    tasks.push(tokio::spawn(crate::metrics::watch_leader(
+        node.clone(),
+        cancel.clone(),
+    )));
+    if joining {
+        tasks.push(tokio::spawn(crate::join::run(
+            node.clone(),
+            cfg.join.clone(),
+            cfg.data_dir.clone(),
+            self_addr.clone(),
+            cancel.clone(),
+        )));
+    }
     Ok(RunningNode {
         node,
         addr,
         cancel,
-        tasks: vec![server, leader, batcher],
+        tasks,
     })
 }
 

@@ -30,7 +30,7 @@ fn invalid(msg: impl Into<String>) -> ApiError {
 }
 
 /// Reads the request into an [`Inbound`] (kept for forwarding).
-async fn inbound(req: Request, extra_wait: Duration) -> Result<Inbound, ApiError> {
+pub(super) async fn inbound(req: Request, extra_wait: Duration) -> Result<Inbound, ApiError> {
     let (parts, body) = req.into_parts();
     let body = read_body(body, BODY_BYTES_MAX).await?;
     let path_and_query = parts

@@ -44,6 +44,13 @@ pub enum LeaderOp {
         limit: usize,
         page_token: Option<String>,
     },
+    /// `POST /v1/cluster/nodes` (membership.rs).
+    AddNode {
+        id: crate::types::NodeId,
+        addr: String,
+    },
+    /// `DELETE /v1/cluster/nodes/{id}`.
+    RemoveNode(crate::types::NodeId),
 }
 
 /// Polling step while waiting for an election or a claimable job.
@@ -119,6 +126,8 @@ async fn execute(node: &Arc<Node>, op: &LeaderOp) -> Result<Response, ProposeErr
                 Err(e) => error_response(&e),
             })
         }
+        LeaderOp::AddNode { id, addr } => super::membership::add_on_leader(node, *id, addr).await,
+        LeaderOp::RemoveNode(id) => super::membership::remove_on_leader(node, *id).await,
     }
 }
 

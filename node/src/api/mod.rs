@@ -27,6 +27,7 @@ use axum::Router;
 use leasehold_statemachine::{ApiError, ErrorBody, ErrorCode};
 use serde::Serialize;
 
+use crate::metrics::Route;
 use crate::node::Node;
 
 pub const NODE_HEADER: &str = "x-leasehold-node";
@@ -37,6 +38,7 @@ pub const IDEMPOTENCY_HEADER: &str = "idempotency-key";
 pub const RETRY_AFTER_S: u64 = 1;
 
 pub use leader::LeaderOp;
+pub use membership::{validate_addr, CATCH_UP_WAIT as MEMBERSHIP_CATCH_UP_WAIT};
 
 pub fn router(node: Arc<Node>) -> Router {
     Router::new()
@@ -59,6 +61,7 @@ pub fn router(node: Arc<Node>) -> Router {
         )
         .route("/v1/cluster/snapshot", get(backup::snapshot))
         .route("/ui", get(ui::page))
+        .route("/ui/", get(ui::page))
         .route("/ui/{*asset}", get(ui::asset))
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
@@ -85,11 +88,16 @@ async fn unknown_route() -> Response {
     error_response(&ApiError::new(ErrorCode::NotFound, "no such route"))
 }
 
-/// Adds `X-Leasehold-Node`/`X-Leasehold-Leader` to every response and counts it.
+/// Adds `X-Leasehold-Node`/`X-Leasehold-Leader` to every response, and counts and times
+/// it (up to the response head: a streamed body is not waited for).
 async fn stamp_headers(State(node): State<Arc<Node>>, req: Request, next: Next) -> Response {
+    let started = std::time::Instant::now();
     let route = route_label(req.extensions().get::<MatchedPath>().map(|p| p.as_str()));
+    let method = req.method().clone();
     let mut resp = next.run(req).await;
-    node.metrics.request(route, resp.status().as_u16());
+    let status = resp.status().as_u16();
+    node.metrics
+        .request(route, &method, status, started.elapsed());
     let h = resp.headers_mut();
     h.insert(NODE_HEADER, HeaderValue::from(node.id));
     match node.raft.metrics().borrow().current_leader {
@@ -103,25 +111,26 @@ async fn stamp_headers(State(node): State<Arc<Node>>, req: Request, next: Next) 
     resp
 }
 
-/// A fixed set of labels keeps the metric's cardinality bounded.
-fn route_label(matched: Option<&str>) -> &'static str {
+/// The route label of a request: a fixed set keeps the metrics' cardinality bounded.
+/// A route added to the router but not here is counted as `other`.
+fn route_label(matched: Option<&str>) -> Route {
     match matched {
-        Some("/v1/jobs") => "/v1/jobs",
-        Some("/v1/jobs/{*rest}") => "/v1/jobs/{id}",
-        Some("/v1/queues/{queue}/claim") => "/v1/queues/{queue}/claim",
-        Some("/v1/cluster") => "/v1/cluster",
-        Some("/v1/cluster/digest") => "/v1/cluster/digest",
-        Some("/v1/cluster/members") => "/v1/cluster/members",
-        Some("/v1/cluster/rejections") => "/v1/cluster/rejections",
-        Some("/v1/cluster/nodes") => "/v1/cluster/nodes",
-        Some("/v1/cluster/nodes/{id}") => "/v1/cluster/nodes/{id}",
-        Some("/v1/cluster/snapshot") => "/v1/cluster/snapshot",
-        Some("/ui") | Some("/ui/{*asset}") => "/ui",
-        Some("/healthz") => "/healthz",
-        Some("/readyz") => "/readyz",
-        Some("/metrics") => "/metrics",
-        Some(p) if p.starts_with("/raft/") => "/raft",
-        _ => "other",
+        Some("/v1/jobs") => Route::Jobs,
+        Some("/v1/jobs/{*rest}") => Route::Job,
+        Some("/v1/queues/{queue}/claim") => Route::QueueClaim,
+        Some("/v1/cluster") => Route::Cluster,
+        Some("/v1/cluster/digest") => Route::Digest,
+        Some("/v1/cluster/members") => Route::Members,
+        Some("/v1/cluster/rejections") => Route::Rejections,
+        Some("/v1/cluster/nodes") => Route::Nodes,
+        Some("/v1/cluster/nodes/{id}") => Route::Node,
+        Some("/v1/cluster/snapshot") => Route::Snapshot,
+        Some("/ui") | Some("/ui/") | Some("/ui/{*asset}") => Route::Ui,
+        Some("/healthz") => Route::Healthz,
+        Some("/readyz") => Route::Readyz,
+        Some("/metrics") => Route::Metrics,
+        Some(p) if p.starts_with("/raft/") => Route::Raft,
+        _ => Route::Other,
     }
 }
 

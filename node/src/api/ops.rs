@@ -13,21 +13,21 @@ use super::json_response;
 use crate::node::Node;
 
 #[derive(Debug, Serialize)]
-struct ClusterView {
-    node_id: u64,
-    leader_id: Option<u64>,
-    term: u64,
-    voters: Vec<u64>,
-    learners: Vec<u64>,
-    nodes: BTreeMap<String, String>,
-    commit_index: u64,
-    applied_index: u64,
-    cluster_time_ms: u64,
+pub(super) struct ClusterView {
+    pub(super) node_id: u64,
+    pub(super) leader_id: Option<u64>,
+    pub(super) term: u64,
+    pub(super) voters: Vec<u64>,
+    pub(super) learners: Vec<u64>,
+    pub(super) nodes: BTreeMap<String, String>,
+    pub(super) commit_index: u64,
+    pub(super) applied_index: u64,
+    pub(super) cluster_time_ms: u64,
     /// Added to api.md's fields: this node's Raft role.
-    state: String,
+    pub(super) state: String,
     /// Added to api.md's fields: the cluster's id (32 hex digits), null until this node
     /// initialized the cluster or was first replicated to.
-    cluster_id: Option<String>,
+    pub(super) cluster_id: Option<String>,
 }
 
 async fn committed_index(node: &Node) -> u64 {
@@ -38,9 +38,15 @@ async fn committed_index(node: &Node) -> u64 {
 }
 
 pub async fn cluster(State(node): State<Arc<Node>>) -> Response {
+    json_response(StatusCode::OK, &cluster_view(&node).await)
+}
+
+/// This node's own view of the cluster (`GET /v1/cluster`; the dashboard's members list
+/// uses it for the node itself).
+pub(super) async fn cluster_view(node: &Node) -> ClusterView {
     let m = node.raft_metrics();
     let membership = m.membership_config.membership();
-    let view = ClusterView {
+    ClusterView {
         node_id: node.id,
         leader_id: m.current_leader,
         term: m.current_term,
@@ -50,13 +56,12 @@ pub async fn cluster(State(node): State<Arc<Node>>) -> Response {
             .nodes()
             .map(|(id, n)| (id.to_string(), n.addr.clone()))
             .collect(),
-        commit_index: committed_index(&node).await,
+        commit_index: committed_index(node).await,
         applied_index: m.last_applied.map_or(0, |l| l.index),
         cluster_time_ms: node.cluster_time_ms(),
         state: format!("{:?}", m.state),
         cluster_id: node.peer.cluster_id().map(|c| c.to_string()),
-    };
-    json_response(StatusCode::OK, &view)
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -122,9 +127,27 @@ pub async fn readyz(State(node): State<Arc<Node>>) -> Response {
 }
 
 pub async fn metrics(State(node): State<Arc<Node>>) -> Response {
-    let m = node.raft_metrics();
-    let stats = node.sm.read(|s| s.machine.stats());
-    let text = node.metrics.render(&m, &stats, node.cluster_time_ms());
+    // Raft's metrics (the applied index) before the commit index: read in this order,
+    // applied never exceeds commit in one scrape.
+    let raft = node.raft_metrics();
+    let commit_index = committed_index(&node).await;
+    let (stats, queues, last_grace_ms) = node.sm.read(|s| {
+        let top = crate::metrics::top_queues(
+            s.machine.queue_stats(),
+            crate::metrics::QUEUES_EXPORTED_MAX,
+        );
+        (s.machine.stats(), top, s.machine.last_grace_ms())
+    });
+    let scrape = crate::metrics::Scrape {
+        raft,
+        commit_index,
+        cluster_time_ms: node.cluster_time_ms(),
+        stats,
+        queues,
+        last_grace_ms,
+        snapshots: *node.sm.snapshots.lock().expect("snapshot stats lock"),
+    };
+    let text = node.metrics.render(&scrape);
     (
         StatusCode::OK,
         [(

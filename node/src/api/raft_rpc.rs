@@ -68,7 +68,19 @@ fn encode<T: Serialize>(v: &T) -> Response {
     }
 }
 
+/// A node waiting to join answers no Raft RPC (see `join.rs`).
+fn joining_refusal(what: &str) -> Response {
+    let e = leasehold_statemachine::ApiError::new(
+        leasehold_statemachine::ErrorCode::Unavailable,
+        format!("this node is joining the cluster and does not {what} until it has been added"),
+    );
+    error_response(&e)
+}
+
 pub async fn append(State(node): State<Arc<Node>>, req: Request) -> Response {
+    if crate::join::refuses_replication(&node) {
+        return joining_refusal("take replication");
+    }
     match decode(&node, req, true).await {
         Ok(rpc) => encode(&node.raft.append_entries(rpc).await),
         Err(r) => r,
@@ -76,6 +88,10 @@ pub async fn append(State(node): State<Arc<Node>>, req: Request) -> Response {
 }
 
 pub async fn vote(State(node): State<Arc<Node>>, req: Request) -> Response {
+    if crate::join::refuses_votes(&node) {
+        // Read nothing: the candidate sees an error and counts no vote from here.
+        return joining_refusal("vote");
+    }
     match decode(&node, req, false).await {
         Ok(rpc) => encode(&node.raft.vote(rpc).await),
         Err(r) => r,
@@ -83,6 +99,9 @@ pub async fn vote(State(node): State<Arc<Node>>, req: Request) -> Response {
 }
 
 pub async fn snapshot(State(node): State<Arc<Node>>, req: Request) -> Response {
+    if crate::join::refuses_replication(&node) {
+        return joining_refusal("take replication");
+    }
     match decode(&node, req, true).await {
         Ok(rpc) => encode(&node.raft.install_snapshot(rpc).await),
         Err(r) => r,

@@ -27,5 +27,9 @@ mod state_machine;
 pub use log_store::LogStore;
 pub use raft_log::FlushMetrics;
 pub use state_machine::{
-    AppliedState, SmShared, SnapshotBuilder, SnapshotStats, SnapshotFileError, StateMachineStore, SNAPSHOT_FILE_V1,
+    read_snapshot_file, write_snapshot_file, write_snapshot_to, BACKUPS_IN_FLIGHT_MAX,
+};
+pub use state_machine::{
+    AppliedState, SmShared, SnapshotBuilder, SnapshotFileError, SnapshotStats, StateMachineStore,
+    SNAPSHOT_FILE_V1,
 };

@@ -95,7 +95,9 @@ type Described = (Option<String>, Option<String>, Option<String>, Option<u64>);
 fn describe(command: &Command) -> Described {
     match command {
         Command::Submit { id, queue, .. } => (id.clone(), Some(queue.clone()), None, None),
-        Command::Claim { job_id, owner, .. } => (Some(job_id.clone()), None, Some(owner.clone()), None),
+        Command::Claim { job_id, owner, .. } => {
+            (Some(job_id.clone()), None, Some(owner.clone()), None)
+        }
         Command::ClaimNext { queue, owner, .. } => {
             (None, Some(queue.clone()), Some(owner.clone()), None)
         }
@@ -143,14 +145,22 @@ mod tests {
     #[test]
     fn records_refusals_only_and_keeps_the_newest() {
         let mut r = RecentRejections::default();
-        let stale = Err(ApiError::new(ErrorCode::StaleLease, "generation 1 is not current"));
+        let stale = Err(ApiError::new(
+            ErrorCode::StaleLease,
+            "generation 1 is not current",
+        ));
         r.record(5, 100, &complete("a", 1), &stale);
         r.record(6, 110, &complete("a", 2), &Ok(Outcome::Ticked));
         r.record(7, 120, &Command::Tick, &stale);
         let got = r.since(0, 10);
         assert_eq!(got.len(), 1);
         assert_eq!(
-            (got[0].seq, got[0].code, got[0].generation, got[0].job_id.as_deref()),
+            (
+                got[0].seq,
+                got[0].code,
+                got[0].generation,
+                got[0].job_id.as_deref()
+            ),
             (1, "stale_lease", Some(1), Some("a"))
         );
         for i in 0..CAPACITY as u64 + 5 {

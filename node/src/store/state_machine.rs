@@ -21,6 +21,10 @@
 //!
 //! The snapshot data openraft sends between nodes is exactly that trailing
 //! `LeaseMachine::snapshot()` part; openraft carries the meta beside it.
+//!
+//! A backup (`GET /v1/cluster/snapshot`, `leasehold snapshot save|restore`) is the same
+//! file, written and read at any path through [`write_snapshot_to`],
+//! [`read_snapshot_file`] and [`write_snapshot_file`].
 
 use std::fs::{self, File};
 use std::io::{self, Cursor, Seek, Write};
@@ -103,7 +107,15 @@ pub struct SmShared {
     applied: watch::Sender<u64>,
     /// What the snapshot builds of this node did (for `/metrics`).
     pub snapshots: std::sync::Mutex<SnapshotStats>,
+    /// The store's directory (`<data>/sm`): where a backup image is encoded.
+    dir: PathBuf,
+    /// Backups (`GET /v1/cluster/snapshot`) being taken at once on this node: each holds
+    /// a full image on disk while it streams.
+    pub backup_slots: Arc<tokio::sync::Semaphore>,
 }
+
+/// Backups one node encodes and streams at once; one more is answered 503.
+pub const BACKUPS_IN_FLIGHT_MAX: usize = 1;
 
 /// Snapshot builds of this node since it started.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -120,14 +132,21 @@ pub struct SnapshotStats {
 }
 
 impl SmShared {
-    fn new(state: AppliedState) -> Self {
+    fn new(state: AppliedState, dir: PathBuf) -> Self {
         let index = state.last_applied.map_or(0, |id| id.index);
         SmShared {
             state: RwLock::new(state),
             long_reads: tokio::sync::RwLock::new(()),
             applied: watch::Sender::new(index),
             snapshots: Default::default(),
+            dir,
+            backup_slots: Arc::new(tokio::sync::Semaphore::new(BACKUPS_IN_FLIGHT_MAX)),
         }
+    }
+
+    /// The state-machine store's directory, on the data dir's disk.
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 
     /// Runs a slow `f` on the applied state on a blocking thread, holding off applies
@@ -233,7 +252,7 @@ impl StateMachineStore {
             "state machine opened"
         );
         Ok(StateMachineStore {
-            shared: Arc::new(SmShared::new(state)),
+            shared: Arc::new(SmShared::new(state, dir.to_path_buf())),
             files: Arc::new(files),
             clock,
         })
@@ -612,17 +631,28 @@ impl Write for SyncingWriter {
     }
 }
 
-/// Writes `snapshot.tmp` (header with a zero CRC, meta, body), patches the CRC in,
-/// fsyncs, and renames it over `snapshot.bin`. Returns the body's size.
+/// Writes `snapshot.tmp` (see [`write_format`]) and renames it over `snapshot.bin`.
+/// Returns the body's size.
 fn write_file(dir: &Path, meta: &SnapshotMeta, body: &Body) -> io::Result<u64> {
+    let tmp = dir.join(SNAPSHOT_TMP);
+    let (file, body_len) = write_format(File::create(&tmp)?, meta, body)?;
+    drop(file);
+    fs::rename(&tmp, dir.join(SNAPSHOT_FILE))?;
+    // The rename is only durable once the directory entry is.
+    File::open(dir)?.sync_all()?;
+    Ok(body_len)
+}
+
+/// Writes the whole file format into `file`, which must be empty: the header with a zero
+/// CRC, the meta, the body; then patches the CRC in and fsyncs. Returns the file and the
+/// body's size.
+fn write_format(mut file: File, meta: &SnapshotMeta, body: &Body) -> io::Result<(File, u64)> {
     let meta_bytes =
         bincode::serialize(meta).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
     let meta_len = u32::try_from(meta_bytes.len())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "snapshot meta over 4 GiB"))?
         .to_le_bytes();
 
-    let tmp = dir.join(SNAPSHOT_TMP);
-    let mut file = File::create(&tmp)?;
     file.write_all(&[SNAPSHOT_FILE_V1, 0, 0, 0, 0])?;
     let mut w = io::BufWriter::with_capacity(
         256 * 1024,
@@ -652,11 +682,7 @@ fn write_file(dir: &Path, meta: &SnapshotMeta, body: &Body) -> io::Result<u64> {
     file.seek(io::SeekFrom::Start(1))?;
     file.write_all(&crc.finalize().to_le_bytes())?;
     file.sync_all()?;
-    drop(file);
-    fs::rename(&tmp, dir.join(SNAPSHOT_FILE))?;
-    // The rename is only durable once the directory entry is.
-    File::open(dir)?.sync_all()?;
-    Ok(total - head)
+    Ok((file, total - head))
 }
 
 /// Reads and checks a snapshot file: its meta, and the machine bytes after it.
@@ -704,6 +730,39 @@ fn read_file(path: &Path) -> Result<(SnapshotMeta, Vec<u8>), SnapshotFileError> 
         .map_err(|e| corrupted(format!("meta does not decode: {e}")))?;
     data.drain(..meta_end);
     Ok((meta, data))
+}
+
+// ---- backups: the same file format, at any path -------------------------------------
+
+/// Encodes `source` as a snapshot file (this module's format, `meta` in front) into
+/// `file`, an empty file open for reading and writing, on the low-priority writer thread,
+/// fdatasyncing as it goes like the store's own snapshots. Returns the file, rewound to
+/// its start, and its length. For backups (`GET /v1/cluster/snapshot`).
+pub async fn write_snapshot_to(
+    file: File,
+    meta: SnapshotMeta,
+    source: SnapshotSource,
+) -> io::Result<(File, u64)> {
+    run_in_background_thread(move || {
+        let (mut file, _) = write_format(file, &meta, &Body::Source(source))?;
+        let len = file.seek(io::SeekFrom::End(0))?;
+        file.seek(io::SeekFrom::Start(0))?;
+        Ok((file, len))
+    })
+    .await
+}
+
+/// Reads and checks a snapshot file anywhere (a backup): version, CRC and meta. Returns
+/// the meta and the machine bytes, not yet decoded (`LeaseMachine::restore` does that).
+pub fn read_snapshot_file(path: &Path) -> Result<(SnapshotMeta, Vec<u8>), SnapshotFileError> {
+    read_file(path)
+}
+
+/// Makes `meta` + `machine` the snapshot file of a store directory `dir` exactly as the
+/// store does (tmp, fsync, rename, fsync the directory): seeds a data dir from a backup.
+/// Returns the size of the machine part.
+pub fn write_snapshot_file(dir: &Path, meta: &SnapshotMeta, machine: Vec<u8>) -> io::Result<u64> {
+    write_file(dir, meta, &Body::Bytes(machine))
 }
 
 #[cfg(test)]

@@ -1,0 +1,260 @@
+//! Membership changes on a live cluster of real `leasehold serve` processes, with workers
+//! claiming, renewing, writing and completing throughout and a few holders keeping
+//! leases renewed the whole time: grow 3 → 5 (one node by `serve --join`, one by
+//! `leasehold cluster add-node`), shrink 5 → 3 (the leader by `cluster remove-node`,
+//! another by `DELETE /v1/cluster/nodes/{id}`), then replace a node whose disk was wiped.
+//! The run passes only if the checker finds no violation in the recorded history, every
+//! holder kept its lease (same generation, every renewal granted), and every replica that
+//! is still a member converged to the same state.
+
+use std::collections::BTreeSet;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold_cluster_tests::fixture::{Added, ClusterOpts};
+use leasehold_cluster_tests::scenario::{Bins, Chaos, LEADER_BOUND};
+use serde_json::Value;
+use tokio::time::Instant;
+
+const TTL: u64 = 2_000;
+/// The holders' TTL, and how often they renew.
+const HOLD_TTL: u64 = 4_000;
+const HOLD_RENEW: Duration = Duration::from_millis(400);
+/// Bound on every membership step (a learner's catch-up is bounded at 30 s server-side).
+const STEP_BOUND: Duration = Duration::from_secs(60);
+
+fn bins() -> Bins {
+    Bins {
+        leasehold: env!("CARGO_BIN_EXE_leasehold-under-test").into(),
+        worker: env!("CARGO_BIN_EXE_chaos-worker").into(),
+    }
+}
+
+fn jobs(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{prefix}-{i}")).collect()
+}
+
+/// `leasehold cluster …` through the given node, as an operator would run it.
+fn cli(c: &Chaos, via: u64, args: &[&str]) -> (bool, String) {
+    let out = Command::new(&c.bins.leasehold)
+        .arg("cluster")
+        .args(args)
+        .arg(format!("--endpoints={}", c.cluster.addr(via)))
+        .arg("--output=json")
+        .output()
+        .expect("running leasehold cluster");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+async fn view(c: &Chaos, id: u64) -> Option<Value> {
+    let url = format!("{}/v1/cluster", c.cluster.endpoint(id));
+    let r = reqwest::get(url).await.ok()?;
+    r.json().await.ok()
+}
+
+fn ids(v: &Value, field: &str) -> BTreeSet<u64> {
+    v[field]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_u64).collect())
+        .unwrap_or_default()
+}
+
+/// Waits until node `via` reports exactly these voters and no learners.
+async fn wait_voters(c: &Chaos, via: u64, want: &[u64]) {
+    let want: BTreeSet<u64> = want.iter().copied().collect();
+    let deadline = Instant::now() + STEP_BOUND;
+    loop {
+        let v = view(c, via).await;
+        if let Some(v) = &v {
+            if ids(v, "voters") == want && ids(v, "learners").is_empty() {
+                return;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "voters never became {want:?}; node {via} says {v:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Holders: each claims a job once and renews it every [`HOLD_RENEW`] until stopped.
+/// A renewal refused (or a generation change) is a lost lease.
+struct Holders {
+    stop: Arc<AtomicBool>,
+    renewed: Arc<AtomicU64>,
+    tasks: Vec<tokio::task::JoinHandle<Result<u64, String>>>,
+}
+
+impl Holders {
+    async fn start(c: &mut Chaos, n: usize) -> Holders {
+        let stop = Arc::new(AtomicBool::new(false));
+        let renewed = Arc::new(AtomicU64::new(0));
+        let mut tasks = Vec::new();
+        for i in 0..n {
+            let mut a = c.actor(&format!("holder-{i}"));
+            let job = format!("held-{i}");
+            let lease = a.claim(&job, HOLD_TTL).await.expect("a holder's claim");
+            let (stop, renewed) = (stop.clone(), renewed.clone());
+            tasks.push(tokio::spawn(async move {
+                let generation = lease.generation();
+                while !stop.load(Ordering::Relaxed) {
+                    tokio::time::sleep(HOLD_RENEW).await;
+                    a.renew(&lease).await.map_err(|e| {
+                        format!("holder of {job} lost generation {generation}: {e}")
+                    })?;
+                    renewed.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(generation)
+            }));
+        }
+        Holders {
+            stop,
+            renewed,
+            tasks,
+        }
+    }
+
+    /// Stops them; every one must have renewed until the end.
+    async fn finish(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.tasks {
+            let r = tokio::time::timeout(Duration::from_secs(30), t)
+                .await
+                .expect("a holder stops")
+                .expect("a holder task does not panic");
+            assert_eq!(r, Ok(1), "a holder lost its lease");
+        }
+        assert!(self.renewed.load(Ordering::Relaxed) > 0);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grow_shrink_and_replace_a_wiped_node_with_leases_held_throughout() {
+    let name = "grow_shrink_and_replace_a_wiped_node_with_leases_held_throughout";
+    let mut c = Chaos::start(name, ClusterOpts::new(bins().leasehold), TTL, bins()).await;
+    c.spawn_workers(4, &jobs("job", 8), |_| {});
+    let holders = Holders::start(&mut c, 4).await;
+    c.run_for(Duration::from_secs(2)).await;
+
+    // Grow: node 4 joins by itself through node 2 (a follower or the leader).
+    c.cluster.add_process(4, Added::JoinVia(2));
+    c.fault("start node 4 with --join via node 2");
+    wait_voters(&c, 1, &[1, 2, 3, 4]).await;
+    // Node 5 waits; the operator adds it with the CLI through node 3.
+    c.cluster.add_process(5, Added::Waiting);
+    let addr5 = c.cluster.addr(5).to_string();
+    let (ok, out) = cli(&c, 3, &["add-node", "5", &addr5]);
+    assert!(ok, "cluster add-node 5: {out}");
+    let added: Value = serde_json::from_str(out.trim()).expect("add-node prints JSON");
+    assert_eq!(
+        ids(&added, "voters"),
+        BTreeSet::from([1, 2, 3, 4, 5]),
+        "{out}"
+    );
+    c.fault("cluster add-node 5");
+    wait_voters(&c, 5, &[1, 2, 3, 4, 5]).await;
+    // Adding a voter again is refused: it could be a node that lost its disk.
+    let (ok, out) = cli(&c, 1, &["add-node", "4", &c.cluster.addr(4).to_string()]);
+    assert!(
+        !ok && out.contains("already_exists"),
+        "re-adding voter 4: {out}"
+    );
+    // More workers, on all five nodes.
+    c.spawn_workers(2, &jobs("job5", 4), |_| {});
+    c.run_for(Duration::from_secs(2)).await;
+
+    // Shrink: remove the leader with the CLI (through another node), then one more
+    // original node through the API.
+    let leader = c.cluster.wait_leader(LEADER_BOUND).await;
+    let via = if leader == 4 { 5 } else { 4 };
+    let (ok, out) = cli(&c, via, &["remove-node", &leader.to_string()]);
+    assert!(ok, "cluster remove-node {leader} (the leader): {out}");
+    c.fault(format!("cluster remove-node {leader} (the leader)"));
+    let mut left: Vec<u64> = (1..=5).filter(|i| *i != leader).collect();
+    wait_voters(&c, via, &left).await;
+    c.cluster.forget(leader);
+    let second = *left
+        .iter()
+        .find(|i| **i <= 3)
+        .expect("an original node is left");
+    let url = format!("{}/v1/cluster/nodes/{second}", c.cluster.endpoint(via));
+    let resp = reqwest::Client::new()
+        .delete(url)
+        .send()
+        .await
+        .expect("DELETE");
+    assert_eq!(resp.status(), 200, "{:?}", resp.text().await);
+    c.fault(format!("DELETE /v1/cluster/nodes/{second}"));
+    left.retain(|i| *i != second);
+    wait_voters(&c, via, &left).await;
+    c.cluster.forget(second);
+    // Removing a node that is not a member: 404.
+    let url = format!("{}/v1/cluster/nodes/{second}", c.cluster.endpoint(via));
+    let resp = reqwest::Client::new()
+        .delete(url)
+        .send()
+        .await
+        .expect("DELETE");
+    assert_eq!(resp.status(), 404);
+    c.run_for(Duration::from_secs(2)).await;
+
+    // Replace a node whose disk was wiped: it comes back with --join and, still named
+    // a voter, is refused and does not vote; once the operator removes the old one, its
+    // join goes through by itself.
+    let victim = *left.iter().find(|i| **i >= 4).expect("node 4 or 5 is left");
+    let helper = *left.iter().find(|i| **i != victim).expect("another member");
+    c.cluster.wipe(victim);
+    c.fault(format!("wipe node {victim}'s data dir"));
+    c.cluster.restart_joining(victim, helper);
+    c.fault(format!("restart node {victim} empty, with --join"));
+    let marker = c.cluster.root().join(format!("n{victim}")).join("joining");
+    let deadline = Instant::now() + STEP_BOUND;
+    while !marker.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "node {victim} never started joining"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    // Still named a member: it answers no Raft RPC (before any authentication).
+    let url = format!("{}/raft/append", c.cluster.endpoint(victim));
+    let deadline = Instant::now() + STEP_BOUND;
+    let refusal = loop {
+        if let Ok(r) = reqwest::Client::new().post(&url).send().await {
+            break (r.status().as_u16(), r.text().await.unwrap_or_default());
+        }
+        assert!(Instant::now() < deadline, "node {victim} does not answer");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    };
+    assert_eq!(refusal.0, 503, "{refusal:?}");
+    assert!(refusal.1.contains("joining"), "{refusal:?}");
+    let (ok, out) = cli(&c, helper, &["remove-node", &victim.to_string()]);
+    assert!(ok, "cluster remove-node {victim}: {out}");
+    c.fault(format!("cluster remove-node {victim} (its data was lost)"));
+    wait_voters(&c, helper, &left).await;
+    let deadline = Instant::now() + STEP_BOUND;
+    while marker.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "node {victim} did not finish joining\n{}",
+            c.cluster.log_tails(20)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    wait_voters(&c, helper, &left).await;
+    c.fault(format!("node {victim} rejoined"));
+    c.run_for(Duration::from_secs(2)).await;
+
+    holders.finish().await;
+    // The checker, and every member (the replaced node included) on the same state.
+    let report = c.finish().await;
+    assert!(report.is_ok());
+}

@@ -1,0 +1,658 @@
+//! Backups (issue 8): `leasehold snapshot save` through a follower of an in-process
+//! cluster with the real binary, `leasehold snapshot restore` into node 1's dir of a new
+//! cluster on new ports, and what the new cluster must then show: the same jobs with
+//! every generation raised above any the old cluster could have granted since (the
+//! holders of leases live in the backup fenced off; without the raise, those leases
+//! still renew), remembered idempotency keys, a new cluster id. Then the refusals: a
+//! corrupt file, a used data dir, a node that would fork the cluster, a missing or
+//! weak token.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{eventually, u64_of, Req, Resp, TestCluster, CATCH_UP_WAIT};
+use leasehold_statemachine::{Command, Entry, LeaseMachine};
+use serde_json::{json, Value};
+use tokio::process::Command as Process;
+
+/// `snapshot restore`'s default generation raise (2^32).
+const RAISE: u64 = leasehold_node::backup::RAISE_GENERATIONS_DEFAULT;
+
+/// Bound on one run of the binary.
+const CMD_WAIT: Duration = Duration::from_secs(60);
+/// The live lease outlives the test by far.
+const LONG_TTL_MS: u64 = 3_600_000;
+const LIVE_KEY: &str = "claim-live-1";
+/// Jobs with a 60 kB payload each: a backup of over a megabyte.
+const BULK_JOBS: usize = 24;
+
+struct Out {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Out {
+    #[track_caller]
+    fn json(&self) -> Value {
+        assert_eq!(
+            self.code, 0,
+            "stdout={:?} stderr={:?}",
+            self.stdout, self.stderr
+        );
+        serde_json::from_str(self.stdout.trim())
+            .unwrap_or_else(|e| panic!("not one JSON object ({e}): {:?}", self.stdout))
+    }
+}
+
+/// Runs `leasehold args…` (no endpoints or token from the environment), bounded.
+async fn leasehold(args: &[&str], env: &[(&str, &str)]) -> Out {
+    let mut cmd = Process::new(env!("CARGO_BIN_EXE_leasehold"));
+    cmd.args(args)
+        .env_remove("RUST_LOG")
+        .env_remove("LEASEHOLD_ENDPOINTS")
+        .env_remove("LEASEHOLD_TOKEN")
+        .envs(env.iter().copied())
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(CMD_WAIT, cmd.output())
+        .await
+        .unwrap_or_else(|_| panic!("leasehold {args:?} did not finish within {CMD_WAIT:?}"))
+        .expect("running leasehold");
+    Out {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// The same, blocking: for the config tweak, which is not async.
+fn leasehold_blocking(args: &[String]) -> Out {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(args)
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("running leasehold");
+    Out {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn path_str(p: &Path) -> &str {
+    p.to_str().expect("UTF-8 temp path")
+}
+
+fn is_empty_or_absent(dir: &Path) -> bool {
+    match std::fs::read_dir(dir) {
+        Ok(mut entries) => entries.next().is_none(),
+        Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+    }
+}
+
+/// The fields a restore must keep (lease deadlines may only grow: failover grace).
+fn essentials(job: &Value) -> Value {
+    json!({
+        "id": job["id"], "queue": job["queue"], "state": job["state"], "owner": job["owner"],
+        "generation": job["generation"], "attempts": job["attempts"],
+        "max_attempts": job["max_attempts"], "payload": job["payload"], "result": job["result"],
+        "created_ms": job["created_ms"],
+    })
+}
+
+async fn all_jobs(c: &TestCluster, node: u64) -> Vec<Value> {
+    let page = c.get(node, "/v1/jobs?limit=1000").await.ok(200);
+    assert!(page["next_page_token"].is_null(), "{page}");
+    page["jobs"].as_array().unwrap().clone()
+}
+
+/// `(applied_index, digest)` once every running node reports the same.
+async fn settled_digest(c: &TestCluster) -> (u64, String) {
+    eventually(
+        "every replica at the same digest",
+        CATCH_UP_WAIT,
+        || async {
+            let mut views = Vec::new();
+            for id in c.running() {
+                let r = c.try_send(id, &Req::get("/v1/cluster/digest")).await?;
+                if r.status != 200 {
+                    return Err(format!("node {id}: {} {}", r.status, r.text()));
+                }
+                let v = r.json();
+                views.push((u64_of(&v, "applied_index"), v["digest"].to_string()));
+            }
+            if views.iter().all(|v| *v == views[0]) {
+                Ok(views[0].clone())
+            } else {
+                Err(format!("{views:?}"))
+            }
+        },
+    )
+    .await
+}
+
+/// What the old cluster held when it was backed up.
+struct Before {
+    jobs: Vec<Value>,
+    live_claim: Resp,
+    cluster_id: String,
+    /// The log index of the last acknowledged write.
+    last_write_index: u64,
+}
+
+/// Jobs in every state: completed, live-leased (generation 2, claimed under an
+/// idempotency key after generation 1 expired), released, pending with a payload; and
+/// bulky ones.
+async fn fill(c: &TestCluster, leader: u64) -> Before {
+    let claim = |owner: &str, ttl: u64| json!({"owner": owner, "ttl_ms": ttl});
+    let lease = c
+        .post(leader, "/v1/jobs/done-1/claim", claim("w-1", 30_000))
+        .await
+        .ok(200);
+    let g = u64_of(&lease, "generation");
+    c.post(
+        leader,
+        "/v1/jobs/done-1/complete",
+        json!({"owner": "w-1", "generation": g, "result": {"ok": true}}),
+    )
+    .await
+    .ok(200);
+
+    let lease = c
+        .post(leader, "/v1/jobs/released-1/claim", claim("w-2", 30_000))
+        .await
+        .ok(200);
+    let g = u64_of(&lease, "generation");
+    c.post(
+        leader,
+        "/v1/jobs/released-1/release",
+        json!({"owner": "w-2", "generation": g}),
+    )
+    .await
+    .ok(200);
+
+    c.post(
+        leader,
+        "/v1/jobs",
+        json!({"id": "pending-1", "queue": "q1", "payload": {"n": 7}, "max_attempts": 3}),
+    )
+    .await
+    .ok(201);
+
+    // Enough bytes that the image streams in many frames (a payload is at most 64 KiB).
+    let filler = "x".repeat(60_000);
+    for i in 0..BULK_JOBS {
+        let job = json!({"id": format!("bulk-{i}"), "queue": "bulk", "payload": filler});
+        c.post(leader, "/v1/jobs", job).await.ok(201);
+    }
+
+    // Generation 1 of the live job runs out; generation 2 is the live lease.
+    c.post(leader, "/v1/jobs/live-1/claim", claim("w-old", 100))
+        .await
+        .ok(200);
+    c.wait_job_state(leader, "live-1", "pending", CATCH_UP_WAIT)
+        .await;
+    let keyed = Req::post("/v1/jobs/live-1/claim", &claim("w-live", LONG_TTL_MS)).key(LIVE_KEY);
+    let live_claim = c.send(leader, &keyed).await;
+    let lease = live_claim.ok(200);
+    assert_eq!(u64_of(&lease, "generation"), 2, "{lease}");
+
+    let cluster_id = c.cluster_view(leader).await.unwrap()["cluster_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    Before {
+        jobs: all_jobs(c, leader).await,
+        last_write_index: u64_of(&lease, "log_index"),
+        live_claim,
+        cluster_id,
+    }
+}
+
+fn endpoint(c: &TestCluster, id: u64) -> String {
+    c.addr(id).to_string()
+}
+
+/// Starts a new three-node cluster whose nodes `seeded` are seeded from `backup` by
+/// `leasehold snapshot restore` (the others start empty); node 1 first, the others
+/// under the cluster id its restore printed. The restore must name the new cluster's
+/// addresses, which the harness binds as it starts: each seeded node's config tweak
+/// runs it, once, just before the node starts. Returns the cluster and node 1's restore
+/// output.
+async fn start_restored(
+    backup: PathBuf,
+    dirs: &tempfile::TempDir,
+    seeded: &'static [u64],
+    raise_generations: u64,
+) -> (TestCluster, Value) {
+    let root = dirs.path().to_path_buf();
+    let printed: Arc<Mutex<std::collections::BTreeMap<u64, Value>>> = Arc::default();
+    let out = printed.clone();
+    let c = TestCluster::start_with(move |cfg| {
+        if !seeded.contains(&cfg.id) {
+            return;
+        }
+        let dir = root.join(format!("n{}", cfg.id));
+        let mut out = out.lock().unwrap();
+        if !out.contains_key(&cfg.id) {
+            let mut args: Vec<String> = vec![
+                "snapshot".into(),
+                "restore".into(),
+                path_str(&backup).into(),
+                "--data-dir".into(),
+                path_str(&dir).into(),
+                "--id".into(),
+                cfg.id.to_string(),
+                "--output".into(),
+                "json".into(),
+                "--raise-generations".into(),
+                raise_generations.to_string(),
+            ];
+            for (id, addr) in &cfg.peers {
+                args.extend(["--peer".into(), format!("{id}={addr}")]);
+            }
+            if let Some(first) = out.get(&1) {
+                args.extend([
+                    "--cluster-id".into(),
+                    first["cluster_id"].as_str().unwrap().into(),
+                ]);
+            }
+            out.insert(cfg.id, leasehold_blocking(&args).json());
+        }
+        cfg.data_dir = dir;
+    })
+    .await;
+    let printed = printed.lock().unwrap()[&1].clone();
+    (c, printed)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_backup_saved_through_a_follower_seeds_a_new_cluster() {
+    let files = tempfile::tempdir().unwrap();
+    let backup = files.path().join("cluster.snapshot");
+
+    let old = TestCluster::start().await;
+    let leader = old.wait_for_leader().await;
+    let before = fill(&old, leader).await;
+    let follower = old.follower_of(leader);
+
+    let saved = leasehold(
+        &[
+            "snapshot",
+            "save",
+            path_str(&backup),
+            "--endpoints",
+            &endpoint(&old, follower),
+            "--output",
+            "json",
+        ],
+        &[],
+    )
+    .await
+    .json();
+    assert_eq!(saved["node_id"], follower, "{saved}");
+    assert_eq!(saved["jobs"], before.jobs.len(), "{saved}");
+    assert_eq!(saved["cluster_id"], before.cluster_id.as_str(), "{saved}");
+    // Taken on a follower, yet it holds the last acknowledged write (read index).
+    assert!(
+        u64_of(&saved, "index") >= before.last_write_index,
+        "{saved} misses the write at {}",
+        before.last_write_index
+    );
+    let bytes = std::fs::metadata(&backup).unwrap().len();
+    assert_eq!(u64_of(&saved, "bytes"), bytes);
+    assert!(bytes > (BULK_JOBS * 60_000) as u64, "{bytes} bytes");
+    assert!(!files.path().join("cluster.snapshot.tmp").exists());
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&backup).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "a backup holds every job: private");
+    }
+
+    // The leader alone answers the read index a follower waits for.
+    let ri = old
+        .get(leader, "/v1/cluster/snapshot?read_index=true")
+        .await
+        .ok(200);
+    assert!(u64_of(&ri, "read_index") >= before.last_write_index, "{ri}");
+    assert_eq!(ri["node_id"], leader);
+    old.get(follower, "/v1/cluster/snapshot?read_index=true")
+        .await
+        .err(503, "unavailable");
+    old.get(follower, "/v1/cluster/snapshot?full=1")
+        .await
+        .err(400, "invalid_argument");
+
+    // An existing file is kept unless --force.
+    let args = ["snapshot", "save", path_str(&backup), "--endpoints"];
+    let ep = endpoint(&old, leader);
+    let again = leasehold(&[&args[..], &[ep.as_str()]].concat(), &[]).await;
+    assert_eq!(again.code, 2, "{}", again.stderr);
+    assert!(again.stderr.contains("--force"), "{}", again.stderr);
+    old.shutdown().await;
+
+    let dirs = tempfile::tempdir().unwrap();
+    let (new, restored) = start_restored(backup.clone(), &dirs, &[1], RAISE).await;
+    assert_eq!(restored["generations_raised_by"], RAISE, "{restored}");
+    assert_eq!(restored["leases_ended"], 1, "{restored}");
+    let new_leader = new.wait_for_leader().await;
+    let new_id = restored["cluster_id"].as_str().unwrap().to_owned();
+    assert_ne!(new_id, before.cluster_id, "a restore makes a NEW cluster");
+    assert_eq!(restored["index"], saved["index"], "{restored}");
+    for id in new.running() {
+        let view = new.cluster_view(id).await.unwrap();
+        assert_eq!(view["cluster_id"], new_id.as_str(), "node {id}: {view}");
+        // New terms above every term of the backup's log.
+        assert!(u64_of(&view, "term") > u64_of(&saved, "term"), "{view}");
+    }
+
+    // Every replica holds the same table (nodes 2 and 3 got it by snapshot) …
+    settled_digest(&new).await;
+    // … with the same jobs, read through every node, every generation raised by RAISE
+    // and the lease live in the backup ended (its holder fenced off).
+    let want: Vec<Value> = before
+        .jobs
+        .iter()
+        .map(|j| {
+            let mut e = essentials(j);
+            e["generation"] = json!(u64_of(j, "generation") + RAISE);
+            if j["id"] == "live-1" {
+                e["state"] = json!("pending");
+                e["owner"] = Value::Null;
+            }
+            e
+        })
+        .collect();
+    for id in new.running() {
+        let jobs = all_jobs(&new, id).await;
+        let got: Vec<Value> = jobs.iter().map(essentials).collect();
+        assert_eq!(got, want, "jobs on node {id}");
+    }
+
+    // The old holder's generation is stale: fenced off, renewing or completing.
+    let renew = |g: u64| json!({"owner": "w-live", "generation": g});
+    new.post(new_leader, "/v1/jobs/live-1/renew", renew(2))
+        .await
+        .err(409, "stale_lease");
+    new.post(
+        new_leader,
+        "/v1/jobs/live-1/complete",
+        json!({"owner": "w-live", "generation": 2}),
+    )
+    .await
+    .err(409, "stale_lease");
+    // The idempotency key answers the first response, byte for byte.
+    let keyed = Req::post(
+        "/v1/jobs/live-1/claim",
+        &json!({"owner": "w-live", "ttl_ms": LONG_TTL_MS}),
+    )
+    .key(LIVE_KEY);
+    let replay = new.send(new_leader, &keyed).await;
+    assert_eq!(replay.status, 200, "{}", replay.text());
+    assert_eq!(replay.body, before.live_claim.body, "the remembered answer");
+    // A new claim bumps the generation past the old one; completion stays final.
+    let old_gen = u64_of(
+        before
+            .jobs
+            .iter()
+            .find(|j| j["id"] == "released-1")
+            .unwrap(),
+        "generation",
+    );
+    let claim = json!({"owner": "w-new", "ttl_ms": 30_000});
+    let lease = new
+        .post(new_leader, "/v1/jobs/released-1/claim", claim.clone())
+        .await
+        .ok(200);
+    assert_eq!(u64_of(&lease, "generation"), old_gen + RAISE + 1);
+    // The job whose lease the restore ended is claimable at once, above every old token.
+    let lease = new
+        .post(new_leader, "/v1/jobs/live-1/claim", claim.clone())
+        .await
+        .ok(200);
+    assert_eq!(u64_of(&lease, "generation"), 2 + RAISE + 1);
+    new.post(new_leader, "/v1/jobs/done-1/claim", claim)
+        .await
+        .err(409, "job_completed");
+    settled_digest(&new).await;
+    new.shutdown().await;
+}
+
+/// A small valid backup, written with the store's own writer: no cluster needed.
+fn write_backup(path: &Path) {
+    let mut m = LeaseMachine::default();
+    for i in 1..=5u64 {
+        let entry = Entry {
+            stamp_ms: 1_000 + i,
+            term: 3,
+            idempotency_key: None,
+            command: Command::Claim {
+                job_id: format!("job-{i}"),
+                owner: "w".into(),
+                ttl_ms: 10_000,
+            },
+        };
+        m.apply(i, &entry).unwrap();
+    }
+    let last = openraft::LogId::new(openraft::CommittedLeaderId::new(3, 2), 5);
+    let meta = leasehold_node::types::SnapshotMeta {
+        last_log_id: Some(last),
+        last_membership: Default::default(),
+        snapshot_id: "test".into(),
+    };
+    let dir = path.parent().unwrap();
+    leasehold_node::store::write_snapshot_file(dir, &meta, m.snapshot()).unwrap();
+    std::fs::rename(dir.join("snapshot.bin"), path).unwrap();
+}
+
+fn restore_args<'a>(file: &'a str, dir: &'a str, id: &'a str) -> Vec<&'a str> {
+    vec![
+        "snapshot",
+        "restore",
+        file,
+        "--data-dir",
+        dir,
+        "--id",
+        id,
+        "--peer",
+        "1=127.0.0.1:1",
+        "--peer",
+        "2=127.0.0.1:2",
+        "--peer",
+        "3=127.0.0.1:3",
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restore_refuses_a_corrupt_file_a_used_dir_and_a_lone_higher_id() {
+    let t = tempfile::tempdir().unwrap();
+    let good = t.path().join("good.snapshot");
+    write_backup(&good);
+
+    // A flipped byte: refused, naming the file; the dir stays empty.
+    let bad = t.path().join("bad.snapshot");
+    let mut bytes = std::fs::read(&good).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x01;
+    std::fs::write(&bad, &bytes).unwrap();
+    let empty = t.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let out = leasehold(&restore_args(path_str(&bad), path_str(&empty), "1"), &[]).await;
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(
+        out.stderr.contains(path_str(&bad)) && out.stderr.contains("corrupted"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        is_empty_or_absent(&empty),
+        "a refused restore writes nothing"
+    );
+    let absent = t.path().join("absent");
+    let out = leasehold(&restore_args(path_str(&bad), path_str(&absent), "1"), &[]).await;
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(!absent.exists());
+
+    // A higher id alone would leave node 1 to found an empty cluster beside it.
+    let out = leasehold(&restore_args(path_str(&good), path_str(&empty), "2"), &[]).await;
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(out.stderr.contains("node 1's data dir"), "{}", out.stderr);
+    assert!(is_empty_or_absent(&empty));
+
+    // The good file seeds the empty dir once; a second restore finds it in use.
+    let out = leasehold(&restore_args(path_str(&good), path_str(&empty), "1"), &[]).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(out.stdout.contains("jobs:       5"), "{}", out.stdout);
+    for f in ["identity", "sm/snapshot.bin", "log"] {
+        assert!(empty.join(f).exists(), "{f} written");
+    }
+    let identity: Value =
+        serde_json::from_slice(&std::fs::read(empty.join("identity")).unwrap()).unwrap();
+    assert_eq!(identity["node_id"], 1);
+    let listing = |d: &Path| {
+        let mut v: Vec<_> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        v.sort();
+        v
+    };
+    let seeded = listing(&empty);
+    let out = leasehold(&restore_args(path_str(&good), path_str(&empty), "1"), &[]).await;
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(out.stderr.contains("not empty"), "{}", out.stderr);
+    assert_eq!(listing(&empty), seeded, "the used dir is left alone");
+
+    // Another node's dir may be seeded too, but only under a pinned cluster id.
+    let pinned = identity["cluster_id"].as_str().unwrap().to_owned();
+    let second = t.path().join("second");
+    let mut args = restore_args(path_str(&good), path_str(&second), "2");
+    args.extend(["--cluster-id", &pinned]);
+    let out = leasehold(&args, &[]).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stdout.contains(&format!("{pinned} (given)")),
+        "{}",
+        out.stdout
+    );
+}
+
+const AUTH_FILE: &str = r#"
+[[token]]
+token = "adm-1"
+role = "admin"
+
+[[token]]
+token = "rdr-1"
+role = "reader"
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_backup_needs_an_admin_token() {
+    let t = tempfile::tempdir().unwrap();
+    let auth_path = t.path().join("auth.toml");
+    std::fs::write(&auth_path, AUTH_FILE).unwrap();
+    let policy = Arc::new(leasehold_node::auth::AuthPolicy::load(&auth_path).unwrap());
+    let c = TestCluster::start_with(move |cfg| cfg.auth = Some(policy.clone())).await;
+    let leader = eventually("a leader", common::LEADER_WAIT, || async {
+        c.node(1)
+            .node
+            .raft
+            .metrics()
+            .borrow()
+            .current_leader
+            .ok_or("none".to_string())
+    })
+    .await;
+    let follower = c.follower_of(leader);
+    let file = t.path().join("b.snapshot");
+    let save = |token: Option<&'static str>| {
+        let file = path_str(&file).to_owned();
+        let ep = endpoint(&c, follower);
+        async move {
+            let env: Vec<(&str, &str)> =
+                token.map(|t| ("LEASEHOLD_TOKEN", t)).into_iter().collect();
+            leasehold(&["snapshot", "save", &file, "--endpoints", &ep], &env).await
+        }
+    };
+
+    let out = save(None).await;
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert!(out.stderr.contains("401 unauthenticated"), "{}", out.stderr);
+    let out = save(Some("rdr-1")).await;
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("403 permission_denied"),
+        "{}",
+        out.stderr
+    );
+    assert!(!file.exists() && !t.path().join("b.snapshot.tmp").exists());
+
+    let mut reader = Req::get("/v1/cluster/snapshot");
+    reader
+        .headers
+        .push(("authorization".into(), "Bearer rdr-1".into()));
+    c.send(follower, &reader)
+        .await
+        .err(403, "permission_denied");
+    c.get(follower, "/v1/cluster/snapshot")
+        .await
+        .err(401, "unauthenticated");
+
+    // The admin token goes through the follower and on to the leader's read index.
+    let out = save(Some("adm-1")).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stdout.contains(&format!("from node:  {follower}")),
+        "{}",
+        out.stdout
+    );
+    assert!(file.exists());
+    c.shutdown().await;
+}
+
+/// Seeding every node's dir from the same file, under one cluster id, is the other
+/// supported procedure: the three start equal and elect among themselves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_node_seeded_under_one_cluster_id_forms_one_cluster() {
+    let files = tempfile::tempdir().unwrap();
+    let backup = files.path().join("b.snapshot");
+    let old = TestCluster::start().await;
+    let leader = old.wait_for_leader().await;
+    let before = fill(&old, leader).await;
+    let ep = endpoint(&old, leader);
+    let out = leasehold(
+        &["snapshot", "save", path_str(&backup), "--endpoints", &ep],
+        &[],
+    )
+    .await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    old.shutdown().await;
+
+    let dirs = tempfile::tempdir().unwrap();
+    // Without the generation raise: the backup's table exactly, live lease included.
+    let (new, restored) = start_restored(backup, &dirs, &[1, 2, 3], 0).await;
+    assert_eq!(restored["leases_ended"], 0, "{restored}");
+    let new_leader = new.wait_for_leader().await;
+    settled_digest(&new).await;
+    for id in new.running() {
+        let view = new.cluster_view(id).await.unwrap();
+        assert_eq!(
+            view["cluster_id"], restored["cluster_id"],
+            "node {id}: {view}"
+        );
+        let got: Vec<Value> = all_jobs(&new, id).await.iter().map(essentials).collect();
+        let want: Vec<Value> = before.jobs.iter().map(essentials).collect();
+        assert_eq!(got, want, "jobs on node {id}");
+    }
+    let renew = json!({"owner": "w-live", "generation": 2});
+    new.post(new_leader, "/v1/jobs/live-1/renew", renew)
+        .await
+        .ok(200);
+    settled_digest(&new).await;
+    new.shutdown().await;
+}

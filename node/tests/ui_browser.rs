@@ -1,0 +1,609 @@
+//! The dashboard in a real headless Chromium (issue 8 part 4), driven over the W3C
+//! WebDriver HTTP protocol by chromedriver, with plain reqwest + serde_json.
+//!
+//! It opens `/ui` on a follower of an in-process three-node cluster and waits (bounded
+//! polls of the rendered DOM) for three members and a claimed job with its owner and
+//! generation, completes the job through the API and waits for the row to say so,
+//! fences off a stale completion and waits for it in the feed, then saves a screenshot
+//! to `<target>/ui-artifacts/dashboard.png`.
+//!
+//! Needs Debian's `chromium` and `chromium-driver`. Without them the test prints a skip
+//! notice and passes, unless `LEASEHOLD_REQUIRE_BROWSER=1` (CI sets it), when it fails.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::{eventually, u64_of, TestCluster};
+use serde_json::{json, Value};
+
+/// Bound on chromedriver answering `/status` after it was started.
+const DRIVER_START_WAIT: Duration = Duration::from_secs(30);
+/// Bound on one WebDriver command (a new session starts a browser: the slowest).
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
+/// Bound on the page showing what the API says (it polls about once a second).
+const PAGE_WAIT: Duration = Duration::from_secs(30);
+/// Bound on a 100 ms lease running out and being claimed again.
+const EXPIRY_WAIT: Duration = Duration::from_secs(10);
+
+const CHROMIUM_ARGS: [&str; 6] = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--window-size=1280,900",
+    // The page is on 127.0.0.1; a proxy from the environment must not get in between.
+    "--no-proxy-server",
+];
+
+// ---- finding the browser --------------------------------------------------------------
+
+/// `name` on `PATH`, else `fallback` if it exists.
+fn find_binary(name: &str, fallback: &str) -> Option<PathBuf> {
+    let on_path = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|p| p.join(name))
+            .find(|p| p.is_file())
+    });
+    on_path.or_else(|| Some(PathBuf::from(fallback)).filter(|p| p.is_file()))
+}
+
+/// Chromium and chromedriver, or `None` after saying why the test is skipped (or
+/// failing, when `LEASEHOLD_REQUIRE_BROWSER=1`).
+fn browser_binaries() -> Option<(PathBuf, PathBuf)> {
+    let chromium = find_binary("chromium", "/usr/bin/chromium");
+    let driver = find_binary("chromedriver", "/usr/bin/chromedriver");
+    if let (Some(c), Some(d)) = (&chromium, &driver) {
+        return Some((c.clone(), d.clone()));
+    }
+    let missing = format!(
+        "chromium: {}, chromedriver: {}",
+        chromium.map_or("not found".into(), |p| p.display().to_string()),
+        driver.map_or("not found".into(), |p| p.display().to_string()),
+    );
+    if std::env::var("LEASEHOLD_REQUIRE_BROWSER").as_deref() == Ok("1") {
+        panic!(
+            "LEASEHOLD_REQUIRE_BROWSER=1 but no headless browser ({missing}): \
+             install it with `apt-get install -y chromium chromium-driver`"
+        );
+    }
+    eprintln!(
+        "SKIPPED ui_browser: no headless browser ({missing}); \
+         `apt-get install -y chromium chromium-driver` to run it \
+         (LEASEHOLD_REQUIRE_BROWSER=1 makes this a failure)"
+    );
+    None
+}
+
+/// Where the screenshot goes: `$CARGO_TARGET_DIR` (relative to the workspace when
+/// relative), else the workspace's `target/`, then `ui-artifacts/`.
+fn artifacts_dir() -> PathBuf {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the node crate lives in the workspace")
+        .to_path_buf();
+    let target = match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(t) => workspace.join(t),
+        None => workspace.join("target"),
+    };
+    target.join("ui-artifacts")
+}
+
+// ---- chromedriver ---------------------------------------------------------------------
+
+/// A running chromedriver and at most one session. Dropping it deletes the session (so
+/// Chromium exits) and kills chromedriver's process group, also when a test panics.
+struct Driver {
+    child: Child,
+    addr: SocketAddr,
+    http: reqwest::Client,
+    session: Option<String>,
+    _log_dir: tempfile::TempDir,
+}
+
+impl Driver {
+    /// Starts `chromedriver --port=N` on a free port of 127.0.0.1 and waits until ready.
+    async fn start(chromedriver: &Path) -> Driver {
+        use std::os::unix::process::CommandExt;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let log_dir = tempfile::tempdir().unwrap();
+        let child = Command::new(chromedriver)
+            .arg(format!("--port={port}"))
+            .arg(format!(
+                "--log-path={}",
+                log_dir.path().join("chromedriver.log").display()
+            ))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            // Its own process group, so Drop can end it together with what it started.
+            .process_group(0)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", chromedriver.display()));
+        let driver = Driver {
+            child,
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            http: reqwest::Client::builder()
+                .no_proxy()
+                .timeout(COMMAND_TIMEOUT)
+                .build()
+                .unwrap(),
+            session: None,
+            _log_dir: log_dir,
+        };
+        eventually(
+            &format!("chromedriver on port {port} to be ready"),
+            DRIVER_START_WAIT,
+            || async {
+                let status = driver.call(reqwest::Method::GET, "/status", None).await?;
+                if status["ready"] == true {
+                    Ok(())
+                } else {
+                    Err(status.to_string())
+                }
+            },
+        )
+        .await;
+        driver
+    }
+
+    /// One WebDriver command; its `value`, or the WebDriver error as text.
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<Value, String> {
+        let url = format!("http://{}{path}", self.addr);
+        let mut req = self.http.request(method.clone(), &url);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let what = format!("{method} {path}");
+        let resp = req.send().await.map_err(|e| format!("{what}: {e}"))?;
+        let status = resp.status();
+        let v: Value = resp
+            .json()
+            .await
+            .map_err(|e| format!("{what}: unreadable answer: {e}"))?;
+        if status.is_success() {
+            Ok(v["value"].clone())
+        } else {
+            Err(format!("{what}: {status} {}", v["value"]))
+        }
+    }
+
+    fn session_path(&self, rest: &str) -> String {
+        let id = self.session.as_deref().expect("a session");
+        format!("/session/{id}{rest}")
+    }
+
+    async fn new_session(&mut self, chromium: &Path) {
+        let caps = json!({"capabilities": {"alwaysMatch": {
+            "browserName": "chrome",
+            "goog:chromeOptions": {"binary": chromium, "args": CHROMIUM_ARGS},
+        }}});
+        let v = self
+            .call(reqwest::Method::POST, "/session", Some(caps))
+            .await
+            .unwrap_or_else(|e| panic!("creating a Chromium session: {e}"));
+        let id = v["sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no sessionId in {v}"));
+        self.session = Some(id.to_owned());
+    }
+
+    async fn goto(&self, url: &str) {
+        self.call(
+            reqwest::Method::POST,
+            &self.session_path("/url"),
+            Some(json!({"url": url})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("opening {url}: {e}"));
+    }
+
+    /// Runs `script` (a function body) in the page; its return value.
+    async fn execute(&self, script: &str, args: Value) -> Result<Value, String> {
+        let body = json!({"script": script, "args": args});
+        self.call(
+            reqwest::Method::POST,
+            &self.session_path("/execute/sync"),
+            Some(body),
+        )
+        .await
+    }
+
+    /// The rendered text of the element `css` finds (WebDriver Find Element).
+    async fn text_of(&self, css: &str) -> Result<String, String> {
+        let found = self
+            .call(
+                reqwest::Method::POST,
+                &self.session_path("/element"),
+                Some(json!({"using": "css selector", "value": css})),
+            )
+            .await?;
+        // W3C: the element reference is under this fixed key.
+        let id = found["element-6066-11e4-a52e-4f735466cecf"]
+            .as_str()
+            .ok_or_else(|| format!("no element reference in {found}"))?;
+        let text = self
+            .call(
+                reqwest::Method::GET,
+                &self.session_path(&format!("/element/{id}/text")),
+                None,
+            )
+            .await?;
+        text.as_str()
+            .map(str::to_owned)
+            .ok_or_else(|| format!("text of {css}: {text}"))
+    }
+
+    /// A PNG of the viewport.
+    async fn screenshot(&self) -> Vec<u8> {
+        let v = self
+            .call(
+                reqwest::Method::GET,
+                &self.session_path("/screenshot"),
+                None,
+            )
+            .await
+            .unwrap_or_else(|e| panic!("screenshot: {e}"));
+        base64_decode(v.as_str().expect("a base64 string")).expect("valid base64")
+    }
+
+    /// Ends the session (Chromium exits) while chromedriver still runs.
+    async fn quit(&mut self) {
+        if self.session.is_some() {
+            let path = self.session_path("");
+            self.call(reqwest::Method::DELETE, &path, None)
+                .await
+                .unwrap_or_else(|e| panic!("deleting the session: {e}"));
+            self.session = None;
+        }
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        // Drop cannot await: a blocking DELETE, best effort, so Chromium is not orphaned.
+        if let Some(id) = self.session.take() {
+            let _ = delete_session_blocking(self.addr, &id);
+        }
+        // SAFETY: kill(2) on the process group this test created for chromedriver.
+        unsafe {
+            libc::kill(-(self.child.id() as libc::pid_t), libc::SIGKILL);
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn delete_session_blocking(addr: SocketAddr, id: &str) -> std::io::Result<()> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(
+        s,
+        "DELETE /session/{id} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut sink = Vec::new();
+    s.read_to_end(&mut sink).map(|_| ())
+}
+
+/// Standard base64 (RFC 4648, padded), as WebDriver returns screenshots.
+fn base64_decode(s: &str) -> Option<Vec<u8>> {
+    fn sextet(c: u8) -> Option<u32> {
+        Some(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        } as u32)
+    }
+    let bytes: Vec<u8> = s.bytes().filter(|c| !c.is_ascii_whitespace()).collect();
+    if !bytes.len().is_multiple_of(4) {
+        return None;
+    }
+    let mut out = Vec::with_capacity(bytes.len() / 4 * 3);
+    for chunk in bytes.chunks(4) {
+        let pad = chunk.iter().rev().take_while(|c| **c == b'=').count();
+        let mut n = 0u32;
+        for (i, c) in chunk.iter().enumerate() {
+            let v = if i >= 4 - pad { 0 } else { sextet(*c)? };
+            n = (n << 6) | v;
+        }
+        out.extend_from_slice(&n.to_be_bytes()[1..4 - pad]);
+    }
+    Some(out)
+}
+
+// ---- reading the page -----------------------------------------------------------------
+
+/// What the page shows, read from the DOM by the `data-*` hooks app.js renders.
+const READ_PAGE: &str = r#"
+const field = (row, name) => {
+  const c = row.querySelector('[data-field="' + name + '"]');
+  return c ? c.textContent.trim() : null;
+};
+const members = [...document.querySelectorAll('#members tbody tr[data-node-id]')].map(r => ({
+  id: Number(r.dataset.nodeId), role: r.dataset.role, health: r.dataset.health,
+  term: field(r, 'term'), applied: field(r, 'applied_index'),
+}));
+const jobs = {};
+for (const r of document.querySelectorAll('#jobs tbody tr[data-job-id]')) {
+  jobs[r.dataset.jobId] = {
+    state: r.dataset.state, state_text: field(r, 'state'), owner: field(r, 'owner'),
+    generation: field(r, 'generation'), lease: field(r, 'lease'),
+  };
+}
+const feed = [...document.querySelectorAll('#rejections li[data-seq]')].map(li => ({
+  seq: Number(li.dataset.seq), code: li.dataset.code, job: li.dataset.jobId || null,
+  stale: li.classList.contains('stale'), text: li.textContent,
+}));
+const banner = document.getElementById('error-banner');
+return {
+  members, jobs, feed,
+  banner: banner.hidden ? null : banner.textContent,
+  updated_ms: document.getElementById('last-updated').dataset.updatedMs || null,
+};
+"#;
+
+/// Polls the page until `check` accepts what it shows; panics (after saving a
+/// screenshot of the page as it was) otherwise.
+async fn wait_page<T>(
+    driver: &Driver,
+    what: &str,
+    check: impl Fn(&Value) -> Result<T, String>,
+) -> T {
+    let deadline = tokio::time::Instant::now() + PAGE_WAIT;
+    loop {
+        let last = match driver.execute(READ_PAGE, json!([])).await {
+            Ok(page) => match check(&page) {
+                Ok(v) => return v,
+                Err(e) => format!("{e}; page: {page}"),
+            },
+            Err(e) => e,
+        };
+        if tokio::time::Instant::now() >= deadline {
+            let shot = save_screenshot(driver, "dashboard-failure.png").await;
+            panic!(
+                "timed out after {PAGE_WAIT:?} waiting for the page to show {what} \
+                 (screenshot: {}); last: {last}",
+                shot.display()
+            );
+        }
+        tokio::time::sleep(common::POLL * 4).await;
+    }
+}
+
+async fn save_screenshot(driver: &Driver, name: &str) -> PathBuf {
+    let png = driver.screenshot().await;
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
+    let dir = artifacts_dir();
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, &png).unwrap();
+    path
+}
+
+fn job_row<'a>(page: &'a Value, id: &str) -> Result<&'a Value, String> {
+    page["jobs"]
+        .get(id)
+        .ok_or_else(|| format!("no row for job {id}"))
+}
+
+// ---- the test -------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_dashboard_shows_the_cluster_and_follows_a_job_in_a_real_browser() {
+    let Some((chromium, chromedriver)) = browser_binaries() else {
+        return;
+    };
+    let c = TestCluster::start().await;
+    let leader = c.wait_for_leader().await;
+    let f = c.follower_of(leader);
+
+    // A claimed job, and another waiting in its own queue.
+    let lease = c
+        .post(
+            f,
+            "/v1/jobs/invoice-42/claim",
+            json!({"owner": "worker-a", "ttl_ms": 120_000}),
+        )
+        .await
+        .ok(200);
+    let generation = u64_of(&lease, "generation");
+    let generation_text = generation.to_string();
+    c.post(
+        f,
+        "/v1/jobs",
+        json!({"id": "report-7", "queue": "reports", "payload": {"month": 11}}),
+    )
+    .await
+    .ok(201);
+
+    let mut driver = Driver::start(&chromedriver).await;
+    driver.new_session(&chromium).await;
+    let url = format!("http://{}/ui", c.addr(f));
+    driver.goto(&url).await;
+
+    // Three members, one leader (the one the API names), all healthy; the claimed job
+    // with its owner and generation and a running countdown.
+    wait_page(
+        &driver,
+        "three healthy members and the claimed job",
+        |page| {
+            let members = page["members"].as_array().ok_or("no members")?;
+            let ids: Vec<u64> = members.iter().filter_map(|m| m["id"].as_u64()).collect();
+            let leaders: Vec<u64> = members
+                .iter()
+                .filter(|m| m["role"] == "Leader")
+                .filter_map(|m| m["id"].as_u64())
+                .collect();
+            if ids != [1, 2, 3]
+                || leaders != [leader]
+                || members.iter().any(|m| m["health"] != "ok")
+            {
+                return Err(format!("members {ids:?}, leaders {leaders:?}"));
+            }
+            let job = job_row(page, "invoice-42")?;
+            let lease_text = job["lease"].as_str().unwrap_or_default();
+            if job["state"] != "leased"
+                || job["owner"] != "worker-a"
+                || job["generation"] != generation_text.as_str()
+                || !lease_text.ends_with(" s")
+            {
+                return Err(format!("invoice-42 row {job}"));
+            }
+            job_row(page, "report-7")?;
+            match &page["banner"] {
+                Value::Null => Ok(()),
+                b => Err(format!("error banner: {b}")),
+            }
+        },
+    )
+    .await;
+    // The same, as WebDriver's rendered text of the cells.
+    let owner_cell = r#"#jobs tr[data-job-id="invoice-42"] td[data-field="owner"]"#;
+    let generation_cell = r#"#jobs tr[data-job-id="invoice-42"] td[data-field="generation"]"#;
+    assert_eq!(driver.text_of(owner_cell).await.unwrap(), "worker-a");
+    assert_eq!(
+        driver.text_of(generation_cell).await.unwrap(),
+        generation_text
+    );
+
+    // The worker completes: the row follows.
+    c.post(
+        f,
+        "/v1/jobs/invoice-42/complete",
+        json!({"owner": "worker-a", "generation": generation, "result": {"paid": true}}),
+    )
+    .await
+    .ok(200);
+    wait_page(&driver, "invoice-42 completed", |page| {
+        let job = job_row(page, "invoice-42")?;
+        if job["state"] == "completed"
+            && job["state_text"] == "completed"
+            && job["lease"] == "\u{2014}"
+        {
+            Ok(())
+        } else {
+            Err(format!("invoice-42 row {job}"))
+        }
+    })
+    .await;
+
+    // A stale completion: worker-b's 100 ms lease runs out, worker-c claims the job,
+    // worker-b comes back with its old generation and is fenced off.
+    c.post(
+        f,
+        "/v1/jobs/export-9/claim",
+        json!({"owner": "worker-b", "ttl_ms": 100}),
+    )
+    .await
+    .ok(200);
+    eventually(
+        "worker-c to claim export-9 after the lease ran out",
+        EXPIRY_WAIT,
+        || async {
+            let r = c
+                .post(
+                    f,
+                    "/v1/jobs/export-9/claim",
+                    json!({"owner": "worker-c", "ttl_ms": 90_000}),
+                )
+                .await;
+            if r.status == 200 {
+                Ok(())
+            } else {
+                Err(r.text())
+            }
+        },
+    )
+    .await;
+    c.post(
+        f,
+        "/v1/jobs/export-9/complete",
+        json!({"owner": "worker-b", "generation": 1}),
+    )
+    .await
+    .err(409, "stale_lease");
+    wait_page(&driver, "the stale completion in the feed", |page| {
+        let feed = page["feed"].as_array().ok_or("no feed")?;
+        let stale = feed
+            .iter()
+            .find(|r| r["code"] == "stale_lease" && r["job"] == "export-9")
+            .ok_or("no stale_lease for export-9 in the feed")?;
+        let text = stale["text"].as_str().unwrap_or_default();
+        if stale["stale"] != true
+            || !text.contains("worker-b")
+            || !text.contains("current generation 2")
+        {
+            return Err(format!("feed item {stale}"));
+        }
+        // Newest first.
+        let seqs: Vec<u64> = feed.iter().filter_map(|r| r["seq"].as_u64()).collect();
+        if !seqs.windows(2).all(|w| w[0] > w[1]) {
+            return Err(format!("feed order {seqs:?}"));
+        }
+        let job = job_row(page, "export-9")?;
+        if job["owner"] != "worker-c" || job["generation"] != "2" {
+            return Err(format!("export-9 row {job}"));
+        }
+        Ok(())
+    })
+    .await;
+
+    // The state filter narrows the table to completed jobs, and back.
+    let set_filter = r#"const s = document.getElementById('filter-state');
+        s.value = arguments[0]; s.dispatchEvent(new Event('change')); return s.value;"#;
+    driver
+        .execute(set_filter, json!(["completed"]))
+        .await
+        .unwrap();
+    wait_page(&driver, "only completed jobs", |page| {
+        let ids: Vec<&String> = page["jobs"].as_object().ok_or("no jobs")?.keys().collect();
+        if ids == ["invoice-42"] {
+            Ok(())
+        } else {
+            Err(format!("rows {ids:?}"))
+        }
+    })
+    .await;
+    driver.execute(set_filter, json!([""])).await.unwrap();
+    wait_page(&driver, "all three jobs again", |page| {
+        let n = page["jobs"].as_object().map_or(0, |j| j.len());
+        if n == 3 && page["banner"].is_null() && page["updated_ms"].is_string() {
+            Ok(())
+        } else {
+            Err(format!("{n} rows"))
+        }
+    })
+    .await;
+
+    let shot = save_screenshot(&driver, "dashboard.png").await;
+    println!("dashboard screenshot: {}", shot.display());
+    driver.quit().await;
+    drop(driver);
+    c.shutdown().await;
+}
+
+#[test]
+fn base64_decodes_what_webdriver_sends() {
+    assert_eq!(base64_decode("").unwrap(), b"");
+    assert_eq!(base64_decode("TQ==").unwrap(), b"M");
+    assert_eq!(base64_decode("TWE=").unwrap(), b"Ma");
+    assert_eq!(base64_decode("TWFu").unwrap(), b"Man");
+    assert_eq!(base64_decode("iVBORw0KGgo=").unwrap(), b"\x89PNG\r\n\x1a\n");
+    assert!(base64_decode("TWF").is_none());
+    assert!(base64_decode("TW!u").is_none());
+}
