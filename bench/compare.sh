@@ -9,7 +9,10 @@
 #
 # Env: RUNS (default 1), QUICK=1 (small counts, smoke test), OUT (results dir),
 #      ETCD_DIR (the etcd harness, default ../shared/bench/etcd next to this repo),
-#      BASE_PORT (our nodes listen on BASE_PORT+1..+3, default 17000).
+#      BASE_PORT (our nodes listen on BASE_PORT+1..+3, default 17000),
+#      SERVE_FLAGS (extra `leasehold serve` flags, default `--worker-threads 1`: the three
+#      nodes share this machine's two cores, so one runtime thread each; a node alone on
+#      its machine keeps the default, one per core. `SERVE_FLAGS= ` runs the default).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -20,6 +23,7 @@ OUT="${OUT:-${TMPDIR:-/tmp}/leasehold-compare-$STAMP}"
 RUNS="${RUNS:-1}"
 QUICK="${QUICK:-0}"
 BASE_PORT="${BASE_PORT:-17000}"
+SERVE_FLAGS="${SERVE_FLAGS---worker-threads 1}"
 BIN="$ROOT/target/release/leasehold"
 mkdir -p "$OUT"
 
@@ -52,8 +56,9 @@ start_ours() {
   local i peers=()
   for i in 1 2 3; do peers+=(--peer "$i=127.0.0.1:$((BASE_PORT + i))"); done
   for i in 1 2 3; do
+    # shellcheck disable=SC2086 # SERVE_FLAGS is a list of flags
     RUST_LOG=warn "$BIN" serve --id "$i" --listen "127.0.0.1:$((BASE_PORT + i))" \
-      --data-dir "$DATA/n$i" "${peers[@]}" >>"$OUT/leasehold-node$i.log" 2>&1 &
+      --data-dir "$DATA/n$i" "${peers[@]}" $SERVE_FLAGS >>"$OUT/leasehold-node$i.log" 2>&1 &
     PIDS+=($!)
   done
   for _ in $(seq 1 120); do
