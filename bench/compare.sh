@@ -10,9 +10,8 @@
 # Env: RUNS (default 1), QUICK=1 (small counts, smoke test), OUT (results dir),
 #      ETCD_DIR (the etcd harness, default ../shared/bench/etcd next to this repo),
 #      BASE_PORT (our nodes listen on BASE_PORT+1..+3, default 17000),
-#      SERVE_FLAGS (extra `leasehold serve` flags, default `--worker-threads 1`: the three
-#      nodes share this machine's two cores, so one runtime thread each; a node alone on
-#      its machine keeps the default, one per core. `SERVE_FLAGS= ` runs the default).
+#      SERVE_FLAGS (extra `leasehold serve` flags for our three nodes, default none; e.g.
+#      `SERVE_FLAGS="--worker-threads 1"`, one runtime thread per co-located node).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -23,7 +22,7 @@ OUT="${OUT:-${TMPDIR:-/tmp}/leasehold-compare-$STAMP}"
 RUNS="${RUNS:-1}"
 QUICK="${QUICK:-0}"
 BASE_PORT="${BASE_PORT:-17000}"
-SERVE_FLAGS="${SERVE_FLAGS---worker-threads 1}"
+SERVE_FLAGS="${SERVE_FLAGS:-}"
 BIN="$ROOT/target/release/leasehold"
 mkdir -p "$OUT"
 

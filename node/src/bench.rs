@@ -68,6 +68,11 @@ pub struct BenchArgs {
     /// Stop the timed part after this long even if cycles remain.
     #[arg(long, default_value_t = 60)]
     pub max_secs: u64,
+    /// Tokio threads of the load generator: 1 (default) runs every client on one
+    /// thread, as the etcd harness's `etcdbench` does (`--threads 1`), so both systems
+    /// are driven by the same kind of client.
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
     /// The queue of `submit` and `claim-next`.
     #[arg(long, default_value = "bench")]
     pub queue: String,

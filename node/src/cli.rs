@@ -135,10 +135,8 @@ pub struct ServeArgs {
     #[arg(long, requires = "tls_cert")]
     pub tls_ca: Option<PathBuf>,
     /// Async runtime threads (default: one per CPU core). Nodes that share a machine's
-    /// cores (a test box, several nodes per host) run better with fewer each: three
-    /// nodes on 2 cores answer a lone claim ~5 % sooner with 1 each, at no cost in
-    /// throughput (README, Performance). Fsyncs and snapshot encoding have threads of
-    /// their own either way.
+    /// cores (several nodes per host) may want fewer each. Fsyncs and snapshot encoding
+    /// have threads of their own either way.
     #[arg(long)]
     pub worker_threads: Option<usize>,
     /// mTLS: every connection must present a certificate signed by --tls-ca at the
@@ -450,6 +448,8 @@ fn print_dev_banner(
     );
     println!("Cluster status:");
     println!("  curl -s http://{first}/v1/cluster");
+    println!("Live dashboard (members, jobs, rejections):");
+    println!("  http://{first}/ui");
     println!();
     println!("Ctrl-C stops the cluster.");
 }
@@ -490,10 +490,22 @@ pub fn main() -> anyhow::Result<()> {
     if !client_cmd {
         init_tracing();
     }
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    if let Some(n) = worker_threads(&args.command)? {
-        builder.worker_threads(n);
-    }
+    let mut builder = match &args.command {
+        // One thread, like the etcd harness's load generator (`bench --threads`).
+        Cmd::Bench(b) if b.threads <= 1 => tokio::runtime::Builder::new_current_thread(),
+        Cmd::Bench(b) => {
+            let mut builder = tokio::runtime::Builder::new_multi_thread();
+            builder.worker_threads(b.threads);
+            builder
+        }
+        _ => {
+            let mut builder = tokio::runtime::Builder::new_multi_thread();
+            if let Some(n) = worker_threads(&args.command)? {
+                builder.worker_threads(n);
+            }
+            builder
+        }
+    };
     let rt = builder.enable_all().build()?;
     rt.block_on(async move {
         match args.command {
