@@ -53,6 +53,18 @@ fn cli(c: &Chaos, via: u64, args: &[&str]) -> (bool, String) {
     (out.status.success(), text)
 }
 
+/// `DELETE /v1/cluster/nodes/{id}` through node `via`: status and body.
+async fn delete_node(c: &Chaos, via: u64, id: u64) -> (u16, String) {
+    let url = format!("{}/v1/cluster/nodes/{id}", c.cluster.endpoint(via));
+    let resp = reqwest::Client::new()
+        .delete(url)
+        .send()
+        .await
+        .expect("DELETE /v1/cluster/nodes");
+    let status = resp.status().as_u16();
+    (status, resp.text().await.unwrap_or_default())
+}
+
 async fn view(c: &Chaos, id: u64) -> Option<Value> {
     let url = format!("{}/v1/cluster", c.cluster.endpoint(id));
     let r = reqwest::get(url).await.ok()?;
@@ -185,25 +197,15 @@ async fn grow_shrink_and_replace_a_wiped_node_with_leases_held_throughout() {
         .iter()
         .find(|i| **i <= 3)
         .expect("an original node is left");
-    let url = format!("{}/v1/cluster/nodes/{second}", c.cluster.endpoint(via));
-    let resp = reqwest::Client::new()
-        .delete(url)
-        .send()
-        .await
-        .expect("DELETE");
-    assert_eq!(resp.status(), 200, "{:?}", resp.text().await);
+    let (status, body) = delete_node(&c, via, second).await;
+    assert_eq!(status, 200, "{body}");
     c.fault(format!("DELETE /v1/cluster/nodes/{second}"));
     left.retain(|i| *i != second);
     wait_voters(&c, via, &left).await;
     c.cluster.forget(second);
     // Removing a node that is not a member: 404.
-    let url = format!("{}/v1/cluster/nodes/{second}", c.cluster.endpoint(via));
-    let resp = reqwest::Client::new()
-        .delete(url)
-        .send()
-        .await
-        .expect("DELETE");
-    assert_eq!(resp.status(), 404);
+    let (status, body) = delete_node(&c, via, second).await;
+    assert_eq!(status, 404, "{body}");
     c.run_for(Duration::from_secs(2)).await;
 
     // Replace a node whose disk was wiped: it comes back with --join and, still named

@@ -106,7 +106,7 @@ pub struct RestoreArgs {
     pub id: NodeId,
     /// A voter of the NEW cluster as ID=HOST:PORT; repeat for each. Start every node of
     /// the new cluster with this same --peer list.
-    #[arg(long = "peer", value_parser = parse_peer, required = true)]
+    #[arg(long = "peer", value_parser = crate::cli::parse_peer, required = true)]
     pub peers: Vec<(NodeId, String)>,
     /// The new cluster's id (32 hex digits) instead of a fresh random one: needed to
     /// seed more than one node's dir (give all the same), never an id of a cluster
@@ -126,15 +126,6 @@ pub struct RestoreArgs {
 /// `restore`'s default generation raise: 2^32, more claims per job than any cluster
 /// grants between a backup and its loss, and still 2^32 restores below u64's end.
 pub const RAISE_GENERATIONS_DEFAULT: u64 = 1 << 32;
-
-fn parse_peer(s: &str) -> Result<(NodeId, String), String> {
-    let (id, addr) = s.split_once('=').ok_or("expected ID=HOST:PORT")?;
-    let id = id.parse().map_err(|_| format!("bad node id {id:?}"))?;
-    if addr.is_empty() || !addr.contains(':') {
-        return Err(format!("bad address {addr:?}: expected HOST:PORT"));
-    }
-    Ok((id, addr.to_owned()))
-}
 
 pub async fn run(args: SnapshotArgs) -> Result<(), CliError> {
     match args.command {

@@ -157,7 +157,8 @@ pub struct DevArgs {
     pub base_port: u16,
 }
 
-fn parse_peer(s: &str) -> Result<(NodeId, String), String> {
+/// `ID=HOST:PORT`, as `--peer` takes it (`serve`, `snapshot restore`).
+pub(crate) fn parse_peer(s: &str) -> Result<(NodeId, String), String> {
     let (id, addr) = s.split_once('=').ok_or("expected ID=HOST:PORT")?;
     let id = id.parse().map_err(|_| format!("bad node id {id:?}"))?;
     if addr.is_empty() || !addr.contains(':') {

@@ -112,15 +112,12 @@ pub async fn remove(
 
 fn view(node: &Node) -> MembershipView {
     let m = node.raft_metrics();
-    let membership = m.membership_config.membership();
+    let (voters, learners, nodes) = super::ops::member_lists(&m);
     MembershipView {
         leader_id: m.current_leader,
-        voters: membership.voter_ids().collect(),
-        learners: membership.learner_ids().collect(),
-        nodes: membership
-            .nodes()
-            .map(|(id, n)| (id.to_string(), n.addr.clone()))
-            .collect(),
+        voters,
+        learners,
+        nodes,
     }
 }
 

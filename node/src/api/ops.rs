@@ -41,21 +41,33 @@ pub async fn cluster(State(node): State<Arc<Node>>) -> Response {
     json_response(StatusCode::OK, &cluster_view(&node).await)
 }
 
+/// The membership as `/v1/cluster` lists it: voters, learners, id → address.
+pub(super) fn member_lists(
+    m: &crate::types::RaftMetrics,
+) -> (Vec<u64>, Vec<u64>, BTreeMap<String, String>) {
+    let membership = m.membership_config.membership();
+    (
+        membership.voter_ids().collect(),
+        membership.learner_ids().collect(),
+        membership
+            .nodes()
+            .map(|(id, n)| (id.to_string(), n.addr.clone()))
+            .collect(),
+    )
+}
+
 /// This node's own view of the cluster (`GET /v1/cluster`; the dashboard's members list
 /// uses it for the node itself).
 pub(super) async fn cluster_view(node: &Node) -> ClusterView {
     let m = node.raft_metrics();
-    let membership = m.membership_config.membership();
+    let (voters, learners, nodes) = member_lists(&m);
     ClusterView {
         node_id: node.id,
         leader_id: m.current_leader,
         term: m.current_term,
-        voters: membership.voter_ids().collect(),
-        learners: membership.learner_ids().collect(),
-        nodes: membership
-            .nodes()
-            .map(|(id, n)| (id.to_string(), n.addr.clone()))
-            .collect(),
+        voters,
+        learners,
+        nodes,
         commit_index: committed_index(node).await,
         applied_index: m.last_applied.map_or(0, |l| l.index),
         cluster_time_ms: node.cluster_time_ms(),
