@@ -45,6 +45,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{LEADER_HEADER, NODE_HEADER};
+use crate::metrics::Refused;
 use crate::node::Node;
 
 /// Open connections at most; past it a new connection is closed as soon as accepted
@@ -165,6 +166,7 @@ pub async fn serve(
             }
         };
         let Ok(permit) = connections.clone().try_acquire_owned() else {
+            shared.node.metrics.refused(Refused::Connections);
             tracing::warn!(%peer, "connection limit reached: closing a new connection");
             drop(tcp);
             continue;
@@ -286,7 +288,13 @@ async fn handle(shared: &Shared, req: Request<Incoming>) -> Response<Body> {
         Budget::Exempt => (None, shared.limits.request_timeout),
     };
     let _slot = match slots.map(|s| s.clone().try_acquire_owned()) {
-        Some(Err(_)) => return stamped(&shared.node, overloaded(budget)),
+        Some(Err(_)) => {
+            shared.node.metrics.refused(match budget {
+                Budget::Raft => Refused::InflightRaft,
+                _ => Refused::Inflight,
+            });
+            return stamped(&shared.node, overloaded(budget));
+        }
         Some(Ok(permit)) => Some(permit),
         None => None,
     };
@@ -295,18 +303,29 @@ async fn handle(shared: &Shared, req: Request<Incoming>) -> Response<Body> {
     match tokio::time::timeout(timeout, call).await {
         Ok(Ok(resp)) => resp,
         Ok(Err(never)) => match never {},
-        Err(_) => stamped(
-            &shared.node,
-            crate::api::error_response(&ApiError::new(
-                ErrorCode::Timeout,
-                format!(
-                    "the request did not finish within {} ms; if it was a write its outcome \
-                     is unknown: retry with the same Idempotency-Key",
-                    timeout.as_millis()
-                ),
-            )),
-        ),
+        Err(_) => {
+            shared.node.metrics.refused(match budget {
+                Budget::Raft => Refused::RaftRequestTimeout,
+                _ => Refused::RequestTimeout,
+            });
+            timed_out(&shared.node, timeout)
+        }
     }
+}
+
+/// 504 `timeout`: the request ran past its budget's timeout.
+fn timed_out(node: &Node, timeout: Duration) -> Response<Body> {
+    stamped(
+        node,
+        crate::api::error_response(&ApiError::new(
+            ErrorCode::Timeout,
+            format!(
+                "the request did not finish within {} ms; if it was a write its outcome \
+                 is unknown: retry with the same Idempotency-Key",
+                timeout.as_millis()
+            ),
+        )),
+    )
 }
 
 /// api.md: every response carries `X-Leasehold-Node` and, when known, the leader — also

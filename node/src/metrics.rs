@@ -191,6 +191,44 @@ pub struct Metrics {
     pub ticks: AtomicU64,
     /// Leaders this node has seen take office (see [`watch_leader`]).
     pub leader_changes: AtomicU64,
+    /// What the listener refused before the router saw it (`listener.rs`), by reason.
+    refused: [AtomicU64; Refused::ALL.len()],
+}
+
+/// Why the listener answered (or dropped) a request itself, before routing: these never
+/// reach `leasehold_requests_total` or the latency histogram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// 503: `--max-inflight` client requests were in flight.
+    Inflight,
+    /// 503: `--max-inflight-raft` Raft requests were in flight.
+    InflightRaft,
+    /// A new connection closed at once: `--max-connections` were open.
+    Connections,
+    /// 504: a client request ran past `--request-timeout-ms`.
+    RequestTimeout,
+    /// 504: a Raft request ran past its timeout.
+    RaftRequestTimeout,
+}
+
+impl Refused {
+    pub const ALL: [Refused; 5] = [
+        Refused::Inflight,
+        Refused::InflightRaft,
+        Refused::Connections,
+        Refused::RequestTimeout,
+        Refused::RaftRequestTimeout,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            Refused::Inflight => "inflight",
+            Refused::InflightRaft => "inflight_raft",
+            Refused::Connections => "connections",
+            Refused::RequestTimeout => "request_timeout",
+            Refused::RaftRequestTimeout => "raft_request_timeout",
+        }
+    }
 }
 
 impl Default for Metrics {
@@ -202,6 +240,7 @@ impl Default for Metrics {
             forwarded: AtomicU64::new(0),
             ticks: AtomicU64::new(0),
             leader_changes: AtomicU64::new(0),
+            refused: std::array::from_fn(|_| AtomicU64::new(0)),
         }
     }
 }
@@ -417,7 +456,23 @@ impl Metrics {
         }
     }
 
+    /// Counts a request (or connection) the listener refused.
+    pub fn refused(&self, why: Refused) {
+        self.refused[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
     fn render_counters(&self, out: &mut String) {
+        let name = "leasehold_listener_refused_total";
+        family(
+            out,
+            name,
+            "counter",
+            "Requests the listener answered itself before routing (503 at an in-flight limit, 504 past the request timeout) and connections it closed at the connection limit, by reason.",
+        );
+        for why in Refused::ALL {
+            let n = self.refused[why as usize].load(Ordering::Relaxed);
+            sample(out, name, &[("reason", why.label())], n);
+        }
         for (name, help, v) in [
             (
                 "leasehold_forwarded_total",

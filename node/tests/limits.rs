@@ -159,6 +159,18 @@ async fn oversized_heads_get_431() {
     c.shutdown().await;
 }
 
+/// `leasehold_listener_refused_total{reason=…}` of node `id`.
+async fn refused(c: &TestCluster, id: u64, reason: &str) -> u64 {
+    let text = c.get(id, "/metrics").await.text();
+    let prefix = format!("leasehold_listener_refused_total{{reason=\"{reason}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .unwrap_or_else(|| panic!("no {prefix} in /metrics"))
+        .trim()
+        .parse()
+        .expect("a count")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn load_past_max_inflight_is_shed_with_503_and_retry_after() {
     let c = cluster().await;
@@ -190,6 +202,9 @@ async fn load_past_max_inflight_is_shed_with_503_and_retry_after() {
             .ok_or(format!("status {}", r.status))
     })
     .await;
+    // The shed requests never reached the router: the listener counted them.
+    assert!(refused(&c, 1, "inflight").await >= 1);
+    assert_eq!(refused(&c, 2, "inflight").await, 0);
     c.shutdown().await;
 }
 
@@ -209,6 +224,8 @@ async fn a_request_past_its_timeout_gets_504() {
         took >= REQUEST_TIMEOUT - Duration::from_millis(100) && took < REQUEST_TIMEOUT * 4,
         "answered after {took:?} (timeout {REQUEST_TIMEOUT:?})"
     );
+    assert_eq!(refused(&c, 1, "request_timeout").await, 1);
+    assert_eq!(refused(&c, 1, "raft_request_timeout").await, 0);
     c.shutdown().await;
 }
 
@@ -339,5 +356,7 @@ async fn connections_past_the_limit_are_closed_at_once() {
         },
     )
     .await;
+    // At least those (the wait above may have been refused a few more).
+    assert!(refused(&c, target, "connections").await >= closed as u64);
     c.shutdown().await;
 }
