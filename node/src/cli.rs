@@ -521,25 +521,35 @@ pub fn main() -> anyhow::Result<()> {
     })
 }
 
+/// `serve` as node 1 of a test cluster (one `--peer`, its own) plus `extra`: the parser
+/// the test modules below share.
+#[cfg(test)]
+fn parse_serve<S: AsRef<str>>(extra: &[S]) -> Result<ServeArgs, clap::Error> {
+    let mut argv: Vec<String> = [
+        "leasehold",
+        "serve",
+        "--id=1",
+        "--listen=127.0.0.1:7001",
+        "--data-dir=/tmp/x",
+        "--peer=1=127.0.0.1:7001",
+    ]
+    .map(String::from)
+    .to_vec();
+    argv.extend(extra.iter().map(|s| s.as_ref().to_owned()));
+    match Cli::try_parse_from(argv)?.command {
+        Cmd::Serve(a) => Ok(a),
+        _ => unreachable!("parsed a serve command"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn serve_args(extra: &[&str]) -> Result<ServeArgs, clap::Error> {
-        let mut argv = vec![
-            "leasehold",
-            "serve",
-            "--id=1",
-            "--listen=127.0.0.1:7001",
-            "--data-dir=/tmp/x",
-            "--peer=1=127.0.0.1:7001",
-            "--peer=2=127.0.0.1:7002",
-        ];
+        let mut argv = vec!["--peer=2=127.0.0.1:7002"];
         argv.extend_from_slice(extra);
-        match Cli::try_parse_from(argv)?.command {
-            Cmd::Serve(a) => Ok(a),
-            _ => unreachable!("parsed a serve command"),
-        }
+        parse_serve(&argv)
     }
 
     #[test]
@@ -615,19 +625,7 @@ mod peer_secret_tests {
     use super::*;
 
     fn serve_args(extra: &[&str]) -> ServeArgs {
-        let mut argv = vec![
-            "leasehold",
-            "serve",
-            "--id=1",
-            "--listen=127.0.0.1:7001",
-            "--data-dir=/tmp/x",
-            "--peer=1=127.0.0.1:7001",
-        ];
-        argv.extend_from_slice(extra);
-        match Cli::try_parse_from(argv).unwrap().command {
-            Cmd::Serve(a) => a,
-            _ => unreachable!("parsed a serve command"),
-        }
+        parse_serve(extra).unwrap()
     }
 
     #[test]
@@ -688,21 +686,7 @@ mod tls_flag_tests {
     use super::*;
 
     fn serve_args(extra: &[String]) -> Result<ServeArgs, clap::Error> {
-        let mut argv: Vec<String> = [
-            "leasehold",
-            "serve",
-            "--id=1",
-            "--listen=127.0.0.1:7001",
-            "--data-dir=/tmp/x",
-            "--peer=1=127.0.0.1:7001",
-        ]
-        .map(String::from)
-        .to_vec();
-        argv.extend_from_slice(extra);
-        match Cli::try_parse_from(argv)?.command {
-            Cmd::Serve(a) => Ok(a),
-            _ => unreachable!("parsed a serve command"),
-        }
+        parse_serve(extra)
     }
 
     /// A CA and a node certificate for 127.0.0.1 in `dir`: the three flags' values.

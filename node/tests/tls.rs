@@ -215,18 +215,6 @@ async fn wait_all_applied(c: &TestCluster, http: &reqwest::Client, index: u64) {
     }
 }
 
-/// The error and its sources, on one line.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
-}
-
 async fn leasehold(args: &[&str]) -> std::process::Output {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"));
     cmd.args(args)
@@ -383,9 +371,11 @@ async fn with_client_auth_only_certified_clients_and_peers_get_in() {
         .await;
     let err = r.expect_err("a client without a certificate was answered");
     assert!(
-        chain(&err).to_lowercase().contains("certificate"),
+        leasehold_node::tls::chain(&err)
+            .to_lowercase()
+            .contains("certificate"),
         "{}",
-        chain(&err)
+        leasehold_node::tls::chain(&err)
     );
     let r = uncertified
         .post(https_url(&c, leader, "/raft/vote"))
