@@ -103,6 +103,47 @@ fn last_chunk(dir: &Path) -> PathBuf {
     chunks.pop().expect("a chunk file")
 }
 
+/// `save_committed` costs no write of its own: the record waits in the buffer and goes to
+/// disk with the next flush (an append here) or when the log is closed. One lost in a crash
+/// is safe: a smaller committed id only bounds what a restarted node re-applies before it
+/// hears from a leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn committed_rides_the_next_append() {
+    let dir = TempDir::new().unwrap();
+    let path = dir.path().join("log");
+    {
+        let mut log = LogStore::open(&path).await.unwrap();
+        append(
+            &mut log,
+            vec![membership_entry(1, 0), entry(1, 1, submit("a"))],
+        )
+        .await;
+        let writes = |log: &LogStore| log.flush_metrics().unwrap().write_request_count;
+        let before = writes(&log);
+        log.save_committed(Some(log_id(1, 1))).await.unwrap();
+        assert_eq!(log.read_committed().await.unwrap(), Some(log_id(1, 1)));
+        assert_eq!(
+            writes(&log),
+            before,
+            "save_committed must not wake the flush thread"
+        );
+        append(&mut log, vec![entry(1, 2, submit("b"))]).await;
+        assert_eq!(
+            writes(&log),
+            before + 1,
+            "the commit record rides the append's write"
+        );
+        log.save_committed(Some(log_id(1, 2))).await.unwrap();
+    }
+    // Closing the log flushed what was still buffered.
+    let mut log = LogStore::open(&path).await.unwrap();
+    assert_eq!(log.read_committed().await.unwrap(), Some(log_id(1, 2)));
+    assert_eq!(
+        log.get_log_state().await.unwrap().last_log_id,
+        Some(log_id(1, 2))
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reopen_keeps_log_vote_and_committed() {
     let dir = TempDir::new().unwrap();
