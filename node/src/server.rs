@@ -40,12 +40,16 @@ pub struct RaftTuning {
 }
 
 impl RaftTuning {
-    /// What `serve` and `dev` run: a leader's loss is noticed after the leader lease
-    /// (openraft: the maximum election timeout) plus this node's election timeout, so
-    /// 50 / 150–300 ms puts a new leader in place ~0.5 s after a crash (1.5–2 s with the
-    /// conservative setting). Heartbeats stay 3–6× inside the timeout: no leader change in
-    /// a 60 s run of 64 clients on this 2-core box (`leasehold bench` reports
-    /// `elections`).
+    /// What `serve` and `dev` run. openraft 0.9 lets a follower stand for election once it
+    /// has heard nothing from the leader for the leader lease (the maximum election
+    /// timeout) plus its own election timeout (drawn once per process from the range),
+    /// checked on a tick every 1.5 heartbeats. 50 / 100–200 ms puts a new leader in place
+    /// ~0.4 s after a crash; when the first candidate's log was behind the other
+    /// follower's, that one has to stand twice (~0.8–1 s). An election still needs ≥ 300 ms
+    /// of silence from the leader — six heartbeats: no leader change in 60 s runs of 64
+    /// clients on this 2-core box (`leasehold bench` reports `elections`). 150–300 ms, the
+    /// previous default, gave a write gap of ~0.56 s (straddling the 600 ms target), and
+    /// 1.5–2 s with the conservative setting.
     pub fn fast() -> Self {
         RaftTuning {
             heartbeat_ms: SERVE_HEARTBEAT_MS,
@@ -58,8 +62,8 @@ impl RaftTuning {
 
 /// `serve`'s default Raft timing (see [`RaftTuning::fast`]).
 pub const SERVE_HEARTBEAT_MS: u64 = 50;
-pub const SERVE_ELECTION_TIMEOUT_MIN_MS: u64 = 150;
-pub const SERVE_ELECTION_TIMEOUT_MAX_MS: u64 = 300;
+pub const SERVE_ELECTION_TIMEOUT_MIN_MS: u64 = 100;
+pub const SERVE_ELECTION_TIMEOUT_MAX_MS: u64 = 200;
 
 impl Default for RaftTuning {
     fn default() -> Self {
