@@ -415,6 +415,18 @@ async fn a_backup_saved_through_a_follower_seeds_a_new_cluster() {
         .await
         .ok(200);
     assert_eq!(u64_of(&lease, "generation"), 2 + RAISE + 1);
+    // A job id the backup never knew (the old cluster may have created and claimed it
+    // after the backup) starts above every old token too — and on every node, since the
+    // floor is in the state the followers restored.
+    let lease = new
+        .post(
+            new_leader,
+            "/v1/jobs/born-after-backup/claim",
+            claim.clone(),
+        )
+        .await
+        .ok(200);
+    assert_eq!(u64_of(&lease, "generation"), RAISE + 1);
     new.post(new_leader, "/v1/jobs/done-1/claim", claim)
         .await
         .err(409, "job_completed");

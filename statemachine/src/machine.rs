@@ -113,6 +113,11 @@ pub struct LeaseMachine {
     /// Deleted job ids and their last generation, so a re-created job's fencing token
     /// continues upward instead of restarting at 1 (a destination would reject it).
     pub(crate) tombstones: BTreeMap<String, u64>,
+    /// Where a job id this machine has never seen starts counting generations: 0, or
+    /// what [`LeaseMachine::raise_generations`] added (a restored backup), so the first
+    /// claim of such an id is above any token the backup's old cluster could have granted
+    /// it. In snapshots (format v2 when not 0).
+    pub(crate) generation_floor: u64,
     pub(crate) idempotency: IdempotencyTable,
     // Derived indexes, rebuilt on restore. `ids` is only ever looked up, never iterated
     // into output, so a HashMap keeps apply deterministic.
@@ -161,6 +166,7 @@ impl LeaseMachine {
             last_grace_ms: 0,
             jobs: BTreeMap::new(),
             tombstones: BTreeMap::new(),
+            generation_floor: 0,
             idempotency: IdempotencyTable::default(),
             ids: HashMap::new(),
             expiry: BTreeSet::new(),
@@ -217,14 +223,17 @@ impl LeaseMachine {
     /// the same fencing token for a job. Raised by more than that cluster could have
     /// granted since, every token the restored cluster grants is above every token the
     /// old one did, and the workers of leases live in the backup are fenced off (their
-    /// generation is no longer current). Job ids the backup does not know start at 1 as
-    /// always. Errors (changing nothing) if a generation would overflow.
+    /// generation is no longer current). Job ids the backup does not know — created in
+    /// the old cluster after the backup, perhaps claimed there many times — get the same
+    /// floor: their first claim here is generation `by + 1`. Errors (changing nothing) if
+    /// a generation would overflow.
     pub fn raise_generations(&mut self, by: u64) -> Result<(), String> {
         let top = self
             .jobs
             .values()
             .map(|r| r.generation)
             .chain(self.tombstones.values().copied())
+            .chain([self.generation_floor])
             .max()
             .unwrap_or(0);
         if top.checked_add(by).is_none() {
@@ -233,6 +242,7 @@ impl LeaseMachine {
             ));
         }
         let now = self.clock_ms;
+        self.generation_floor += by;
         for g in self.tombstones.values_mut() {
             *g += by;
         }
@@ -476,7 +486,7 @@ impl LeaseMachine {
     fn create(&mut self, log_index: u64, now: u64, id: &str, queue: &str) -> u64 {
         let handle = self.next_handle;
         self.next_handle += 1;
-        let generation = self.tombstones.remove(id).unwrap_or(0);
+        let generation = self.tombstones.remove(id).unwrap_or(self.generation_floor);
         let rec = JobRecord {
             id: id.to_owned(),
             queue: queue.to_owned(),
@@ -756,7 +766,9 @@ impl LeaseMachine {
         if members.is_empty() {
             self.by_queue.remove(&rec.queue);
         }
-        if rec.generation > 0 {
+        // A job never claimed leaves nothing to remember: re-created, it starts at the
+        // floor again.
+        if rec.generation > self.generation_floor {
             self.tombstones.insert(rec.id.clone(), rec.generation);
         }
         Ok(Outcome::Deleted)

@@ -14,15 +14,20 @@ use crate::idempotency::{IdempotencyTable, Remembered};
 use crate::machine::{Config, JobRecord, LeaseMachine, Status};
 use crate::queue_stats::{count_move, QueueStats, Slot};
 
-/// Version byte of the snapshot format this build writes and reads.
+/// Version byte of a snapshot of a machine without a generation floor (every machine
+/// but one seeded from a backup): `[1] ++ bincode(state)`.
 pub const SNAPSHOT_FORMAT_V1: u8 = 1;
+/// Version byte of a snapshot of a machine with a generation floor (seeded from a backup
+/// by `leasehold snapshot restore`): `[2] ++ bincode(state) ++ bincode(floor: u64)`. A
+/// machine without one still writes v1, which every earlier build reads.
+pub const SNAPSHOT_FORMAT_V2: u8 = 2;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
     #[error("snapshot is empty")]
     Empty,
     #[error(
-        "snapshot format version {0} is not supported (this build reads {SNAPSHOT_FORMAT_V1})"
+        "snapshot format version {0} is not supported (this build reads {SNAPSHOT_FORMAT_V1} and {SNAPSHOT_FORMAT_V2})"
     )]
     UnknownVersion(u8),
     #[error("snapshot does not decode: {0}")]
@@ -74,6 +79,9 @@ struct SnapshotRef<'a> {
     jobs: &'a BTreeMap<u64, Arc<JobRecord>>,
     tombstones: &'a BTreeMap<String, u64>,
     idempotency: Vec<(&'a String, &'a Remembered)>,
+    /// After the state, in v2 only (see [`encode_into`]).
+    #[serde(skip)]
+    generation_floor: u64,
 }
 
 /// The records of a machine at one instant, detached from it: taking one costs a walk
@@ -92,6 +100,9 @@ pub struct SnapshotSource {
     jobs: BTreeMap<u64, Arc<JobRecord>>,
     tombstones: BTreeMap<String, u64>,
     idempotency: Vec<(String, Remembered)>,
+    /// Not part of the bincode struct: v2 carries it after the state.
+    #[serde(skip)]
+    generation_floor: u64,
 }
 
 impl SnapshotSource {
@@ -106,9 +117,8 @@ impl SnapshotSource {
     }
 
     /// [`Self::encode`] into a writer (a file), without the whole image in memory.
-    pub fn encode_into<W: std::io::Write>(&self, mut w: W) -> bincode::Result<()> {
-        w.write_all(&[SNAPSHOT_FORMAT_V1])?;
-        bincode::serialize_into(w, &self.as_ref())
+    pub fn encode_into<W: std::io::Write>(&self, w: W) -> bincode::Result<()> {
+        encode_into(&self.as_ref(), w)
     }
 
     fn as_ref(&self) -> SnapshotRef<'_> {
@@ -122,14 +132,27 @@ impl SnapshotSource {
             jobs: &self.jobs,
             tombstones: &self.tombstones,
             idempotency: self.idempotency.iter().map(|(k, r)| (k, r)).collect(),
+            generation_floor: self.generation_floor,
         }
     }
 }
 
 fn encode(state: &SnapshotRef<'_>) -> Vec<u8> {
-    let mut out = vec![SNAPSHOT_FORMAT_V1];
-    bincode::serialize_into(&mut out, state).expect("state always encodes");
+    let mut out = Vec::new();
+    encode_into(state, &mut out).expect("state always encodes");
     out
+}
+
+/// The version byte, the state, and in v2 the generation floor after it.
+fn encode_into<W: std::io::Write>(state: &SnapshotRef<'_>, mut w: W) -> bincode::Result<()> {
+    if state.generation_floor == 0 {
+        w.write_all(&[SNAPSHOT_FORMAT_V1])?;
+        bincode::serialize_into(w, state)
+    } else {
+        w.write_all(&[SNAPSHOT_FORMAT_V2])?;
+        bincode::serialize_into(&mut w, state)?;
+        bincode::serialize_into(w, &state.generation_floor)
+    }
 }
 
 impl LeaseMachine {
@@ -149,10 +172,12 @@ impl LeaseMachine {
                 .entries()
                 .map(|(k, r)| (k.clone(), r.clone()))
                 .collect(),
+            generation_floor: self.generation_floor,
         }
     }
 
-    /// The whole state as bytes: `[SNAPSHOT_FORMAT_V1] ++ bincode(state)`.
+    /// The whole state as bytes: `[SNAPSHOT_FORMAT_V1] ++ bincode(state)`, or v2 with
+    /// the generation floor after it.
     pub fn snapshot(&self) -> Vec<u8> {
         let state = SnapshotRef {
             config: self.config,
@@ -164,6 +189,7 @@ impl LeaseMachine {
             jobs: &self.jobs,
             tombstones: &self.tombstones,
             idempotency: self.idempotency.entries().collect(),
+            generation_floor: self.generation_floor,
         };
         encode(&state)
     }
@@ -177,16 +203,30 @@ impl LeaseMachine {
     /// Rebuilds a machine from `snapshot()` bytes, indexes included.
     pub fn restore(bytes: &[u8]) -> Result<LeaseMachine, SnapshotError> {
         let (&version, body) = bytes.split_first().ok_or(SnapshotError::Empty)?;
-        if version != SNAPSHOT_FORMAT_V1 {
-            return Err(SnapshotError::UnknownVersion(version));
-        }
         // The encoding of `bincode::serialize_into`, but bytes left over are an error, not
         // silently ignored: they mean the input is not (only) a snapshot.
-        let s: SnapshotSource = bincode::DefaultOptions::new()
+        let options = bincode::DefaultOptions::new()
             .with_fixint_encoding()
-            .reject_trailing_bytes()
-            .deserialize(body)
-            .map_err(|e| SnapshotError::Decode(e.to_string()))?;
+            .reject_trailing_bytes();
+        let decoded = match version {
+            SNAPSHOT_FORMAT_V1 => options.deserialize::<SnapshotSource>(body),
+            SNAPSHOT_FORMAT_V2 => {
+                options
+                    .deserialize::<(SnapshotSource, u64)>(body)
+                    .map(|(mut s, floor)| {
+                        s.generation_floor = floor;
+                        s
+                    })
+            }
+            _ => return Err(SnapshotError::UnknownVersion(version)),
+        };
+        let s = decoded.map_err(|e| SnapshotError::Decode(e.to_string()))?;
+        if version == SNAPSHOT_FORMAT_V2 && s.generation_floor == 0 {
+            // One state, one encoding: without a floor it is written as v1.
+            return Err(SnapshotError::Inconsistent(
+                "a v2 snapshot with generation floor 0".into(),
+            ));
+        }
         let mut m = LeaseMachine::new(s.config);
         m.clock_ms = s.clock_ms;
         m.term = s.term;
@@ -194,6 +234,7 @@ impl LeaseMachine {
         m.next_handle = s.next_handle;
         m.grace_applied = s.grace_applied;
         m.tombstones = s.tombstones;
+        m.generation_floor = s.generation_floor;
         m.idempotency =
             IdempotencyTable::from_entries(s.idempotency).map_err(SnapshotError::Inconsistent)?;
         m.ids.reserve(s.jobs.len());

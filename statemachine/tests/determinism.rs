@@ -312,7 +312,7 @@ fn restore_rejects_an_empty_input_and_unknown_versions() {
     replay(&mut m, &random_log(1, 500), 1);
     let snap = m.snapshot();
     assert_eq!(snap[0], SNAPSHOT_FORMAT_V1);
-    for version in [0u8, 2, 0x7f, 0xff] {
+    for version in [0u8, 3, 0x7f, 0xff] {
         let mut bytes = snap.clone();
         bytes[0] = version;
         match LeaseMachine::restore(&bytes) {

@@ -6,6 +6,7 @@
 //! `check_invariants()`, so an index drifting from the records fails here too.
 
 use leasehold_statemachine::limits;
+use leasehold_statemachine::snapshot::{SNAPSHOT_FORMAT_V1, SNAPSHOT_FORMAT_V2};
 use leasehold_statemachine::wire::SubmitRequest;
 use leasehold_statemachine::{
     ApiError, Command, Config, Entry, ErrorCode, Job, JobState, Lease, LeaseMachine, Outcome, Reply,
@@ -1536,11 +1537,55 @@ fn raising_generations_fences_off_every_token_the_old_cluster_may_have_granted()
         lease(h.at(1_008, claim("gone", "w5", 60_000))).generation,
         2 + BY
     );
-    // A job the backup never knew starts at 1, as always.
-    assert_eq!(lease(h.at(1_009, claim("new", "w6", 60_000))).generation, 1);
-    // The raised machine survives a snapshot round trip with its invariants.
-    let copy = LeaseMachine::restore(&h.m.snapshot()).expect("restores");
-    assert_eq!(copy.job("live", 0).unwrap().generation, 2 + BY);
+    // A job the backup never knew may have been created and claimed in the old cluster
+    // after the backup: it starts above the floor too, not at 1.
+    assert_eq!(
+        lease(h.at(1_009, claim("new", "w6", 60_000))).generation,
+        1 + BY
+    );
+    // A job never claimed leaves no tombstone: deleted and created again, it starts at the
+    // floor once more.
+    h.at(1_010, submit(Some("idle"), "default"))
+        .expect("submit");
+    h.at(1_011, delete("idle")).expect("delete");
+    assert_eq!(
+        lease(h.at(1_012, claim("idle", "w7", 60_000))).generation,
+        1 + BY
+    );
+    h.m.check_invariants();
+    // The floor travels in snapshots (format v2) and survives a round trip.
+    let snap = h.m.snapshot();
+    assert_eq!(snap[0], SNAPSHOT_FORMAT_V2);
+    let copy = LeaseMachine::restore(&snap).expect("restores");
+    assert_eq!(copy.digest(), h.m.digest());
+    let mut c = H {
+        m: copy,
+        idx: h.idx,
+    };
+    assert_eq!(c.job("live").generation, 2 + BY);
+    assert_eq!(
+        lease(c.at(1_013, claim("later", "w8", 60_000))).generation,
+        1 + BY
+    );
+    // Raised again (a restore of a restored cluster's backup), the floor adds up.
+    c.m.raise_generations(BY).expect("no overflow");
+    assert_eq!(
+        lease(c.at(1_014, claim("twice", "w9", 60_000))).generation,
+        1 + 2 * BY
+    );
+}
+
+#[test]
+fn a_machine_without_a_floor_writes_format_v1() {
+    let mut h = H::new();
+    lease(h.at(1_000, claim("a", "w", 60_000)));
+    h.m.raise_generations(0).expect("raising by 0 is a no-op");
+    assert_eq!(h.m.snapshot()[0], SNAPSHOT_FORMAT_V1);
+    // A v2 image with a floor of 0 is not how any state is written: refused.
+    let mut bytes = h.m.snapshot();
+    bytes[0] = SNAPSHOT_FORMAT_V2;
+    bytes.extend_from_slice(&0u64.to_le_bytes());
+    assert!(LeaseMachine::restore(&bytes).is_err());
 }
 
 #[test]
