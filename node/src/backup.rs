@@ -114,8 +114,9 @@ pub struct RestoreArgs {
     #[arg(long)]
     pub cluster_id: Option<ClusterId>,
     /// Raise every job's generation by this much and end the leases live in the backup
-    /// (0: keep both as they were). The old cluster may have granted generations after
-    /// the backup; above them, no fencing token is ever granted twice.
+    /// (0: keep both as they were); job ids the backup does not know start counting at
+    /// this floor too. The old cluster may have granted generations after the backup;
+    /// above them, no fencing token is ever granted twice.
     #[arg(long, default_value_t = RAISE_GENERATIONS_DEFAULT)]
     pub raise_generations: u64,
     /// Output format.
