@@ -10,7 +10,7 @@
 //! - [`peer_auth`]: peer RPC authentication (HMAC over the body) and the cluster-id check.
 //! - [`join`]: `serve --join` — a new node asks a cluster to add it.
 //! - [`identity`]: the data dir's identity file (node and cluster id) and its modes.
-//! - [`store`]: the durable log store (raft-log) and the state-machine store.
+//! - [`store`]: the durable log store (our own WAL) and the state-machine store.
 //! - [`timekeeper`]: cluster time — the leader's stamps.
 //! - [`clock`]: wall and monotonic clocks behind a trait (skewable in tests).
 //! - [`metrics`]: Prometheus counters.

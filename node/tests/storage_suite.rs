@@ -4,13 +4,11 @@
 //! and that appends share fsyncs.
 
 use std::collections::BTreeSet;
-use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
 
 use leasehold_node::clock::{SharedClock, SystemClock};
-use leasehold_node::store::{LogStore, SnapshotFileError, StateMachineStore};
+use leasehold_node::store::{LogStore, SnapshotFileError, StateMachineStore, WalOptions};
 use leasehold_node::types::{LogId, NodeId, TypeConfig, Vote};
 use leasehold_statemachine::{Command, ErrorCode, Outcome};
 use openraft::storage::{RaftLogReader, RaftLogStorage, RaftLogStorageExt, RaftStateMachine};
@@ -92,7 +90,7 @@ async fn append(log: &mut LogStore, entries: Vec<Entry<TypeConfig>>) {
     log.blocking_append(entries).await.expect("append");
 }
 
-/// The last WAL chunk file in a raft-log directory.
+/// The last segment file of a log directory.
 fn last_chunk(dir: &Path) -> PathBuf {
     let mut chunks: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap()
@@ -101,6 +99,11 @@ fn last_chunk(dir: &Path) -> PathBuf {
         .collect();
     chunks.sort();
     chunks.pop().expect("a chunk file")
+}
+
+/// Where the written bytes of a segment end: the preallocated rest is zeros.
+fn data_end(bytes: &[u8]) -> usize {
+    bytes.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1)
 }
 
 /// `save_committed` costs no write of its own: the record waits in the buffer and goes to
@@ -118,14 +121,14 @@ async fn committed_rides_the_next_append() {
             vec![membership_entry(1, 0), entry(1, 1, submit("a"))],
         )
         .await;
-        let writes = |log: &LogStore| log.flush_metrics().unwrap().write_request_count;
+        let writes = |log: &LogStore| log.stats().writes;
         let before = writes(&log);
         log.save_committed(Some(log_id(1, 1))).await.unwrap();
         assert_eq!(log.read_committed().await.unwrap(), Some(log_id(1, 1)));
         assert_eq!(
             writes(&log),
             before,
-            "save_committed must not wake the flush thread"
+            "save_committed must not write on its own"
         );
         append(&mut log, vec![entry(1, 2, submit("b"))]).await;
         assert_eq!(
@@ -198,15 +201,13 @@ async fn torn_log_tail_is_cut_back() {
             append(&mut log, vec![e.clone()]).await;
         }
     }
-    // A crash in the middle of writing the last record: its tail never reached the disk.
+    // A crash in the middle of writing the last batch: its tail never reached the disk,
+    // so the preallocated zeros are still there.
     let chunk = last_chunk(&path);
-    let len = std::fs::metadata(&chunk).unwrap().len();
-    let f = std::fs::OpenOptions::new()
-        .write(true)
-        .open(&chunk)
-        .unwrap();
-    f.set_len(len - 7).unwrap();
-    drop(f);
+    let mut bytes = std::fs::read(&chunk).unwrap();
+    let end = data_end(&bytes);
+    bytes[end - 7..end].fill(0);
+    std::fs::write(&chunk, &bytes).unwrap();
 
     let mut log = LogStore::open(&path).await.unwrap();
     assert_eq!(
@@ -237,11 +238,11 @@ async fn corrupted_log_record_fails_open_naming_the_file() {
             append(&mut log, vec![entry(1, i, submit(&format!("job-{i}")))]).await;
         }
     }
-    // One bit flips in the middle of the chunk (a bad sector, a stray write): not a torn
-    // tail, so nothing may be cut back silently.
+    // One bit flips in the middle of the written part of the segment (a bad sector, a
+    // stray write): not a torn tail, so nothing may be cut back silently.
     let chunk = last_chunk(&path);
     let mut bytes = std::fs::read(&chunk).unwrap();
-    let mid = bytes.len() / 2;
+    let mid = data_end(&bytes) / 2;
     bytes[mid] ^= 0x10;
     std::fs::write(&chunk, &bytes).unwrap();
 
@@ -257,42 +258,176 @@ async fn corrupted_log_record_fails_open_naming_the_file() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn back_to_back_appends_are_all_acknowledged_and_durable() {
+async fn every_append_is_fsynced_before_it_returns() {
     let dir = TempDir::new().unwrap();
     let path = dir.path().join("log");
-    let log = LogStore::open(&path).await.unwrap();
-    // Like the Raft core: issue appends one after another without waiting for their
-    // fsyncs. The first poll of `append` does the in-memory append, so polling each
-    // future once, in order, keeps the indexes consecutive.
-    let mut waiting = Vec::new();
-    let mut cx = Context::from_waker(Waker::noop());
+    let mut log = LogStore::open(&path).await.unwrap();
     for i in 1..=500 {
-        let mut l = log.clone();
-        let mut fut = Box::pin(async move {
-            l.blocking_append(vec![entry(1, i, submit(&format!("j{i}")))])
-                .await
-        });
-        match fut.as_mut().poll(&mut cx) {
-            Poll::Ready(res) => res.unwrap(),
-            Poll::Pending => waiting.push(fut),
-        }
+        append(&mut log, vec![entry(1, i, submit(&format!("j{i}")))]).await;
     }
-    for fut in waiting {
-        fut.await.unwrap();
-    }
-    let m = log.flush_metrics().unwrap();
-    eprintln!(
-        "{} appends, {} write batches, {} fsyncs",
-        m.write_request_count, m.batch_count, m.sync_batch_count
-    );
-    assert!(m.write_request_count >= 500, "{m:?}");
-    assert!(m.sync_batch_count >= 1, "{m:?}");
+    // `blocking_append` returned only once openraft's flush callback fired: one write and
+    // one fsync per append, none deferred.
+    let m = log.stats();
+    assert_eq!((m.writes, m.syncs), (500, 500), "{m:?}");
     drop(log);
-    // Every acknowledged append is on disk.
     let mut log = LogStore::open(&path).await.unwrap();
     let read = log.try_get_log_entries(1..=500).await.unwrap();
     assert_eq!(read.len(), 500);
     assert_eq!(read.last().unwrap().log_id, log_id(1, 500));
+}
+
+/// Small segments and a tiny cache: the log rotates through many segment files, reads
+/// old entries back from disk, deletes segments once purged, and keeps the vote (written
+/// to a segment that is later deleted) through all of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn segments_rotate_and_purged_ones_are_deleted() {
+    let dir = TempDir::new().unwrap();
+    let path = dir.path().join("log");
+    let opts = WalOptions {
+        segment_bytes: 4096,
+        cache_bytes: 2048,
+    };
+    let entries: Vec<_> = (1..=400)
+        .map(|i| entry(1 + i / 100, i, submit(&format!("job-{i}"))))
+        .collect();
+    {
+        let mut log = LogStore::open_with(&path, opts).await.unwrap();
+        log.save_vote(&Vote::new_committed(7, 2)).await.unwrap();
+        for chunk in entries.chunks(3) {
+            append(&mut log, chunk.to_vec()).await;
+        }
+        assert!(log.stats().segments >= 8, "{:?}", log.stats());
+        // Old entries come back from disk, new ones from memory, all alike.
+        assert_eq!(log.try_get_log_entries(1..=400).await.unwrap(), entries);
+        log.save_committed(Some(log_id(4, 390))).await.unwrap();
+        let before = log.stats().segments;
+        log.purge(entries[299].log_id).await.unwrap();
+        let after = log.stats().segments;
+        assert!(
+            after < before / 2,
+            "purge kept {after} of {before} segments"
+        );
+        assert_eq!(
+            log.try_get_log_entries(0..1000).await.unwrap(),
+            entries[300..]
+        );
+    }
+    let files = std::fs::read_dir(&path).unwrap().count();
+    let mut log = LogStore::open_with(&path, opts).await.unwrap();
+    assert_eq!(log.stats().segments + 1, files as u64, "segments and LOCK");
+    assert_eq!(
+        log.read_vote().await.unwrap(),
+        Some(Vote::new_committed(7, 2))
+    );
+    assert_eq!(log.read_committed().await.unwrap(), Some(log_id(4, 390)));
+    let state = log.get_log_state().await.unwrap();
+    assert_eq!(state.last_purged_log_id, Some(entries[299].log_id));
+    assert_eq!(state.last_log_id, Some(entries[399].log_id));
+    assert_eq!(
+        log.try_get_log_entries(0..1000).await.unwrap(),
+        entries[300..]
+    );
+}
+
+/// A purge past the last entry empties the log; the next entry follows the purge point,
+/// and all of it survives a reopen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purge_past_the_end_then_append() {
+    let dir = TempDir::new().unwrap();
+    let path = dir.path().join("log");
+    {
+        let mut log = LogStore::open(&path).await.unwrap();
+        append(
+            &mut log,
+            vec![entry(1, 1, submit("a")), entry(1, 2, submit("b"))],
+        )
+        .await;
+        log.purge(log_id(3, 10)).await.unwrap();
+        let state = log.get_log_state().await.unwrap();
+        assert_eq!(state.last_log_id, Some(log_id(3, 10)));
+        assert!(log.try_get_log_entries(0..100).await.unwrap().is_empty());
+        append(&mut log, vec![entry(3, 11, submit("c"))]).await;
+    }
+    let mut log = LogStore::open(&path).await.unwrap();
+    let state = log.get_log_state().await.unwrap();
+    assert_eq!(state.last_purged_log_id, Some(log_id(3, 10)));
+    assert_eq!(state.last_log_id, Some(log_id(3, 11)));
+    assert_eq!(
+        log.try_get_log_entries(0..100).await.unwrap(),
+        vec![entry(3, 11, submit("c"))]
+    );
+}
+
+/// An append that does not follow the last entry is refused and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn append_with_a_gap_is_refused() {
+    let dir = TempDir::new().unwrap();
+    let mut log = LogStore::open(&dir.path().join("log")).await.unwrap();
+    append(&mut log, vec![entry(1, 1, submit("a"))]).await;
+    let err = log
+        .blocking_append(vec![entry(1, 3, submit("c"))])
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("log index 3"), "{err}");
+    assert_eq!(
+        log.get_log_state().await.unwrap().last_log_id,
+        Some(log_id(1, 1))
+    );
+}
+
+/// Torn writes that leave the header of the last batch unwritten but later bytes of it on
+/// disk, and a segment created just before a crash and never fsynced: both are cut or
+/// dropped on open, and the log that comes back opens cleanly again after new writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn torn_header_and_unused_segment_are_recovered() {
+    let dir = TempDir::new().unwrap();
+    let path = dir.path().join("log");
+    let entries: Vec<_> = (1..=5)
+        .map(|i| entry(1, i, submit(&format!("job-{i}"))))
+        .collect();
+    {
+        let mut log = LogStore::open(&path).await.unwrap();
+        for e in &entries {
+            append(&mut log, vec![e.clone()]).await;
+        }
+    }
+    let chunk = last_chunk(&path);
+    let mut bytes = std::fs::read(&chunk).unwrap();
+    let end = data_end(&bytes);
+    let last_len = {
+        // Walk the batches to find where the last one starts.
+        let mut pos = 16;
+        let mut last = pos;
+        while pos < end {
+            last = pos;
+            pos += 8 + u32::from_le_bytes(bytes[pos..pos + 4].try_into().unwrap()) as usize;
+        }
+        end - last
+    };
+    // Its first 12 bytes (header and the start of its body) never reached the disk.
+    let start = end - last_len;
+    bytes[start..start + 12].fill(0);
+    std::fs::write(&chunk, &bytes).unwrap();
+    // And a new segment was being created: the file exists, nothing in it was synced.
+    let name = chunk.file_name().unwrap().to_string_lossy().into_owned();
+    let seq: u64 = name["seg-".len()..name.len() - ".wal".len()]
+        .parse()
+        .unwrap();
+    let next = path.join(format!("seg-{:020}.wal", seq + 1));
+    std::fs::write(&next, vec![0u8; 4096]).unwrap();
+
+    let mut log = LogStore::open(&path).await.unwrap();
+    assert!(!next.exists(), "the unused segment was removed");
+    assert_eq!(
+        log.try_get_log_entries(0..100).await.unwrap(),
+        entries[..4].to_vec()
+    );
+    append(&mut log, vec![entry(2, 5, submit("again"))]).await;
+    drop(log);
+    let mut log = LogStore::open(&path).await.unwrap();
+    let read = log.try_get_log_entries(0..100).await.unwrap();
+    assert_eq!(read.len(), 5);
+    assert_eq!(read[4], entry(2, 5, submit("again")));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,9 +1,10 @@
 //! Storage: the durable Raft log and the in-memory state machine with its snapshot file.
 //!
 //! openraft (storage-v2) splits storage in two, and so does this module:
-//! - [`LogStore`] (`log_store.rs`): entries, vote, committed index and purge point in a
-//!   `raft-log` write-ahead log. An append is acknowledged only once fsynced, and
-//!   concurrent appends share fsyncs (group commit) on raft-log's flush thread.
+//! - [`LogStore`] (`log_store.rs`, on `wal.rs`): entries, vote, committed index and purge
+//!   point in Leasehold's own write-ahead log of preallocated segment files. An append is
+//!   acknowledged only once written and fsynced, inline on the Raft core's task.
+//!   `legacy.rs` converts a log written by builds that used the `raft-log` crate.
 //! - [`StateMachineStore`] (`state_machine.rs`): the [`LeaseMachine`] in memory, rebuilt
 //!   on open from the latest snapshot file, after which openraft re-applies the log up to
 //!   the persisted committed index. [`SmShared`] is the read handle for the HTTP layer.
@@ -12,20 +13,21 @@
 //! `<data>/sm`:
 //!
 //! ```text
-//! <data>/log/LOCK                       raft-log's exclusive directory lock
-//! <data>/log/r-<offset>.wal             WAL chunks: CRC'd records, 64 MiB each at most
+//! <data>/log/LOCK                       the log's exclusive directory lock (flock)
+//! <data>/log/seg-<seq>.wal              WAL segments: CRC'd batches, 32 MiB preallocated
 //! <data>/sm/snapshot.bin                the latest snapshot (see state_machine.rs)
 //! <data>/sm/snapshot.tmp                only while a snapshot is being written
 //! ```
 //!
 //! [`LeaseMachine`]: leasehold_statemachine::LeaseMachine
 
+mod legacy;
 mod log_store;
 pub mod rejections;
 mod state_machine;
+mod wal;
 
 pub use log_store::LogStore;
-pub use raft_log::FlushMetrics;
 pub use state_machine::{
     read_snapshot_file, write_snapshot_file, write_snapshot_to, BACKUPS_IN_FLIGHT_MAX,
 };
@@ -33,3 +35,4 @@ pub use state_machine::{
     AppliedState, SmShared, SnapshotBuilder, SnapshotFileError, SnapshotStats, StateMachineStore,
     SNAPSHOT_FILE_V1,
 };
+pub use wal::{WalOptions, WalStats};
