@@ -332,8 +332,8 @@ impl Wal {
         let write = {
             let mut st = self.lock()?;
             st.check()?;
-            let mut body = std::mem::take(&mut st.pending);
-            push_record(&mut body, &Record::Vote(*vote))?;
+            push_record(&mut st.pending, &Record::Vote(*vote))?;
+            let body = std::mem::take(&mut st.pending);
             self.stage(&mut st, body)?
         };
         self.run(write, true)?;
@@ -349,9 +349,7 @@ impl Wal {
         if st.committed.is_some_and(|c| c >= committed) {
             return Ok(());
         }
-        let mut pending = std::mem::take(&mut st.pending);
-        push_record(&mut pending, &Record::Committed(committed))?;
-        st.pending = pending;
+        push_record(&mut st.pending, &Record::Committed(committed))?;
         st.committed = Some(committed);
         Ok(())
     }
@@ -366,9 +364,7 @@ impl Wal {
         if since > last.index || st.locs.is_empty() {
             return Ok(());
         }
-        let mut pending = std::mem::take(&mut st.pending);
-        push_record(&mut pending, &Record::Truncate(since))?;
-        st.pending = pending;
+        push_record(&mut st.pending, &Record::Truncate(since))?;
         st.truncate_from(since);
         Ok(())
     }
@@ -383,9 +379,7 @@ impl Wal {
             if st.purged.is_some_and(|p| p >= upto) {
                 return Ok(());
             }
-            let mut pending = std::mem::take(&mut st.pending);
-            push_record(&mut pending, &Record::Purge(upto))?;
-            st.pending = pending;
+            push_record(&mut st.pending, &Record::Purge(upto))?;
             st.purge_upto(upto);
             let doomed: Vec<u64> = st.deletable();
             if doomed.is_empty() {
@@ -617,15 +611,26 @@ impl Inner {
     }
 }
 
+/// Appends `record` to `buf` with its length in front; on failure `buf` is left as it was.
 fn push_record<T: Serialize>(buf: &mut Vec<u8>, record: &T) -> io::Result<()> {
     let at = buf.len();
     buf.extend_from_slice(&[0; RECORD_HEAD]);
-    bincode::serialize_into(&mut *buf, record)
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-    let len = u32::try_from(buf.len() - at - RECORD_HEAD)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "log record too large"))?;
-    buf[at..at + RECORD_HEAD].copy_from_slice(&len.to_le_bytes());
-    Ok(())
+    let encoded = bincode::serialize_into(&mut *buf, record)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
+        .and_then(|()| {
+            u32::try_from(buf.len() - at - RECORD_HEAD)
+                .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "log record too large"))
+        });
+    match encoded {
+        Ok(len) => {
+            buf[at..at + RECORD_HEAD].copy_from_slice(&len.to_le_bytes());
+            Ok(())
+        }
+        Err(e) => {
+            buf.truncate(at);
+            Err(e)
+        }
+    }
 }
 
 fn decode_record(bytes: &[u8]) -> io::Result<Record> {
