@@ -15,7 +15,7 @@ use crate::types::{SnapshotMeta, TypeConfig};
 /// How many client routes [`client_request`] knows; `route` is taken modulo this.
 pub const CLIENT_ROUTES: u8 = 9;
 /// How many Raft RPC kinds [`raft_rpc`] knows; `kind` is taken modulo this.
-pub const RAFT_KINDS: u8 = 4;
+pub const RAFT_KINDS: u8 = 5;
 
 /// Splits a fuzz input into the path part (up to the first `\n`) and the body.
 fn path_and_body(input: &[u8]) -> (String, &[u8]) {
@@ -71,14 +71,15 @@ pub fn client_request(route: u8, input: &[u8]) {
 }
 
 /// Decodes a Raft RPC body as `/raft/…` does (see `api/raft_rpc.rs`):
-/// 0 AppendEntries, 1 Vote, 2 InstallSnapshot, 3 a snapshot's meta.
+/// 0 AppendEntries, 1 Vote, 2 InstallSnapshot, 3 a snapshot's meta, 4 a pre-vote.
 pub fn raft_rpc(kind: u8, body: &[u8]) {
     use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
     match kind % RAFT_KINDS {
         0 => drop(decode_raft::<AppendEntriesRequest<TypeConfig>>(body)),
         1 => drop(decode_raft::<VoteRequest<u64>>(body)),
         2 => drop(decode_raft::<InstallSnapshotRequest<TypeConfig>>(body)),
-        _ => drop(decode_raft::<SnapshotMeta>(body)),
+        3 => drop(decode_raft::<SnapshotMeta>(body)),
+        _ => drop(decode_raft::<crate::election::PreVoteRequest>(body)),
     }
 }
 

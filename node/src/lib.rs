@@ -33,6 +33,7 @@ pub mod bench_failover;
 pub mod cli;
 pub mod cli_jobs;
 pub mod clock;
+pub mod election;
 pub mod fuzzing;
 pub mod identity;
 pub mod join;

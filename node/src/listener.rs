@@ -333,7 +333,8 @@ fn timed_out(node: &Node, timeout: Duration) -> Response<Body> {
 fn stamped(node: &Node, mut resp: Response<Body>) -> Response<Body> {
     let h = resp.headers_mut();
     h.insert(NODE_HEADER, HeaderValue::from(node.id));
-    if let Some(l) = node.raft.metrics().borrow().current_leader {
+    let leader = node.known_leader(&node.raft.metrics().borrow());
+    if let Some(l) = leader {
         h.insert(LEADER_HEADER, HeaderValue::from(l));
     }
     resp

@@ -191,6 +191,11 @@ pub struct Metrics {
     pub ticks: AtomicU64,
     /// Leaders this node has seen take office (see [`watch_leader`]).
     pub leader_changes: AtomicU64,
+    /// Pre-votes this node answered (`election.rs`), granted and refused.
+    pub prevotes_granted: AtomicU64,
+    pub prevotes_refused: AtomicU64,
+    /// Elections this node started after a granted pre-vote.
+    pub elections_started: AtomicU64,
     /// What the listener refused before the router saw it (`listener.rs`), by reason.
     refused: [AtomicU64; Refused::ALL.len()],
 }
@@ -240,6 +245,9 @@ impl Default for Metrics {
             forwarded: AtomicU64::new(0),
             ticks: AtomicU64::new(0),
             leader_changes: AtomicU64::new(0),
+            prevotes_granted: AtomicU64::new(0),
+            prevotes_refused: AtomicU64::new(0),
+            elections_started: AtomicU64::new(0),
             refused: std::array::from_fn(|_| AtomicU64::new(0)),
         }
     }
@@ -488,6 +496,21 @@ impl Metrics {
                 "leasehold_raft_leader_changes_total",
                 "Leaders this node saw take office (a new leader, or the same one in a new term) since it started.",
                 &self.leader_changes,
+            ),
+            (
+                "leasehold_raft_prevotes_granted_total",
+                "Pre-votes this node granted to a candidate (POST /raft/prevote).",
+                &self.prevotes_granted,
+            ),
+            (
+                "leasehold_raft_prevotes_refused_total",
+                "Pre-votes this node refused: it leads, heard from a leader within the lease, or holds a longer log.",
+                &self.prevotes_refused,
+            ),
+            (
+                "leasehold_raft_elections_started_total",
+                "Elections this node started after a majority granted its pre-vote.",
+                &self.elections_started,
             ),
         ] {
             family(out, name, "counter", help);

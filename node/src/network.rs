@@ -29,6 +29,8 @@ use crate::types::{NodeId, TypeConfig};
 pub const RAFT_APPEND_PATH: &str = "/raft/append";
 pub const RAFT_VOTE_PATH: &str = "/raft/vote";
 pub const RAFT_SNAPSHOT_PATH: &str = "/raft/snapshot";
+/// Pre-vote (`election.rs`): ours, not openraft's.
+pub const RAFT_PREVOTE_PATH: &str = "/raft/prevote";
 pub const BINCODE_CONTENT_TYPE: &str = "application/x-bincode";
 /// How long an idle pooled connection to a peer is kept.
 const PEER_POOL_IDLE: Duration = Duration::from_secs(60);
@@ -79,10 +81,9 @@ fn new_http_client(tls: Option<&NodeTls>) -> reqwest::Client {
     .expect("the HTTP client builds: static settings, TLS checked by NodeTls::load")
 }
 
-impl RaftNetworkFactory<TypeConfig> for Network {
-    type Network = PeerClient;
-
-    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> PeerClient {
+impl Network {
+    /// A client for `target`, sharing the pooled connections of this `Network`.
+    pub fn client(&mut self, target: NodeId, node: &BasicNode) -> PeerClient {
         let http = self
             .clients
             .entry(target)
@@ -99,6 +100,14 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             guard: self.guard.clone(),
             matched: None,
         }
+    }
+}
+
+impl RaftNetworkFactory<TypeConfig> for Network {
+    type Network = PeerClient;
+
+    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> PeerClient {
+        self.client(target, node)
     }
 }
 
@@ -211,6 +220,23 @@ async fn refusal_text(mut resp: reqwest::Response) -> String {
     let body = resp.chunk().await.ok().flatten().unwrap_or_default();
     let text = String::from_utf8_lossy(&body[..body.len().min(PEER_ERROR_BODY_BYTES_MAX)]);
     format!(": {text}")
+}
+
+impl PeerClient {
+    /// `POST /raft/prevote` (`election.rs`), bounded by `timeout`.
+    pub async fn prevote(
+        &self,
+        req: &crate::election::PreVoteRequest,
+        timeout: Duration,
+    ) -> Result<crate::election::PreVoteResponse, String> {
+        self.call::<_, _, openraft::error::Infallible>(
+            RAFT_PREVOTE_PATH,
+            req,
+            &RPCOption::new(timeout),
+        )
+        .await
+        .map_err(|e| e.to_string())
+    }
 }
 
 impl RaftNetwork<TypeConfig> for PeerClient {

@@ -66,6 +66,8 @@ pub struct Node {
     pub peer: Arc<crate::peer_auth::PeerGuard>,
     /// Set while `serve --join` has not been added yet: the node refuses to vote.
     pub joining: crate::join::Joining,
+    /// Election timing and pre-vote (`election.rs`).
+    pub elector: Arc<crate::election::Elector>,
 }
 
 /// Where a request that needs the leader goes.
@@ -138,6 +140,17 @@ impl Node {
         self.raft.metrics().borrow().clone()
     }
 
+    /// The leader as far as this node can tell: openraft's, unless this node is a
+    /// follower out of touch with every leader for as long as it waits before standing
+    /// for election (`Elector::out_of_touch`) — then none is known.
+    pub fn known_leader(&self, m: &RaftMetrics) -> Option<NodeId> {
+        if m.state != ServerState::Leader && self.elector.out_of_touch() {
+            None
+        } else {
+            m.current_leader
+        }
+    }
+
     pub fn route(&self, hops: u32) -> Route {
         let m = self.raft.metrics();
         let m = m.borrow();
@@ -150,7 +163,7 @@ impl Node {
         decide_route(
             self.id,
             m.state,
-            m.current_leader,
+            self.known_leader(&m),
             &addrs,
             hops,
             self.limits.forward_hops_max,

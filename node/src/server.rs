@@ -40,16 +40,16 @@ pub struct RaftTuning {
 }
 
 impl RaftTuning {
-    /// What `serve` and `dev` run. openraft 0.9 lets a follower stand for election once it
-    /// has heard nothing from the leader for the leader lease (the maximum election
-    /// timeout) plus its own election timeout (drawn once per process from the range),
-    /// checked on a tick every 1.5 heartbeats. 50 / 100–200 ms puts a new leader in place
-    /// ~0.4 s after a crash; when the first candidate's log was behind the other
-    /// follower's, that one has to stand twice (~0.8–1 s). An election still needs ≥ 300 ms
-    /// of silence from the leader — six heartbeats: no leader change in 60 s runs of 64
-    /// clients on this 2-core box (`leasehold bench` reports `elections`). 150–300 ms, the
-    /// previous default, gave a write gap of ~0.56 s (straddling the 600 ms target), and
-    /// 1.5–2 s with the conservative setting.
+    /// What `serve` and `dev` run. A follower asks for a pre-vote (`election.rs`) once it
+    /// has heard nothing from a leader for the leader lease (the maximum election timeout)
+    /// plus its own election timeout (drawn from the range for each attempt), and stands
+    /// with a majority. 50 / 100–200 ms puts a new leader in place ~0.35–0.45 s after a
+    /// crash (before pre-vote, ~0.8–1.3 s when the first candidate's log was behind the
+    /// other follower's). An election still needs ≥ 300 ms of silence from the leader —
+    /// six heartbeats: no leader change in 60 s runs of 64 clients on this 2-core box
+    /// (`leasehold bench` reports `elections`). 150–300 ms, the previous default, gave a
+    /// write gap of ~0.56 s (straddling the 600 ms target), and 1.5–2 s with the
+    /// conservative setting.
     pub fn fast() -> Self {
         RaftTuning {
             heartbeat_ms: SERVE_HEARTBEAT_MS,
@@ -162,6 +162,9 @@ fn raft_config(t: &RaftTuning) -> anyhow::Result<openraft::Config> {
         election_timeout_max: t.election_timeout_max_ms,
         snapshot_policy: SnapshotPolicy::LogsSinceLast(t.snapshot_every_logs),
         max_in_snapshot_log_to_keep: t.logs_kept_after_snapshot,
+        // Elections start from `election.rs`, after a pre-vote; openraft's own timer would
+        // stand without asking.
+        enable_elect: false,
         ..Default::default()
     };
     Ok(c.validate()?)
@@ -184,10 +187,16 @@ pub async fn start(listener: TcpListener, cfg: NodeConfig) -> anyhow::Result<Run
         .await
         .with_context(|| format!("opening the state machine in {}", cfg.data_dir.display()))?;
     let sm = sm_store.shared();
+    let network = Network::new(cfg.dial.clone(), peer.clone()).with_tls(cfg.tls.clone());
+    let elector = Arc::new(crate::election::Elector::new(
+        log_store.clone(),
+        cfg.raft.election_timeout_min_ms,
+        cfg.raft.election_timeout_max_ms,
+    ));
     let raft = Raft::new(
         cfg.id,
         Arc::new(raft_config(&cfg.raft)?),
-        Network::new(cfg.dial.clone(), peer.clone()).with_tls(cfg.tls.clone()),
+        network.clone(),
         log_store,
         sm_store,
     )
@@ -221,6 +230,7 @@ pub async fn start(listener: TcpListener, cfg: NodeConfig) -> anyhow::Result<Run
         auth: cfg.auth.clone(),
         peer,
         joining: crate::join::Joining::new(stage),
+        elector,
     });
     let cancel = CancellationToken::new();
     let app = crate::api::router(node.clone());
@@ -242,7 +252,8 @@ pub async fn start(listener: TcpListener, cfg: NodeConfig) -> anyhow::Result<Run
         cfg.tick_interval_ms,
         cancel.clone(),
     ));
-    let mut tasks = vec![server, leader, batcher];
+    let elections = tokio::spawn(crate::election::run(node.clone(), network, cancel.clone()));
+    let mut tasks = vec![server, leader, batcher, elections];
     tasks.push(tokio::spawn(crate::metrics::watch_leader(
         node.clone(),
         cancel.clone(),

@@ -350,12 +350,17 @@ fn raft_seeds() -> Vec<Vec<u8>> {
         data: sample_machine().snapshot(),
         done: true,
     };
+    let prevote = leasehold_node::election::PreVoteRequest {
+        candidate: 2,
+        last_log_id: Some(log_id(2, 6)),
+    };
     let tagged = |kind: u8, bytes: Vec<u8>| [vec![kind], bytes].concat();
     vec![
         tagged(0, bincode::serialize(&append).unwrap()),
         tagged(1, bincode::serialize(&vote).unwrap()),
         tagged(2, bincode::serialize(&install).unwrap()),
         tagged(3, bincode::serialize(&meta).unwrap()),
+        tagged(4, bincode::serialize(&prevote).unwrap()),
     ]
 }
 

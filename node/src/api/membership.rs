@@ -114,7 +114,7 @@ fn view(node: &Node) -> MembershipView {
     let m = node.raft_metrics();
     let (voters, learners, nodes) = super::ops::member_lists(&m);
     MembershipView {
-        leader_id: m.current_leader,
+        leader_id: node.known_leader(&m),
         voters,
         learners,
         nodes,

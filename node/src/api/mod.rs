@@ -68,6 +68,7 @@ pub fn router(node: Arc<Node>) -> Router {
         .route("/metrics", get(ops::metrics))
         .route(crate::network::RAFT_APPEND_PATH, post(raft_rpc::append))
         .route(crate::network::RAFT_VOTE_PATH, post(raft_rpc::vote))
+        .route(crate::network::RAFT_PREVOTE_PATH, post(raft_rpc::prevote))
         .route(crate::network::RAFT_SNAPSHOT_PATH, post(raft_rpc::snapshot))
         .fallback(unknown_route)
         // Inside `stamp_headers`, so a refusal carries the node headers and is counted.
@@ -100,7 +101,8 @@ async fn stamp_headers(State(node): State<Arc<Node>>, req: Request, next: Next) 
         .request(route, &method, status, started.elapsed());
     let h = resp.headers_mut();
     h.insert(NODE_HEADER, HeaderValue::from(node.id));
-    match node.raft.metrics().borrow().current_leader {
+    let leader = node.known_leader(&node.raft.metrics().borrow());
+    match leader {
         Some(l) => {
             h.insert(LEADER_HEADER, HeaderValue::from(l));
         }

@@ -63,7 +63,7 @@ pub(super) async fn cluster_view(node: &Node) -> ClusterView {
     let (voters, learners, nodes) = member_lists(&m);
     ClusterView {
         node_id: node.id,
-        leader_id: m.current_leader,
+        leader_id: node.known_leader(&m),
         term: m.current_term,
         voters,
         learners,
@@ -125,14 +125,15 @@ pub async fn readyz(State(node): State<Arc<Node>>) -> Response {
     let m = node.raft_metrics();
     let applied = m.last_applied.map_or(0, |l| l.index);
     let committed = committed_index(&node).await;
-    let ready = m.current_leader.is_some() && applied >= committed;
+    let leader = node.known_leader(&m);
+    let ready = leader.is_some() && applied >= committed;
     let status = if ready {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
     let body = serde_json::json!({
-        "ready": ready, "leader_id": m.current_leader,
+        "ready": ready, "leader_id": leader,
         "applied_index": applied, "commit_index": committed,
     });
     json_response(status, &body)

@@ -10,12 +10,16 @@ use std::sync::Arc;
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use openraft::error::RaftError;
+use openraft::raft::AppendEntriesResponse;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::{error_response, read_body};
+use crate::election::PreVoteRequest;
 use crate::node::Node;
 use crate::peer_auth::PEER_AUTH_HEADER;
+use crate::types::NodeId;
 
 /// Raft bodies carry log batches and snapshot chunks; bounded all the same.
 const RAFT_BODY_BYTES_MAX: usize = 64 * 1024 * 1024;
@@ -82,7 +86,15 @@ pub async fn append(State(node): State<Arc<Node>>, req: Request) -> Response {
         return joining_refusal("take replication");
     }
     match decode(&node, req, true).await {
-        Ok(rpc) => encode(&node.raft.append_entries(rpc).await),
+        Ok(rpc) => {
+            let res = node.raft.append_entries(rpc).await;
+            // Accepted from a leader of at least our term: the election timer starts over
+            // (`election.rs`). A stale leader's (HigherVote) does not count.
+            if matches!(&res, Ok(r) if !matches!(r, AppendEntriesResponse::HigherVote(_))) {
+                node.elector.heard_from_leader();
+            }
+            encode(&res)
+        }
         Err(r) => r,
     }
 }
@@ -103,7 +115,36 @@ pub async fn snapshot(State(node): State<Arc<Node>>, req: Request) -> Response {
         return joining_refusal("take replication");
     }
     match decode(&node, req, true).await {
-        Ok(rpc) => encode(&node.raft.install_snapshot(rpc).await),
+        Ok(rpc) => {
+            let res = node.raft.install_snapshot(rpc).await;
+            if res.is_ok() {
+                node.elector.heard_from_leader();
+            }
+            encode(&res)
+        }
+        Err(r) => r,
+    }
+}
+
+/// `POST /raft/prevote` (`election.rs`): answered from this node's log and timer, without
+/// touching Raft's state.
+pub async fn prevote(State(node): State<Arc<Node>>, req: Request) -> Response {
+    if crate::join::refuses_votes(&node) {
+        return joining_refusal("vote");
+    }
+    match decode::<PreVoteRequest>(&node, req, false).await {
+        Ok(rpc) => {
+            let state = node.raft.metrics().borrow().state;
+            let resp = node.elector.answer(state, &rpc);
+            let counter = if resp.granted {
+                &node.metrics.prevotes_granted
+            } else {
+                tracing::debug!(candidate = rpc.candidate, reason = %resp.reason, "pre-vote refused");
+                &node.metrics.prevotes_refused
+            };
+            counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            encode(&Ok::<_, RaftError<NodeId>>(resp))
+        }
         Err(r) => r,
     }
 }

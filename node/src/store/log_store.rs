@@ -76,6 +76,11 @@ impl LogStore {
         self.wal.dir()
     }
 
+    /// The last log id (entries not yet fsynced included), or the purge point.
+    pub fn last_log_id(&self) -> io::Result<Option<LogId>> {
+        Ok(self.wal.state()?.last)
+    }
+
     /// Counters of the log: batches written, fsyncs, segment files.
     pub fn stats(&self) -> WalStats {
         self.wal.stats()
