@@ -25,7 +25,7 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
 export RUSTC_BOOTSTRAP=1
-for target in client_request raft_rpc snapshot_restore; do
+for target in client_request raft_rpc snapshot_restore log_segment; do
     mkdir -p "$work/$target"
     echo "== $target: ${seconds}s"
     cargo fuzz run "$target" --sanitizer none -O --target-dir "$target_dir" \

@@ -87,6 +87,27 @@ fn decode_raft<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, bincode
     bincode::deserialize(body)
 }
 
+/// Replays bytes as a Raft log segment, as a node does on open (`store/wal.rs`). The first
+/// byte picks: bit 0, the last segment (a torn tail is cut) or an earlier one (damage is
+/// an error); bit 1, the rest is read as `len ++ body` pieces framed with correct CRCs,
+/// so that the record decoding behind the CRC is reached too.
+pub fn log_segment(input: &[u8]) {
+    let Some((&mode, rest)) = input.split_first() else {
+        return;
+    };
+    let framed;
+    let bytes = if mode & 2 != 0 {
+        framed = crate::store::frame_batches_for_fuzzing(rest);
+        &framed[..]
+    } else {
+        rest
+    };
+    drop(crate::store::replay_segment_for_fuzzing(
+        bytes,
+        mode & 1 != 0,
+    ));
+}
+
 /// Restores a lease machine from snapshot bytes (what a follower does with a snapshot a
 /// leader sent, and a node with its snapshot file). A restored machine must be one the
 /// state machine can run: its invariants hold and it snapshots back to a machine with

@@ -42,6 +42,7 @@ fn run_target(target: &str, data: &[u8]) {
             }
         }
         "snapshot_restore" => fuzzing::snapshot_restore(data),
+        "log_segment" => fuzzing::log_segment(data),
         other => panic!("unknown fuzz target {other}"),
     }
 }
@@ -133,6 +134,11 @@ fn client_request_corpus_and_mutations() {
 #[test]
 fn raft_rpc_corpus_and_mutations() {
     replay_and_mutate("raft_rpc");
+}
+
+#[test]
+fn log_segment_corpus_and_mutations() {
+    replay_and_mutate("log_segment");
 }
 
 #[test]
@@ -364,6 +370,80 @@ fn raft_seeds() -> Vec<Vec<u8>> {
     ]
 }
 
+/// A real log segment, written through `LogStore` (vote, entries, a truncation and
+/// re-append, committed id, purge), without its 16-byte header and the zeros after it.
+fn log_segment_body() -> Vec<u8> {
+    use openraft::storage::{RaftLogStorage, RaftLogStorageExt};
+    use openraft::{CommittedLeaderId, EntryPayload, LogId, Vote};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("log");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut log = leasehold_node::store::LogStore::open(&path).await.unwrap();
+        let id = |term, index| LogId::new(CommittedLeaderId::new(term, 1), index);
+        let entry = |term, index| openraft::Entry::<TypeConfig> {
+            log_id: id(term, index),
+            payload: EntryPayload::Normal(Entry {
+                stamp_ms: 5,
+                term,
+                idempotency_key: None,
+                command: Command::Claim {
+                    job_id: format!("j{index}"),
+                    owner: "o".into(),
+                    ttl_ms: 1000,
+                },
+            }),
+        };
+        log.save_vote(&Vote::new_committed(2, 1)).await.unwrap();
+        log.blocking_append((1..=4).map(|i| entry(1, i)))
+            .await
+            .unwrap();
+        log.truncate(id(1, 3)).await.unwrap();
+        log.blocking_append((3..=5).map(|i| entry(2, i)))
+            .await
+            .unwrap();
+        log.save_committed(Some(id(2, 4))).await.unwrap();
+        log.purge(id(1, 1)).await.unwrap();
+        log.blocking_append([entry(2, 6)]).await.unwrap();
+    });
+    let seg = std::fs::read_dir(&path)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "wal"))
+        .expect("a segment file");
+    let bytes = std::fs::read(seg).unwrap();
+    // Batch by batch up to the first header of zeros (the data may itself end in zeros).
+    let body = &bytes[16..];
+    let mut end = 0;
+    while end + 8 <= body.len() && body[end..end + 8].iter().any(|&b| b != 0) {
+        end += 8 + u32::from_le_bytes(body[end..end + 4].try_into().unwrap()) as usize;
+    }
+    body[..end].to_vec()
+}
+
+/// Seeds of `log_segment`: the segment as the last one and as an earlier one, and its
+/// batches as `len ++ body` pieces (mode 2 fills the CRCs in).
+fn log_segment_seeds() -> Vec<Vec<u8>> {
+    let body = log_segment_body();
+    let mut pieces = Vec::new();
+    let mut at = 0;
+    while at + 8 <= body.len() {
+        let len = u32::from_le_bytes(body[at..at + 4].try_into().unwrap()) as usize;
+        pieces.extend_from_slice(&body[at..at + 4]);
+        pieces.extend_from_slice(&body[at + 8..at + 8 + len]);
+        at += 8 + len;
+    }
+    vec![
+        [vec![1], body.clone()].concat(),
+        [vec![0], body].concat(),
+        [vec![3], pieces.clone()].concat(),
+        [vec![2], pieces].concat(),
+    ]
+}
+
 fn snapshot_seeds() -> Vec<Vec<u8>> {
     vec![
         LeaseMachine::new(Config::default()).snapshot(),
@@ -378,6 +458,7 @@ fn write_seed_corpus() {
         ("client_request", client_seeds()),
         ("raft_rpc", raft_seeds()),
         ("snapshot_restore", snapshot_seeds()),
+        ("log_segment", log_segment_seeds()),
     ];
     for (target, seeds) in sets {
         let dir = corpus_dir(target);
@@ -397,6 +478,21 @@ fn seeds_are_accepted_where_they_should_be() {
     bincode::deserialize::<AppendEntriesRequest<TypeConfig>>(&raft[0][1..]).expect("append");
     bincode::deserialize::<VoteRequest<u64>>(&raft[1][1..]).expect("vote");
     bincode::deserialize::<InstallSnapshotRequest<TypeConfig>>(&raft[2][1..]).expect("install");
+    // The log segment seeds replay to the log they were written as.
+    let seeds = log_segment_seeds();
+    for seed in [&seeds[0][1..], &seeds[1][1..]] {
+        let state = leasehold_node::store::replay_segment_for_fuzzing(seed, false)
+            .expect("the segment seed replays");
+        assert_eq!(state.last.map(|l| l.index), Some(6));
+        assert_eq!(state.purged.map(|l| l.index), Some(1));
+        assert_eq!(state.committed.map(|l| l.index), Some(4));
+    }
+    let framed = leasehold_node::store::frame_batches_for_fuzzing(&seeds[2][1..]);
+    assert_eq!(
+        framed,
+        seeds[0][1..],
+        "framing the pieces gives the segment back"
+    );
     let bytes = sample_machine().snapshot();
     let m = LeaseMachine::restore(&bytes).expect("the sample snapshot restores");
     assert_eq!(m.digest(), sample_machine().digest());

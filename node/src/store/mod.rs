@@ -35,4 +35,4 @@ pub use state_machine::{
     AppliedState, SmShared, SnapshotBuilder, SnapshotFileError, SnapshotStats, StateMachineStore,
     SNAPSHOT_FILE_V1,
 };
-pub use wal::{WalOptions, WalStats};
+pub use wal::{frame_batches_for_fuzzing, replay_segment_for_fuzzing, WalOptions, WalStats};

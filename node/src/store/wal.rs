@@ -274,7 +274,7 @@ impl Wal {
             let kept = st.pending.len();
             let mut body = std::mem::take(&mut st.pending);
             let mut staged = Vec::new();
-            let mut next = st.last().map(|l| l.index + 1);
+            let mut next = st.last().and_then(|l| l.index.checked_add(1));
             let purged = st.purged.map(|p| p.index);
             for entry in entries {
                 let index = entry.log_id.index;
@@ -301,7 +301,7 @@ impl Wal {
                     return Err(e);
                 }
                 staged.push((entry, at, body.len() - at));
-                next = Some(index + 1);
+                next = index.checked_add(1);
             }
             if staged.is_empty() && body.is_empty() {
                 return Ok(());
@@ -410,7 +410,7 @@ impl Wal {
                 return Ok(Vec::new());
             };
             let lo = start.max(first);
-            let hi = end.min(first + st.locs.len() as u64);
+            let hi = end.min(first.saturating_add(st.locs.len() as u64));
             if lo >= hi {
                 return Ok(Vec::new());
             }
@@ -525,6 +525,23 @@ impl Drop for Wal {
 }
 
 impl Inner {
+    fn empty() -> Inner {
+        Inner {
+            segments: BTreeMap::new(),
+            active: 0,
+            pos: 0,
+            cap: 0,
+            vote: None,
+            committed: None,
+            purged: None,
+            locs: VecDeque::new(),
+            cache: VecDeque::new(),
+            cached_bytes: 0,
+            pending: Vec::new(),
+            failed: None,
+        }
+    }
+
     fn last(&self) -> Option<LogId> {
         self.locs.back().map(|l| l.log_id).or(self.purged)
     }
@@ -728,20 +745,7 @@ fn replay(dir: &Path, opts: &WalOptions) -> io::Result<Inner> {
         fs::remove_file(&path)?;
         seqs.pop();
     }
-    let mut st = Inner {
-        segments: BTreeMap::new(),
-        active: 0,
-        pos: 0,
-        cap: 0,
-        vote: None,
-        committed: None,
-        purged: None,
-        locs: VecDeque::new(),
-        cache: VecDeque::new(),
-        cached_bytes: 0,
-        pending: Vec::new(),
-        failed: None,
-    };
+    let mut st = Inner::empty();
     let mut ends = BTreeMap::new();
     for (n, &seq) in seqs.iter().enumerate() {
         let is_last = n + 1 == seqs.len();
@@ -753,62 +757,7 @@ fn replay(dir: &Path, opts: &WalOptions) -> io::Result<Inner> {
         if !header_ok {
             return Err(damaged(&path, 0, "not a Leasehold log segment header"));
         }
-        let mut pos = HEADER_LEN as usize;
-        let mut max_index = None;
-        let mut first = true;
-        loop {
-            let rest = &data[pos..];
-            if rest.len() < BATCH_HEAD || rest[..BATCH_HEAD].iter().all(|&b| b == 0) {
-                break;
-            }
-            let len = u32::from_le_bytes(rest[0..4].try_into().unwrap_or_default());
-            let crc = u32::from_le_bytes(rest[4..8].try_into().unwrap_or_default());
-            let whole = len <= MAX_BATCH_BYTES && BATCH_HEAD + len as usize <= rest.len();
-            let body = whole.then(|| &rest[BATCH_HEAD..BATCH_HEAD + len as usize]);
-            let valid = body.filter(|b| batch_crc(len, b) == crc);
-            let Some(body) = valid else {
-                let end = if whole {
-                    BATCH_HEAD + len as usize
-                } else {
-                    rest.len()
-                };
-                if is_last && rest[end..].iter().all(|&b| b == 0) {
-                    break; // a torn last write: cut below
-                }
-                return Err(damaged(&path, pos as u64, "batch fails its checksum"));
-            };
-            let body_at = pos + BATCH_HEAD;
-            let mut r = 0;
-            while r < body.len() {
-                let bad = || damaged(&path, (body_at + r) as u64, "malformed record");
-                let rlen = body
-                    .get(r..r + RECORD_HEAD)
-                    .map(|b| u32::from_le_bytes(b.try_into().unwrap_or_default()) as usize)
-                    .ok_or_else(bad)?;
-                let bytes = body
-                    .get(r + RECORD_HEAD..r + RECORD_HEAD + rlen)
-                    .ok_or_else(bad)?;
-                let record = decode_record(bytes).map_err(|_| bad())?;
-                let is_checkpoint = matches!(record, Record::Checkpoint { .. });
-                if first != is_checkpoint {
-                    return Err(bad());
-                }
-                first = false;
-                let loc = Loc {
-                    log_id: LogId::default(),
-                    seq,
-                    offset: (body_at + r) as u64,
-                    len: (RECORD_HEAD + rlen) as u32,
-                };
-                if let Record::Entry(e) = &record {
-                    max_index = Some(e.log_id.index).max(max_index);
-                }
-                apply(&mut st, record, loc, opts)
-                    .map_err(|what| damaged(&path, (body_at + r) as u64, &what))?;
-                r += RECORD_HEAD + rlen;
-            }
-            pos += BATCH_HEAD + len as usize;
-        }
+        let (pos, max_index) = scan_segment(&data, seq, is_last, &path, &mut st, opts)?;
         let file = OpenOptions::new().read(true).write(true).open(&path)?;
         if is_last {
             // Cut a torn tail and re-extend: zeros past the end again, so that recovery
@@ -835,6 +784,76 @@ fn replay(dir: &Path, opts: &WalOptions) -> io::Result<Inner> {
         st.cap = opts.segment_bytes.max(len);
     }
     Ok(st)
+}
+
+/// Replays the batches of one segment (`data`, header included and checked by the
+/// caller) into `st`. Returns where its valid part ends and the highest entry index in
+/// it; see the module docs for what is a torn tail and what is damage.
+fn scan_segment(
+    data: &[u8],
+    seq: u64,
+    is_last: bool,
+    path: &Path,
+    st: &mut Inner,
+    opts: &WalOptions,
+) -> io::Result<(usize, Option<u64>)> {
+    let mut pos = HEADER_LEN as usize;
+    let mut max_index = None;
+    let mut first = true;
+    loop {
+        let rest = &data[pos..];
+        if rest.len() < BATCH_HEAD || rest[..BATCH_HEAD].iter().all(|&b| b == 0) {
+            break;
+        }
+        let len = u32::from_le_bytes(rest[0..4].try_into().unwrap_or_default());
+        let crc = u32::from_le_bytes(rest[4..8].try_into().unwrap_or_default());
+        let whole = len <= MAX_BATCH_BYTES && BATCH_HEAD + len as usize <= rest.len();
+        let body = whole.then(|| &rest[BATCH_HEAD..BATCH_HEAD + len as usize]);
+        let valid = body.filter(|b| batch_crc(len, b) == crc);
+        let Some(body) = valid else {
+            let end = if whole {
+                BATCH_HEAD + len as usize
+            } else {
+                rest.len()
+            };
+            if is_last && rest[end..].iter().all(|&b| b == 0) {
+                break; // a torn last write: cut below
+            }
+            return Err(damaged(path, pos as u64, "batch fails its checksum"));
+        };
+        let body_at = pos + BATCH_HEAD;
+        let mut r = 0;
+        while r < body.len() {
+            let bad = || damaged(path, (body_at + r) as u64, "malformed record");
+            let rlen = body
+                .get(r..r + RECORD_HEAD)
+                .map(|b| u32::from_le_bytes(b.try_into().unwrap_or_default()) as usize)
+                .ok_or_else(bad)?;
+            let bytes = body
+                .get(r + RECORD_HEAD..r + RECORD_HEAD + rlen)
+                .ok_or_else(bad)?;
+            let record = decode_record(bytes).map_err(|_| bad())?;
+            let is_checkpoint = matches!(record, Record::Checkpoint { .. });
+            if first != is_checkpoint {
+                return Err(bad());
+            }
+            first = false;
+            let loc = Loc {
+                log_id: LogId::default(),
+                seq,
+                offset: (body_at + r) as u64,
+                len: (RECORD_HEAD + rlen) as u32,
+            };
+            if let Record::Entry(e) = &record {
+                max_index = Some(e.log_id.index).max(max_index);
+            }
+            apply(st, record, loc, opts)
+                .map_err(|what| damaged(path, (body_at + r) as u64, &what))?;
+            r += RECORD_HEAD + rlen;
+        }
+        pos += BATCH_HEAD + len as usize;
+    }
+    Ok((pos, max_index))
 }
 
 /// Replays one record into `st`; an error is a record that contradicts the log.
@@ -865,7 +884,7 @@ fn apply(st: &mut Inner, record: Record, loc: Loc, opts: &WalOptions) -> Result<
                 return Ok(());
             }
             if let Some(last) = st.locs.back().map(|l| l.log_id.index) {
-                if index != last + 1 {
+                if Some(index) != last.checked_add(1) {
                     return Err(format!("entry {index} follows entry {last}"));
                 }
             }
@@ -886,6 +905,59 @@ fn apply(st: &mut Inner, record: Record, loc: Loc, opts: &WalOptions) -> Result<
         }
     }
     Ok(())
+}
+
+/// For `fuzzing.rs`: replays `body` (the bytes after a segment's header) as the only
+/// segment of a log, the last one or not, and checks what comes back: entries contiguous
+/// and after the purge point, the cache a suffix of them. Returns the error a damaged
+/// segment gives; must never panic on any input.
+pub fn replay_segment_for_fuzzing(body: &[u8], is_last: bool) -> io::Result<WalState> {
+    let mut data = Vec::with_capacity(HEADER_LEN as usize + body.len());
+    data.extend_from_slice(&MAGIC);
+    data.extend_from_slice(&1u64.to_le_bytes());
+    data.extend_from_slice(body);
+    let mut st = Inner::empty();
+    let opts = WalOptions {
+        segment_bytes: 1 << 20,
+        cache_bytes: 4096,
+    };
+    scan_segment(&data, 1, is_last, Path::new("seg-fuzz.wal"), &mut st, &opts)?;
+    for (a, b) in st.locs.iter().zip(st.locs.iter().skip(1)) {
+        assert_eq!(a.log_id.index.checked_add(1), Some(b.log_id.index));
+    }
+    if let (Some(p), Some(first)) = (st.purged, st.locs.front()) {
+        assert!(
+            first.log_id.index > p.index,
+            "an entry at or below the purge point"
+        );
+    }
+    assert!(st.cache.len() <= st.locs.len());
+    let uncached = st.locs.len() - st.cache.len();
+    for ((entry, _), loc) in st.cache.iter().zip(st.locs.iter().skip(uncached)) {
+        assert_eq!(entry.log_id, loc.log_id);
+    }
+    Ok(WalState {
+        vote: st.vote,
+        committed: st.committed,
+        purged: st.purged,
+        last: st.last(),
+    })
+}
+
+/// For `fuzzing.rs`: reads `input` as `len (u32 LE) ++ body` pieces and frames each as a
+/// batch with its CRC filled in, so that fuzzing reaches the records behind the CRC.
+pub fn frame_batches_for_fuzzing(mut input: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(input.len() + input.len() / 2);
+    while input.len() >= 4 {
+        let want = u32::from_le_bytes([input[0], input[1], input[2], input[3]]) as usize;
+        let body = &input[4..4 + want.min(input.len() - 4)];
+        let len = body.len() as u32;
+        out.extend_from_slice(&len.to_le_bytes());
+        out.extend_from_slice(&batch_crc(len, body).to_le_bytes());
+        out.extend_from_slice(body);
+        input = &input[4 + body.len()..];
+    }
+    out
 }
 
 #[cfg(test)]
