@@ -133,13 +133,18 @@ impl Chaos {
 
     /// An actor (one-off operations, recorded) for the test itself.
     pub fn actor(&mut self, owner: &str) -> Actor<impl FnMut(Op)> {
+        let client = worker_client(&self.cluster.endpoints());
+        self.actor_with(owner, client)
+    }
+
+    /// An actor with client settings of its own.
+    pub fn actor_with(
+        &mut self,
+        owner: &str,
+        client: leasehold_client::Client,
+    ) -> Actor<impl FnMut(Op)> {
         let rec = self.rec.clone();
-        Actor::new(
-            owner,
-            worker_client(&self.cluster.endpoints()),
-            &self.dest_url,
-            move |op| rec.record(op),
-        )
+        Actor::new(owner, client, &self.dest_url, move |op| rec.record(op))
     }
 
     /// Starts `n` in-process workers on `jobs`, each configured by `tweak`.

@@ -97,6 +97,21 @@ async fn wait_voters(c: &Chaos, via: u64, want: &[u64]) {
     }
 }
 
+/// A holder's client keeps retrying for as long as its lease may still be live: 12
+/// attempts back off over ~6 s, past [`HOLD_TTL`], where the workers' 6 give up after
+/// ~1.6 s. The wiped node of the last step may be the leader, and at this test's timing
+/// (100 / 500–1000 ms) its successor takes up to ~2 s; a renewal refused as expired after
+/// that is still a lost lease.
+fn holder_client(endpoints: &[String]) -> leasehold_client::Client {
+    leasehold_client::Client::builder(endpoints.iter().cloned())
+        .connect_timeout(Duration::from_millis(300))
+        .request_timeout(Duration::from_secs(3))
+        .max_attempts(12)
+        .backoff(Duration::from_millis(50), Duration::from_millis(800))
+        .build()
+        .expect("valid client settings")
+}
+
 /// Holders: each claims a job once and renews it every [`HOLD_RENEW`] until stopped.
 /// A renewal refused (or a generation change) is a lost lease.
 struct Holders {
@@ -111,7 +126,8 @@ impl Holders {
         let renewed = Arc::new(AtomicU64::new(0));
         let mut tasks = Vec::new();
         for i in 0..n {
-            let mut a = c.actor(&format!("holder-{i}"));
+            let client = holder_client(&c.cluster.endpoints());
+            let mut a = c.actor_with(&format!("holder-{i}"), client);
             let job = format!("held-{i}");
             let lease = a.claim(&job, HOLD_TTL).await.expect("a holder's claim");
             let (stop, renewed) = (stop.clone(), renewed.clone());
