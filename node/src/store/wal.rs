@@ -216,10 +216,10 @@ impl Wal {
         }
         let mut inner = replay(dir, &opts)?;
         if inner.segments.is_empty() {
-            let (seq, seg) = create_segment(dir, 1, &opts, &inner)?;
-            inner.segments.insert(seq, seg);
-            inner.active = seq;
-            inner.pos = HEADER_LEN + checkpoint_len(&inner)?;
+            let (seg, end) = create_segment(dir, 1, &opts, &inner)?;
+            inner.segments.insert(1, seg);
+            inner.active = 1;
+            inner.pos = end;
             inner.cap = opts.segment_bytes;
         }
         Ok(Wal {
@@ -324,7 +324,7 @@ impl Wal {
             }
             write
         };
-        self.run(write, true)
+        self.run(write)
     }
 
     /// Stores the vote and returns once it is on disk.
@@ -336,7 +336,7 @@ impl Wal {
             let body = std::mem::take(&mut st.pending);
             self.stage(&mut st, body)?
         };
-        self.run(write, true)?;
+        self.run(write)?;
         self.lock()?.vote = Some(*vote);
         Ok(())
     }
@@ -393,7 +393,7 @@ impl Wal {
                 .collect();
             (write, doomed)
         };
-        self.run(write, true)?;
+        self.run(write)?;
         for path in doomed {
             fs::remove_file(&path)?;
         }
@@ -457,7 +457,7 @@ impl Wal {
             let body = std::mem::take(&mut st.pending);
             self.stage(&mut st, body)?
         };
-        self.run(write, true)
+        self.run(write)
     }
 
     /// Frames `body` as a batch at the write position, starting a new segment first if
@@ -473,20 +473,14 @@ impl Wal {
         let need = (BATCH_HEAD + body.len()) as u64;
         if st.pos + need > st.cap {
             let seq = st.active + 1;
-            let (seq, seg) = create_segment(&self.dir, seq, &self.opts, st)?;
+            let (seg, end) = create_segment(&self.dir, seq, &self.opts, st)?;
             st.segments.insert(seq, seg);
             st.active = seq;
-            st.pos = HEADER_LEN + checkpoint_len(st)?;
+            st.pos = end;
             st.cap = self.opts.segment_bytes.max(st.pos + need);
         }
-        let len = u32::try_from(body.len())
-            .ok()
-            .filter(|&l| l <= MAX_BATCH_BYTES)
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "log batch too large"))?;
         let mut bytes = Vec::with_capacity(BATCH_HEAD + body.len());
-        bytes.extend_from_slice(&len.to_le_bytes());
-        bytes.extend_from_slice(&batch_crc(len, &body).to_le_bytes());
-        bytes.extend_from_slice(&body);
+        push_batch(&mut bytes, &body)?;
         let seg = &st.segments[&st.active];
         let write = Batch {
             file: seg.file.clone(),
@@ -497,18 +491,15 @@ impl Wal {
         Ok(write)
     }
 
-    fn run(&self, write: Batch, sync: bool) -> io::Result<()> {
+    /// Writes a staged batch and fsyncs it.
+    fn run(&self, write: Batch) -> io::Result<()> {
         let res = write
             .file
             .write_all_at(&write.bytes, write.offset)
             .and_then(|()| {
                 self.writes.fetch_add(1, Ordering::Relaxed);
-                if sync {
-                    self.syncs.fetch_add(1, Ordering::Relaxed);
-                    write.file.sync_data()
-                } else {
-                    Ok(())
-                }
+                self.syncs.fetch_add(1, Ordering::Relaxed);
+                write.file.sync_data()
             });
         res.map_err(|e| match self.lock() {
             Ok(mut st) => st.fail(e, "writing the raft log"),
@@ -654,6 +645,18 @@ fn decode_record(bytes: &[u8]) -> io::Result<Record> {
     bincode::deserialize(bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
+/// Appends `body` to `out` framed as a batch: its length, the CRC, the body.
+fn push_batch(out: &mut Vec<u8>, body: &[u8]) -> io::Result<()> {
+    let len = u32::try_from(body.len())
+        .ok()
+        .filter(|&l| l <= MAX_BATCH_BYTES)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "log batch too large"))?;
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(&batch_crc(len, body).to_le_bytes());
+    out.extend_from_slice(body);
+    Ok(())
+}
+
 fn batch_crc(len: u32, body: &[u8]) -> u32 {
     let mut h = crc32fast::Hasher::new();
     h.update(&len.to_le_bytes());
@@ -665,20 +668,15 @@ fn segment_path(dir: &Path, seq: u64) -> PathBuf {
     dir.join(format!("seg-{seq:020}.wal"))
 }
 
-fn checkpoint_len(st: &Inner) -> io::Result<u64> {
-    let mut body = Vec::new();
-    push_record(&mut body, &st.checkpoint())?;
-    Ok((BATCH_HEAD + body.len()) as u64)
-}
-
 /// Creates segment `seq`: header, a checkpoint batch of `st`, preallocated, fsynced with
-/// its directory entry, before anything else is written to it.
+/// its directory entry, before anything else is written to it. Returns it and where the
+/// next batch goes in it.
 fn create_segment(
     dir: &Path,
     seq: u64,
     opts: &WalOptions,
     st: &Inner,
-) -> io::Result<(u64, Segment)> {
+) -> io::Result<(Segment, u64)> {
     let path = segment_path(dir, seq);
     let file = OpenOptions::new()
         .read(true)
@@ -687,25 +685,21 @@ fn create_segment(
         .open(&path)?;
     let mut body = Vec::new();
     push_record(&mut body, &st.checkpoint())?;
-    let len = body.len() as u32;
     let mut bytes = Vec::with_capacity(HEADER_LEN as usize + BATCH_HEAD + body.len());
     bytes.extend_from_slice(&MAGIC);
     bytes.extend_from_slice(&seq.to_le_bytes());
-    bytes.extend_from_slice(&len.to_le_bytes());
-    bytes.extend_from_slice(&batch_crc(len, &body).to_le_bytes());
-    bytes.extend_from_slice(&body);
+    push_batch(&mut bytes, &body)?;
     file.write_all_at(&bytes, 0)?;
-    file.set_len(opts.segment_bytes.max(bytes.len() as u64))?;
+    let end = bytes.len() as u64;
+    file.set_len(opts.segment_bytes.max(end))?;
     file.sync_all()?;
     File::open(dir)?.sync_all()?;
-    Ok((
-        seq,
-        Segment {
-            file: Arc::new(file),
-            path,
-            max_index: None,
-        },
-    ))
+    let seg = Segment {
+        file: Arc::new(file),
+        path,
+        max_index: None,
+    };
+    Ok((seg, end))
 }
 
 fn damaged(path: &Path, offset: u64, what: &str) -> io::Error {
@@ -737,9 +731,12 @@ fn replay(dir: &Path, opts: &WalOptions) -> io::Result<Inner> {
     seqs.sort_unstable();
     // A segment is fsynced whole before anything is written to it, so a last segment of
     // zeros was being created when the node stopped, and was never used.
+    let mut last_data = None;
     while let Some(&seq) = seqs.last() {
         let path = segment_path(dir, seq);
-        if !fs::read(&path)?.iter().all(|&b| b == 0) {
+        let data = fs::read(&path)?;
+        if data.iter().any(|&b| b != 0) {
+            last_data = Some(data); // read once: replayed below
             break;
         }
         fs::remove_file(&path)?;
@@ -750,7 +747,11 @@ fn replay(dir: &Path, opts: &WalOptions) -> io::Result<Inner> {
     for (n, &seq) in seqs.iter().enumerate() {
         let is_last = n + 1 == seqs.len();
         let path = segment_path(dir, seq);
-        let data = fs::read(&path)?;
+        let cached = if is_last { last_data.take() } else { None };
+        let data = match cached {
+            Some(data) => data,
+            None => fs::read(&path)?,
+        };
         let header_ok = data.len() as u64 >= HEADER_LEN
             && data[..8] == MAGIC
             && data[8..16] == seq.to_le_bytes();
@@ -951,10 +952,9 @@ pub fn frame_batches_for_fuzzing(mut input: &[u8]) -> Vec<u8> {
     while input.len() >= 4 {
         let want = u32::from_le_bytes([input[0], input[1], input[2], input[3]]) as usize;
         let body = &input[4..4 + want.min(input.len() - 4)];
-        let len = body.len() as u32;
-        out.extend_from_slice(&len.to_le_bytes());
-        out.extend_from_slice(&batch_crc(len, body).to_le_bytes());
-        out.extend_from_slice(body);
+        if push_batch(&mut out, body).is_err() {
+            break; // larger than any batch: no input gets there
+        }
         input = &input[4 + body.len()..];
     }
     out
