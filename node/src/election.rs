@@ -171,27 +171,21 @@ pub async fn run(node: Arc<Node>, mut network: Network, cancel: CancellationToke
             _ = cancel.cancelled() => return,
             _ = tokio::time::sleep(tick) => {}
         }
-        let (state, voters) = {
+        let (state, is_voter) = {
             let m = node.raft.metrics();
             let m = m.borrow();
-            let voters: Vec<(NodeId, BasicNode)> = m
+            let is_voter = m
                 .membership_config
                 .membership()
                 .voter_ids()
-                .filter_map(|id| {
-                    m.membership_config
-                        .membership()
-                        .get_node(&id)
-                        .map(|n| (id, n.clone()))
-                })
-                .collect();
-            (m.state, voters)
+                .any(|id| id == node.id);
+            (m.state, is_voter)
         };
         if state == ServerState::Leader {
             elector.heard_from_leader();
             continue;
         }
-        if crate::join::refuses_votes(&node) || !voters.iter().any(|(id, _)| *id == node.id) {
+        if crate::join::refuses_votes(&node) || !is_voter {
             continue;
         }
         if elector.quiet_for() < elector.lease + timeout
@@ -201,10 +195,17 @@ pub async fn run(node: Arc<Node>, mut network: Network, cancel: CancellationToke
         }
         asked = Some(Instant::now());
         timeout = elector.draw_timeout();
-        let others: Vec<_> = voters
-            .into_iter()
-            .filter(|(id, _)| *id != node.id)
-            .collect();
+        // The other voters, listed only now that this node will ask them.
+        let others: Vec<(NodeId, BasicNode)> = {
+            let m = node.raft.metrics();
+            let m = m.borrow();
+            let membership = m.membership_config.membership();
+            membership
+                .voter_ids()
+                .filter(|id| *id != node.id)
+                .filter_map(|id| membership.get_node(&id).map(|n| (id, n.clone())))
+                .collect()
+        };
         // A majority of all voters is all / 2 + 1, and our own vote is one of them.
         let all = others.len() + 1;
         let needed = all / 2;
