@@ -62,10 +62,15 @@ impl WorkerConfig {
 /// The client settings workers use: short timeouts so a worker notices a dead node
 /// quickly, enough attempts to ride out an election.
 pub fn worker_client(endpoints: &[String]) -> Client {
+    worker_client_with_attempts(endpoints, 6)
+}
+
+/// [`worker_client`] with another number of attempts (backoff 50 ms doubling to 800 ms).
+pub fn worker_client_with_attempts(endpoints: &[String], max_attempts: u32) -> Client {
     Client::builder(endpoints.iter().cloned())
         .connect_timeout(Duration::from_millis(300))
         .request_timeout(Duration::from_secs(3))
-        .max_attempts(6)
+        .max_attempts(max_attempts)
         .backoff(Duration::from_millis(50), Duration::from_millis(800))
         .build()
         .expect("valid client settings")

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use leasehold_cluster_tests::fixture::{Added, ClusterOpts};
 use leasehold_cluster_tests::scenario::{Bins, Chaos, LEADER_BOUND};
+use leasehold_cluster_tests::workload::worker_client_with_attempts;
 use serde_json::Value;
 use tokio::time::Instant;
 
@@ -103,13 +104,7 @@ async fn wait_voters(c: &Chaos, via: u64, want: &[u64]) {
 /// (100 / 500–1000 ms) its successor takes up to ~2 s; a renewal refused as expired after
 /// that is still a lost lease.
 fn holder_client(endpoints: &[String]) -> leasehold_client::Client {
-    leasehold_client::Client::builder(endpoints.iter().cloned())
-        .connect_timeout(Duration::from_millis(300))
-        .request_timeout(Duration::from_secs(3))
-        .max_attempts(12)
-        .backoff(Duration::from_millis(50), Duration::from_millis(800))
-        .build()
-        .expect("valid client settings")
+    worker_client_with_attempts(endpoints, 12)
 }
 
 /// Holders: each claims a job once and renews it every [`HOLD_RENEW`] until stopped.
