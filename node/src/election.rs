@@ -21,8 +21,22 @@
 //! which openraft runs as before; without one it waits a fresh election timeout and asks
 //! again. Safety stays entirely with openraft's vote: pre-vote only decides *when* a node
 //! may stand.
+//!
+//! **Check quorum** (issue 16, item 2; etcd's raft pairs PreVote with CheckQuorum for the
+//! same reason). Pre-vote alone lets a leader that lost its quorum block elections: five
+//! voters, one down, the leader reaching only one "bridge" node — the bridge keeps
+//! hearing it and refuses the others' pre-votes, and no write commits for as long as the
+//! partition lasts. So [`run`] also watches a leader's last quorum acknowledgement
+//! (openraft's `millis_since_quorum_ack`, refreshed on every Raft core tick). A leader
+//! without one for longer than the lease is **deposed**: it stops its regular
+//! heartbeats, names no leader (`/readyz` 503, `leader_id` null), answers writes and
+//! reads 503 at once, and answers pre-votes as a follower would. openraft 0.9 has no
+//! step-down call, so the node stays leader in openraft's eyes until it meets a higher
+//! term; to find out whether its quorum is back (nobody else may have been able to
+//! elect), it sends one heartbeat round every [`PROBE_EVERY_LEASES`] leases, rarely
+//! enough that the connected nodes see gaps long enough to elect without it.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -62,7 +76,18 @@ pub struct Elector {
     timeout_min_ms: u64,
     timeout_max_ms: u64,
     log: LogStore,
+    /// Set while this node leads in openraft's eyes but has had no quorum's
+    /// acknowledgement within the lease (see the module docs).
+    deposed: AtomicBool,
+    /// Times this node was deposed by check quorum (`leasehold_raft_quorum_lost_total`).
+    deposals: AtomicU64,
 }
+
+/// A deposed leader probes for its quorum once every this many leases (800 ms with
+/// `serve`'s 200 ms lease): longer than a follower waits before standing (lease + its
+/// timeout, ≤ 2 leases), so between two probes the nodes it still reaches go quiet for
+/// long enough to elect a leader that does have a quorum.
+pub const PROBE_EVERY_LEASES: u32 = 4;
 
 impl Elector {
     /// `log` is this node's log store (for its last log id); timeouts in milliseconds.
@@ -76,7 +101,19 @@ impl Elector {
             timeout_min_ms,
             timeout_max_ms: timeout_max_ms.max(timeout_min_ms + 1),
             log,
+            deposed: AtomicBool::new(false),
+            deposals: AtomicU64::new(0),
         }
+    }
+
+    /// True while this node leads in openraft's eyes without a quorum (check quorum).
+    pub fn deposed(&self) -> bool {
+        self.deposed.load(Ordering::Relaxed)
+    }
+
+    /// Times check quorum deposed this node since it started.
+    pub fn deposals(&self) -> u64 {
+        self.deposals.load(Ordering::Relaxed)
     }
 
     /// Records that a leader's AppendEntries or snapshot was accepted just now.
@@ -105,8 +142,13 @@ impl Elector {
         )
     }
 
-    /// Answers a pre-vote, changing nothing.
+    /// Answers a pre-vote, changing nothing. A deposed leader answers as a follower.
     pub fn answer(&self, state: ServerState, req: &PreVoteRequest) -> PreVoteResponse {
+        let state = if state == ServerState::Leader && self.deposed() {
+            ServerState::Follower
+        } else {
+            state
+        };
         let judged = self
             .log
             .last_log_id()
@@ -159,6 +201,103 @@ pub fn judge(
     Ok(())
 }
 
+/// The check-quorum rule, as a pure function: has a leader lost its quorum? `since_ack`
+/// is how long ago a quorum last acknowledged it (openraft's `millis_since_quorum_ack`;
+/// `None` before any acknowledgement in this term, then the time it has led counts).
+pub fn quorum_lost(since_ack: Option<Duration>, leading_for: Duration, lease: Duration) -> bool {
+    since_ack.unwrap_or(leading_for) > lease
+}
+
+/// Whether an InstallSnapshot answer shows the request was taken from a current leader:
+/// openraft answers `Ok` with its own, higher vote when it refuses a stale leader, and
+/// that must not restart the election timer (issue 16, item 2).
+pub fn snapshot_accepted(
+    request_vote: &openraft::Vote<NodeId>,
+    response_vote: &openraft::Vote<NodeId>,
+) -> bool {
+    response_vote <= request_vote
+}
+
+/// What a leader's check-quorum step found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Leading {
+    /// A quorum acknowledged it within the lease.
+    WithQuorum,
+    /// Deposed; the caller need do nothing more this tick.
+    Deposed,
+}
+
+/// When this node started leading, per term, and when a deposed leader last probed.
+#[derive(Debug, Default)]
+struct LeaderWatch {
+    since: Option<(u64, Instant)>,
+    probed: Option<Instant>,
+}
+
+impl Elector {
+    /// One check-quorum step on a leader of `term`: deposes it, restores it, or probes.
+    async fn check_quorum(
+        &self,
+        raft: &crate::types::Raft,
+        term: u64,
+        since_ack_ms: Option<u64>,
+        watch: &mut LeaderWatch,
+    ) -> Leading {
+        let since = match watch.since {
+            Some((t, at)) if t == term => at,
+            _ => {
+                let now = Instant::now();
+                *watch = LeaderWatch {
+                    since: Some((term, now)),
+                    probed: None,
+                };
+                now
+            }
+        };
+        let lost = quorum_lost(
+            since_ack_ms.map(Duration::from_millis),
+            since.elapsed(),
+            self.lease,
+        );
+        if lost != self.deposed.swap(lost, Ordering::Relaxed) {
+            raft.runtime_config().heartbeat(!lost);
+            if lost {
+                self.deposals.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    term,
+                    since_ack_ms,
+                    "check quorum: no quorum acknowledged this leader within its lease; \
+                     refusing requests and stopping heartbeats"
+                );
+            } else {
+                tracing::info!(
+                    term,
+                    "check quorum: a quorum acknowledged this leader again"
+                );
+            }
+        }
+        if !lost {
+            return Leading::WithQuorum;
+        }
+        if watch
+            .probed
+            .is_none_or(|t| t.elapsed() >= self.lease * PROBE_EVERY_LEASES)
+        {
+            watch.probed = Some(Instant::now());
+            let _ = raft.trigger().heartbeat().await;
+        }
+        Leading::Deposed
+    }
+
+    /// Leaves the deposed state when the node no longer leads (it met a higher term).
+    fn not_leading(&self, raft: &crate::types::Raft) {
+        if self.deposed.swap(false, Ordering::Relaxed) {
+            raft.runtime_config().heartbeat(true);
+            tracing::info!("check quorum: no longer leader; heartbeats back on for a next term");
+        }
+    }
+}
+
 /// The election timer of a node: see the module docs. Runs until `cancel`.
 pub async fn run(node: Arc<Node>, mut network: Network, cancel: CancellationToken) {
     let elector = node.elector.clone();
@@ -166,12 +305,13 @@ pub async fn run(node: Arc<Node>, mut network: Network, cancel: CancellationToke
     let tick = Duration::from_millis(25);
     let mut timeout = elector.draw_timeout();
     let mut asked: Option<Instant> = None;
+    let mut watch = LeaderWatch::default();
     loop {
         tokio::select! {
             _ = cancel.cancelled() => return,
             _ = tokio::time::sleep(tick) => {}
         }
-        let (state, is_voter) = {
+        let (state, is_voter, term, since_ack_ms) = {
             let m = node.raft.metrics();
             let m = m.borrow();
             let is_voter = m
@@ -179,12 +319,18 @@ pub async fn run(node: Arc<Node>, mut network: Network, cancel: CancellationToke
                 .membership()
                 .voter_ids()
                 .any(|id| id == node.id);
-            (m.state, is_voter)
+            (m.state, is_voter, m.current_term, m.millis_since_quorum_ack)
         };
         if state == ServerState::Leader {
-            elector.heard_from_leader();
+            let leading = elector
+                .check_quorum(&node.raft, term, since_ack_ms, &mut watch)
+                .await;
+            if leading == Leading::WithQuorum {
+                elector.heard_from_leader();
+            }
             continue;
         }
+        elector.not_leading(&node.raft);
         if crate::join::refuses_votes(&node) || !is_voter {
             continue;
         }
@@ -302,5 +448,31 @@ mod tests {
         let err = judge(f, recent, lease, id(2, 10), id(2, 10)).unwrap_err();
         assert!(err.contains("150 ms ago"), "{err}");
         assert!(judge(ServerState::Leader, quiet, lease, None, id(9, 9)).is_err());
+    }
+
+    #[test]
+    fn check_quorum_rule() {
+        let lease = Duration::from_millis(200);
+        let ms = Duration::from_millis;
+        // Acknowledged within the lease: leading.
+        assert!(!quorum_lost(Some(ms(150)), ms(10_000), lease));
+        assert!(!quorum_lost(Some(ms(200)), ms(10_000), lease));
+        // Not for longer than the lease: deposed, however long it has led.
+        assert!(quorum_lost(Some(ms(201)), ms(10_000), lease));
+        // No acknowledgement yet in this term: a new leader gets one lease.
+        assert!(!quorum_lost(None, ms(150), lease));
+        assert!(quorum_lost(None, ms(250), lease));
+    }
+
+    #[test]
+    fn a_refused_snapshot_is_no_contact_with_a_leader() {
+        use openraft::Vote;
+        let leader = Vote::new_committed(5, 1);
+        // Taken: the follower's vote is now the leader's.
+        assert!(snapshot_accepted(&leader, &leader));
+        // Refused: the follower answered with its own, higher vote (openraft answers Ok).
+        let stale = Vote::new_committed(4, 2);
+        assert!(!snapshot_accepted(&stale, &leader));
+        assert!(!snapshot_accepted(&stale, &Vote::new(5, 3)));
     }
 }

@@ -305,6 +305,11 @@ pub struct Scrape {
     /// The last failover grace's extension, ms (`LeaseMachine::last_grace_ms`).
     pub last_grace_ms: u64,
     pub snapshots: SnapshotStats,
+    /// The leader as this node tells clients (`Node::known_leader`): none while check
+    /// quorum has deposed it, although openraft still calls it leader.
+    pub known_leader: Option<u64>,
+    /// Times check quorum deposed this node (`Elector::deposals`).
+    pub quorum_lost: u64,
 }
 
 /// The queues exported one by one, and the rest summed.
@@ -530,8 +535,8 @@ fn render_raft(out: &mut String, s: &Scrape) {
         ),
         (
             "leasehold_raft_is_leader",
-            "1 when this node is the leader.",
-            u64::from(raft.current_leader == Some(raft.id)),
+            "1 when this node is the leader (0 while check quorum has deposed it).",
+            u64::from(s.known_leader == Some(raft.id)),
         ),
         (
             "leasehold_raft_last_log_index",
@@ -568,6 +573,14 @@ fn render_raft(out: &mut String, s: &Scrape) {
         family(out, name, "gauge", help);
         sample(out, name, &[], v);
     }
+    let name = "leasehold_raft_quorum_lost_total";
+    family(
+        out,
+        name,
+        "counter",
+        "Times check quorum deposed this node: it led but no quorum acknowledged it within its lease.",
+    );
+    sample(out, name, &[], s.quorum_lost);
 }
 
 fn render_jobs(out: &mut String, s: &Scrape) {
@@ -962,6 +975,8 @@ mod tests {
             stats: Stats::default(),
             queues: top_queues(queues.iter().map(|(q, s)| (q.as_str(), s)), 100),
             last_grace_ms: 250,
+            known_leader: None,
+            quorum_lost: 0,
             snapshots: SnapshotStats {
                 builds: 2,
                 last_bytes: 4096,

@@ -80,6 +80,9 @@ pub enum Route {
     },
     /// No leader known (election), or too many hops: wait and decide again.
     Wait,
+    /// This node leads in openraft's eyes but check quorum deposed it: answer 503 at
+    /// once, so the client tries a node that can reach the new leader.
+    NoQuorum,
 }
 
 /// The routing decision, as a pure function of what Raft metrics say.
@@ -113,6 +116,8 @@ pub enum ProposeError {
     Unknown,
     /// Raft is shutting down or failed.
     Unavailable(String),
+    /// Check quorum deposed this leader (`Route::NoQuorum`).
+    NoQuorum,
 }
 
 impl ProposeError {
@@ -124,6 +129,10 @@ impl ProposeError {
                 "the write was proposed but its outcome is unknown; retry with the same Idempotency-Key",
             ),
             ProposeError::Unavailable(m) => ApiError::new(ErrorCode::Unavailable, m.clone()),
+            ProposeError::NoQuorum => ApiError::new(
+                ErrorCode::Unavailable,
+                "this node led but has heard from no quorum within its lease; retry on another node",
+            ),
         }
     }
 }
@@ -142,9 +151,11 @@ impl Node {
 
     /// The leader as far as this node can tell: openraft's, unless this node is a
     /// follower out of touch with every leader for as long as it waits before standing
-    /// for election (`Elector::out_of_touch`) — then none is known.
+    /// for election (`Elector::out_of_touch`), or a leader that check quorum deposed —
+    /// then none is known.
     pub fn known_leader(&self, m: &RaftMetrics) -> Option<NodeId> {
-        if m.state != ServerState::Leader && self.elector.out_of_touch() {
+        let leads = m.state == ServerState::Leader;
+        if (!leads && self.elector.out_of_touch()) || (leads && self.elector.deposed()) {
             None
         } else {
             m.current_leader
@@ -154,6 +165,9 @@ impl Node {
     pub fn route(&self, hops: u32) -> Route {
         let m = self.raft.metrics();
         let m = m.borrow();
+        if m.state == ServerState::Leader && self.elector.deposed() {
+            return Route::NoQuorum;
+        }
         let mut addrs = member_addrs(&m);
         for (id, addr) in &self.dial {
             if let Some(a) = addrs.get_mut(id) {

@@ -398,8 +398,12 @@ async fn leader_loop(node: Arc<Node>, tick_interval_ms: u64, cancel: Cancellatio
         }
         let (is_leader, term) = {
             let m = metrics.borrow();
+            // A leader deposed by check quorum writes nothing: its ticks could not
+            // commit, and each would stamp on a line the cluster may not follow.
             (
-                m.state == ServerState::Leader && m.current_leader == Some(node.id),
+                m.state == ServerState::Leader
+                    && m.current_leader == Some(node.id)
+                    && !node.elector.deposed(),
                 m.current_term,
             )
         };

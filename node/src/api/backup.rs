@@ -139,6 +139,7 @@ async fn catch_up(node: &Node, headers: &HeaderMap) -> Result<(), Response> {
                 Err(resp) => return Err(resp),
             },
             Route::Wait => {}
+            Route::NoQuorum => return Err(error_response(&ProposeError::NoQuorum.to_api())),
         }
         let now = Instant::now();
         if now >= deadline {

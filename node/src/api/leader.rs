@@ -73,6 +73,7 @@ pub async fn on_leader(node: &Arc<Node>, inbound: &Inbound, op: LeaderOp) -> Res
                 }
             },
             Route::Wait => {}
+            Route::NoQuorum => return error_response(&ProposeError::NoQuorum.to_api()),
         }
         let now = Instant::now();
         if now >= deadline {

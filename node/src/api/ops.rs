@@ -152,6 +152,8 @@ pub async fn metrics(State(node): State<Arc<Node>>) -> Response {
         (s.machine.stats(), top, s.machine.last_grace_ms())
     });
     let scrape = crate::metrics::Scrape {
+        known_leader: node.known_leader(&raft),
+        quorum_lost: node.elector.deposals(),
         raft,
         commit_index,
         cluster_time_ms: node.cluster_time_ms(),

@@ -114,10 +114,17 @@ pub async fn snapshot(State(node): State<Arc<Node>>, req: Request) -> Response {
     if crate::join::refuses_replication(&node) {
         return joining_refusal("take replication");
     }
-    match decode(&node, req, true).await {
+    match decode::<openraft::raft::InstallSnapshotRequest<crate::types::TypeConfig>>(
+        &node, req, true,
+    )
+    .await
+    {
         Ok(rpc) => {
+            let vote = rpc.vote;
             let res = node.raft.install_snapshot(rpc).await;
-            if res.is_ok() {
+            // `Ok` also answers a stale leader whose vote was refused (with ours): that
+            // is no contact with a current leader.
+            if matches!(&res, Ok(r) if crate::election::snapshot_accepted(&vote, &r.vote)) {
                 node.elector.heard_from_leader();
             }
             encode(&res)
