@@ -61,13 +61,13 @@ pub async fn run(node: Arc<Node>, mut rx: mpsc::Receiver<Pending>, cancel: Cance
     }
 }
 
+/// Proposes a batch once its term is ready (`Node::ready_term`): requests may have
+/// queued in an earlier term, and a stamp taken before the new term is ready would cost
+/// the failover grace (issue 16, item 4).
 async fn commit(node: &Node, mut batch: Vec<Pending>) {
-    let term = node.raft.metrics().borrow().current_term;
     if batch.len() == 1 {
         let p = batch.pop().expect("one pending");
-        let _ = p
-            .reply
-            .send(node.propose_stamped(term, p.command, p.key).await);
+        let _ = p.reply.send(node.propose_ready(p.command, p.key).await);
         return;
     }
     let (items, replies): (Vec<BatchItem>, Vec<_>) = batch
@@ -80,10 +80,7 @@ async fn commit(node: &Node, mut batch: Vec<Pending>) {
             (item, p.reply)
         })
         .unzip();
-    match node
-        .propose_stamped(term, Command::Batch(items), None)
-        .await
-    {
+    match node.propose_ready(Command::Batch(items), None).await {
         Ok(Ok(Outcome::Batch(rs))) if rs.len() == replies.len() => {
             for (tx, r) in replies.into_iter().zip(rs) {
                 let _ = tx.send(Ok(r));

@@ -197,28 +197,12 @@ impl Node {
         command: Command,
         idempotency_key: Option<String>,
     ) -> Result<Reply, ProposeError> {
-        let term = self.raft.metrics().borrow().current_term;
-        let mut ready = self.time.subscribe_ready();
-        // Map the watch guard away at once: it must not live across the next await.
-        let waited = tokio::time::timeout(self.limits.leader_wait, async {
-            ready.wait_for(|t| *t >= term).await.map(|_| ())
-        })
-        .await;
-        match waited {
-            Ok(Ok(())) => {}
-            Ok(Err(_)) => return Err(ProposeError::Unavailable("shutting down".into())),
-            Err(_) => {
-                return Err(ProposeError::Unavailable(
-                    "the new leader is not ready yet".into(),
-                ))
-            }
-        }
+        self.ready_term().await?;
         // An idle node: nothing is being committed and nothing waits, so a batch would
         // hold this one command anyway. Propose it from here.
         if self.proposals.capacity() == self.proposals.max_capacity() {
             if let Some(_slot) = self.commits_in_flight.try_first() {
-                let term = self.raft.metrics().borrow().current_term;
-                return self.propose_stamped(term, command, idempotency_key).await;
+                return self.propose_ready(command, idempotency_key).await;
             }
         }
         let (tx, rx) = tokio::sync::oneshot::channel();
@@ -234,8 +218,58 @@ impl Node {
             .unwrap_or_else(|_| Err(ProposeError::Unavailable("shutting down".into())))
     }
 
-    /// Stamps and proposes without waiting for the term to be ready (the leader loop's
-    /// first entry of a term is what makes it ready).
+    /// The current term, once this node leads it and it is ready to stamp (its first
+    /// stamped entry applied, see `timekeeper.rs`); waits at most `leader_wait`.
+    ///
+    /// Issue 16, item 4: a command stamped before its term is ready (queued in an old
+    /// term, proposed after this node won a newer one) becomes the new term's first entry
+    /// with a stale stamp: the state machine then sees no leaderless gap, and the failover
+    /// grace that protects live leases across the election is lost.
+    pub async fn ready_term(&self) -> Result<u64, ProposeError> {
+        let deadline = tokio::time::Instant::now() + self.limits.leader_wait;
+        let mut ready = self.time.subscribe_ready();
+        loop {
+            let (state, term) = {
+                let m = self.raft.metrics();
+                let m = m.borrow();
+                (m.state, m.current_term)
+            };
+            if state != ServerState::Leader {
+                return Err(ProposeError::NotLeader);
+            }
+            if *ready.borrow_and_update() == term {
+                return Ok(term);
+            }
+            // Map the watch guard away at once: it must not live across an await.
+            let changed =
+                tokio::time::timeout_at(deadline, async { ready.changed().await.map_err(|_| ()) });
+            match changed.await {
+                Ok(Ok(())) => {}
+                Ok(Err(())) => return Err(ProposeError::Unavailable("shutting down".into())),
+                Err(_) => {
+                    return Err(ProposeError::Unavailable(
+                        "the new leader is not ready yet".into(),
+                    ))
+                }
+            }
+        }
+    }
+
+    /// Stamps and proposes in the current term, once it is ready ([`Self::ready_term`]):
+    /// the batcher's path, and a lone request's on an idle node.
+    pub async fn propose_ready(
+        &self,
+        command: Command,
+        idempotency_key: Option<String>,
+    ) -> Result<Reply, ProposeError> {
+        let term = self.ready_term().await?;
+        self.propose_stamped(term, command, idempotency_key).await
+    }
+
+    /// Stamps and proposes in `term` without waiting for the term to be ready: only the
+    /// leader loop's first entry of a term, which is what makes it ready, comes here
+    /// directly. If the term changes before openraft takes the entry, the state machine
+    /// store refuses it (`store/state_machine.rs`: the proposer's term must be the log's).
     pub async fn propose_stamped(
         &self,
         term: u64,

@@ -53,8 +53,9 @@ fn entry(term: u64, index: u64, command: Command) -> Entry<TypeConfig> {
         log_id: log_id(term, index),
         payload: EntryPayload::Normal(leasehold_statemachine::Entry {
             stamp_ms: 1_000 + index,
-            // Deliberately wrong: the store must take the term from the log id.
-            term: 0,
+            // The proposer's term: the one it commits in (see
+            // `an_entry_proposed_in_another_term_is_refused_and_changes_nothing`).
+            term,
             idempotency_key: None,
             command,
         }),
@@ -478,10 +479,54 @@ async fn apply_replies_and_tracks_stamp_and_term() {
     shared.read(|s| {
         assert_eq!(s.last_applied, Some(log_id(3, 4)));
         assert_eq!(s.membership.log_id(), &Some(log_id(1, 1)));
-        assert_eq!(s.machine.term(), 3, "term comes from the log id");
+        assert_eq!(s.machine.term(), 3, "term of the entries applied");
         let (stamp, at) = s.last_stamp.unwrap();
         assert_eq!(stamp, 1_004);
         assert!(at >= before);
+    });
+}
+
+/// Issue 16, item 4: a stamp taken for another term than the one the entry commits in
+/// (a leadership change between stamping and openraft taking the entry) must not reach
+/// the machine: it would move cluster time off the committed line, or, as the new term's
+/// first entry, hide the leaderless gap from the failover grace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entry_proposed_in_another_term_is_refused_and_changes_nothing() {
+    let dir = TempDir::new().unwrap();
+    let mut sm = StateMachineStore::open(dir.path(), clock()).await.unwrap();
+    let mut stale = entry(3, 3, claim("a", "w2"));
+    if let EntryPayload::Normal(e) = &mut stale.payload {
+        e.term = 2;
+        e.stamp_ms = 50_000;
+    }
+    let replies = sm
+        .apply(vec![
+            membership_entry(1, 1),
+            entry(2, 2, claim("a", "w1")),
+            stale,
+            entry(3, 4, submit("b")),
+        ])
+        .await
+        .unwrap();
+    let err = replies[2].as_ref().unwrap_err();
+    assert_eq!(err.code, ErrorCode::Unavailable, "{err:?}");
+    assert!(
+        err.message.contains("proposed in term 2"),
+        "{}",
+        err.message
+    );
+    assert!(replies[3].is_ok(), "{:?}", replies[3]);
+    sm.shared().read(|s| {
+        assert_eq!(s.last_applied, Some(log_id(3, 4)));
+        // Neither its stamp nor its claim took effect; the next entry's term did.
+        assert_eq!(
+            s.machine.clock_ms(),
+            1_004,
+            "the refused stamp moved store time"
+        );
+        assert_eq!(s.machine.term(), 3);
+        let job = s.machine.job("a", 1_004).expect("job a");
+        assert_eq!(job.owner.as_deref(), Some("w1"), "{job:?}");
     });
 }
 

@@ -309,14 +309,16 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                     let log_id = entry.log_id;
                     state.last_applied = Some(log_id);
                     let reply = match entry.payload {
-                        EntryPayload::Normal(mut e) => {
-                            // The log id is authoritative: whatever term the proposer wrote,
-                            // the failover grace must key on the term the entry committed in.
-                            e.term = log_id.leader_id.term;
-                            stamped = true;
+                        EntryPayload::Normal(e) => {
                             // A rejection is an `Err` reply like any other, never a storage
                             // error: a storage error would stop Raft.
-                            let reply = state.machine.apply(log_id.index, &e);
+                            let reply = match proposed_in_another_term(&e, log_id) {
+                                Some(refusal) => Err(refusal),
+                                None => {
+                                    stamped = true;
+                                    state.machine.apply(log_id.index, &e)
+                                }
+                            };
                             state
                                 .rejections
                                 .record(log_id.index, e.stamp_ms, &e.command, &reply);
@@ -763,6 +765,29 @@ pub fn read_snapshot_file(path: &Path) -> Result<(SnapshotMeta, Vec<u8>), Snapsh
 /// Returns the size of the machine part.
 pub fn write_snapshot_file(dir: &Path, meta: &SnapshotMeta, machine: Vec<u8>) -> io::Result<u64> {
     write_file(dir, meta, &Body::Bytes(machine))
+}
+
+/// An entry whose proposer stamped it for another term than the one it committed in is
+/// refused, deterministically (both terms are in the log), and changes nothing. Its stamp
+/// was taken on that other term's line, before this term was ready (`Node::ready_term`),
+/// and applying it could move cluster time off the committed line or, as a new term's
+/// first entry, hide the leaderless gap from the failover grace (issue 16, items 1, 4).
+/// Only a leadership change in the instant between stamping and openraft taking the
+/// entry gets here; the client sees 503 and retries.
+fn proposed_in_another_term(
+    e: &leasehold_statemachine::Entry,
+    log_id: LogId,
+) -> Option<leasehold_statemachine::ApiError> {
+    let committed_in = log_id.leader_id.term;
+    (e.term != committed_in).then(|| {
+        leasehold_statemachine::ApiError::new(
+            leasehold_statemachine::ErrorCode::Unavailable,
+            format!(
+                "proposed in term {} but committed in term {committed_in}: not applied; retry",
+                e.term
+            ),
+        )
+    })
 }
 
 #[cfg(test)]
