@@ -16,6 +16,10 @@
 //! - SIGINT/SIGTERM to the worker → no new claims; running children get SIGTERM (then
 //!   SIGKILL after the grace) and their jobs are released.
 //!
+//! Deadlines and the kill timer are on the client's clock (`CLOCK_BOOTTIME` on Linux,
+//! see `leasehold_client::clock`), re-read at least every 100 ms, so a worker resumed
+//! from a suspend past its deadline kills the command within a step of the resume.
+//!
 //! The child runs in its own process group, so a terminal's Ctrl-C reaches only the
 //! worker, which then stops the children itself. When the child exits on its own, the
 //! rest of its group (a background process it left behind) is SIGKILLed before the job
@@ -31,10 +35,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use leasehold_client::{CancellationToken, Client, Lease};
+use leasehold_client::{CancellationToken, Client, Clock, Lease, LocalInstant};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
-use tokio::time::{sleep, sleep_until, Instant};
+use tokio::time::sleep;
 
 use crate::cli_jobs::{CliError, ClientOpts};
 
@@ -332,6 +336,7 @@ impl Shared {
             }
             last
         });
+        let clock = lease.client().clock().clone();
         let stop = loop {
             let deadline = lease.deadline();
             let term_at = deadline.checked_sub(self.grace).unwrap_or(deadline);
@@ -353,7 +358,8 @@ impl Shared {
                 }
                 _ = ka.cancelled() => break Outcome::LeaseLost,
                 _ = self.shutdown.cancelled() => break Outcome::Shutdown,
-                _ = sleep_until(term_at) => {
+                // Stepped sleep (`Clock::sleep_until`): a suspend is noticed on resume.
+                _ = clock.sleep_until(term_at) => {
                     if lease.deadline() > deadline {
                         continue; // renewed meanwhile
                     }
@@ -361,7 +367,7 @@ impl Shared {
                 }
             }
         };
-        self.kill(&mut child, lease.deadline()).await;
+        self.kill(&mut child, lease.deadline(), &clock).await;
         reader.abort();
         stop
     }
@@ -370,21 +376,27 @@ impl Shared {
     /// at `deadline`, whichever comes first — whether or not the direct child exited
     /// meanwhile (a grandchild may ignore SIGTERM). Returns once the child is reaped and
     /// the group is killed (or found empty).
-    async fn kill(&self, child: &mut Child, deadline: Instant) {
+    async fn kill(&self, child: &mut Child, deadline: LocalInstant, clock: &Clock) {
         let Some(pgid) = child.id() else {
             let _ = child.wait().await; // already reaped: nothing of ours can be signalled
             return;
         };
         signal_group(pgid, Signal::Term);
-        let kill_at = (Instant::now() + self.grace).min(deadline);
+        let kill_at = (clock.now() + self.grace).min(deadline);
         let mut exited = false;
-        while Instant::now() < kill_at {
+        loop {
+            let left = kill_at.saturating_duration_since(clock.now());
+            if left.is_zero() {
+                break;
+            }
             if exited && !group_exists(pgid) {
                 return; // every member is gone (zombies aside): nothing left to kill
             }
+            // Short tokio sleeps, the client's clock re-read after each: a suspend
+            // during the grace is noticed within one of them.
             tokio::select! {
                 _ = child.wait(), if !exited => exited = true,
-                _ = sleep_until(kill_at.min(Instant::now() + GROUP_POLL)) => {}
+                _ = sleep(left.min(GROUP_POLL)) => {}
             }
         }
         signal_group(pgid, Signal::Kill);
@@ -395,8 +407,9 @@ impl Shared {
     }
 }
 
-/// How often [`Shared::kill`] looks whether a group whose leader exited still has
-/// members, so that an emptied group ends the grace early.
+/// How often [`Shared::kill`] re-reads the clock and looks whether a group whose leader
+/// exited still has members (an emptied group ends the grace early). Below the client's
+/// `CLOCK_STEP`, so the kill timer is as prompt after a suspend as the keep-alive.
 const GROUP_POLL: Duration = Duration::from_millis(20);
 
 #[derive(Debug, Clone, Copy)]
