@@ -296,6 +296,11 @@ impl Client {
         &self.inner.config
     }
 
+    /// The clock this client's lease deadlines are on.
+    pub fn clock(&self) -> &crate::clock::Clock {
+        &self.inner.config.clock
+    }
+
     /// `POST /v1/jobs` → 201 Job.
     pub async fn submit(&self, job: &NewJob) -> Result<Job, Error> {
         job.to_request()?.into_command()?;
@@ -442,7 +447,7 @@ impl Client {
         generation: u64,
         ttl_ms: Option<u64>,
         opts: CallOpts,
-    ) -> Result<(leasehold_statemachine::Lease, tokio::time::Instant), Error> {
+    ) -> Result<(leasehold_statemachine::Lease, crate::clock::LocalInstant), Error> {
         let req = RenewRequest {
             owner: owner.to_owned(),
             generation,

@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use crate::client::Client;
+use crate::clock::{Clock, LocalClock};
 use crate::deadline::DeadlinePolicy;
 use crate::error::Error;
 use crate::retry::RetryPolicy;
@@ -31,6 +32,9 @@ pub struct Config {
     pub token: Option<Token>,
     /// The CA for `https://` endpoints and the client certificate for mTLS.
     pub tls: TlsConfig,
+    /// The clock lease deadlines are kept on. Default [`Clock::boot`]: on Linux it
+    /// counts time spent suspended (see `clock`).
+    pub clock: Clock,
 }
 
 /// A client token. `Debug` never shows it, so a logged config leaks nothing.
@@ -74,6 +78,7 @@ impl Default for Config {
             deadline: DeadlinePolicy::default(),
             token: None,
             tls: TlsConfig::default(),
+            clock: Clock::default(),
         }
     }
 }
@@ -139,6 +144,12 @@ impl ClientBuilder {
     /// Time kept in reserve before the store's earliest expiry to stop the work.
     pub fn margin(mut self, margin: Duration) -> Self {
         self.config.deadline.margin = margin;
+        self
+    }
+
+    /// The clock lease deadlines are kept on (a test's fake clock, say).
+    pub fn clock(mut self, clock: impl LocalClock) -> Self {
+        self.config.clock = Clock::new(clock);
         self
     }
 

@@ -1,5 +1,5 @@
-//! The worker's own lease deadline, on the local monotonic clock (design.md,
-//! "Client-side safety"):
+//! The worker's own lease deadline, on the client's local clock (design.md,
+//! "Client-side safety"; `CLOCK_BOOTTIME` on Linux, see `clock`):
 //!
 //! ```text
 //! deadline = sent + ttl × (1 − drift) − margin
@@ -14,7 +14,7 @@
 
 use std::time::Duration;
 
-use tokio::time::Instant;
+use crate::clock::LocalInstant;
 
 /// How conservative the local deadline is. Defaults: drift 1 %, margin 100 ms.
 ///
@@ -49,7 +49,7 @@ impl DeadlinePolicy {
     }
 
     /// `sent + ttl × (1 − drift) − margin`, never before `sent`.
-    pub fn deadline(&self, sent: Instant, ttl: Duration) -> Instant {
+    pub fn deadline(&self, sent: LocalInstant, ttl: Duration) -> LocalInstant {
         sent + self.usable(ttl)
     }
 
@@ -72,7 +72,7 @@ mod tests {
     #[test]
     fn default_deadline_of_a_ten_second_lease() {
         let p = DeadlinePolicy::default();
-        let sent = Instant::now();
+        let sent = LocalInstant::from_origin(Duration::from_secs(1_000));
         // 10 s × 0.99 − 100 ms = 9.8 s.
         assert_eq!(p.deadline(sent, ms(10_000)), sent + ms(9_800));
     }
@@ -82,7 +82,7 @@ mod tests {
         // The store's expiry is at least sent + ttl; the deadline must come before it for
         // every TTL api.md allows, and by at least the margin.
         let p = DeadlinePolicy::default();
-        let sent = Instant::now();
+        let sent = LocalInstant::from_origin(Duration::from_secs(1_000));
         for ttl_ms in [100, 101, 250, 1_000, 2_000, 60_000, 3_600_000] {
             let ttl = ms(ttl_ms);
             let d = p.deadline(sent, ttl);
@@ -94,7 +94,7 @@ mod tests {
     #[test]
     fn a_ttl_within_the_margin_gives_no_time_at_all() {
         let p = DeadlinePolicy::default();
-        let sent = Instant::now();
+        let sent = LocalInstant::from_origin(Duration::from_secs(1_000));
         assert_eq!(p.deadline(sent, ms(100)), sent);
         assert_eq!(p.deadline(sent, Duration::ZERO), sent);
     }

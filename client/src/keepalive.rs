@@ -14,6 +14,11 @@
 //!                     ^ new deadline basis                     ^ token fires here
 //! ```
 //!
+//! The deadline, the renew schedule and the recovery window are on the client's clock
+//! (`CLOCK_BOOTTIME` on Linux) and watched with [`Clock::sleep_until`]'s bounded steps:
+//! after a suspend that outlasted the deadline, the token fires within one step of the
+//! resume, without waiting for a renew to be refused.
+//!
 //! A token never un-fires. If a renew succeeds after it fired (an election ended late),
 //! the status becomes [`LeaseStatus::Recovered`]: the lease is held again, but the work
 //! that was told to stop is not silently resumed — [`Lease::run`] releases the job so it
@@ -28,10 +33,10 @@ use leasehold_statemachine::{ErrorCode, Job};
 use serde::Serialize;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
 use crate::client::Client;
+use crate::clock::{Clock, LocalInstant};
 use crate::error::Error;
 use crate::lease::Lease;
 use crate::transport::CallOpts;
@@ -163,8 +168,9 @@ impl LeaseCtx {
         &self.lease
     }
 
-    /// The current local deadline (moves with each successful renew).
-    pub fn deadline(&self) -> Instant {
+    /// The current local deadline (moves with each successful renew), on the client's
+    /// clock.
+    pub fn deadline(&self) -> LocalInstant {
         self.lease.deadline()
     }
 
@@ -201,6 +207,7 @@ impl Lease {
         let every = cfg.renew_every.unwrap_or(ttl / 3);
         let request_timeout = self.client().config().request_timeout;
         let watchdog = Watchdog {
+            clock: self.client().clock().clone(),
             lease: self.clone(),
             every,
             recover_for: cfg
@@ -425,6 +432,7 @@ impl Drop for KeepAlive {
 
 /// The background task of a [`KeepAlive`].
 struct Watchdog {
+    clock: Clock,
     lease: Lease,
     every: Duration,
     recover_for: Duration,
@@ -436,14 +444,15 @@ struct Watchdog {
     /// The current deadline passed without a renew (the token fired for it).
     lapsed: bool,
     /// While lapsed: when to stop trying to recover.
-    give_up_at: Option<Instant>,
+    give_up_at: Option<LocalInstant>,
 }
 
 impl Watchdog {
     async fn run(mut self) {
         let mut next_renew = self.lease.sent_at() + self.every;
         loop {
-            if self.drive(sleep_until(next_renew)).await.is_none() {
+            let clock = self.clock.clone();
+            if self.drive(clock.sleep_until(next_renew)).await.is_none() {
                 return;
             }
             let lease = self.lease.clone();
@@ -462,7 +471,7 @@ impl Watchdog {
                     return;
                 }
                 // Unavailable, unknown outcome, a garbled answer: a fresh round soon.
-                Some(Err(_)) => next_renew = Instant::now() + RENEW_ROUND_PAUSE,
+                Some(Err(_)) => next_renew = self.clock.now() + RENEW_ROUND_PAUSE,
             }
         }
     }
@@ -475,11 +484,12 @@ impl Watchdog {
             let deadline = self.lease.deadline();
             let give_up_at = self.give_up_at;
             let stop = self.stop.clone();
+            let clock = self.clock.clone();
             tokio::select! {
                 biased;
                 _ = stop.cancelled() => return None,
-                _ = sleep_until(deadline), if !self.lapsed => self.lapse(deadline),
-                _ = sleep_until(give_up_at.unwrap_or(deadline)), if give_up_at.is_some() => {
+                _ = clock.sleep_until(deadline), if !self.lapsed => self.lapse(deadline),
+                _ = clock.sleep_until(give_up_at.unwrap_or(deadline)), if give_up_at.is_some() => {
                     self.lose(None);
                     return None;
                 }
@@ -496,7 +506,7 @@ impl Watchdog {
         self.cancel.cancel();
     }
 
-    fn lapse(&mut self, deadline: Instant) {
+    fn lapse(&mut self, deadline: LocalInstant) {
         self.lapsed = true;
         self.give_up_at = Some(deadline + self.recover_for);
         self.fire(CancelReason::DeadlinePassed, LeaseStatus::Lapsed);

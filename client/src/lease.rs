@@ -6,17 +6,20 @@
 //! TTL the store reports back (so it matches what the store applied). Renews of one
 //! handle (and its clones) are serialized: each sets the store's expiry to its own
 //! stamp + TTL, and the handle's deadline must always come from the latest of them.
+//!
+//! Deadlines are [`LocalInstant`]s on the client's [`Clock`](crate::Clock)
+//! (`CLOCK_BOOTTIME` on Linux), so time spent suspended counts: after a resume past the
+//! deadline, [`Lease::is_live`] is false at once, before any renew is refused.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use leasehold_statemachine::Job;
-use serde_json::Value;
-use tokio::time::Instant;
-
 use crate::client::Client;
+use crate::clock::LocalInstant;
 use crate::error::Error;
 use crate::transport::CallOpts;
+use leasehold_statemachine::Job;
+use serde_json::Value;
 
 /// A lease on one job at one generation. Clones share state: a renew through any clone
 /// moves every clone's deadline.
@@ -38,8 +41,8 @@ struct LeaseInner {
 #[derive(Debug, Clone)]
 struct LeaseState {
     wire: leasehold_statemachine::Lease,
-    sent: Instant,
-    deadline: Instant,
+    sent: LocalInstant,
+    deadline: LocalInstant,
 }
 
 impl std::fmt::Debug for Lease {
@@ -52,7 +55,8 @@ impl std::fmt::Debug for Lease {
             .field("ttl_ms", &s.wire.ttl_ms)
             .field(
                 "deadline_in",
-                &s.deadline.saturating_duration_since(Instant::now()),
+                &s.deadline
+                    .saturating_duration_since(self.client.clock().now()),
             )
             .finish()
     }
@@ -64,7 +68,7 @@ impl Lease {
     pub(crate) fn from_answer(
         client: &Client,
         wire: leasehold_statemachine::Lease,
-        sent: Instant,
+        sent: LocalInstant,
     ) -> Result<Lease, Error> {
         let deadline = deadline_of(client, &wire, sent);
         Ok(Lease {
@@ -115,24 +119,34 @@ impl Lease {
         self.state().wire.ttl_ms
     }
 
-    /// The local deadline: stop producing effects under this lease by then.
-    pub fn deadline(&self) -> Instant {
+    /// The local deadline, on the client's clock ([`Client::clock`]): stop producing
+    /// effects under this lease by then.
+    pub fn deadline(&self) -> LocalInstant {
         self.state().deadline
     }
 
-    /// When the claim or renew that set the current deadline was first sent.
-    pub fn sent_at(&self) -> Instant {
+    /// The deadline as a tokio (monotonic) instant, as of now
+    /// ([`Clock::to_monotonic`](crate::Clock::to_monotonic)): for logs and for comparing
+    /// with monotonic timestamps; after a suspend it moves earlier.
+    pub fn deadline_instant(&self) -> tokio::time::Instant {
+        self.client.clock().to_monotonic(self.deadline())
+    }
+
+    /// When the claim or renew that set the current deadline was first sent, on the
+    /// client's clock.
+    pub fn sent_at(&self) -> LocalInstant {
         self.state().sent
     }
 
     /// Time left before the local deadline (zero once it has passed).
     pub fn remaining(&self) -> Duration {
-        self.deadline().saturating_duration_since(Instant::now())
+        self.deadline()
+            .saturating_duration_since(self.client.clock().now())
     }
 
     /// Whether the local deadline is still ahead.
     pub fn is_live(&self) -> bool {
-        Instant::now() < self.deadline()
+        self.client.clock().now() < self.deadline()
     }
 
     /// The latest api.md Lease object the store returned for this lease.
@@ -200,7 +214,11 @@ impl Lease {
     }
 }
 
-fn deadline_of(client: &Client, wire: &leasehold_statemachine::Lease, sent: Instant) -> Instant {
+fn deadline_of(
+    client: &Client,
+    wire: &leasehold_statemachine::Lease,
+    sent: LocalInstant,
+) -> LocalInstant {
     client
         .config()
         .deadline

@@ -26,6 +26,8 @@
 //!   the bearer [`Token`].
 //! - [`tls`]: [`TlsConfig`] — the CA for `https://` endpoints, the mTLS identity.
 //! - [`deadline`]: the local lease deadline, `sent + ttl × (1 − drift) − margin`.
+//! - [`clock`]: [`Clock`], the clock deadlines are kept on (`CLOCK_BOOTTIME` on Linux,
+//!   so a suspend counts), and [`LocalInstant`], a point on it.
 //! - [`lease`]: [`Lease`] — token, deadline, renew, complete, release.
 //! - [`keepalive`]: [`KeepAlive`], [`LeaseCtx`], [`run_leased`] — background renewal and
 //!   the cancellation signal.
@@ -34,6 +36,7 @@
 //!   `fence-http`) is a fenced HTTP destination built on it.
 
 pub mod client;
+pub mod clock;
 pub mod config;
 pub mod deadline;
 pub mod error;
@@ -45,6 +48,7 @@ pub mod tls;
 mod transport;
 
 pub use client::{Client, ClusterStatus, ListJobs, Membership, NewJob};
+pub use clock::{BootClock, Clock, LocalClock, LocalInstant};
 pub use config::{ClientBuilder, Config, Token};
 pub use deadline::DeadlinePolicy;
 pub use error::Error;

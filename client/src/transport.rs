@@ -15,6 +15,7 @@ use reqwest::Method;
 use tokio::time::Instant;
 
 use crate::client::Client;
+use crate::clock::{Clock, LocalInstant};
 use crate::error::Error;
 use crate::retry::{backoff, judge, Attempt, Rotation, Verdict};
 use crate::tls::chain;
@@ -50,8 +51,9 @@ pub(crate) struct CallOpts {
 pub(crate) struct Answer {
     pub status: u16,
     pub body: Vec<u8>,
-    /// When the first attempt of the call was sent (the lease deadline's basis).
-    pub first_sent: Instant,
+    /// When the first attempt of the call was sent (the lease deadline's basis), on the
+    /// client's clock.
+    pub first_sent: LocalInstant,
 }
 
 /// What one attempt came to.
@@ -114,8 +116,10 @@ fn describe(endpoint: &str, status: u16, body: &[u8]) -> String {
 
 /// What a call has been through so far.
 struct Progress {
-    /// Just before the first attempt: the lease deadline's basis.
+    /// Just before the first attempt, for the retry budget.
     started: Instant,
+    /// The same moment on the client's clock: the lease deadline's basis.
+    first_sent: LocalInstant,
     attempts: u32,
     /// Some attempt may have taken effect (504, timeout, cut-off answer).
     maybe_applied: bool,
@@ -126,8 +130,10 @@ struct Progress {
 }
 
 impl Progress {
-    fn new() -> Progress {
+    fn new(clock: &Clock) -> Progress {
         Progress {
+            // The deadline basis is read first: it must not be later than the send.
+            first_sent: clock.now(),
             started: Instant::now(),
             attempts: 0,
             maybe_applied: false,
@@ -154,7 +160,7 @@ impl Client {
         let policy = self.inner.config.retry;
         let preferred = self.inner.preferred.load(Ordering::Relaxed);
         let mut rotation = Rotation::new(self.inner.endpoints.len(), preferred);
-        let mut progress = Progress::new();
+        let mut progress = Progress::new(&self.inner.config.clock);
         loop {
             progress.attempts += 1;
             let hint = match self.attempt(rotation.current(), call, &mut progress).await {
@@ -214,7 +220,7 @@ impl Client {
                 Ok(Answer {
                     status,
                     body,
-                    first_sent: progress.started,
+                    first_sent: progress.first_sent,
                 })
             }
             (Verdict::Final, _) => unreachable!("only an answer is final"),
@@ -246,7 +252,7 @@ impl Client {
                 self.inner.endpoints.len()
             ))
         })?;
-        let first_sent = Instant::now();
+        let first_sent = self.inner.config.clock.now();
         match self.send_once(idx, call).await {
             Exchange::Answer { status, body, .. } => Ok(Answer {
                 status,

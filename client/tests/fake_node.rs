@@ -15,7 +15,10 @@ use axum::extract::State;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
-use leasehold_client::{CancelReason, Client, Error, ErrorCode, LeaseStatus, RunError};
+use leasehold_client::clock::{JumpClock, CLOCK_STEP};
+use leasehold_client::{
+    CancelReason, Client, Error, ErrorCode, KeepAliveConfig, LeaseStatus, RunError,
+};
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 use tokio::time::{timeout, Instant};
@@ -383,9 +386,9 @@ async fn the_deadline_counts_from_the_first_send() {
         ],
     );
     let client = fast_client(&[addr]);
-    let before = Instant::now();
+    let before = client.clock().now();
     let lease = client.claim("j1", "w", 2_000).await.unwrap();
-    let after = Instant::now();
+    let after = client.clock().now();
     assert!(after - before >= Duration::from_secs(1));
     // 2 s × 0.99 − 100 ms = 1.88 s after the first send, which was before `before`+ε.
     assert!(lease.sent_at() >= before && lease.sent_at() < before + Duration::from_millis(200));
@@ -409,7 +412,7 @@ async fn keep_alive_fires_at_the_deadline_when_renews_fail() {
         ..Default::default()
     });
     timeout(WAIT, ka.cancelled()).await.expect("token fired");
-    let fired = Instant::now();
+    let fired = client.clock().now();
     assert!(fired >= lease.deadline(), "fired before the deadline");
     assert!(
         fired <= lease.deadline() + Duration::from_millis(100),
@@ -436,7 +439,7 @@ async fn keep_alive_fires_when_the_store_says_stale() {
     let lease = client.claim("j1", "w", 3_000).await.unwrap();
     let ka = lease.keep_alive();
     timeout(WAIT, ka.cancelled()).await.expect("token fired");
-    assert!(Instant::now() < lease.deadline());
+    assert!(lease.is_live());
     assert_eq!(
         ka.cancel_reason(),
         Some(CancelReason::Rejected(ErrorCode::StaleLease))
@@ -577,4 +580,39 @@ async fn unauthenticated_and_permission_denied_are_final_api_errors() {
     let e = client.claim("j1", "team-b/x", 1_000).await.unwrap_err();
     assert_eq!(e.code(), Some(ErrorCode::PermissionDenied), "{e}");
     assert_eq!(fake.seen_on("/claim").len(), 1, "a 403 is not retried");
+}
+
+/// A suspend longer than the lease, simulated: the client's clock jumps 120 s while
+/// tokio's timers (monotonic, which a suspend stops) see none of it. At the resume the
+/// lease reports not live at once, and the token fires within a few clock steps with no
+/// renew sent: the next renew is not even due, so nothing but the clock can tell.
+///
+/// One thread, so that the keep-alive task is known to be asleep on its timers when the
+/// clock jumps: `yield_now` runs every other ready task (the new keep-alive) first.
+#[tokio::test(flavor = "current_thread")]
+async fn a_suspend_past_the_deadline_ends_the_lease_at_the_resume() {
+    let (fake, addr) = start_fake().await;
+    fake.on("/claim", vec![reply(200, lease_json("j1", "w", 1, 60_000))]);
+    fake.on("/renew", vec![api_error(503, "unavailable")]);
+    let suspend = JumpClock::new();
+    let client = Client::builder([addr.to_string()])
+        .clock(suspend.clone())
+        .build()
+        .unwrap();
+    let lease = client.claim("j1", "w", 60_000).await.unwrap();
+    let ka = lease.keep_alive_with(KeepAliveConfig {
+        renew_every: Some(Duration::from_secs(3_600)),
+        ..Default::default()
+    });
+    tokio::task::yield_now().await;
+    assert!(lease.is_live() && !ka.is_cancelled());
+
+    suspend.advance(Duration::from_secs(120));
+    assert!(!lease.is_live(), "live after a suspend past its deadline");
+    assert_eq!(lease.remaining(), Duration::ZERO);
+    timeout(CLOCK_STEP * 10, ka.cancelled())
+        .await
+        .expect("the token fired within a few clock steps of the resume");
+    assert_eq!(ka.cancel_reason(), Some(CancelReason::DeadlinePassed));
+    assert!(fake.seen_on("/renew").is_empty(), "a renew was sent");
 }

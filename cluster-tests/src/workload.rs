@@ -140,7 +140,7 @@ impl<S: FnMut(Op)> Actor<S> {
         match &r {
             Ok(l) => {
                 op.generation = Some(l.generation());
-                op.deadline = Some(to_mono(l.deadline().into_std()));
+                op.deadline = Some(to_mono(l.deadline_instant().into_std()));
             }
             Err(e) => op.outcome = outcome_of(e),
         }
@@ -158,7 +158,7 @@ impl<S: FnMut(Op)> Actor<S> {
             invoke,
         );
         match &r {
-            Ok(()) => op.deadline = Some(to_mono(lease.deadline().into_std())),
+            Ok(()) => op.deadline = Some(to_mono(lease.deadline_instant().into_std())),
             Err(e) => op.outcome = outcome_of(e),
         }
         (self.sink)(op);

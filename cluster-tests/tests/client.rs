@@ -18,7 +18,7 @@ use leasehold_client::{
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::time::{timeout, Instant};
+use tokio::time::timeout;
 
 /// Bound on one client call in these tests (its own retries included).
 const CALL: Duration = Duration::from_secs(30);
@@ -37,7 +37,7 @@ async fn claim_renew_complete_through_the_client() {
     let e = client.submit(&NewJob::new().id("job-1")).await.unwrap_err();
     assert_eq!(e.code(), Some(ErrorCode::AlreadyExists));
 
-    let before = Instant::now();
+    let before = client.clock().now();
     let lease = client.claim("job-1", "worker-a", 5_000).await.unwrap();
     assert_eq!(
         (lease.token(), lease.owner(), lease.job_id()),
@@ -180,7 +180,7 @@ async fn worked_example_stale_lease_and_fenced_write() {
     .await;
 
     let lease_b = b.claim("invoice-42", "worker-b", 10_000).await.unwrap();
-    let b_answered = Instant::now();
+    let b_answered = lease_a.client().clock().now();
     assert_eq!(lease_b.token(), n + 1);
     // Real-time mutual exclusion: A's own deadline had passed before B got the job.
     assert!(lease_a.deadline() <= b_answered);
@@ -232,9 +232,10 @@ async fn keep_alive_cancels_before_store_expiry_when_all_nodes_stop() {
     let ka = lease.keep_alive();
     // Record the instant the token fires, whatever else the test is doing then.
     let token = ka.cancellation_token();
+    let clock = client.clock().clone();
     let fired = tokio::spawn(async move {
         token.cancelled().await;
-        Instant::now()
+        clock.now()
     });
 
     eventually("a background renew to succeed", CALL, || {

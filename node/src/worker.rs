@@ -10,12 +10,24 @@
 //! - non-zero exit → release;
 //! - the lease is lost (keep-alive token fired), or its local deadline comes within
 //!   `--kill-grace-ms` without a renew → SIGTERM to the child's process group, SIGKILL
-//!   after the grace and in any case at the local deadline; nothing is completed;
+//!   to the whole group after the grace and in any case at the local deadline — even
+//!   when the direct child exited on the SIGTERM, since what it started may not have;
+//!   nothing is completed;
 //! - SIGINT/SIGTERM to the worker → no new claims; running children get SIGTERM (then
 //!   SIGKILL after the grace) and their jobs are released.
 //!
+//! Deadlines and the kill timer are on the client's clock (`CLOCK_BOOTTIME` on Linux,
+//! see `leasehold_client::clock`), re-read at least every 100 ms, so a worker resumed
+//! from a suspend past its deadline kills the command within a step of the resume.
+//!
 //! The child runs in its own process group, so a terminal's Ctrl-C reaches only the
-//! worker, which then stops the children itself.
+//! worker, which then stops the children itself. When the child exits on its own, the
+//! rest of its group (a background process it left behind) is SIGKILLed before the job
+//! is completed or released: nothing of a job runs on past its outcome.
+//!
+//! The command is never started once the lease's local deadline has passed (a slow
+//! claim answer or payload read can use up a short TTL): the job is released instead,
+//! and the worker logs "not starting the command".
 
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,10 +35,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use leasehold_client::{CancellationToken, Client, Lease};
+use leasehold_client::{CancellationToken, Client, Clock, Lease, LocalInstant};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
-use tokio::time::{sleep, sleep_until, Instant};
+use tokio::time::sleep;
 
 use crate::cli_jobs::{CliError, ClientOpts};
 
@@ -229,6 +241,18 @@ impl Shared {
                 return;
             }
         };
+        if ka.is_cancelled() || !lease.is_live() {
+            // Checked last thing before the spawn: what starts now must be able to stop
+            // before the store can expire the lease, and that time is already gone.
+            tracing::warn!(job = %job_id, generation, reason = ?ka.cancel_reason(),
+                "the lease's local deadline passed before the command could start; \
+                 not starting the command, releasing the job");
+            match ka.release().await {
+                Ok(_) => tracing::info!(job = %job_id, generation, "released"),
+                Err(e) => tracing::warn!(job = %job_id, error = %e, "releasing failed"),
+            }
+            return;
+        }
         let outcome = match self.spawn(&job_id, generation, &payload) {
             Ok(child) => self.supervise(child, &lease, &ka).await,
             Err(e) => {
@@ -297,6 +321,7 @@ impl Shared {
         lease: &Lease,
         ka: &leasehold_client::KeepAlive,
     ) -> Outcome {
+        let pgid = child.id();
         let stdout = child.stdout.take();
         let reader = tokio::spawn(async move {
             let mut last = None;
@@ -311,13 +336,19 @@ impl Shared {
             }
             last
         });
+        let clock = lease.client().clock().clone();
         let stop = loop {
             let deadline = lease.deadline();
             let term_at = deadline.checked_sub(self.grace).unwrap_or(deadline);
             tokio::select! {
                 status = child.wait() => {
                     let success = matches!(status, Ok(s) if s.success());
-                    // Bounded: a grandchild may still hold stdout open.
+                    // What the child left running dies with the job's outcome; that also
+                    // closes the stdout it may hold.
+                    if let Some(pgid) = pgid {
+                        signal_group(pgid, Signal::Kill);
+                    }
+                    // Bounded: a process that left the group may still hold stdout open.
                     let last_line = tokio::time::timeout(Duration::from_secs(1), reader)
                         .await
                         .ok()
@@ -327,7 +358,8 @@ impl Shared {
                 }
                 _ = ka.cancelled() => break Outcome::LeaseLost,
                 _ = self.shutdown.cancelled() => break Outcome::Shutdown,
-                _ = sleep_until(term_at) => {
+                // Stepped sleep (`Clock::sleep_until`): a suspend is noticed on resume.
+                _ = clock.sleep_until(term_at) => {
                     if lease.deadline() > deadline {
                         continue; // renewed meanwhile
                     }
@@ -335,40 +367,94 @@ impl Shared {
                 }
             }
         };
-        self.kill(&mut child, lease.deadline()).await;
+        self.kill(&mut child, lease.deadline(), &clock).await;
         reader.abort();
         stop
     }
 
-    /// SIGTERM to the child's group, SIGKILL after the grace or at `deadline`, whichever
-    /// comes first; returns once the child is reaped.
-    async fn kill(&self, child: &mut Child, deadline: Instant) {
-        let pid = child.id();
-        if let Some(pid) = pid {
-            signal_group(pid, "TERM");
-        }
-        let kill_at = (Instant::now() + self.grace).min(deadline);
-        tokio::select! {
-            _ = child.wait() => {}
-            _ = sleep_until(kill_at) => {
-                if let Some(pid) = pid {
-                    signal_group(pid, "KILL");
-                }
-                let _ = child.start_kill();
-                let _ = child.wait().await;
+    /// SIGTERM to the child's group, then SIGKILL to the whole group after the grace or
+    /// at `deadline`, whichever comes first — whether or not the direct child exited
+    /// meanwhile (a grandchild may ignore SIGTERM). Returns once the child is reaped and
+    /// the group is killed (or found empty).
+    async fn kill(&self, child: &mut Child, deadline: LocalInstant, clock: &Clock) {
+        let Some(pgid) = child.id() else {
+            let _ = child.wait().await; // already reaped: nothing of ours can be signalled
+            return;
+        };
+        signal_group(pgid, Signal::Term);
+        let kill_at = (clock.now() + self.grace).min(deadline);
+        let mut exited = false;
+        loop {
+            let left = kill_at.saturating_duration_since(clock.now());
+            if left.is_zero() {
+                break;
             }
+            if exited && !group_exists(pgid) {
+                return; // every member is gone (zombies aside): nothing left to kill
+            }
+            // Short tokio sleeps, the client's clock re-read after each: a suspend
+            // during the grace is noticed within one of them.
+            tokio::select! {
+                _ = child.wait(), if !exited => exited = true,
+                _ = sleep(left.min(GROUP_POLL)) => {}
+            }
+        }
+        signal_group(pgid, Signal::Kill);
+        if !exited {
+            let _ = child.start_kill();
+            let _ = child.wait().await;
         }
     }
 }
 
-/// Sends SIGname to the process group `pid` leads (the child was made a group leader),
-/// through kill(1), so the node crate needs no libc binding.
-fn signal_group(pid: u32, name: &str) {
-    let _ = std::process::Command::new("kill")
-        .arg(format!("-{name}"))
-        .arg("--")
-        .arg(format!("-{pid}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
+/// How often [`Shared::kill`] re-reads the clock and looks whether a group whose leader
+/// exited still has members (an emptied group ends the grace early). Below the client's
+/// `CLOCK_STEP`, so the kill timer is as prompt after a suspend as the keep-alive.
+const GROUP_POLL: Duration = Duration::from_millis(20);
+
+#[derive(Debug, Clone, Copy)]
+enum Signal {
+    Term,
+    Kill,
+}
+
+/// Sends `sig` to the process group `pgid` (the child was made its leader). A direct
+/// kill(2): it never blocks, unlike running kill(1). Once it returns, SIGKILL is pending
+/// on every member, none of which runs user code again.
+///
+/// The group id is the child's pid; the kernel does not hand that pid out again while
+/// any process is still in the group, so signalling it after the leader was reaped
+/// reaches only what the child left behind.
+#[cfg(unix)]
+fn signal_group(pgid: u32, sig: Signal) -> bool {
+    let sig = match sig {
+        Signal::Term => libc::SIGTERM,
+        Signal::Kill => libc::SIGKILL,
+    };
+    match libc::pid_t::try_from(pgid) {
+        // `kill(-1)` would signal every process we may signal: never let 0 or 1 through.
+        // SAFETY: kill(2) takes plain integers; a negative pid names a process group.
+        Ok(pgid) if pgid > 1 => unsafe { libc::kill(-pgid, sig) == 0 },
+        _ => false,
+    }
+}
+
+/// Whether group `pgid` still has a member (signal 0 checks without sending).
+#[cfg(unix)]
+fn group_exists(pgid: u32) -> bool {
+    match libc::pid_t::try_from(pgid) {
+        // SAFETY: as in `signal_group`; signal 0 is only the existence check.
+        Ok(pgid) if pgid > 1 => unsafe { libc::kill(-pgid, 0) == 0 },
+        _ => false,
+    }
+}
+
+#[cfg(not(unix))]
+fn signal_group(_pgid: u32, _sig: Signal) -> bool {
+    false // no process groups: `kill` falls back to killing the direct child
+}
+
+#[cfg(not(unix))]
+fn group_exists(_pgid: u32) -> bool {
+    false
 }

@@ -1,0 +1,308 @@
+//! `leasehold worker run` (node/src/worker.rs) against real `leasehold serve` processes:
+//! the command it runs never outlives the lease, and never starts after it.
+//!
+//! Each test runs the worker as its own process over a three-node [`ProcCluster`]; the
+//! command is `sh -c` with a background grandchild that ignores SIGTERM and appends to a
+//! file every 50 ms, so "still producing effects" is visible from outside. Liveness of
+//! the command's process group is read from `/proc` (a zombie counts as dead: it runs no
+//! code). The tests hold one lock, so their timing does not compete for the 2 cores.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use leasehold_client::{Client, JobState, NewJob};
+use leasehold_cluster_tests::fixture::{leasehold_bin, ClusterOpts, ProcCluster, POLL};
+use leasehold_cluster_tests::proxy::{Fault, LinkProxy};
+use tokio::process::{Child, Command};
+use tokio::time::Instant;
+
+/// Bound on the cluster electing a leader and on one client call.
+const BOUND: Duration = Duration::from_secs(30);
+/// Bound on the worker process exiting after its one job.
+const WORKER_EXIT: Duration = Duration::from_secs(40);
+/// Poll step of the "is the group dead yet" check: fine, because the assertion on the
+/// time of death has only the deadline's margin (100 ms) of slack.
+const DEATH_POLL: Duration = Duration::from_millis(5);
+
+/// One test at a time: a lease-timing assertion must not share the CPUs with another
+/// test's nine processes.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn bin() -> PathBuf {
+    leasehold_bin(env!("CARGO_BIN_EXE_leasehold-under-test"))
+}
+
+/// A command whose direct child (sh) records its pid (= the group id, the worker makes
+/// it a group leader), starts a grandchild that ignores SIGTERM and ticks into a file,
+/// then does `tail` (e.g. `wait`, or print a result and exit 0).
+fn ticking_command(dir: &Path, tail: &str) -> String {
+    let d = dir.display();
+    format!(
+        "echo $$ > {d}/pgid.tmp && mv {d}/pgid.tmp {d}/pgid; \
+         (trap '' TERM; while :; do echo tick >> {d}/ticks; sleep 0.05; done) & \
+         echo $! > {d}/grandchild.tmp && mv {d}/grandchild.tmp {d}/grandchild; {tail}"
+    )
+}
+
+/// Kills the command's whole group when the test ends, passed or not: a failing run
+/// must not leave a ticking grandchild behind.
+struct GroupGuard(Option<i32>);
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.0 {
+            // SAFETY: kill(2) with a negative pid signals that process group; the group
+            // is the test's own command's.
+            unsafe { libc::kill(-pgid, libc::SIGKILL) };
+        }
+    }
+}
+
+/// Fields after `comm` of `/proc/<pid>/stat`: state, ppid, pgrp, … (`comm` may hold
+/// spaces and parentheses, hence the last `)`).
+fn stat_fields(pid: &str) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    Some(rest.split_whitespace().map(str::to_owned).collect())
+}
+
+/// Pids of the processes of group `pgid` that are not zombies.
+fn live_members(pgid: i32) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let pgid = pgid.to_string();
+    entries
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|name| name.bytes().all(|b| b.is_ascii_digit()))
+        .filter(|pid| stat_fields(pid).is_some_and(|f| f.len() > 2 && f[0] != "Z" && f[2] == pgid))
+        .filter_map(|pid| pid.parse().ok())
+        .collect()
+}
+
+/// Whether `pid` exists and is not a zombie.
+fn is_alive(pid: i32) -> bool {
+    stat_fields(&pid.to_string()).is_some_and(|f| f.first().is_some_and(|s| s != "Z"))
+}
+
+/// Polls until `path` holds a number (written atomically by the command), at most `bound`.
+async fn read_pid(path: &Path, bound: Duration) -> i32 {
+    let until = Instant::now() + bound;
+    loop {
+        if let Some(pid) = std::fs::read_to_string(path)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+        {
+            return pid;
+        }
+        assert!(
+            Instant::now() < until,
+            "{} not written within {bound:?}",
+            path.display()
+        );
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+fn file_len(path: &Path) -> u64 {
+    std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
+}
+
+fn spawn_worker(endpoints: &str, queue: &str, ttl_ms: u64, script: &str) -> Child {
+    Command::new(bin())
+        .args(["worker", "run", "--queue", queue, "--ttl-ms"])
+        .arg(ttl_ms.to_string())
+        .args(["--max-jobs", "1", "--", "sh", "-c", script])
+        .env("LEASEHOLD_ENDPOINTS", endpoints)
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawning the worker")
+}
+
+/// Waits (bounded) for the worker to exit; its exit code and stderr.
+async fn finish(worker: Child) -> (i32, String) {
+    let out = tokio::time::timeout(WORKER_EXIT, worker.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("the worker did not exit within {WORKER_EXIT:?}"))
+        .expect("waiting for the worker");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+async fn cluster() -> (ProcCluster, Client, String) {
+    let c = ProcCluster::start(ClusterOpts::new(bin()), BOUND).await;
+    let addrs: Vec<String> = c.ids().iter().map(|id| c.addr(*id).to_string()).collect();
+    let client = Client::new(addrs.iter().cloned()).expect("valid endpoints");
+    (c, client, addrs.join(","))
+}
+
+async fn submit(client: &Client, id: &str, queue: &str) {
+    tokio::time::timeout(BOUND, client.submit(&NewJob::new().id(id).queue(queue)))
+        .await
+        .expect("submit in time")
+        .expect("submit");
+}
+
+/// Polls job `id` until `pred` holds (bounded); the job's `lease_until_ms` then.
+async fn wait_job(
+    client: &Client,
+    id: &str,
+    what: &str,
+    pred: impl Fn(&leasehold_client::Job) -> bool,
+) -> leasehold_client::Job {
+    let until = Instant::now() + BOUND;
+    loop {
+        let job = client.get_job(id).await;
+        match job {
+            Ok(job) if pred(&job) => return job,
+            seen => assert!(
+                Instant::now() < until,
+                "job {id}: {what} not seen within {BOUND:?}; last: {seen:?}"
+            ),
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// The cluster freezes (every node SIGSTOPped) while the command runs; its direct child
+/// dies of SIGTERM at once, its grandchild ignores SIGTERM. The whole group must be dead
+/// before the TTL has passed since the freeze: the last successful renew was sent before
+/// it, so the store may expire the lease from then on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grandchild_ignoring_sigterm_is_killed_before_the_lease_can_expire() {
+    let _serial = SERIAL.lock().await;
+    let (mut c, client, endpoints) = cluster().await;
+    submit(&client, "g-1", "gq").await;
+    let dir = tempfile::tempdir().unwrap();
+    let ttl_ms = 2_000;
+    let ttl = Duration::from_millis(ttl_ms);
+    let worker = spawn_worker(
+        &endpoints,
+        "gq",
+        ttl_ms,
+        &ticking_command(dir.path(), "wait"),
+    );
+    let pgid = read_pid(&dir.path().join("pgid"), BOUND).await;
+    let mut guard = GroupGuard(Some(pgid));
+    let grandchild = read_pid(&dir.path().join("grandchild"), BOUND).await;
+
+    // Freeze just after a renew went through: the worker's deadline is then as late as
+    // it gets, the case with the least slack.
+    let claimed = wait_job(&client, "g-1", "leased", |j| j.state == JobState::Leased).await;
+    wait_job(&client, "g-1", "a renew", |j| {
+        j.lease_until_ms > claimed.lease_until_ms
+    })
+    .await;
+    let frozen_at = Instant::now();
+    for id in c.ids() {
+        c.pause(id);
+    }
+
+    let give_up = frozen_at + ttl * 3;
+    let dead_at = loop {
+        let now = Instant::now();
+        let left = live_members(pgid);
+        if left.is_empty() && !is_alive(grandchild) {
+            break now;
+        }
+        assert!(
+            now < give_up,
+            "{:?} after the freeze (ttl {ttl:?}), group {pgid} still has {left:?} \
+             (grandchild {grandchild} alive: {})",
+            now - frozen_at,
+            is_alive(grandchild)
+        );
+        tokio::time::sleep(DEATH_POLL).await;
+    };
+    assert!(
+        dead_at < frozen_at + ttl,
+        "the command's group died {:?} after the freeze, past the ttl {ttl:?}",
+        dead_at - frozen_at
+    );
+    // Dead processes write nothing: the file stays as it is.
+    let ticks = file_len(&dir.path().join("ticks"));
+    assert!(ticks > 0, "the grandchild never ticked");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        file_len(&dir.path().join("ticks")),
+        ticks,
+        "ticks after death"
+    );
+
+    for id in c.ids() {
+        c.resume(id);
+    }
+    let (code, stderr) = finish(worker).await;
+    guard.0 = None;
+    assert_eq!(code, 0, "stderr: {stderr}");
+    assert!(stderr.contains("lease lost"), "stderr: {stderr}");
+}
+
+/// The command exits 0 but leaves a grandchild running (holding its stdout open). The
+/// worker kills the group before it completes the job, and still takes the result line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grandchild_left_by_a_successful_command_is_killed_before_completion() {
+    let _serial = SERIAL.lock().await;
+    let (_c, client, endpoints) = cluster().await;
+    submit(&client, "n-1", "nq").await;
+    let dir = tempfile::tempdir().unwrap();
+    let script = ticking_command(dir.path(), r#"echo '{"done":true}'"#);
+    let worker = spawn_worker(&endpoints, "nq", 5_000, &script);
+    let pgid = read_pid(&dir.path().join("pgid"), BOUND).await;
+    let mut guard = GroupGuard(Some(pgid));
+    let grandchild = read_pid(&dir.path().join("grandchild"), BOUND).await;
+
+    let done = wait_job(&client, "n-1", "completed", |j| {
+        j.state == JobState::Completed
+    })
+    .await;
+    // Checked only now, after the completion was seen: it must already hold.
+    let left = live_members(pgid);
+    assert!(
+        left.is_empty() && !is_alive(grandchild),
+        "job completed while group {pgid} still has {left:?}"
+    );
+    assert_eq!(done.result.as_deref(), Some(r#"{"done":true}"#), "{done:?}");
+    let (code, stderr) = finish(worker).await;
+    guard.0 = None;
+    assert_eq!(code, 0, "stderr: {stderr}");
+}
+
+/// Every request of the worker crosses a proxy that delays each direction by 120 ms, with
+/// a 400 ms TTL: the local deadline (396 − 100 = 296 ms after the claim's send) has passed
+/// by the time the claim's answer and the payload read are back (≥ 480 ms). The command
+/// must not be started at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn command_is_not_started_after_the_local_deadline() {
+    let _serial = SERIAL.lock().await;
+    let (c, client, _) = cluster().await;
+    submit(&client, "d-1", "dq").await;
+    let mut proxies = Vec::new();
+    for id in c.ids() {
+        let p = LinkProxy::start(c.addr(id)).await.expect("a proxy");
+        p.set(Fault::Delay(Duration::from_millis(120)));
+        proxies.push(p);
+    }
+    let endpoints: Vec<String> = proxies.iter().map(|p| p.addr().to_string()).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("started");
+    let script = format!("echo started > {}", marker.display());
+    let worker = spawn_worker(&endpoints.join(","), "dq", 400, &script);
+
+    let (code, stderr) = finish(worker).await;
+    assert_eq!(code, 0, "stderr: {stderr}");
+    assert!(
+        stderr.contains("not starting the command"),
+        "the worker did not refuse to start the command; stderr: {stderr}"
+    );
+    assert!(!marker.exists(), "the command ran; stderr: {stderr}");
+    let job = client.get_job("d-1").await.expect("the job");
+    assert_ne!(job.state, JobState::Completed, "{job:?}");
+}
