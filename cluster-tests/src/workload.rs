@@ -130,6 +130,7 @@ impl<S: FnMut(Op)> Actor<S> {
             outcome: Outcome::Ok,
             deadline: None,
             key: None,
+            cluster_time_ms: None,
         }
     }
 
@@ -141,6 +142,7 @@ impl<S: FnMut(Op)> Actor<S> {
             Ok(l) => {
                 op.generation = Some(l.generation());
                 op.deadline = Some(to_mono(l.deadline().into_std()));
+                op.cluster_time_ms = Some(l.wire().cluster_time_ms);
             }
             Err(e) => op.outcome = outcome_of(e),
         }
@@ -158,7 +160,10 @@ impl<S: FnMut(Op)> Actor<S> {
             invoke,
         );
         match &r {
-            Ok(()) => op.deadline = Some(to_mono(lease.deadline().into_std())),
+            Ok(()) => {
+                op.deadline = Some(to_mono(lease.deadline().into_std()));
+                op.cluster_time_ms = Some(lease.wire().cluster_time_ms);
+            }
             Err(e) => op.outcome = outcome_of(e),
         }
         (self.sink)(op);
