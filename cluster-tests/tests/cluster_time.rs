@@ -26,8 +26,9 @@ use leasehold_cluster_tests::fixture::{leasehold_bin, ClusterOpts, NodeSpec, Pro
 use leasehold_cluster_tests::history::{
     mono_now, to_mono, Nanos, Op, OpKind, Outcome, Recorder, RunRecord,
 };
-use leasehold_cluster_tests::workload::{worker_client, worker_client_with_attempts, Actor};
-use tokio::task::JoinSet;
+use leasehold_cluster_tests::workload::{
+    spawn_prober, worker_client, worker_client_with_attempts, Actor,
+};
 use tokio::time::Instant;
 
 /// The TTL.
@@ -204,29 +205,6 @@ async fn renewed_since(holders: &[Holder], since: Nanos, what: &str) {
     }
 }
 
-/// Writes to A's own port every [`PROBE_EVERY`], so that A, if it still leads while cut
-/// off, stamps entries steadily (each proposal waits out the write timeout).
-fn start_prober(c: &ProcCluster) -> tokio::task::JoinHandle<()> {
-    let url = c.endpoint(A);
-    tokio::spawn(async move {
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(10))
-            .build()
-            .expect("prober client");
-        let mut inflight = JoinSet::new();
-        for n in 0u64.. {
-            let req = http
-                .post(format!("{url}/v1/jobs/probe-{n}/claim"))
-                .json(&serde_json::json!({"owner": "prober", "ttl_ms": 1_000}));
-            inflight.spawn(async move {
-                let _ = req.send().await;
-            });
-            tokio::time::sleep(PROBE_EVERY).await;
-            while inflight.try_join_next().is_some() {}
-        }
-    })
-}
-
 /// Another owner claims every job, round after round, until each is granted (recorded).
 async fn rival_claims(c: &ProcCluster, rec: &Recorder, jobs: &[String], bound: Duration) {
     let mut rival = actor(
@@ -292,7 +270,7 @@ async fn a_leader_cut_off_while_the_majority_was_down_does_not_expire_leases_ear
     ));
 
     c.isolate(&[A]);
-    let prober = start_prober(&c);
+    let prober = spawn_prober(c.endpoint(A), PROBE_EVERY);
     let first = leader_among(&c, &[B, C], "after cutting A off").await;
     let t = mono_now();
     steps.log(format!("A cut off; the majority elected {first}"));
