@@ -1,11 +1,10 @@
 //! Cluster time: the stamp a leader puts on every entry it proposes (design.md, "Cluster
 //! time").
 //!
-//! A stamp is the largest of: the last applied stamp + monotonic time elapsed since it
-//! was applied; within the leader's own term, its previous stamp + monotonic time elapsed
-//! since it issued it; and the last stamp it issued. No wall clock takes part once a
-//! cluster has a stamped entry, so a skewed or jumping wall clock on any node changes
-//! nothing. Because an applied stamp was taken before its entry reached this node, the
+//! A stamp is the larger of: the last applied stamp + monotonic time elapsed since it
+//! was applied; and, within the leader's own term, its previous stamp + monotonic time
+//! elapsed since it issued it. No wall clock takes part once a cluster has a stamped
+//! entry, so a skewed or jumping wall clock on any node changes nothing. Because an applied stamp was taken before its entry reached this node, the
 //! estimate from it never runs ahead of the true time since that stamp: after a failover
 //! cluster time continues at most slightly behind, which only lengthens leases.
 //!
@@ -13,6 +12,15 @@
 //! on each applied entry would lose that entry's commit latency every time, and under a
 //! steady load cluster time fell seconds behind real time within seconds (found by
 //! `leasehold bench failover`: leases left to expire stayed held ~8 s past their TTL).
+//!
+//! A stamp this node issued in an *earlier* term counts for nothing (issue 16, item 1).
+//! A leader cut off from its quorum keeps issuing stamps on its own line for entries that
+//! never commit, while the majority's cluster time may stand still (a majority down for
+//! seconds). Had the node's next term started at its old line ("never below what it
+//! issued"), cluster time would jump seconds ahead of what the holders' deadlines were
+//! computed against, and their leases would expire early. Store time never goes backwards
+//! anyway (the state machine takes the maximum of its clock and each stamp), so issued
+//! stamps need not be monotonic across terms.
 //!
 //! A new leader must not stamp until it has applied its predecessor's entries, or it
 //! would estimate from an old basis (or, with none, from its own wall clock). The leader
@@ -30,11 +38,10 @@ use crate::clock::SharedClock;
 /// `basis` is `(stamp_ms, mono_ms_when_applied)` of the newest applied stamped entry,
 /// `None` only for a cluster that has never applied one (then the wall clock seeds it).
 /// `own` is `(stamp_ms, mono_ms_when_issued)` of this node's last stamp *in the current
-/// term*, if it issued one (it leads this term).
+/// term*, if it issued one (it leads this term). Stamps of earlier terms never take part.
 pub fn decide_stamp(
     basis: Option<(u64, u64)>,
     own: Option<(u64, u64)>,
-    last_issued_ms: u64,
     mono_now_ms: u64,
     wall_now_ms: u64,
 ) -> u64 {
@@ -45,13 +52,12 @@ pub fn decide_stamp(
         Some(b) => since(b),
         None => wall_now_ms,
     };
-    estimate.max(own.map_or(0, since)).max(last_issued_ms)
+    estimate.max(own.map_or(0, since))
 }
 
 /// What this node issued last.
 #[derive(Debug, Default)]
 struct Issued {
-    last_ms: u64,
     /// `(term, stamp_ms, mono_ms)` of the last stamp.
     own: Option<(u64, u64, u64)>,
 }
@@ -86,13 +92,12 @@ impl Timekeeper {
     }
 
     /// A stamp for a new entry of `term` (which this node leads); never below what this
-    /// node issued before.
+    /// node issued before in the same term.
     pub fn issue(&self, basis: Option<(u64, u64)>, term: u64) -> u64 {
         let mut issued = self.issued.lock().expect("timekeeper lock");
         let mono = self.clock.mono_ms();
         let own = issued.own_in(term);
-        let stamp = decide_stamp(basis, own, issued.last_ms, mono, self.clock.wall_ms());
-        issued.last_ms = stamp;
+        let stamp = decide_stamp(basis, own, mono, self.clock.wall_ms());
         issued.own = Some((term, stamp, mono));
         stamp
     }
@@ -101,16 +106,12 @@ impl Timekeeper {
     /// stamp: what a leader judges reads against.
     pub fn estimate(&self, basis: Option<(u64, u64)>, term: u64) -> u64 {
         let issued = self.issued.lock().expect("timekeeper lock");
-        match basis {
-            // A node that never applied a stamped entry knows no cluster time yet.
-            None if issued.last_ms == 0 => 0,
-            _ => decide_stamp(
-                basis,
-                issued.own_in(term),
-                issued.last_ms,
-                self.clock.mono_ms(),
-                self.clock.wall_ms(),
-            ),
+        let own = issued.own_in(term);
+        match (basis, own) {
+            // A node that never applied a stamped entry (nor leads with one) knows no
+            // cluster time yet.
+            (None, None) => 0,
+            _ => decide_stamp(basis, own, self.clock.mono_ms(), self.clock.wall_ms()),
         }
     }
 
@@ -140,37 +141,37 @@ mod tests {
     #[test]
     fn estimate_is_basis_plus_monotonic_elapsed() {
         assert_eq!(
-            decide_stamp(Some((10_000, 500)), None, 0, 1_700, 99_999_999),
+            decide_stamp(Some((10_000, 500)), None, 1_700, 99_999_999),
             11_200
         );
     }
 
     #[test]
     fn wall_clock_is_ignored_once_there_is_a_basis() {
-        let a = decide_stamp(Some((10_000, 500)), None, 0, 600, 0);
-        let b = decide_stamp(Some((10_000, 500)), None, 0, 600, u64::MAX / 2);
+        let a = decide_stamp(Some((10_000, 500)), None, 600, 0);
+        let b = decide_stamp(Some((10_000, 500)), None, 600, u64::MAX / 2);
         assert_eq!(a, b);
     }
 
     #[test]
     fn wall_clock_seeds_a_new_cluster() {
         assert_eq!(
-            decide_stamp(None, None, 0, 5, 1_764_000_000_000),
+            decide_stamp(None, None, 5, 1_764_000_000_000),
             1_764_000_000_000
         );
     }
 
     #[test]
-    fn never_below_what_was_issued() {
+    fn never_below_what_was_issued_in_the_same_term() {
         assert_eq!(
-            decide_stamp(Some((10_000, 500)), None, 20_000, 600, 0),
-            20_000
+            decide_stamp(Some((10_000, 500)), Some((20_000, 550)), 600, 0),
+            20_050
         );
     }
 
     #[test]
     fn a_basis_applied_in_the_future_of_a_restarted_clock_counts_zero_elapsed() {
-        assert_eq!(decide_stamp(Some((10_000, 900)), None, 0, 100, 0), 10_000);
+        assert_eq!(decide_stamp(Some((10_000, 900)), None, 100, 0), 10_000);
     }
 
     #[test]
@@ -246,5 +247,33 @@ mod tests {
         assert_eq!(tk.estimate(applied, 1), 6_000);
         assert_eq!(tk.estimate(applied, 3), 5_800);
         assert_eq!(tk.issue(applied, 3), 5_800);
+    }
+
+    /// Issue 16, item 1: a leader cut off from its quorum keeps stamping entries that
+    /// never commit; while a majority is down, cluster time stands still. When the node
+    /// leads again in a later term, its old line must not drag cluster time forward.
+    #[test]
+    fn stamps_of_a_cut_off_term_never_move_cluster_time_in_a_later_term() {
+        let clock = std::sync::Arc::new(HandClock::default());
+        let tk = Timekeeper::new(clock.clone());
+        let set = |ms: u64| clock.mono.store(ms, std::sync::atomic::Ordering::Relaxed);
+        // Term 1: this node leads from cluster time 100_000, then is cut off and goes on
+        // stamping ticks that never commit, for 10 s of its own line.
+        assert_eq!(tk.issue(Some((100_000, 0)), 1), 100_000);
+        for t in (1_000..=10_000).step_by(1_000) {
+            set(t);
+            assert_eq!(tk.issue(Some((100_000, 0)), 1), 100_000 + t);
+        }
+        // Meanwhile the majority elected another leader, went down for 8 s and came back:
+        // the newest stamp this node applied (at mono 11_000) is only 102_000.
+        set(11_000);
+        let applied = Some((102_000, 11_000));
+        set(11_500);
+        // Term 3, led by this node again: it continues from what it applied.
+        assert_eq!(tk.estimate(applied, 3), 102_500);
+        assert_eq!(tk.issue(applied, 3), 102_500);
+        // …and within term 3 from its own line, never below it.
+        set(11_600);
+        assert_eq!(tk.issue(Some((102_000, 11_000)), 3), 102_600);
     }
 }
