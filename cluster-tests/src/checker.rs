@@ -59,7 +59,21 @@ pub enum ViolationKind {
     DestinationOrder,
     /// The destination accepted one idempotency key twice (design.md: "no duplicate").
     DestinationDuplicate,
+    /// Cluster time ran ahead of real time (design.md, "Never faster than real time";
+    /// issue 16 item 1): acked claim/renew answers `a`, `b` whose `cluster_time_ms`
+    /// differ by more than the real time from `a`'s send to `b`'s answer allows (see
+    /// [`Checker::cluster_time`]). Leases would expire before their holders' deadlines.
+    ClusterTimeAhead,
 }
+
+/// Drift allowance of [`ViolationKind::ClusterTimeAhead`], in percent: the client's
+/// `DeadlinePolicy` default drift (1 %), what workers' deadlines already allow for. A
+/// scenario must not run a node's monotonic clock faster than this (`--clock-rate`).
+pub const CLUSTER_TIME_DRIFT_PERCENT: u64 = 1;
+/// Slack of [`ViolationKind::ClusterTimeAhead`]: stamps and node clocks count whole
+/// milliseconds, so each hop of cluster time (stamp, apply, next leader's estimate) may
+/// round by up to a millisecond.
+pub const CLUSTER_TIME_SLACK_MS: u64 = 5;
 
 /// One broken invariant, with the ops involved named in `detail`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -136,7 +150,7 @@ impl Report {
 }
 
 /// Checks every invariant over `run`. Violations come per job (in job-id order, rules
-/// in [`ViolationKind`] order), then durability, replicas, destination.
+/// in [`ViolationKind`] order), then durability, replicas, destination, cluster time.
 pub fn check(run: &RunRecord) -> Report {
     let mut c = Checker {
         origin: run.ops.iter().map(|o| o.invoke).min().unwrap_or(0),
@@ -155,6 +169,7 @@ pub fn check(run: &RunRecord) -> Report {
     }
     c.replicas(&run.replicas);
     c.destination(&run.accepted);
+    c.cluster_time(&run.ops);
     Report {
         violations: c.violations,
         stats: stats(run, jobs.len()),
@@ -502,6 +517,70 @@ impl Checker {
             if let Some(prev) = keys.insert(&a.key, a) {
                 let detail = format!("{} and {}", accepted_str(prev), accepted_str(a));
                 self.push(ViolationKind::DestinationDuplicate, &a.resource, detail);
+            }
+        }
+    }
+}
+
+/// The cluster-time rule's ordering key of an answer: `v × 100 − t × (100 + drift %)`,
+/// in ns × 100 (i128: cluster time in ns × 100 overflows an i64). `key(b) − key(a)` is
+/// `100 × (v_b − v_a − (t_b − t_a) × (1 + drift))`.
+fn drift_key(cluster_time_ms: u64, t: Nanos) -> i128 {
+    let v = cluster_time_ms as i128 * 1_000_000;
+    v * 100 - t as i128 * (100 + CLUSTER_TIME_DRIFT_PERCENT as i128)
+}
+
+impl Checker {
+    /// Rule 9, cluster time never runs ahead of real time. An acked claim/renew answer
+    /// `x` reports the store time at which its entry was applied on the leader, at some
+    /// instant `p_x` in `[x.invoke, x.complete]`. Store time is a function of the log
+    /// prefix (the running maximum of the stamps), so for `p_a <= p_b` the rule is
+    /// `v_b − v_a <= (p_b − p_a) × (1 + drift)`; since `p_b − p_a <= b.complete −
+    /// a.invoke`, a violation is sure when
+    ///
+    /// ```text
+    ///   v_b − v_a > (b.complete − a.invoke) × (1 + drift) + slack
+    /// ```
+    ///
+    /// and it needs `a.invoke <= b.complete`: otherwise `b` applied first and `v_b <=
+    /// v_a`. (When `p_b < p_a` the right side is positive and `v_b <= v_a`, so no false
+    /// alarm.) A sweep over answers by `complete`, with the least `drift_key` of those
+    /// invoked so far: O(n log n). One violation per `b`, naming the worst `a`.
+    fn cluster_time(&mut self, ops: &[Op]) {
+        let stamped: Vec<(&Op, u64)> = ops
+            .iter()
+            .filter(|o| matches!(o.kind, OpKind::Claim | OpKind::Renew) && is_ok(o))
+            .filter_map(|o| Some((o, o.cluster_time_ms?)))
+            .collect();
+        let mut by_invoke = stamped.clone();
+        by_invoke.sort_by_key(|(o, _)| o.invoke);
+        let mut by_complete = stamped;
+        by_complete.sort_by_key(|(o, _)| o.complete);
+        let slack = CLUSTER_TIME_SLACK_MS as i128 * 1_000_000 * 100;
+        let mut next = 0;
+        let mut least: Option<(i128, &Op, u64)> = None;
+        for (b, vb) in by_complete {
+            while let Some(&(a, va)) = by_invoke.get(next).filter(|(a, _)| a.invoke <= b.complete) {
+                let key = drift_key(va, a.invoke);
+                if least.is_none_or(|(k, _, _)| key < k) {
+                    least = Some((key, a, va));
+                }
+                next += 1;
+            }
+            let Some((ka, a, va)) = least else { continue };
+            if drift_key(vb, b.complete) - ka > slack {
+                let detail = format!(
+                    "{} on {} answered cluster time {vb} ms, {} ms past the {va} ms of {} on \
+                     {}, but only {:.3} ms of real time passed from that send to this answer \
+                     (allowed: {CLUSTER_TIME_DRIFT_PERCENT} % drift + {CLUSTER_TIME_SLACK_MS} ms)",
+                    self.op(b),
+                    b.job,
+                    vb as i128 - va as i128,
+                    self.op(a),
+                    a.job,
+                    (b.complete as i128 - a.invoke as i128) as f64 / 1e6,
+                );
+                self.push(ViolationKind::ClusterTimeAhead, "", detail);
             }
         }
     }

@@ -17,7 +17,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
 
-use crate::checker::{check, Report};
+use crate::checker::{check, Report, CLUSTER_TIME_DRIFT_PERCENT};
 use crate::fixture::{ClusterOpts, ProcCluster};
 use crate::history::{Accepted, Op, OpKind, Outcome, Recorder, RunRecord};
 use crate::workload::{
@@ -81,6 +81,7 @@ impl Chaos {
             "chaos {name}: seed {seed}; re-run: CHAOS_SEED={seed} cargo test -p \
              leasehold-cluster-tests --release --test chaos -- {name} --exact"
         );
+        assert_clock_rates_checkable(&opts);
         let opts = ClusterOpts {
             bin: crate::fixture::leasehold_bin(&opts.bin.to_string_lossy()),
             ..opts
@@ -323,6 +324,21 @@ impl Chaos {
             );
         }
         report
+    }
+}
+
+/// The checker's cluster-time rule allows [`CLUSTER_TIME_DRIFT_PERCENT`]: a node whose
+/// monotonic clock runs faster than that would make cluster time run ahead of real time
+/// by design of the scenario, not by a defect, so no scenario may configure one.
+fn assert_clock_rates_checkable(opts: &ClusterOpts) {
+    let max = 1.0 + CLUSTER_TIME_DRIFT_PERCENT as f64 / 100.0;
+    for (i, n) in opts.nodes.iter().enumerate() {
+        assert!(
+            n.clock_rate <= max,
+            "node {}: --clock-rate {} is above the checker's drift allowance ({max})",
+            i + 1,
+            n.clock_rate
+        );
     }
 }
 

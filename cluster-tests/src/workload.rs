@@ -130,6 +130,7 @@ impl<S: FnMut(Op)> Actor<S> {
             outcome: Outcome::Ok,
             deadline: None,
             key: None,
+            cluster_time_ms: None,
         }
     }
 
@@ -141,6 +142,7 @@ impl<S: FnMut(Op)> Actor<S> {
             Ok(l) => {
                 op.generation = Some(l.generation());
                 op.deadline = Some(to_mono(l.deadline_instant().into_std()));
+                op.cluster_time_ms = Some(l.wire().cluster_time_ms);
             }
             Err(e) => op.outcome = outcome_of(e),
         }
@@ -158,7 +160,10 @@ impl<S: FnMut(Op)> Actor<S> {
             invoke,
         );
         match &r {
-            Ok(()) => op.deadline = Some(to_mono(lease.deadline_instant().into_std())),
+            Ok(()) => {
+                op.deadline = Some(to_mono(lease.deadline_instant().into_std()));
+                op.cluster_time_ms = Some(lease.wire().cluster_time_ms);
+            }
             Err(e) => op.outcome = outcome_of(e),
         }
         (self.sink)(op);
@@ -410,4 +415,31 @@ impl WorkerProcess {
         let _ = tokio::time::timeout(Duration::from_secs(5), &mut self.reader).await;
         exited
     }
+}
+
+/// A client of one node's own port only (as clients of a cut-off node are): it posts a
+/// claim of a fresh throwaway job (`probe-N`, owner `prober`) every `every`, without
+/// waiting for the answers, until aborted. A node that still leads while cut off from its
+/// quorum stamps each of these proposals, which never commit: the stamps a leader issues
+/// for its clients. Nothing is recorded; the jobs are disjoint from the workers'.
+pub fn spawn_prober(endpoint: String, every: Duration) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let http = reqwest::Client::builder()
+            // Longer than the node's write timeout: the answer is the 504 of a proposal
+            // that could not commit, not a dropped connection.
+            .timeout(Duration::from_secs(10))
+            .build()
+            .expect("prober client");
+        let mut inflight = tokio::task::JoinSet::new();
+        for n in 0u64.. {
+            let req = http
+                .post(format!("{endpoint}/v1/jobs/probe-{n}/claim"))
+                .json(&serde_json::json!({"owner": "prober", "ttl_ms": 1_000}));
+            inflight.spawn(async move {
+                let _ = req.send().await;
+            });
+            tokio::time::sleep(every).await;
+            while inflight.try_join_next().is_some() {}
+        }
+    })
 }

@@ -4,6 +4,9 @@
 //! by healing everything and checking liveness, and passes only if the checker finds no
 //! violation in the recorded history.
 //!
+//! `compound_random_faults` combines faults (issue 16, item 1): a leader cut off while
+//! both others are down, isolations with kills and pauses.
+//!
 //! The scenarios run one at a time (they share two cores; overlapping them would turn
 //! every timeout into noise). `CHAOS_SECONDS=N CHAOS_SEED=S` runs the mixed schedule
 //! for N seconds as a soak.
@@ -14,7 +17,7 @@ use leasehold_cluster_tests::fixture::{ClusterOpts, NodeSpec};
 use leasehold_cluster_tests::history::{mono_now, Op, OpKind, Outcome};
 use leasehold_cluster_tests::proxy::Fault;
 use leasehold_cluster_tests::scenario::{count, Bins, Chaos, LEADER_BOUND};
-use leasehold_cluster_tests::workload::ProcMode;
+use leasehold_cluster_tests::workload::{spawn_prober, ProcMode};
 use tokio::sync::mpsc;
 use tokio::time::{timeout, Instant};
 
@@ -380,15 +383,20 @@ async fn many_workers_compete_for_hot_jobs() {
     c.finish().await;
 }
 
+/// `CHAOS_SECONDS` if set, else `default`: the length of a random schedule.
+fn chaos_seconds(default: f64) -> f64 {
+    std::env::var("CHAOS_SECONDS")
+        .ok()
+        .map(|s| s.trim().parse().expect("CHAOS_SECONDS must be a number"))
+        .unwrap_or(default)
+}
+
 /// A random schedule of every fault above, including worker processes frozen past their
 /// lease. `CHAOS_SECONDS` (default 30) sets its length.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mixed_random_schedule() {
     let _serial = SERIAL.lock().await;
-    let secs: f64 = std::env::var("CHAOS_SECONDS")
-        .ok()
-        .map(|s| s.trim().parse().expect("CHAOS_SECONDS must be a number"))
-        .unwrap_or(30.0);
+    let secs = chaos_seconds(30.0);
     let seed = leasehold_cluster_tests::scenario::seed();
     // The node specs come from the seed too.
     let mut specs = vec![NodeSpec::default(); 3];
@@ -522,4 +530,172 @@ async fn inject_random_fault(c: &mut Chaos) {
             }
         }
     }
+}
+
+/// Leases of the compound schedule: 1.5 s, as in issue 16's finding.
+const COMPOUND_TTL: u64 = 1_500;
+/// How often a client of a cut-off leader's own port writes to it.
+const CUT_OFF_PROBE_EVERY: Duration = Duration::from_millis(100);
+
+/// Issue 16, item 1: a random schedule of *compound* faults for `CHAOS_SECONDS` (default
+/// 60), 1.5 s leases and `serve`-like fast elections: a leader cut off while both others
+/// are down for seconds, then healed and often re-elected; isolations combined with kills
+/// and pauses of nodes and of a worker process. Single-fault schedules never make a cut-off
+/// leader's line run ahead of the majority's; this one did (a grant 225 ms before the
+/// previous holder's deadline), and the checker's cluster-time rule sees every such jump.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compound_random_faults() {
+    let _serial = SERIAL.lock().await;
+    let secs = chaos_seconds(60.0);
+    let mut o = opts();
+    // Elections well inside a 1.5 s lease, so a jump of cluster time, not the election,
+    // decides whether a live lease expires early.
+    o.heartbeat_ms = 50;
+    o.election_timeout_min_ms = 200;
+    o.election_timeout_max_ms = 400;
+    let mut c = Chaos::start("compound_random_faults", o, COMPOUND_TTL, bins()).await;
+    let js = jobs("job", 4);
+    c.spawn_workers(6, &js, |_| {});
+    let cfg = c.worker_config(&js);
+    c.spawn_process(cfg, ProcMode::Loop { seconds: secs }, None);
+    let until = Instant::now() + Duration::from_secs_f64(secs);
+    while Instant::now() < until {
+        let quiet = c.ms(200, 1_000);
+        c.run_for(quiet).await;
+        match c.ms(0, 3).as_millis() {
+            0 | 1 => cut_off_leader_while_the_majority_is_down(&mut c).await,
+            2 => isolation_with_a_kill(&mut c).await,
+            _ => isolated_leader_with_pauses(&mut c).await,
+        }
+    }
+    c.finish().await;
+}
+
+/// A random node other than `not`.
+fn pick_other(c: &mut Chaos, not: u64) -> u64 {
+    let others: Vec<u64> = c.cluster.ids().into_iter().filter(|&n| n != not).collect();
+    others[c.ms(0, others.len() as u64 - 1).as_millis() as usize]
+}
+
+/// Waits until `node` follows a leader other than itself and has applied what that
+/// leader had committed; returns the leader.
+async fn caught_up(c: &Chaos, node: u64) -> u64 {
+    let deadline = Instant::now() + LEADER_BOUND;
+    loop {
+        if let Some(l) = c.cluster.leader().await.filter(|&l| l != node) {
+            // The leader's commit index first: the node must reach a point already passed.
+            let committed = c.cluster.status(l).await.map(|s| s.commit_index);
+            let s = c.cluster.status(node).await;
+            if let (Some(committed), Some(s)) = (committed, s) {
+                if s.leader_id == Some(l) && s.applied_index >= committed {
+                    return l;
+                }
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "node {node} did not catch up within {LEADER_BOUND:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// The issue's compound fault: the leader is cut off (its own clients still write to it),
+/// the others elect, then both are down for seconds (cluster time stands still), come
+/// back and elect; the network heals and the majority's leader is killed, so the once
+/// cut-off node may lead again.
+async fn cut_off_leader_while_the_majority_is_down(c: &mut Chaos) {
+    let l = leader(c).await;
+    let others: Vec<u64> = c.cluster.ids().into_iter().filter(|&n| n != l).collect();
+    c.cluster.isolate(&[l]);
+    let prober = spawn_prober(c.cluster.endpoint(l), CUT_OFF_PROBE_EVERY);
+    c.fault(format!(
+        "isolate leader {l} (a client of its port keeps writing)"
+    ));
+    let m = wait_new_leader(c, l).await;
+    c.fault(format!("the majority elected {m}"));
+    let d = c.ms(300, 1_500);
+    c.run_for(d).await;
+    for &n in &others {
+        c.cluster.kill(n);
+    }
+    let down = c.ms(2_000, 6_000);
+    c.fault(format!("SIGKILL {others:?} for {down:?}"));
+    c.run_for(down).await;
+    for &n in &others {
+        c.cluster.restart(n);
+    }
+    let m = wait_new_leader(c, l).await;
+    c.fault(format!("restarted {others:?}; {m} leads"));
+    let d = c.ms(300, 1_500);
+    c.run_for(d).await;
+    prober.abort();
+    c.cluster.heal_network();
+    let m = caught_up(c, l).await;
+    c.fault(format!("heal network; {l} caught up with {m}"));
+    c.cluster.kill(m);
+    let n = wait_new_leader(c, m).await;
+    let again = if n == l {
+        " (the once cut-off node)"
+    } else {
+        ""
+    };
+    c.fault(format!("SIGKILL {m}; {n} leads{again}"));
+    let d = c.ms(300, 2_000);
+    c.run_for(d).await;
+    c.cluster.restart(m);
+    c.fault(format!("restart {m}"));
+}
+
+/// One node cut off and another killed at once (no majority for a while), healed and
+/// restarted in a random order.
+async fn isolation_with_a_kill(c: &mut Chaos) {
+    let a = pick_other(c, 0);
+    let b = pick_other(c, a);
+    c.cluster.isolate(&[a]);
+    c.cluster.kill(b);
+    let d = c.ms(500, 3_000);
+    c.fault(format!("isolate {a} and SIGKILL {b} for {d:?}"));
+    c.run_for(d).await;
+    let gap = c.ms(0, 1_500);
+    if c.ms(0, 1).as_millis() == 0 {
+        c.cluster.heal_network();
+        c.run_for(gap).await;
+        c.cluster.restart(b);
+        c.fault(format!("heal network, restart {b} {gap:?} later"));
+    } else {
+        c.cluster.restart(b);
+        c.run_for(gap).await;
+        c.cluster.heal_network();
+        c.fault(format!("restart {b}, heal network {gap:?} later"));
+    }
+}
+
+/// The leader cut off; while it is, another node (and sometimes the worker process) is
+/// paused past the lease.
+async fn isolated_leader_with_pauses(c: &mut Chaos) {
+    let l = leader(c).await;
+    c.cluster.isolate(&[l]);
+    let d = c.ms(200, 1_500);
+    c.fault(format!("isolate leader {l}"));
+    c.run_for(d).await;
+    let p = pick_other(c, l);
+    let pause = c.ms(300, 2 * COMPOUND_TTL);
+    let worker = c.process_count() > 0 && c.ms(0, 1).as_millis() == 0;
+    c.cluster.pause(p);
+    if worker {
+        c.process(0).pause();
+    }
+    c.fault(format!(
+        "SIGSTOP node {p} (worker process too: {worker}) for {pause:?}"
+    ));
+    c.run_for(pause).await;
+    c.cluster.resume(p);
+    if worker {
+        c.process(0).resume();
+    }
+    let d = c.ms(0, 1_000);
+    c.run_for(d).await;
+    c.cluster.heal_network();
+    c.fault(format!("SIGCONT {p}, heal network"));
 }

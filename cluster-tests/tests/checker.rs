@@ -99,6 +99,7 @@ impl History {
             outcome: Outcome::Ok,
             deadline: until.map(at),
             key: None,
+            cluster_time_ms: None,
         });
         self
     }
@@ -127,6 +128,16 @@ impl History {
         }
         op.deadline = None;
         op.outcome = outcome;
+        self
+    }
+
+    /// The last op's answer carried `cluster_time_ms` (an acked claim or renew).
+    fn at_cluster_time(mut self, ms: u64) -> Self {
+        self.run
+            .ops
+            .last_mut()
+            .expect("an op to change")
+            .cluster_time_ms = Some(ms);
         self
     }
 
@@ -583,4 +594,81 @@ fn the_summary_counts_and_names_the_violations() {
         assert!(summary.contains(kind), "{summary}");
     }
     assert!(good_history().check().summary().contains("no violations"));
+}
+
+/// Issue 16, item 1: a holder renews at cluster time 100 s; 8 s of real time later the
+/// rival's claim reports cluster time 115 s (a once cut-off leader's stale line). The
+/// holders' leases expire early, and the rule catches it even when no rival was granted.
+#[test]
+fn cluster_time_running_ahead_of_real_time_is_caught() {
+    let h = History::new()
+        .claim("holder", "j1", 1, (0, 5), 11_000)
+        .at_cluster_time(99_000)
+        .renew("holder", "j1", 1, (1_000, 1_005), 12_000)
+        .at_cluster_time(100_000)
+        .claim("rival", "j2", 1, (9_000, 9_010), 20_000)
+        .at_cluster_time(115_000);
+    let report = assert_only(&h, ClusterTimeAhead);
+    assert_eq!(report.violations.len(), 1, "{}", report.summary());
+    let detail = &report.violations[0].detail;
+    assert!(
+        detail.contains("rival claim") && detail.contains("holder renew"),
+        "names the answer and the worst earlier one: {detail}"
+    );
+}
+
+/// Cluster time standing still (a majority down), answers whose cluster times are out of
+/// their invoke order (overlapping calls), and cluster time advancing at real time plus
+/// the drift allowance: all fine.
+#[test]
+fn cluster_time_that_stands_still_or_keeps_up_with_real_time_is_fine() {
+    let h = History::new()
+        .claim("a", "j1", 1, (0, 10), 900)
+        .at_cluster_time(50_000)
+        // Overlapping calls: b answered first but with the later stamp.
+        .claim("b", "j2", 1, (100, 400), 1_000)
+        .at_cluster_time(50_390)
+        .claim("c", "j3", 1, (200, 300), 1_100)
+        .at_cluster_time(50_250)
+        // The majority is down 8 s: cluster time stands still.
+        .renew("a", "j1", 1, (9_000, 9_010), 10_000)
+        .at_cluster_time(50_400)
+        // Then 10 s of real time, 1 % fast.
+        .renew("a", "j1", 1, (19_000, 19_010), 20_000)
+        .at_cluster_time(50_400 + 10_100);
+    assert_clean(&h);
+}
+
+/// The allowance at its limit: `(b.complete − a.invoke) × 1.01 + 5 ms`, and 1 ms past it.
+#[test]
+fn cluster_time_ahead_by_one_ms_past_the_allowance_is_caught() {
+    let history = |ahead_ms: u64| {
+        History::new()
+            .claim("a", "j1", 1, (0, 10), 900)
+            .at_cluster_time(1_000)
+            .claim("b", "j2", 1, (990, 1_000), 1_900)
+            .at_cluster_time(1_000 + 1_010 + 5 + ahead_ms)
+    };
+    assert_clean(&history(0));
+    assert_only(&history(1), ClusterTimeAhead);
+}
+
+/// A history recorded before ops carried `cluster_time_ms` still loads and checks.
+#[test]
+fn a_history_without_cluster_times_still_loads() {
+    let json = r#"{"ops":[{"process":"a","job":"j1","kind":"claim","generation":1,
+        "invoke":7000000000000,"complete":7000005000000,"outcome":"ok",
+        "deadline":7000900000000,"key":null}],"final_jobs":null,"replicas":[],
+        "accepted":[]}"#;
+    let run: RunRecord = serde_json::from_str(json).expect("an old history loads");
+    assert_eq!(run.ops[0].cluster_time_ms, None);
+    assert!(check(&run).is_ok());
+}
+
+/// The checker's drift allowance is the client's default deadline drift.
+#[test]
+fn the_cluster_time_allowance_is_the_clients_default_drift() {
+    let client = leasehold_client::DeadlinePolicy::default().drift;
+    let checker = leasehold_cluster_tests::checker::CLUSTER_TIME_DRIFT_PERCENT as f64 / 100.0;
+    assert!((client - checker).abs() < 1e-12, "{client} vs {checker}");
 }
