@@ -218,8 +218,9 @@ impl Node {
             .unwrap_or_else(|_| Err(ProposeError::Unavailable("shutting down".into())))
     }
 
-    /// The current term, once this node leads it and it is ready to stamp (its first
-    /// stamped entry applied, see `timekeeper.rs`); waits at most `leader_wait`.
+    /// The current term, once this node leads it with a quorum and it is ready to stamp
+    /// (its first stamped entry applied, see `timekeeper.rs`); waits at most
+    /// `leader_wait`.
     ///
     /// Issue 16, item 4: a command stamped before its term is ready (queued in an old
     /// term, proposed after this node won a newer one) becomes the new term's first entry
@@ -236,6 +237,12 @@ impl Node {
             };
             if state != ServerState::Leader {
                 return Err(ProposeError::NotLeader);
+            }
+            // Deposed by check quorum: requests still queued in the batcher must not be
+            // stamped either (each would wait out the write timeout and, stamped on a
+            // line the cluster does not follow, could only mislead).
+            if self.elector.deposed() {
+                return Err(ProposeError::NoQuorum);
             }
             if *ready.borrow_and_update() == term {
                 return Ok(term);
