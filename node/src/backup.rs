@@ -6,8 +6,12 @@
 //! `GET /v1/cluster/snapshot` (`api/backup.rs`) from a state holding every write
 //! committed before the request.
 //!
-//! `save` downloads to `FILE.tmp`, fsyncs, checks the CRC and that the machine decodes,
-//! then renames it to FILE and fsyncs the directory: FILE is whole and checked, or absent.
+//! `save` downloads to a temp file beside FILE, `FILE.tmp.<pid>.<random>`, created
+//! exclusively (`O_CREAT|O_EXCL`: never a path that exists, never through a symlink) with
+//! mode 0600, fsyncs it, checks the CRC and that the machine decodes, then renames it to
+//! FILE and fsyncs the directory: FILE is whole, checked and private, or absent. A path
+//! planted at a temp name (a symlink to a victim, a world-readable file) is never
+//! opened, written or removed: a failed save removes only the temp file it created.
 //!
 //! `restore` seeds ONE empty data dir of a NEW cluster; the new cluster's other nodes
 //! start empty and catch up from it by snapshot. What it writes:
@@ -33,6 +37,7 @@
 //! clusters.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::io::SeekFrom;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -41,7 +46,7 @@ use leasehold_statemachine::{ErrorBody, ErrorCode, LeaseMachine};
 use openraft::storage::RaftLogStorage;
 use openraft::{BasicNode, Membership};
 use serde::Serialize;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncSeekExt, AsyncWriteExt};
 
 use crate::cli_jobs::{read_flag_file, CliError, ClientOpts, Output, EXIT_API, EXIT_UNAVAILABLE};
 use crate::identity::{self, Identity};
@@ -66,6 +71,9 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// included (a node answers within its 45 s request timeout).
 const READ_TIMEOUT: Duration = Duration::from_secs(90);
 const BACKUP_PATH: &str = "/v1/cluster/snapshot";
+/// Fresh temp names tried before giving up: a random 64-bit suffix collides with a
+/// planted path only by chance, so a second collision means something is wrong.
+const TMP_ATTEMPTS: usize = 4;
 
 #[derive(Debug, Args)]
 pub struct SnapshotArgs {
@@ -85,7 +93,8 @@ pub enum SnapshotCmd {
 
 #[derive(Debug, Args)]
 pub struct SaveArgs {
-    /// Where to write the backup (written as FILE.tmp, then renamed).
+    /// Where to write the backup (written to a new private temp file
+    /// FILE.tmp.<pid>.<random> beside it, then renamed).
     pub file: PathBuf,
     /// Replace FILE if it exists.
     #[arg(long)]
@@ -200,7 +209,7 @@ struct Download {
 }
 
 async fn save(a: SaveArgs) -> Result<(), CliError> {
-    if !a.force && a.file.exists() {
+    if !a.force && present(&a.file) {
         return Err(CliError::usage(format!(
             "{} exists: pass --force to replace it",
             a.file.display()
@@ -208,9 +217,16 @@ async fn save(a: SaveArgs) -> Result<(), CliError> {
     }
     let endpoints = endpoint_urls(&a.opts)?;
     let http = http_client(&a.opts)?;
-    let tmp = tmp_path(&a.file);
-    let result = save_to(&http, &endpoints, a.opts.token(), &a.file, &tmp, a.force).await;
+    let (f, tmp) = create_tmp(&a.file, tmp_candidates(&a.file)).map_err(|e| {
+        failed(format!(
+            "creating a temp file beside {}: {e}",
+            a.file.display()
+        ))
+    })?;
+    let f = tokio::fs::File::from_std(f);
+    let result = save_to(&http, &endpoints, a.opts.token(), &a.file, f, &tmp, a.force).await;
     if result.is_err() {
+        // Ours: `create_tmp` made it. Nothing else is ever removed.
         let _ = std::fs::remove_file(&tmp);
     }
     let (got, checked) = result?;
@@ -232,10 +248,12 @@ async fn save_to(
     endpoints: &[String],
     token: Option<&str>,
     file: &Path,
+    mut f: tokio::fs::File,
     tmp: &Path,
     force: bool,
 ) -> Result<(Download, Checked), CliError> {
-    let got = download(http, endpoints, token, tmp).await?;
+    let got = download(http, endpoints, token, &mut f, tmp).await?;
+    drop(f);
     let checked = check_file(tmp).await.map_err(|e| CliError {
         code: EXIT_UNAVAILABLE,
         message: format!("the downloaded backup does not check out: {e}"),
@@ -249,7 +267,7 @@ async fn save_to(
             ),
         });
     }
-    if !force && file.exists() {
+    if !force && present(file) {
         return Err(CliError::usage(format!(
             "{} appeared while downloading: pass --force to replace it",
             file.display()
@@ -274,11 +292,56 @@ fn failed(message: String) -> CliError {
     }
 }
 
-/// `FILE.tmp`, beside FILE.
-fn tmp_path(file: &Path) -> PathBuf {
-    let mut name = file.as_os_str().to_owned();
-    name.push(".tmp");
-    PathBuf::from(name)
+/// Whether anything is at `path`, a dangling symlink included (`Path::exists` follows
+/// links: a rename would silently replace one).
+fn present(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok()
+}
+
+/// `FILE.tmp.<pid>.<random>` names beside FILE (same directory: the rename stays on one
+/// filesystem), fresh each time.
+fn tmp_candidates(file: &Path) -> impl Iterator<Item = PathBuf> + '_ {
+    std::iter::repeat_with(move || {
+        let mut name = file.as_os_str().to_owned();
+        name.push(format!(
+            ".tmp.{}.{:016x}",
+            std::process::id(),
+            rand::random::<u64>()
+        ));
+        PathBuf::from(name)
+    })
+}
+
+/// Creates the first of at most `TMP_ATTEMPTS` candidates that does not exist yet,
+/// exclusively and 0600 from its first byte (a backup holds every job). `create_new`
+/// is `O_CREAT|O_EXCL`, which fails on any existing path, a symlink included, instead
+/// of opening it: a planted path is skipped, never written.
+fn create_tmp(
+    file: &Path,
+    candidates: impl Iterator<Item = PathBuf>,
+) -> std::io::Result<(std::fs::File, PathBuf)> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(identity::DATA_FILE_MODE);
+    }
+    for tmp in candidates.take(TMP_ATTEMPTS) {
+        match options.open(&tmp) {
+            Ok(f) => return Ok((f, tmp)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::AlreadyExists,
+        format!(
+            "{TMP_ATTEMPTS} fresh temp names for {} were all taken already (is someone \
+             planting files in its directory?)",
+            file.display()
+        ),
+    ))
 }
 
 /// fsyncs the directory holding `file`, so a rename into it is durable.
@@ -344,12 +407,14 @@ fn http_client(opts: &ClientOpts) -> Result<reqwest::Client, CliError> {
         .map_err(|e| CliError::usage(format!("building the HTTP client: {e}")))
 }
 
-/// Tries the endpoints in turn until one streams a whole image into `tmp`. An api.md
-/// refusal (401, 403…) ends the attempt at once: every node would say the same.
+/// Tries the endpoints in turn until one streams a whole image into `f` (the temp file
+/// `tmp`). An api.md refusal (401, 403…) ends the attempt at once: every node would say
+/// the same.
 async fn download(
     http: &reqwest::Client,
     endpoints: &[String],
     token: Option<&str>,
+    f: &mut tokio::fs::File,
     tmp: &Path,
 ) -> Result<Download, CliError> {
     let mut last = String::new();
@@ -367,7 +432,7 @@ async fn download(
         };
         let status = resp.status().as_u16();
         if status == 200 {
-            match stream_to(resp, tmp).await {
+            match stream_to(resp, f, tmp).await {
                 Ok(d) => return Ok(d),
                 Err(e) => last = format!("{base}: {e}"),
             }
@@ -402,8 +467,13 @@ async fn download(
     })
 }
 
-/// Writes the body to `tmp` (0600: a backup holds every job) and fsyncs it.
-async fn stream_to(mut resp: reqwest::Response, tmp: &Path) -> Result<Download, String> {
+/// Writes the body to `f` (the temp file `tmp`) from its start, dropping what an
+/// earlier, broken-off attempt left, and fsyncs it.
+async fn stream_to(
+    mut resp: reqwest::Response,
+    f: &mut tokio::fs::File,
+    tmp: &Path,
+) -> Result<Download, String> {
     let header = |name: &str| {
         resp.headers()
             .get(name)
@@ -413,14 +483,12 @@ async fn stream_to(mut resp: reqwest::Response, tmp: &Path) -> Result<Download, 
     let index = header(SNAPSHOT_INDEX_HEADER).and_then(|v| v.parse().ok());
     let node_id = header(crate::api::NODE_HEADER).and_then(|v| v.parse().ok());
     let cluster_id = header(CLUSTER_ID_HEADER);
-    let mut options = tokio::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    options.mode(identity::DATA_FILE_MODE);
-    let mut f = options
-        .open(tmp)
+    f.set_len(0)
         .await
-        .map_err(|e| format!("creating {}: {e}", tmp.display()))?;
+        .map_err(|e| format!("truncating {}: {e}", tmp.display()))?;
+    f.seek(SeekFrom::Start(0))
+        .await
+        .map_err(|e| format!("seeking in {}: {e}", tmp.display()))?;
     let mut bytes = 0u64;
     while let Some(chunk) = resp
         .chunk()
@@ -754,6 +822,48 @@ mod tests {
         assert_eq!(voters, vec![1, 2, 3]);
         let addr = meta.last_membership.membership().get_node(&3).unwrap();
         assert_eq!(addr.addr, "127.0.0.1:8003");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_temp_name_taken_by_a_planted_symlink_is_skipped_not_followed() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let file = d.path().join("b.snap");
+        let victim = d.path().join("victim");
+        std::fs::write(&victim, b"keep").unwrap();
+        let names: Vec<PathBuf> = (0..TMP_ATTEMPTS + 1)
+            .map(|i| d.path().join(format!("b.snap.tmp.{i}")))
+            .collect();
+        std::os::unix::fs::symlink(&victim, &names[0]).unwrap();
+        let (_, tmp) = create_tmp(&file, names.clone().into_iter()).unwrap();
+        assert_eq!(tmp, names[1]);
+        let mode = std::fs::metadata(&tmp).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        // Every name taken (names[1] by the file just made): refused, nothing touched.
+        for n in &names[2..TMP_ATTEMPTS] {
+            std::os::unix::fs::symlink(&victim, n).unwrap();
+        }
+        let err = create_tmp(&file, names.clone().into_iter()).unwrap_err();
+        assert!(err.to_string().contains("all taken"), "{err}");
+        assert!(
+            !names[TMP_ATTEMPTS].exists(),
+            "only {TMP_ATTEMPTS} names tried"
+        );
+        assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+    }
+
+    #[test]
+    fn temp_names_are_fresh_and_beside_the_file() {
+        let file = Path::new("/backups/b.snap");
+        let two: Vec<PathBuf> = tmp_candidates(file).take(2).collect();
+        assert_ne!(two[0], two[1]);
+        for t in &two {
+            assert_eq!(t.parent(), file.parent());
+            let name = t.file_name().unwrap().to_str().unwrap();
+            let pid = format!("b.snap.tmp.{}.", std::process::id());
+            assert!(name.starts_with(&pid), "{name}");
+        }
     }
 
     #[test]
