@@ -305,7 +305,11 @@ async fn a_backup_saved_through_a_follower_seeds_a_new_cluster() {
     let bytes = std::fs::metadata(&backup).unwrap().len();
     assert_eq!(u64_of(&saved, "bytes"), bytes);
     assert!(bytes > (BULK_JOBS * 60_000) as u64, "{bytes} bytes");
-    assert!(!files.path().join("cluster.snapshot.tmp").exists());
+    assert_eq!(
+        names_in(files.path()),
+        ["cluster.snapshot"],
+        "no temp file left"
+    );
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
@@ -602,7 +606,11 @@ async fn a_backup_needs_an_admin_token() {
         "{}",
         out.stderr
     );
-    assert!(!file.exists() && !t.path().join("b.snapshot.tmp").exists());
+    assert_eq!(
+        names_in(t.path()),
+        ["auth.toml"],
+        "a refused save leaves nothing"
+    );
 
     let mut reader = Req::get("/v1/cluster/snapshot");
     reader
@@ -667,4 +675,158 @@ async fn every_node_seeded_under_one_cluster_id_forms_one_cluster() {
         .ok(200);
     settled_digest(&new).await;
     new.shutdown().await;
+}
+
+// ---- the temp file of `snapshot save` (issue 17 item 8) -------------------------------
+
+/// Names in `dir`, sorted.
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+#[cfg(unix)]
+fn mode_of(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::symlink_metadata(path)
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777
+}
+
+/// A cluster holding `SMALL_JOBS` pending jobs, and the leader.
+const SMALL_JOBS: usize = 3;
+async fn small_cluster() -> (TestCluster, u64) {
+    let c = TestCluster::start().await;
+    let leader = c.wait_for_leader().await;
+    for i in 0..SMALL_JOBS {
+        let job = json!({"id": format!("j-{i}"), "queue": "q", "payload": {"i": i}});
+        c.post(leader, "/v1/jobs", job).await.ok(201);
+    }
+    (c, leader)
+}
+
+/// `snapshot save FILE` through `node`, which must succeed; its JSON output.
+async fn save_ok(c: &TestCluster, node: u64, file: &Path) -> Value {
+    let ep = endpoint(c, node);
+    let args = ["snapshot", "save", path_str(file), "--endpoints", &ep];
+    leasehold(&[&args[..], &["--output", "json"]].concat(), &[])
+        .await
+        .json()
+}
+
+/// FILE is a regular file holding a backup that checks out: the index `save` printed
+/// and every job of the cluster.
+#[track_caller]
+fn assert_good_backup(file: &Path, saved: &Value) {
+    let meta = std::fs::symlink_metadata(file).unwrap();
+    assert!(
+        meta.file_type().is_file(),
+        "{} is not a regular file",
+        file.display()
+    );
+    let (meta, machine) = leasehold_node::store::read_snapshot_file(file).unwrap();
+    assert_eq!(
+        meta.last_log_id.map(|l| l.index),
+        Some(u64_of(saved, "index")),
+        "{saved}"
+    );
+    let m = LeaseMachine::restore(&machine).unwrap();
+    assert_eq!(m.stats().jobs, SMALL_JOBS as u64);
+    assert_eq!(saved["jobs"], SMALL_JOBS, "{saved}");
+}
+
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn snapshot_save_does_not_follow_a_symlink_planted_at_the_temp_name() {
+    let t = tempfile::tempdir().unwrap();
+    let backup = t.path().join("backup.snap");
+    let victim = t.path().join("victim.conf");
+    let planted = t.path().join("backup.snap.tmp");
+    let secret = b"listen = 127.0.0.1:7000\n".to_vec();
+    std::fs::write(&victim, &secret).unwrap();
+    std::os::unix::fs::symlink(&victim, &planted).unwrap();
+
+    let (c, leader) = small_cluster().await;
+    let saved = save_ok(&c, leader, &backup).await;
+    c.shutdown().await;
+
+    let victim_now = String::from_utf8_lossy(&std::fs::read(&victim).unwrap()).into_owned();
+    assert_eq!(
+        victim_now.as_bytes(),
+        secret,
+        "the victim was written: {victim_now:?}"
+    );
+    assert_eq!(
+        std::fs::read_link(&planted).unwrap(),
+        victim,
+        "the planted link is left as it was"
+    );
+    assert_good_backup(&backup, &saved);
+    assert_eq!(format!("{:o}", mode_of(&backup)), "600");
+    // Nothing else left behind: the temp file was renamed.
+    assert_eq!(
+        names_in(t.path()),
+        ["backup.snap", "backup.snap.tmp", "victim.conf"]
+    );
+}
+
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn snapshot_save_is_private_even_over_a_stale_world_readable_temp_file() {
+    use std::os::unix::fs::PermissionsExt;
+    let t = tempfile::tempdir().unwrap();
+    let backup = t.path().join("backup.snap");
+    let stale = t.path().join("backup.snap.tmp");
+    std::fs::write(&stale, b"stale").unwrap();
+    std::fs::set_permissions(&stale, std::fs::Permissions::from_mode(0o644)).unwrap();
+
+    let (c, leader) = small_cluster().await;
+    let saved = save_ok(&c, leader, &backup).await;
+    c.shutdown().await;
+
+    assert_eq!(
+        format!("{:o}", mode_of(&backup)),
+        "600",
+        "a backup holds every payload: private"
+    );
+    assert_good_backup(&backup, &saved);
+    // The stale file is not ours: left alone.
+    assert_eq!(std::fs::read(&stale).unwrap(), b"stale");
+    assert_eq!(format!("{:o}", mode_of(&stale)), "644");
+    assert_eq!(names_in(t.path()), ["backup.snap", "backup.snap.tmp"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_snapshot_save_removes_no_temp_file_it_did_not_create() {
+    let t = tempfile::tempdir().unwrap();
+    let backup = t.path().join("backup.snap");
+    let stale = t.path().join("backup.snap.tmp");
+    std::fs::write(&stale, b"someone else's").unwrap();
+    // A port nothing listens on: every attempt is refused.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let ep = format!("127.0.0.1:{port}");
+    let out = leasehold(
+        &["snapshot", "save", path_str(&backup), "--endpoints", &ep],
+        &[],
+    )
+    .await;
+    assert_eq!(out.code, 3, "{}", out.stderr);
+    assert!(out.stderr.contains("no node could serve"), "{}", out.stderr);
+    let stale_now = std::fs::read(&stale).expect("the stale temp file is still there");
+    assert_eq!(stale_now, b"someone else's");
+    assert_eq!(
+        names_in(t.path()),
+        ["backup.snap.tmp"],
+        "only ours is removed"
+    );
 }
