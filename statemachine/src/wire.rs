@@ -474,7 +474,11 @@ mod tests {
     }
 
     fn deep(depth: usize) -> String {
-        format!("{}1{}", "[{\"k\":".repeat(depth / 2), "}]".repeat(depth / 2))
+        format!(
+            "{}1{}",
+            "[{\"k\":".repeat(depth / 2),
+            "}]".repeat(depth / 2)
+        )
     }
 
     #[test]
