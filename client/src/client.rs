@@ -610,6 +610,20 @@ mod tests {
     }
 
     #[test]
+    fn deeply_nested_payloads_are_refused_locally() {
+        let nested = |depth| -> Value {
+            serde_json::from_str(&format!("{}{}", "[".repeat(depth), "]".repeat(depth))).unwrap()
+        };
+        let submit = |depth| {
+            let req = NewJob::new().payload(nested(depth)).to_request().unwrap();
+            req.into_command()
+        };
+        assert!(submit(limits::JSON_DEPTH_MAX).is_ok());
+        let e = submit(limits::JSON_DEPTH_MAX + 1).unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidArgument);
+    }
+
+    #[test]
     fn cluster_status_parses_api_md_fields() {
         let json = r#"{"node_id":2,"leader_id":1,"term":3,"voters":[1,2,3],"learners":[],
             "nodes":{"1":"127.0.0.1:7001"},"commit_index":9,"applied_index":9,

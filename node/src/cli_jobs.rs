@@ -289,6 +289,9 @@ pub fn report(result: Result<(), CliError>) -> i32 {
 }
 
 pub fn parse_json_arg(flag: &str, text: &str) -> Result<Value, CliError> {
+    // Before serde, whose recursion limit would answer a vaguer "not valid JSON".
+    leasehold_statemachine::limits::validate_json_depth(&format!("--{flag}"), text)
+        .map_err(|e| CliError::usage(e.message))?;
     serde_json::from_str(text)
         .map_err(|e| CliError::usage(format!("--{flag} is not valid JSON: {e}")))
 }
@@ -513,5 +516,30 @@ fn show_lease(l: &leasehold_statemachine::Lease, json: bool) -> Result<(), CliEr
     } else {
         print_lease(l);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use leasehold_statemachine::limits::JSON_DEPTH_MAX;
+
+    fn nested(depth: usize) -> String {
+        format!("{}{}", "[".repeat(depth), "]".repeat(depth))
+    }
+
+    #[test]
+    fn a_payload_nested_past_json_depth_max_is_a_usage_error() {
+        assert!(parse_json_arg("payload", &nested(JSON_DEPTH_MAX)).is_ok());
+        let e = parse_json_arg("payload", &nested(JSON_DEPTH_MAX + 1)).unwrap_err();
+        assert_eq!(e.code, EXIT_USAGE);
+        assert!(
+            e.message.contains("--payload is nested 65"),
+            "{}",
+            e.message
+        );
+        // Past serde's own recursion limit too: the same clear message.
+        let e = parse_json_arg("result", &nested(32_000)).unwrap_err();
+        assert!(e.message.contains("JSON_DEPTH_MAX"), "{}", e.message);
     }
 }

@@ -20,6 +20,11 @@ pub const TTL_MS_MIN: u64 = 100;
 pub const TTL_MS_MAX: u64 = 3_600_000;
 /// Largest encoded `payload` or `result`.
 pub const PAYLOAD_BYTES_MAX: usize = 64 * 1024;
+/// Deepest nesting of `[`/`{` in a `payload` or `result`, and in any value of a request
+/// body. Deeper documents are refused before serde sees them: stored, they would make
+/// every later page of `GET /v1/jobs` unreadable to common parsers (Python's raises
+/// RecursionError past ~1,000; serde_json's own limit is 128).
+pub const JSON_DEPTH_MAX: usize = 64;
 /// Largest request body a node reads.
 pub const BODY_BYTES_MAX: usize = 1024 * 1024;
 /// Page size bounds of `GET /v1/jobs`.
@@ -96,6 +101,62 @@ pub fn validate_json_size(what: &str, json: &str) -> Result<(), ApiError> {
                 json.len()
             ),
         ));
+    }
+    Ok(())
+}
+
+/// How deep `[`/`{` nest in `json`, counted by a byte scan without recursion, so any
+/// input, even malformed, costs one pass and no stack. Brackets inside strings (escapes
+/// honoured) do not count; stray closers never take the count below zero.
+pub fn json_depth(json: &[u8]) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let (mut in_string, mut escaped) = (false, false);
+    for &b in json {
+        if in_string {
+            // Multi-byte UTF-8 never contains `"` or `\`, so bytes are enough.
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
+/// `what` is `payload` or `result`; `json` is its encoded form.
+pub fn validate_json_depth(what: &str, json: &str) -> Result<(), ApiError> {
+    let depth = json_depth(json.as_bytes());
+    if depth > JSON_DEPTH_MAX {
+        return Err(invalid(format!(
+            "{what} is nested {depth} levels deep, at most {JSON_DEPTH_MAX} \
+             (JSON_DEPTH_MAX) allowed"
+        )));
+    }
+    Ok(())
+}
+
+/// A request body is one object holding the values: each may nest [`JSON_DEPTH_MAX`]
+/// deep inside it.
+pub fn validate_body_depth(body: &[u8]) -> Result<(), ApiError> {
+    let depth = json_depth(body);
+    if depth > JSON_DEPTH_MAX + 1 {
+        return Err(invalid(format!(
+            "the request body holds a value nested {} levels deep, at most \
+             {JSON_DEPTH_MAX} (JSON_DEPTH_MAX) allowed",
+            depth - 1
+        )));
     }
     Ok(())
 }
@@ -178,6 +239,63 @@ mod tests {
         assert!(validate_json_size("payload", &"1".repeat(PAYLOAD_BYTES_MAX)).is_ok());
         let e = validate_json_size("payload", &"1".repeat(PAYLOAD_BYTES_MAX + 1)).unwrap_err();
         assert_eq!(e.code, ErrorCode::PayloadTooLarge);
+    }
+
+    fn nested(depth: usize) -> String {
+        // Alternating arrays and objects: `[{"k":[{"k":…}]}]`.
+        let mut open = String::new();
+        let mut close = String::new();
+        for level in 0..depth {
+            if level % 2 == 0 {
+                open.push('[');
+                close.insert(0, ']');
+            } else {
+                open.push_str("{\"k\":");
+                close.insert(0, '}');
+            }
+        }
+        format!("{open}1{close}")
+    }
+
+    #[test]
+    fn json_depth_counts_arrays_and_objects_mixed() {
+        assert_eq!(json_depth(b"1"), 0);
+        assert_eq!(json_depth(b"[]"), 1);
+        assert_eq!(json_depth(b"{\"a\":[1,{\"b\":[]}],\"c\":{}}"), 4);
+        assert_eq!(json_depth(b"[[],[[]],[]]"), 3);
+        assert_eq!(json_depth(nested(7).as_bytes()), 7);
+    }
+
+    #[test]
+    fn json_depth_ignores_brackets_in_strings_and_escaped_quotes() {
+        assert_eq!(json_depth(br#"["[[[{{{"]"#), 1);
+        // `\"` does not end the string, so the brackets after it are still inside it.
+        assert_eq!(json_depth(br#"["a\"[[[", "]]"]"#), 1);
+        // `\\` is an escaped backslash: the quote after it does end the string.
+        assert_eq!(json_depth(br#"["a\\", [[1]]]"#), 3);
+        assert_eq!(json_depth(br#"{"k\"{":"}\\"}"#), 1);
+        // Malformed input is scanned, never trusted: stray closers floor at zero.
+        assert_eq!(json_depth(b"]]]}[["), 2);
+    }
+
+    #[test]
+    fn json_depth_at_the_limit_and_one_past_it() {
+        assert!(validate_json_depth("payload", &nested(JSON_DEPTH_MAX)).is_ok());
+        let e = validate_json_depth("payload", &nested(JSON_DEPTH_MAX + 1)).unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidArgument);
+        assert!(e.message.contains("payload is nested 65"), "{}", e.message);
+        assert!(e.message.contains("JSON_DEPTH_MAX"), "{}", e.message);
+        let deep = format!("{}{}", "[".repeat(32_000), "]".repeat(32_000));
+        assert!(validate_json_depth("result", &deep).is_err());
+    }
+
+    #[test]
+    fn body_depth_allows_the_enclosing_object() {
+        let body = |depth| format!("{{\"payload\":{}}}", nested(depth));
+        assert!(validate_body_depth(body(JSON_DEPTH_MAX).as_bytes()).is_ok());
+        let e = validate_body_depth(body(JSON_DEPTH_MAX + 1).as_bytes()).unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidArgument);
+        assert!(e.message.contains("nested 65 levels"), "{}", e.message);
     }
 
     #[test]

@@ -268,6 +268,10 @@ fn json_text(what: &str, raw: Option<Box<RawValue>>) -> Result<Option<String>, A
     let Some(raw) = raw else { return Ok(None) };
     let text = raw.get();
     limits::validate_json_size(what, text)?;
+    // Checked where a request becomes a command (node and client), not in
+    // `Command::validate`: on apply a new check would refuse entries that nodes of an
+    // older version, or this one before, accepted, and the replicas would diverge.
+    limits::validate_json_depth(what, text)?;
     Ok((text != "null").then(|| text.to_owned()))
 }
 
@@ -467,6 +471,41 @@ mod tests {
             req.into_command().unwrap_err().code,
             ErrorCode::PayloadTooLarge
         );
+    }
+
+    fn deep(depth: usize) -> String {
+        format!(
+            "{}1{}",
+            "[{\"k\":".repeat(depth / 2),
+            "}]".repeat(depth / 2)
+        )
+    }
+
+    #[test]
+    fn payload_nested_past_json_depth_max_is_refused() {
+        let submit = |depth| {
+            let body = format!(r#"{{"payload":{}}}"#, deep(depth));
+            serde_json::from_str::<SubmitRequest>(&body)
+                .unwrap()
+                .into_command()
+        };
+        assert!(submit(limits::JSON_DEPTH_MAX).is_ok());
+        let e = submit(limits::JSON_DEPTH_MAX + 2).unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidArgument);
+        assert!(e.message.contains("JSON_DEPTH_MAX"), "{}", e.message);
+    }
+
+    #[test]
+    fn result_nested_past_json_depth_max_is_refused() {
+        let complete = |depth| {
+            let body = format!(r#"{{"owner":"w","generation":1,"result":{}}}"#, deep(depth));
+            serde_json::from_str::<CompleteRequest>(&body)
+                .unwrap()
+                .into_command("j")
+        };
+        assert!(complete(limits::JSON_DEPTH_MAX).is_ok());
+        let e = complete(limits::JSON_DEPTH_MAX + 2).unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidArgument);
     }
 
     #[test]

@@ -60,6 +60,9 @@ pub(crate) fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError
     if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
         return Err(invalid("the request body must be a JSON object"));
     }
+    // Before serde: its recursion limit (128) answers a different error, and a value
+    // within it may still be too deep to store (JSON_DEPTH_MAX).
+    limits::validate_body_depth(body)?;
     serde_json::from_slice(body).map_err(|e| invalid(format!("bad JSON body: {e}")))
 }
 
