@@ -268,7 +268,7 @@ impl Shared {
                 success: true,
                 last_line,
             } => {
-                let result = last_line.and_then(|l| serde_json::from_str(&l).ok());
+                let result = result_of(&job_id, last_line);
                 match ka.complete(result).await {
                     Ok(_) => tracing::info!(job = %job_id, generation, "completed"),
                     Err(e) => tracing::warn!(job = %job_id, error = %e, "completing failed"),
@@ -407,6 +407,24 @@ impl Shared {
     }
 }
 
+/// The job's result from the command's last stdout line: JSON within the result limits
+/// (size, nesting depth), else none. A line the store would refuse must not make the
+/// completion fail: the job would then wait for its lease to run out instead of being
+/// completed. The job completes without a result, and the reason is logged.
+fn result_of(job_id: &str, last_line: Option<String>) -> Option<serde_json::Value> {
+    use leasehold_statemachine::limits::{validate_json_depth, validate_json_size};
+    let value: serde_json::Value = serde_json::from_str(&last_line?).ok()?;
+    let text = value.to_string();
+    match validate_json_size("result", &text).and_then(|()| validate_json_depth("result", &text)) {
+        Ok(()) => Some(value),
+        Err(e) => {
+            tracing::warn!(job = %job_id, error = %e.message,
+                "the command's last line is JSON but not a valid result; completing without one");
+            None
+        }
+    }
+}
+
 /// How often [`Shared::kill`] re-reads the clock and looks whether a group whose leader
 /// exited still has members (an emptied group ends the grace early). Below the client's
 /// `CLOCK_STEP`, so the kill timer is as prompt after a suspend as the keep-alive.
@@ -457,4 +475,31 @@ fn signal_group(_pgid: u32, _sig: Signal) -> bool {
 #[cfg(not(unix))]
 fn group_exists(_pgid: u32) -> bool {
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use leasehold_statemachine::limits::{JSON_DEPTH_MAX, PAYLOAD_BYTES_MAX};
+
+    fn nested(depth: usize) -> String {
+        format!("{}{}", "[".repeat(depth), "]".repeat(depth))
+    }
+
+    #[test]
+    fn a_last_line_past_the_result_limits_completes_without_a_result() {
+        let some = |l: &str| result_of("j", Some(l.to_owned()));
+        assert_eq!(
+            some(r#"{"ok":true}"#),
+            Some(serde_json::json!({"ok": true}))
+        );
+        assert!(some(&nested(JSON_DEPTH_MAX)).is_some());
+        assert_eq!(some(&nested(JSON_DEPTH_MAX + 1)), None);
+        assert_eq!(
+            some(&format!("\"{}\"", "x".repeat(PAYLOAD_BYTES_MAX))),
+            None
+        );
+        assert_eq!(some("not json"), None);
+        assert_eq!(result_of("j", None), None);
+    }
 }
