@@ -341,38 +341,40 @@ pub async fn run(node: Arc<Node>, mut network: Network, cancel: CancellationToke
         }
         asked = Some(Instant::now());
         timeout = elector.draw_timeout();
-        // The other voters, listed only now that this node will ask them.
-        let others: Vec<(NodeId, BasicNode)> = {
-            let m = node.raft.metrics();
-            let m = m.borrow();
-            let membership = m.membership_config.membership();
-            membership
-                .voter_ids()
-                .filter(|id| *id != node.id)
-                .filter_map(|id| membership.get_node(&id).map(|n| (id, n.clone())))
-                .collect()
-        };
-        // A majority of all voters is all / 2 + 1, and our own vote is one of them.
-        let all = others.len() + 1;
-        let needed = all / 2;
-        let granted = if needed == 0 {
-            true
-        } else {
-            ask(&node, &mut network, others, needed).await
-        };
-        if granted {
-            tracing::info!(
-                quiet_ms = elector.quiet_for().as_millis() as u64,
-                "pre-vote granted by a majority; standing for election"
-            );
-            node.metrics
-                .elections_started
-                .fetch_add(1, Ordering::Relaxed);
-            if node.raft.trigger().elect().await.is_err() {
-                return; // Raft has stopped
-            }
+        if pre_vote(&node, &mut network).await && node.raft.trigger().elect().await.is_err() {
+            return; // Raft has stopped
         }
     }
+}
+
+/// One pre-vote round: true when a majority of the voters (this node included) would
+/// vote for it, so it may stand for election now.
+async fn pre_vote(node: &Node, network: &mut Network) -> bool {
+    // The other voters, listed only now that this node will ask them.
+    let others: Vec<(NodeId, BasicNode)> = {
+        let m = node.raft.metrics();
+        let m = m.borrow();
+        let membership = m.membership_config.membership();
+        membership
+            .voter_ids()
+            .filter(|id| *id != node.id)
+            .filter_map(|id| membership.get_node(&id).map(|n| (id, n.clone())))
+            .collect()
+    };
+    // A majority of all voters is all / 2 + 1, and our own vote is one of them.
+    let all = others.len() + 1;
+    let needed = all / 2;
+    let granted = needed == 0 || ask(node, network, others, needed).await;
+    if granted {
+        tracing::info!(
+            quiet_ms = node.elector.quiet_for().as_millis() as u64,
+            "pre-vote granted by a majority; standing for election"
+        );
+        node.metrics
+            .elections_started
+            .fetch_add(1, Ordering::Relaxed);
+    }
+    granted
 }
 
 /// Asks `others` concurrently; true once `needed` of them granted.
