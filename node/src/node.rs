@@ -197,12 +197,13 @@ impl Node {
         command: Command,
         idempotency_key: Option<String>,
     ) -> Result<Reply, ProposeError> {
-        self.ready_term().await?;
+        let term = self.ready_term().await?;
         // An idle node: nothing is being committed and nothing waits, so a batch would
-        // hold this one command anyway. Propose it from here.
+        // hold this one command anyway. Propose it from here, in the term just found
+        // ready (nothing awaited since).
         if self.proposals.capacity() == self.proposals.max_capacity() {
             if let Some(_slot) = self.commits_in_flight.try_first() {
-                return self.propose_ready(command, idempotency_key).await;
+                return self.propose_stamped(term, command, idempotency_key).await;
             }
         }
         let (tx, rx) = tokio::sync::oneshot::channel();
@@ -273,9 +274,9 @@ impl Node {
         self.propose_stamped(term, command, idempotency_key).await
     }
 
-    /// Stamps and proposes in `term` without waiting for the term to be ready: only the
-    /// leader loop's first entry of a term, which is what makes it ready, comes here
-    /// directly. If the term changes before openraft takes the entry, the state machine
+    /// Stamps and proposes in `term` without waiting for the term to be ready: the
+    /// leader loop's first entry of a term, which is what makes it ready, and callers
+    /// that have just had [`Self::ready_term`] return `term` come here directly. If the term changes before openraft takes the entry, the state machine
     /// store refuses it (`store/state_machine.rs`: the proposer's term must be the log's).
     pub async fn propose_stamped(
         &self,
