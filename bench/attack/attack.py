@@ -342,7 +342,8 @@ class Samplers:
 # ---- the normal client --------------------------------------------------------------
 
 class NormalClient:
-    """Closed loops of submit → claim-next → complete, each loop pinned to one node, a
+    """Closed loops of claim-next → complete → submit, each loop pinned to one node and
+    its own queue (prefilled with a backlog, so a failing submit does not stop claims), a
     fresh connection per job cycle (kept alive for its three calls). Every call has its
     own Idempotency-Key and retries 502/503/504 and connection errors like the Rust client
     (jittered backoff from 50 ms doubling to 2 s, at least Retry-After up to 5 s, 8
@@ -430,7 +431,38 @@ class NormalClient:
             self.calls.append((op, k, t0, t1, outcome))
         return result, outcome
 
+    def prefill(self, per_loop, port, threads=8):
+        """Submits `per_loop` jobs to each loop's queue first: a backlog, so that claims go on
+        (and are measured) while an attack makes submits fail."""
+        todo = [(k, n) for k in range(len(self.via)) for n in range(per_loop)]
+        lock = threading.Lock()
+        failed = []
+
+        def worker():
+            while True:
+                with lock:
+                    if not todo:
+                        return
+                    k, n = todo.pop()
+                try:
+                    st, _, _ = http_call(port, "POST", "/v1/jobs",
+                                         {"queue": f"normal-{k}", "payload": {"prefill": n}},
+                                         self.c.tokens["normal"], timeout=10)
+                except (OSError, http.client.HTTPException) as e:
+                    st = type(e).__name__
+                if st != 201:
+                    failed.append(st)
+
+        ts = [threading.Thread(target=worker, daemon=True) for _ in range(threads)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        if failed:
+            raise RuntimeError(f"prefill: {len(failed)} submits failed, e.g. {failed[:5]}")
+
     def _loop(self, k):
+        """claim-next → complete → submit (a refill: the backlog stays about the same)."""
         queue = f"normal-{k}"
         owner = f"normal/loop-{k}"
         n = 0
@@ -438,16 +470,16 @@ class NormalClient:
             box = [None]
             try:
                 n += 1
-                _, out = self._call(k, box, "submit", "POST", "/v1/jobs",
-                                    {"queue": queue, "payload": {"loop": k, "n": n}}, {201})
-                if out != "ok":
-                    continue
                 lease, out = self._call(k, box, "claim", "POST", f"/v1/queues/{queue}/claim",
                                         {"owner": owner, "ttl_ms": 30000}, {200, 204})
-                if out != "ok" or not lease:
-                    continue
-                self._call(k, box, "complete", "POST", f"/v1/jobs/{lease['job_id']}/complete",
-                           {"owner": owner, "generation": lease["generation"]}, {200})
+                if out == "ok" and not lease:
+                    self._record_error("claim", k, "204-empty")  # the backlog ran out
+                elif out == "ok":
+                    self._call(k, box, "complete", "POST",
+                               f"/v1/jobs/{lease['job_id']}/complete",
+                               {"owner": owner, "generation": lease["generation"]}, {200})
+                self._call(k, box, "submit", "POST", "/v1/jobs",
+                           {"queue": queue, "payload": {"loop": k, "n": n}}, {201})
             finally:
                 if box[0] is not None:
                     box[0].close()
@@ -876,6 +908,8 @@ class Bench:
         self.samplers = Samplers(self.cluster)
         self.samplers.start()
         self.client = NormalClient(self.cluster, via, a.think_ms / 1000.0, a.seed)
+        self.log(f"prefilling {a.backlog} jobs per loop")
+        self.client.prefill(a.backlog, self.cluster.ports[leader])
         self.client.start()
         time.sleep(min(2.0, a.seconds / 2))  # warm-up, not measured
         self.log(f"baseline for {a.seconds}s")
@@ -908,6 +942,7 @@ class Bench:
         except (OSError, subprocess.SubprocessError):
             pass
         return {"bin": os.path.abspath(a.bin), "bench_commit": commit, "seed": a.seed,
+                "backlog": a.backlog,
                 "seconds": a.seconds, "loops": a.loops, "think_ms": a.think_ms,
                 "client_via": via, "leader_at_start": leader, "serve_args": a.serve_arg,
                 "load_before": uptime_text(), "cpus": os.cpu_count(),
@@ -1052,6 +1087,8 @@ def parse_args(argv):
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--out", help="write the JSON results here")
     p.add_argument("--loops", type=int, default=4, help="normal client loops (half via the leader)")
+    p.add_argument("--backlog", type=int, default=400,
+                   help="jobs prefilled per loop's queue (claims go on while submits fail)")
     p.add_argument("--think-ms", type=float, default=20.0, help="pause between a loop's jobs")
     p.add_argument("--rss-abort-mib", type=float, default=RSS_ABORT_MIB_DEFAULT)
     p.add_argument("--serve-arg", action="append", default=[],
