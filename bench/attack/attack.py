@@ -773,8 +773,8 @@ def run_attacker(name, cfg_path):
 class Bench:
     def __init__(self, args):
         self.args = args
-        self.root = tempfile.mkdtemp(prefix="leasehold-attack-")
-        self.cluster = Cluster(os.path.abspath(args.bin), self.root, args.serve_arg)
+        self.root = None
+        self.cluster = None
         self.samplers = None
         self.client = None
         self.attacker = None
@@ -783,15 +783,25 @@ class Bench:
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
     def close(self):
+        """Stops the attacker, the client, the samplers and the cluster; removes its dir."""
         self.stop_attacker()
         for part in (self.client, self.samplers):
             if part is not None:
                 part.stop.set()
-        self.cluster.stop()
-        if self.args.keep:
-            self.log(f"kept {self.root}")
-        else:
-            shutil.rmtree(self.root, ignore_errors=True)
+        if self.cluster is not None:
+            self.cluster.stop()  # the client's calls then fail at once
+            self.cluster = None
+        for part in (self.client, self.samplers):
+            if part is not None:
+                for t in part.threads:
+                    t.join(timeout=5)
+        self.client = self.samplers = None
+        if self.root is not None:
+            if self.args.keep:
+                self.log(f"kept {self.root}")
+            else:
+                shutil.rmtree(self.root, ignore_errors=True)
+            self.root = None
 
     def stop_attacker(self):
         if self.attacker is not None and self.attacker.poll() is None:
@@ -897,11 +907,28 @@ class Bench:
     def run(self):
         a = self.args
         raise_fd_limit()
+        names = ATTACKS if a.attack == "all" else a.attack.split(",")
+        results = {"meta": self.meta(), "baseline": None, "attacks": []}
+        groups = [[n] for n in names] if a.fresh_cluster else [names]
+        for group in groups:
+            try:
+                base, rows = self.run_cluster(group)
+            finally:
+                self.close()
+            results["baseline"] = results["baseline"] or base
+            results["attacks"].extend(rows)
+        results["meta"]["load_after"] = uptime_text()
+        return results
+
+    def start_cluster(self):
+        """A fresh cluster, samplers and a running normal client; returns (leader, cluster id)."""
+        a = self.args
+        self.root = tempfile.mkdtemp(prefix="leasehold-attack-")
+        self.cluster = Cluster(os.path.abspath(a.bin), self.root, a.serve_arg)
         self.log(f"cluster in {self.root}; seed {a.seed}; {uptime_text()}")
         self.cluster.start()
         leader, cluster_id = self.cluster.wait_ready(60)
-        followers = [i for i in self.cluster.ids if i != leader]
-        self.follower_via = followers[0]
+        self.follower_via = [i for i in self.cluster.ids if i != leader][0]
         half = max(1, a.loops // 2)
         via = [leader] * half + [self.follower_via] * (a.loops - half)
         self.log(f"leader {leader}, cluster {cluster_id}; client loops via {via}")
@@ -912,27 +939,35 @@ class Bench:
         self.client.prefill(a.backlog, self.cluster.ports[leader])
         self.client.start()
         time.sleep(min(2.0, a.seconds / 2))  # warm-up, not measured
+        return leader, cluster_id, via
+
+    def run_cluster(self, names):
+        """Baseline, then each attack in `names` (settling in between), on one cluster."""
+        a = self.args
+        leader, cluster_id, via = self.start_cluster()
         self.log(f"baseline for {a.seconds}s")
-        results = {"meta": self.meta(via, leader), "baseline": None, "attacks": []}
-        results["baseline"] = self.measure("baseline", a.seconds, leader)
-        names = ATTACKS if a.attack == "all" else a.attack.split(",")
+        base = self.measure("baseline", a.seconds, leader)
+        base["client_via"] = via
+        rows = []
         for name in names:
             leader = self.settle()
             _, cluster_id = self.cluster.leader() or (leader, cluster_id)
+            metrics0 = self.cluster.refused_metrics()
             cfg = self.spawn_attacker(name, leader, cluster_id)
             self.log(f"attack {name} for {a.seconds}s (leader {leader})")
             r = self.measure(name, a.seconds, leader, cfg)
-            judge(r, results["baseline"])
-            results["attacks"].append(r)
+            r["refused_metrics_delta"] = metric_delta(metrics0, r["refused_metrics"])
+            r["client_via"] = via
+            judge(r, base)
+            rows.append(r)
             self.log(f"  {name}: {r['verdict']} {'; '.join(r['why']) or ''}")
         try:
             self.settle()
         except RuntimeError as e:
             self.log(f"after the last attack: {e}")
-        results["meta"]["load_after"] = uptime_text()
-        return results
+        return base, rows
 
-    def meta(self, via, leader):
+    def meta(self):
         a = self.args
         commit = None
         try:
@@ -944,9 +979,28 @@ class Bench:
         return {"bin": os.path.abspath(a.bin), "bench_commit": commit, "seed": a.seed,
                 "backlog": a.backlog,
                 "seconds": a.seconds, "loops": a.loops, "think_ms": a.think_ms,
-                "client_via": via, "leader_at_start": leader, "serve_args": a.serve_arg,
+                "fresh_cluster": a.fresh_cluster, "serve_args": a.serve_arg,
                 "load_before": uptime_text(), "cpus": os.cpu_count(),
                 "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+def metric_delta(before, after):
+    """{node: {series: after - before}} for the refusal counters that moved."""
+    def parse(lines):
+        out = {}
+        for ln in lines:
+            name, _, value = ln.rpartition(" ")
+            try:
+                out[name] = float(value)
+            except ValueError:
+                pass
+        return out
+    res = {}
+    for i, lines in after.items():
+        b, a = parse(before.get(i, [])), parse(lines)
+        d = {k: v - b.get(k, 0.0) for k, v in a.items() if v - b.get(k, 0.0)}
+        res[str(i)] = d
+    return res
 
 
 def judge(r, base):
@@ -955,6 +1009,7 @@ def judge(r, base):
     claim = r["ops"].get("claim", {})
     b99 = base["ops"].get("claim", {}).get("p99_ms")
     p99 = claim.get("p99_ms")
+    r["baseline_claim_p99_ms"] = b99
     r["p99_ratio"] = round(p99 / b99, 2) if p99 is not None and b99 else None
     # Informational (not a target): every call type's p99 against its baseline.
     r["op_p99_ratio"] = {
@@ -986,7 +1041,7 @@ def fmt(v, nd=1):
 def table(results) -> str:
     rows = [results["baseline"]] + results["attacks"]
     head = (f"{'attack':<13} {'claims':>6} {'p50ms':>7} {'p99ms':>8} {'maxms':>8} "
-            f"{'p99x':>6} {'errors (op:status=n)':<34} {'RSS growth MiB n1/n2/n3':<24} "
+            f"{'base99':>7} {'p99x':>6} {'errors (op:status=n)':<34} {'RSS growth MiB n1/n2/n3':<24} "
             f"{'log KiB/s max':>13} {'probe fail':>10} {'worst op p99x':>13}  verdict")
     out = [head, "-" * len(head)]
     for r in rows:
@@ -1002,7 +1057,7 @@ def table(results) -> str:
         worst = f"{worst[0]} {worst[1]:.2f}" if worst else "-"
         out.append(f"{r['name']:<13} {c.get('calls', 0):>6} {fmt(c.get('p50_ms')):>7} "
                    f"{fmt(c.get('p99_ms')):>8} {fmt(c.get('max_ms')):>8} "
-                   f"{fmt(r.get('p99_ratio'), 2):>6} {errs:<34} {growth:<24} "
+                   f"{fmt(r.get('baseline_claim_p99_ms')):>7} {fmt(r.get('p99_ratio'), 2):>6} {errs:<34} {growth:<24} "
                    f"{logk:>13.1f} {f'{probes}/{total}':>10} {worst:>13}  "
                    f"{r.get('verdict', 'base')}")
     return "\n".join(out)
@@ -1018,6 +1073,8 @@ def details(results) -> str:
                    + str({i: d["failed"] for i, d in r["admin_probe"].items() if d["failed"]}))
         if "attacker" in r:
             out.append(f"  attacker {r['attacker']}")
+        if r.get("refused_metrics_delta"):
+            out.append(f"  /metrics refusals during it {r['refused_metrics_delta']}")
     return "\n".join(out)
 
 
@@ -1074,6 +1131,8 @@ def selftest():
     assert "\r\nContent-Length: 1000000\r\n\r\n" in head and " from=1 cluster=" + "ab" * 16 in head
     mac = head.split("mac=")[1].split("\r\n")[0]
     assert len(mac) == 64 and int(mac, 16) >= 0
+    d = metric_delta({"1": ['x{reason="a"} 5', "y 2"]}, {"1": ['x{reason="a"} 7', "y 2", "z 1"]})
+    assert d == {"1": {'x{reason="a"}': 2.0, "z": 1.0}}, d
     print("selftest: ok")
 
 
@@ -1093,6 +1152,9 @@ def parse_args(argv):
     p.add_argument("--rss-abort-mib", type=float, default=RSS_ABORT_MIB_DEFAULT)
     p.add_argument("--serve-arg", action="append", default=[],
                    help="extra `serve` argument for every node (repeat; use --serve-arg=--x=y)")
+    p.add_argument("--fresh-cluster", action="store_true",
+                   help="a new cluster (and baseline) per attack: no attack inherits another's "
+                        "memory or state")
     p.add_argument("--keep", action="store_true", help="keep the temp dir (data, logs)")
     p.add_argument("--selftest", action="store_true")
     p.add_argument("--attacker", help=argparse.SUPPRESS)
@@ -1125,6 +1187,9 @@ def main(argv=None):
     bench = Bench(a)
     try:
         results = bench.run()
+    except KeyboardInterrupt:
+        print("interrupted: nodes and attacker stopped", file=sys.stderr)
+        return 130
     finally:
         bench.close()
     print(table(results))
