@@ -778,6 +778,7 @@ class Bench:
         self.samplers = None
         self.client = None
         self.attacker = None
+        self.incomplete = []  # why attacks were skipped (a cluster that did not settle)
 
     def log(self, msg):
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
@@ -918,6 +919,7 @@ class Bench:
             results["baseline"] = results["baseline"] or base
             results["attacks"].extend(rows)
         results["meta"]["load_after"] = uptime_text()
+        results["meta"]["incomplete"] = self.incomplete
         return results
 
     def start_cluster(self):
@@ -950,7 +952,12 @@ class Bench:
         base["client_via"] = via
         rows = []
         for name in names:
-            leader = self.settle()
+            try:
+                leader = self.settle()
+            except RuntimeError as e:
+                self.incomplete.append(f"before {name}: {e}")
+                self.log(f"stopping this cluster's attacks: {e}")
+                break
             _, cluster_id = self.cluster.leader() or (leader, cluster_id)
             metrics0 = self.cluster.refused_metrics()
             cfg = self.spawn_attacker(name, leader, cluster_id)
@@ -1196,9 +1203,13 @@ def main(argv=None):
     print(details(results))
     print(f"seed {a.seed}; load before: {results['meta']['load_before']}; "
           f"after: {results['meta']['load_after']}")
+    for why in results["meta"]["incomplete"]:
+        print(f"INCOMPLETE: {why}")
     if a.out:
         with open(a.out, "w") as f:
             json.dump(results, f, indent=1)
+    if results["meta"]["incomplete"]:
+        return 1
     return 0 if all(r["verdict"] == "PASS" for r in results["attacks"]) else 1
 
 
