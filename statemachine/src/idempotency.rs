@@ -214,7 +214,11 @@ impl IdempotencyTable {
         self.by_key.remove(&slot.key);
         let scope = limits::split_idempotency_key(&slot.key).0;
         let used = self.scopes.get_mut(scope).expect("scope of an entry");
-        assert_eq!(used.seqs.pop_front(), Some(seq), "forgot a scope's newer key");
+        assert_eq!(
+            used.seqs.pop_front(),
+            Some(seq),
+            "forgot a scope's newer key"
+        );
         used.bytes -= slot.bytes;
         if used.seqs.is_empty() {
             self.scopes.remove(scope);
@@ -278,7 +282,12 @@ impl IdempotencyTable {
         let mut scopes: HashMap<&str, (Vec<u64>, u64)> = HashMap::new();
         for (&seq, s) in &self.order {
             assert!(seq < self.next_seq, "idempotency number not yet issued");
-            assert_eq!(self.by_key.get(&s.key), Some(&seq), "position of {:?}", s.key);
+            assert_eq!(
+                self.by_key.get(&s.key),
+                Some(&seq),
+                "position of {:?}",
+                s.key
+            );
             let r = &s.remembered;
             assert!(r.recorded_ms >= prev, "idempotency keys out of time order");
             assert!(r.recorded_ms <= clock_ms, "idempotency key from the future");
@@ -298,10 +307,136 @@ impl IdempotencyTable {
         assert_eq!(scopes.len(), self.scopes.len(), "idempotency scopes");
         for (scope, (seqs, bytes)) in scopes {
             let used = &self.scopes[scope];
-            assert!(used.seqs.iter().eq(seqs.iter()), "entries of scope {scope:?}");
+            assert!(
+                used.seqs.iter().eq(seqs.iter()),
+                "entries of scope {scope:?}"
+            );
             assert_eq!(used.bytes, bytes, "bytes of scope {scope:?}");
             let within = used.seqs.len() <= b.scope_keys_max && bytes <= b.scope_bytes_max;
             assert!(scope.is_empty() || within, "scope {scope:?} over its quota");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn small() -> Bounds {
+        Bounds {
+            window_ms: 1_000,
+            keys_max: 100,
+            bytes_max: 10 * 1024,
+            scope_keys_max: 3,
+            scope_bytes_max: 2 * 1024,
+        }
+    }
+
+    fn entry(key: &str, at: u64, pad: usize) -> (String, Remembered) {
+        let r = Remembered {
+            fingerprint: at,
+            reply: Err(crate::wire::ApiError::new(
+                crate::wire::ErrorCode::LeaseHeld,
+                "x".repeat(pad),
+            )),
+            recorded_ms: at,
+        };
+        (key.to_owned(), r)
+    }
+
+    fn keys(t: &IdempotencyTable) -> Vec<&str> {
+        t.entries().map(|(k, _)| k.as_str()).collect()
+    }
+
+    #[test]
+    fn accounted_bytes_are_key_twice_encoded_reply_and_overhead() {
+        let (k, r) = entry("s key", 1, 100);
+        let encoded = bincode::serialize(&r).unwrap().len() as u64;
+        assert_eq!(accounted_bytes(&k, &r), 10 + encoded + ENTRY_OVERHEAD_BYTES);
+    }
+
+    #[test]
+    fn a_scope_over_its_key_quota_forgets_its_own_oldest() {
+        let mut t = IdempotencyTable::default();
+        for (i, k) in ["a 1", "u1", "b 1", "a 2", "a 3", "a 4", "u2"]
+            .iter()
+            .enumerate()
+        {
+            let (k, r) = entry(k, i as u64, 1);
+            t.insert(k, r, small());
+            t.check_invariants(i as u64, small());
+        }
+        assert_eq!(keys(&t), ["u1", "b 1", "a 2", "a 3", "a 4", "u2"]);
+        assert_eq!(t.bytes(), t.recount_bytes());
+        // Unscoped keys have no quota of their own.
+        for i in 0..5 {
+            let (k, r) = entry(&format!("u-more{i}"), 10, 1);
+            t.insert(k, r, small());
+        }
+        assert_eq!(t.len(), 11);
+        t.check_invariants(10, small());
+    }
+
+    #[test]
+    fn byte_bounds_forget_oldest_of_the_scope_then_of_the_table() {
+        let mut t = IdempotencyTable::default();
+        let (k, r) = entry("b 1", 0, 100);
+        t.insert(k, r, small());
+        for i in 0..10 {
+            let (k, r) = entry(&format!("a {i}"), 1, 700);
+            t.insert(k, r, small());
+            assert!(t.scope_bytes("a") <= small().scope_bytes_max);
+        }
+        assert_eq!(keys(&t), ["b 1", "a 8", "a 9"]);
+        for i in 0..20 {
+            let (k, r) = entry(&format!("u{i}"), 2, 700);
+            t.insert(k, r, small());
+            assert!(t.bytes() <= small().bytes_max);
+        }
+        // The table's bound forgets the oldest of anyone, oldest first.
+        assert!(!keys(&t).contains(&"b 1"));
+        assert_eq!(keys(&t).last(), Some(&"u19"));
+        t.check_invariants(2, small());
+        assert_eq!(t.largest_scope_bytes(), t.scope_bytes(""));
+    }
+
+    #[test]
+    fn from_entries_brings_an_unbounded_table_within_the_bounds_as_insert_would() {
+        let unbounded = Bounds {
+            keys_max: usize::MAX,
+            bytes_max: u64::MAX,
+            scope_keys_max: usize::MAX,
+            scope_bytes_max: u64::MAX,
+            ..small()
+        };
+        let all: Vec<_> = (0..40)
+            .map(|i| entry(&format!("{}k{i}", ["", "a ", "b "][i % 3]), i as u64, 300))
+            .collect();
+        // What an old build (no byte bounds, no quotas) would have written.
+        let old = IdempotencyTable::from_entries(all.clone(), unbounded).unwrap();
+        assert_eq!(old.len(), 40);
+        let mut inserted = IdempotencyTable::default();
+        for (k, r) in all {
+            inserted.insert(
+                k,
+                r,
+                Bounds {
+                    window_ms: 1_000_000,
+                    ..small()
+                },
+            );
+        }
+        let old_entries: Vec<_> = old.entries().map(|(k, r)| (k.clone(), r.clone())).collect();
+        let restored = IdempotencyTable::from_entries(old_entries, small()).unwrap();
+        assert_eq!(keys(&restored), keys(&inserted));
+        assert_eq!(restored.bytes(), restored.recount_bytes());
+        restored.check_invariants(39, small());
+        // A table within the bounds loses nothing.
+        let again: Vec<_> = restored
+            .entries()
+            .map(|(k, r)| (k.clone(), r.clone()))
+            .collect();
+        let same = IdempotencyTable::from_entries(again, small()).unwrap();
+        assert_eq!(keys(&same), keys(&restored));
     }
 }

@@ -53,8 +53,7 @@ pub const IDEMPOTENCY_SCOPE_SHARE: u64 = 8;
 /// One scope's byte quota.
 pub const IDEMPOTENCY_SCOPE_BYTES_MAX: u64 = IDEMPOTENCY_BYTES_MAX / IDEMPOTENCY_SCOPE_SHARE;
 /// One scope's key quota with the default key bound (see [`idempotency_scope_keys_max`]).
-pub const IDEMPOTENCY_SCOPE_KEYS_MAX: usize =
-    idempotency_scope_keys_max(IDEMPOTENCY_KEYS_MAX);
+pub const IDEMPOTENCY_SCOPE_KEYS_MAX: usize = idempotency_scope_keys_max(IDEMPOTENCY_KEYS_MAX);
 /// Longest scope of a scoped idempotency key.
 pub const IDEMPOTENCY_SCOPE_LEN_MAX: usize = 32;
 /// Most client commands the node packs into one log entry.
@@ -222,12 +221,9 @@ pub const fn idempotency_scope_keys_max(keys_max: usize) -> usize {
 }
 
 fn validate_idempotency_scope(scope: &str) -> Result<(), ApiError> {
-    check_name(
-        "idempotency scope",
-        scope,
-        IDEMPOTENCY_SCOPE_LEN_MAX,
-        |b| b.is_ascii_graphic(),
-    )
+    check_name("idempotency scope", scope, IDEMPOTENCY_SCOPE_LEN_MAX, |b| {
+        b.is_ascii_graphic()
+    })
 }
 
 /// The key the node proposes for a client's `key` sent by the caller `scope`:
@@ -390,7 +386,10 @@ mod tests {
         assert!(scoped_idempotency_key(&long_scope, "k").is_err());
         assert!(scoped_idempotency_key("s", &"k".repeat(IDEMPOTENCY_KEY_LEN_MAX + 1)).is_err());
         for (scope, key) in [("", "k"), ("s", ""), ("a b", "k"), ("s", "a b"), ("é", "k")] {
-            assert!(scoped_idempotency_key(scope, key).is_err(), "{scope:?} {key:?}");
+            assert!(
+                scoped_idempotency_key(scope, key).is_err(),
+                "{scope:?} {key:?}"
+            );
         }
         assert_eq!(split_idempotency_key("plain"), ("", "plain"));
         for bad in [" k", "s ", "s  k", "a b c", "", &format!("{long_scope} k")] {

@@ -1018,7 +1018,11 @@ impl Coverage {
                 };
                 if fresh {
                     self.hit("key_forgotten");
-                    if entry.idempotency_key.as_ref().is_some_and(|k| k.contains(' ')) {
+                    if entry
+                        .idempotency_key
+                        .as_ref()
+                        .is_some_and(|k| k.contains(' '))
+                    {
                         self.hit("scoped_key_forgotten");
                     }
                 }
@@ -1086,7 +1090,10 @@ fn run(config: Config, steps: &[Step], cov: &mut Coverage) -> Result<(), TestCas
         prop_assert_eq!(machine.clock_ms(), model.clock);
         prop_assert_eq!(machine.term(), model.term);
         let stats = machine.stats();
-        prop_assert_eq!(stats.idempotency_bytes, machine.idempotency_bytes_recounted());
+        prop_assert_eq!(
+            stats.idempotency_bytes,
+            machine.idempotency_bytes_recounted()
+        );
         prop_assert!(stats.idempotency_bytes <= limits::IDEMPOTENCY_BYTES_MAX);
         prop_assert!(stats.idempotency_scope_bytes_max <= stats.idempotency_bytes);
         prop_assert_eq!(
