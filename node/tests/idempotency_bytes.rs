@@ -47,7 +47,10 @@ async fn keyed_409s_with_a_64_kib_job_keep_the_idempotency_bytes_gauge_under_the
     // The newest key replays its first response byte for byte.
     let again = c.send(leader, &req).await;
     assert_eq!(again.status, 409);
-    assert!(again.text() == first, "replay differs from the first response");
+    assert!(
+        again.text() == first,
+        "replay differs from the first response"
+    );
 
     c.wait_all_caught_up(leader).await;
     for id in c.running() {
@@ -62,7 +65,10 @@ async fn keyed_409s_with_a_64_kib_job_keep_the_idempotency_bytes_gauge_under_the
         );
         // The bound did the forgetting, and it kept what fits.
         assert!((keys as usize) < n, "node {id}: {keys} keys of {n}");
-        assert!(bytes > (IDEMPOTENCY_BYTES_MAX / 2) as f64, "node {id}: {bytes}");
+        assert!(
+            bytes > (IDEMPOTENCY_BYTES_MAX / 2) as f64,
+            "node {id}: {bytes}"
+        );
     }
     c.shutdown().await;
 }

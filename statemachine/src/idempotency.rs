@@ -30,8 +30,8 @@
 //!    entries written before scoping — has no quota of its own: there, quota and table
 //!    would be the same caller, and a 1/8 cap would only shorten everyone's window.
 //!
-//! Why every entry is accounted at its full size rather than stored compactly (brief
-//! options a/b): api.md promises the first response "byte for byte", and the job an error
+//! Why every entry is accounted at its full size rather than stored compactly (a shared
+//! payload, or a digest plus what rebuilds the reply): api.md promises the first response "byte for byte", and the job an error
 //! embeds is a view at that instant — a later complete sets its result, a delete and
 //! re-submit under the same id changes its payload — so the reply cannot be rebuilt from
 //! the job table, and sharing the payload behind an `Arc` would change the wire `Job` type
@@ -236,6 +236,10 @@ impl IdempotencyTable {
     /// quotas may be over them: it is brought within them as it is read, forgetting what
     /// a bounded build would have forgotten (a table within the bounds loses nothing).
     pub fn from_entries(entries: Vec<(String, Remembered)>, b: Bounds) -> Result<Self, String> {
+        if entries.len() > b.keys_max {
+            // The key bound is in the config: no build wrote a table over it.
+            return Err("idempotency table over its bound".into());
+        }
         let mut t = IdempotencyTable::default();
         t.by_key.reserve(entries.len());
         for (k, r) in entries {
