@@ -585,7 +585,7 @@ fn render_raft(out: &mut String, s: &Scrape) {
 
 fn render_jobs(out: &mut String, s: &Scrape) {
     let stats = &s.stats;
-    let simple: [(&str, &str, &str, u64); 5] = [
+    let simple: [(&str, &str, &str, u64); 7] = [
         (
             "leasehold_live_leases",
             "gauge",
@@ -609,6 +609,18 @@ fn render_jobs(out: &mut String, s: &Scrape) {
             "gauge",
             "Idempotency keys remembered.",
             stats.idempotency_keys,
+        ),
+        (
+            "leasehold_idempotency_bytes",
+            "gauge",
+            "Accounted bytes of the remembered idempotent replies (bounded by IDEMPOTENCY_BYTES_MAX).",
+            stats.idempotency_bytes,
+        ),
+        (
+            "leasehold_idempotency_scope_bytes_max",
+            "gauge",
+            "Accounted bytes of the largest idempotency scope (one caller's keys, or the unscoped ones).",
+            stats.idempotency_scope_bytes_max,
         ),
         (
             "leasehold_queues",
@@ -1163,6 +1175,8 @@ mod tests {
             "leasehold_live_leases",
             "leasehold_failover_grace_applied_total",
             "leasehold_idempotency_keys",
+            "leasehold_idempotency_bytes",
+            "leasehold_idempotency_scope_bytes_max",
             "leasehold_jobs",
             "leasehold_snapshot_last_index",
         ] {

@@ -1,18 +1,58 @@
 //! The table of idempotency keys: the first reply to each keyed request, kept for a window
-//! of store time and bounded in count.
+//! of store time and bounded in count, in bytes, and per caller (issue 17 item 5).
 //!
-//! Store time never goes backwards, so keys are inserted in time order and a FIFO is
-//! already the expiry order: no second index is needed. The FIFO holds the entries
-//! themselves, so expiring checks its front in O(1) (it runs on every apply) and a
-//! snapshot walks it in order without a lookup per key; a hash map from key to position
-//! answers retries. The map is only ever looked up, never iterated, so it keeps replay
-//! deterministic.
+//! Store time never goes backwards, so keys are inserted in time order and insertion
+//! order is already the expiry order. Each entry gets a sequence number; `order` maps
+//! numbers to entries (so its first is the oldest, found in O(log n) on every apply), a
+//! hash map from key to number answers retries, and each scope keeps the numbers of its
+//! own entries oldest first. The maps keyed by strings are only ever looked up, never
+//! iterated into a decision, so replay stays deterministic.
+//!
+//! ```text
+//!  order:        1:"a k1"  2:"k7"  3:"a k2"  4:"b k1"  5:"a k3"     (oldest first)
+//!  scopes["a"]:  [1, 3, 5]     scopes[""]: [2]     scopes["b"]: [4]
+//! ```
+//!
+//! Bytes: every entry is *accounted* at [`accounted_bytes`] — its key (held twice, in the
+//! entry and in the key index), the bincode size of what is remembered (the reply as it
+//! will be replayed, payload and result included) and [`ENTRY_OVERHEAD_BYTES`] for the
+//! indexes. That is a pure function of the entry, so every replica counts the same total
+//! and forgets the same keys; allocator figures would differ between replicas. The running
+//! total is recomputed from the entries on restore and checked by `check_invariants`.
+//!
+//! Forgetting, always oldest first and deterministic:
+//! 1. at every apply, keys older than the window, then the oldest while the table holds
+//!    more than `keys_max` keys or `bytes_max` bytes;
+//! 2. after an insert into a scope other than `""`, that scope's own oldest while the
+//!    scope is over its quota (a 1/[`IDEMPOTENCY_SCOPE_SHARE`] share of keys and bytes).
+//!    So a caller flooding its keys only ever evicts its own. The unscoped scope `""` —
+//!    keys of a node without per-caller scoping (no auth file: one tenant), and of log
+//!    entries written before scoping — has no quota of its own: there, quota and table
+//!    would be the same caller, and a 1/8 cap would only shorten everyone's window.
+//!
+//! Why every entry is accounted at its full size rather than stored compactly (a shared
+//! payload, or a digest plus what rebuilds the reply): api.md promises the first response "byte for byte", and the job an error
+//! embeds is a view at that instant — a later complete sets its result, a delete and
+//! re-submit under the same id changes its payload — so the reply cannot be rebuilt from
+//! the job table, and sharing the payload behind an `Arc` would change the wire `Job` type
+//! that node and client use. Full-size accounting plus the per-scope quota bounds what one
+//! caller can pin (8 MiB) and what the table can hold (64 MiB) on every replica, which is
+//! what the attack needed; a compact form can later lower the figures without changing the
+//! bounds. May import `command` (the reply), `limits` (bounds and key scopes) and
+//! `machine::Config`, nothing with IO.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
 use crate::command::Reply;
+use crate::limits::{self, IDEMPOTENCY_SCOPE_SHARE};
+use crate::machine::Config;
+
+/// What one entry costs beyond its key and its encoded reply: the key index's slot, the
+/// order map's node share, the scope FIFO's number and the in-memory reply's fixed part.
+/// A fixed figure (not `size_of`, which differs between builds) so replicas agree.
+pub(crate) const ENTRY_OVERHEAD_BYTES: u64 = 256;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Remembered {
@@ -21,101 +61,386 @@ pub(crate) struct Remembered {
     pub recorded_ms: u64,
 }
 
+/// What an entry counts against the table's and its scope's byte bounds.
+pub(crate) fn accounted_bytes(key: &str, remembered: &Remembered) -> u64 {
+    let encoded = bincode::serialized_size(remembered).expect("replies always encode");
+    2 * key.len() as u64 + encoded + ENTRY_OVERHEAD_BYTES
+}
+
+/// The bounds the table keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Bounds {
+    pub window_ms: u64,
+    pub keys_max: usize,
+    pub bytes_max: u64,
+    pub scope_keys_max: usize,
+    pub scope_bytes_max: u64,
+}
+
+impl Bounds {
+    /// The config's window and key bound; the byte bounds of `limits`.
+    pub fn of(cfg: &Config) -> Self {
+        Bounds {
+            window_ms: cfg.idempotency_window_ms,
+            keys_max: cfg.idempotency_keys_max,
+            bytes_max: limits::IDEMPOTENCY_BYTES_MAX,
+            scope_keys_max: limits::idempotency_scope_keys_max(cfg.idempotency_keys_max),
+            scope_bytes_max: limits::IDEMPOTENCY_BYTES_MAX / IDEMPOTENCY_SCOPE_SHARE,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Slot {
+    key: String,
+    remembered: Remembered,
+    bytes: u64,
+}
+
+/// One scope's entries (sequence numbers, oldest first) and their accounted bytes.
+#[derive(Debug, Clone, Default)]
+struct ScopeUse {
+    seqs: VecDeque<u64>,
+    bytes: u64,
+}
+
 #[derive(Debug, Clone, Default)]
 pub(crate) struct IdempotencyTable {
-    /// Entries in insertion order, which is also `recorded_ms` order.
-    order: VecDeque<(String, Remembered)>,
-    /// Sequence number of the front of `order`: entry `i` of `order` is number
-    /// `front_seq + i`. Numbers are internal and never serialized.
-    front_seq: u64,
+    /// Sequence number → entry; numbers grow with insertion, which is `recorded_ms`
+    /// order. Internal, never serialized.
+    order: BTreeMap<u64, Slot>,
+    next_seq: u64,
     /// Key → sequence number.
     by_key: HashMap<String, u64>,
+    /// Scope → its entries; a scope without entries is removed.
+    scopes: HashMap<String, ScopeUse>,
+    /// Sum of the entries' accounted bytes.
+    bytes: u64,
 }
 
 impl IdempotencyTable {
     pub fn get(&self, key: &str) -> Option<&Remembered> {
-        let seq = *self.by_key.get(key)?;
-        Some(&self.order[(seq - self.front_seq) as usize].1)
+        let seq = self.by_key.get(key)?;
+        Some(&self.order[seq].remembered)
     }
 
     pub fn len(&self) -> usize {
         self.order.len()
     }
 
-    /// Forgets keys older than `window_ms` at `now_ms`, then the oldest beyond `keys_max`.
-    pub fn expire(&mut self, now_ms: u64, window_ms: u64, keys_max: usize) {
-        while let Some((_, r)) = self.order.front() {
-            let too_old = r.recorded_ms.saturating_add(window_ms) <= now_ms;
-            if !too_old && self.order.len() <= keys_max {
+    /// Accounted bytes of all entries.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Accounted bytes of one scope's entries (`""`: the unscoped keys).
+    pub fn scope_bytes(&self, scope: &str) -> u64 {
+        self.scopes.get(scope).map_or(0, |u| u.bytes)
+    }
+
+    /// The largest scope's accounted bytes (a maximum: the map's order does not matter).
+    pub fn largest_scope_bytes(&self) -> u64 {
+        self.scopes.values().map(|u| u.bytes).max().unwrap_or(0)
+    }
+
+    /// Forgets keys older than the window at `now_ms`, then the oldest while the table is
+    /// over its key or byte bound.
+    pub fn expire(&mut self, now_ms: u64, b: Bounds) {
+        while let Some((&seq, slot)) = self.order.first_key_value() {
+            let too_old = slot.remembered.recorded_ms.saturating_add(b.window_ms) <= now_ms;
+            if !too_old && !self.over(b) {
                 break;
             }
-            let (key, _) = self.order.pop_front().expect("front exists");
-            self.by_key.remove(&key);
-            self.front_seq += 1;
+            self.forget(seq);
         }
     }
 
-    pub fn insert(&mut self, key: String, remembered: Remembered) {
+    fn over(&self, b: Bounds) -> bool {
+        self.order.len() > b.keys_max || self.bytes > b.bytes_max
+    }
+
+    /// Remembers `key`'s first reply, then keeps the bounds: its scope's quota first (so
+    /// a caller over it loses its own oldest key), then the table's.
+    pub fn insert(&mut self, key: String, remembered: Remembered, b: Bounds) {
+        let now_ms = remembered.recorded_ms;
+        let scope = limits::split_idempotency_key(&key).0.to_owned();
+        self.push(key, remembered);
+        if !scope.is_empty() {
+            self.keep_quota(&scope, b);
+        }
+        self.expire(now_ms, b);
+    }
+
+    fn push(&mut self, key: String, remembered: Remembered) {
         debug_assert!(!self.by_key.contains_key(&key), "key inserted twice");
         debug_assert!(self
             .order
-            .back()
-            .is_none_or(|(_, r)| r.recorded_ms <= remembered.recorded_ms));
-        let seq = self.front_seq + self.order.len() as u64;
+            .last_key_value()
+            .is_none_or(|(_, s)| s.remembered.recorded_ms <= remembered.recorded_ms));
+        let bytes = accounted_bytes(&key, &remembered);
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let scope = limits::split_idempotency_key(&key).0;
+        let used = match self.scopes.get_mut(scope) {
+            Some(u) => u,
+            None => self.scopes.entry(scope.to_owned()).or_default(),
+        };
+        used.seqs.push_back(seq);
+        used.bytes += bytes;
+        self.bytes += bytes;
         self.by_key.insert(key.clone(), seq);
-        self.order.push_back((key, remembered));
+        let slot = Slot {
+            key,
+            remembered,
+            bytes,
+        };
+        self.order.insert(seq, slot);
+    }
+
+    /// Forgets `scope`'s oldest keys while it is over its quota.
+    fn keep_quota(&mut self, scope: &str, b: Bounds) {
+        while let Some(used) = self.scopes.get(scope) {
+            if used.seqs.len() <= b.scope_keys_max && used.bytes <= b.scope_bytes_max {
+                break;
+            }
+            let oldest = used.seqs[0];
+            self.forget(oldest);
+        }
+    }
+
+    /// Forgets entry `seq`, which is the oldest of its scope (every removal is).
+    fn forget(&mut self, seq: u64) {
+        let slot = self.order.remove(&seq).expect("forgotten entry exists");
+        self.by_key.remove(&slot.key);
+        let scope = limits::split_idempotency_key(&slot.key).0;
+        let used = self.scopes.get_mut(scope).expect("scope of an entry");
+        assert_eq!(
+            used.seqs.pop_front(),
+            Some(seq),
+            "forgot a scope's newer key"
+        );
+        used.bytes -= slot.bytes;
+        if used.seqs.is_empty() {
+            self.scopes.remove(scope);
+        }
+        self.bytes -= slot.bytes;
     }
 
     /// Entries in insertion order, for snapshots.
     pub fn entries(&self) -> impl Iterator<Item = (&String, &Remembered)> {
-        self.order.iter().map(|(k, r)| (k, r))
+        self.order.values().map(|s| (&s.key, &s.remembered))
     }
 
-    /// Rebuilds a table from `entries()`; `Err` says why they can't have come from one.
-    pub fn from_entries(entries: Vec<(String, Remembered)>) -> Result<Self, String> {
+    /// Rebuilds a table from `entries()`, recounting every entry's bytes; `Err` says why
+    /// they can't have come from one. A table written by a build without byte bounds or
+    /// quotas may be over them: it is brought within them as it is read, forgetting what
+    /// a bounded build would have forgotten (a table within the bounds loses nothing).
+    pub fn from_entries(entries: Vec<(String, Remembered)>, b: Bounds) -> Result<Self, String> {
+        if entries.len() > b.keys_max {
+            // The key bound is in the config: no build wrote a table over it.
+            return Err("idempotency table over its bound".into());
+        }
         let mut t = IdempotencyTable::default();
         t.by_key.reserve(entries.len());
-        t.order.reserve(entries.len());
         for (k, r) in entries {
             if t.by_key.contains_key(&k) {
                 return Err(format!("idempotency key {k:?} remembered twice"));
             }
             if t.order
-                .back()
-                .is_some_and(|(_, last)| last.recorded_ms > r.recorded_ms)
+                .last_key_value()
+                .is_some_and(|(_, last)| last.remembered.recorded_ms > r.recorded_ms)
             {
                 return Err(format!("idempotency key {k:?} out of time order"));
             }
-            t.insert(k, r);
+            let scope = limits::split_idempotency_key(&k).0.to_owned();
+            t.push(k, r);
+            if !scope.is_empty() {
+                t.keep_quota(&scope, b);
+            }
+            while t.over(b) {
+                let (&oldest, _) = t.order.first_key_value().expect("over means not empty");
+                t.forget(oldest);
+            }
         }
         Ok(t)
     }
 
-    pub fn check_invariants(&self, clock_ms: u64, window_ms: u64, keys_max: usize) {
+    /// The accounted total recomputed from the entries, not the running figure.
+    pub fn recount_bytes(&self) -> u64 {
+        self.order
+            .values()
+            .map(|s| accounted_bytes(&s.key, &s.remembered))
+            .sum()
+    }
+
+    /// Asserts the indexes, the running totals and every bound. O(entries): the stored
+    /// per-entry figures are summed, not recomputed (see [`Self::recount_bytes`]).
+    pub fn check_invariants(&self, clock_ms: u64, b: Bounds) {
         assert_eq!(
             self.by_key.len(),
             self.order.len(),
             "idempotency index sizes"
         );
-        assert!(
-            self.order.len() <= keys_max,
-            "idempotency table over its bound"
-        );
+        assert!(!self.over(b), "idempotency table over its bound");
         let mut prev = 0;
-        for (i, (k, r)) in self.order.iter().enumerate() {
-            let seq = self.by_key.get(k).expect("ordered key is in the table");
+        let mut scopes: HashMap<&str, (Vec<u64>, u64)> = HashMap::new();
+        for (&seq, s) in &self.order {
+            assert!(seq < self.next_seq, "idempotency number not yet issued");
             assert_eq!(
-                *seq,
-                self.front_seq + i as u64,
-                "idempotency position of {k:?}"
+                self.by_key.get(&s.key),
+                Some(&seq),
+                "position of {:?}",
+                s.key
             );
+            let r = &s.remembered;
             assert!(r.recorded_ms >= prev, "idempotency keys out of time order");
             assert!(r.recorded_ms <= clock_ms, "idempotency key from the future");
             assert!(
-                r.recorded_ms.saturating_add(window_ms) > clock_ms,
+                r.recorded_ms.saturating_add(b.window_ms) > clock_ms,
                 "expired idempotency key kept"
             );
             prev = r.recorded_ms;
+            let used = scopes
+                .entry(limits::split_idempotency_key(&s.key).0)
+                .or_default();
+            used.0.push(seq);
+            used.1 += s.bytes;
         }
+        let total: u64 = scopes.values().map(|u| u.1).sum();
+        assert_eq!(total, self.bytes, "idempotency bytes total");
+        assert_eq!(scopes.len(), self.scopes.len(), "idempotency scopes");
+        for (scope, (seqs, bytes)) in scopes {
+            let used = &self.scopes[scope];
+            assert!(
+                used.seqs.iter().eq(seqs.iter()),
+                "entries of scope {scope:?}"
+            );
+            assert_eq!(used.bytes, bytes, "bytes of scope {scope:?}");
+            let within = used.seqs.len() <= b.scope_keys_max && bytes <= b.scope_bytes_max;
+            assert!(scope.is_empty() || within, "scope {scope:?} over its quota");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn small() -> Bounds {
+        Bounds {
+            window_ms: 1_000,
+            keys_max: 100,
+            bytes_max: 10 * 1024,
+            scope_keys_max: 3,
+            scope_bytes_max: 2 * 1024,
+        }
+    }
+
+    fn entry(key: &str, at: u64, pad: usize) -> (String, Remembered) {
+        let r = Remembered {
+            fingerprint: at,
+            reply: Err(crate::wire::ApiError::new(
+                crate::wire::ErrorCode::LeaseHeld,
+                "x".repeat(pad),
+            )),
+            recorded_ms: at,
+        };
+        (key.to_owned(), r)
+    }
+
+    fn keys(t: &IdempotencyTable) -> Vec<&str> {
+        t.entries().map(|(k, _)| k.as_str()).collect()
+    }
+
+    #[test]
+    fn accounted_bytes_are_key_twice_encoded_reply_and_overhead() {
+        let (k, r) = entry("s key", 1, 100);
+        let encoded = bincode::serialize(&r).unwrap().len() as u64;
+        assert_eq!(accounted_bytes(&k, &r), 10 + encoded + ENTRY_OVERHEAD_BYTES);
+    }
+
+    #[test]
+    fn a_scope_over_its_key_quota_forgets_its_own_oldest() {
+        let mut t = IdempotencyTable::default();
+        for (i, k) in ["a 1", "u1", "b 1", "a 2", "a 3", "a 4", "u2"]
+            .iter()
+            .enumerate()
+        {
+            let (k, r) = entry(k, i as u64, 1);
+            t.insert(k, r, small());
+            t.check_invariants(i as u64, small());
+        }
+        assert_eq!(keys(&t), ["u1", "b 1", "a 2", "a 3", "a 4", "u2"]);
+        assert_eq!(t.bytes(), t.recount_bytes());
+        // Unscoped keys have no quota of their own.
+        for i in 0..5 {
+            let (k, r) = entry(&format!("u-more{i}"), 10, 1);
+            t.insert(k, r, small());
+        }
+        assert_eq!(t.len(), 11);
+        t.check_invariants(10, small());
+    }
+
+    #[test]
+    fn byte_bounds_forget_oldest_of_the_scope_then_of_the_table() {
+        let mut t = IdempotencyTable::default();
+        let (k, r) = entry("b 1", 0, 100);
+        t.insert(k, r, small());
+        for i in 0..10 {
+            let (k, r) = entry(&format!("a {i}"), 1, 700);
+            t.insert(k, r, small());
+            assert!(t.scope_bytes("a") <= small().scope_bytes_max);
+        }
+        assert_eq!(keys(&t), ["b 1", "a 8", "a 9"]);
+        for i in 0..20 {
+            let (k, r) = entry(&format!("u{i}"), 2, 700);
+            t.insert(k, r, small());
+            assert!(t.bytes() <= small().bytes_max);
+        }
+        // The table's bound forgets the oldest of anyone, oldest first.
+        assert!(!keys(&t).contains(&"b 1"));
+        assert_eq!(keys(&t).last(), Some(&"u19"));
+        t.check_invariants(2, small());
+        assert_eq!(t.largest_scope_bytes(), t.scope_bytes(""));
+    }
+
+    #[test]
+    fn from_entries_brings_an_unbounded_table_within_the_bounds_as_insert_would() {
+        let unbounded = Bounds {
+            keys_max: usize::MAX,
+            bytes_max: u64::MAX,
+            scope_keys_max: usize::MAX,
+            scope_bytes_max: u64::MAX,
+            ..small()
+        };
+        let all: Vec<_> = (0..40)
+            .map(|i| entry(&format!("{}k{i}", ["", "a ", "b "][i % 3]), i as u64, 300))
+            .collect();
+        // What an old build (no byte bounds, no quotas) would have written.
+        let old = IdempotencyTable::from_entries(all.clone(), unbounded).unwrap();
+        assert_eq!(old.len(), 40);
+        let mut inserted = IdempotencyTable::default();
+        for (k, r) in all {
+            inserted.insert(
+                k,
+                r,
+                Bounds {
+                    window_ms: 1_000_000,
+                    ..small()
+                },
+            );
+        }
+        let old_entries: Vec<_> = old.entries().map(|(k, r)| (k.clone(), r.clone())).collect();
+        let restored = IdempotencyTable::from_entries(old_entries, small()).unwrap();
+        assert_eq!(keys(&restored), keys(&inserted));
+        assert_eq!(restored.bytes(), restored.recount_bytes());
+        restored.check_invariants(39, small());
+        // A table within the bounds loses nothing.
+        let again: Vec<_> = restored
+            .entries()
+            .map(|(k, r)| (k.clone(), r.clone()))
+            .collect();
+        let same = IdempotencyTable::from_entries(again, small()).unwrap();
+        assert_eq!(keys(&same), keys(&restored));
     }
 }

@@ -9,7 +9,8 @@
 //! - [`wire`]: the JSON types of api.md (`Job`, `Lease`, error codes, request bodies).
 //! - [`command`]: what goes into the log (`Entry`, `Command`) and what comes out (`Reply`).
 //! - [`machine`]: `LeaseMachine::apply`, the rules, the indexes, failover grace, reads.
-//! - `idempotency`: the table of remembered replies to keyed requests.
+//! - `idempotency`: the table of remembered replies to keyed requests, bounded in keys,
+//!   accounted bytes and per caller scope.
 //! - `queries`: read-only questions between entries (is anything claimable?).
 //! - `queue_stats`: jobs per queue and state, kept by every transition (for metrics).
 //! - [`snapshot`]: `snapshot()`/`restore()` and `check_invariants()`.

@@ -39,6 +39,23 @@ pub const IDEMPOTENCY_WINDOW_MS: u64 = 10 * 60 * 1000;
 /// How many idempotency keys are remembered at most. Past this the oldest is forgotten
 /// early; at 1,000 keyed writes/s the window still holds for over 16 minutes.
 pub const IDEMPOTENCY_KEYS_MAX: usize = 1_000_000;
+/// Most bytes the idempotency table accounts for, all scopes together. Past this the
+/// oldest entries are forgotten early, as past [`IDEMPOTENCY_KEYS_MAX`]. What an entry
+/// counts is fixed by `idempotency.rs` (its key, its reply's encoded size and a fixed
+/// overhead), never by allocator figures, so every replica forgets the same keys. An error
+/// reply can carry a whole job (two 64 KiB documents): without this bound 4,000 keyed 409s
+/// held ~500 MiB on every replica (issue 17 item 5).
+pub const IDEMPOTENCY_BYTES_MAX: u64 = 64 * 1024 * 1024;
+/// A scope (one caller, see [`scoped_idempotency_key`]) holds at most
+/// 1/`IDEMPOTENCY_SCOPE_SHARE` of the table's keys and bytes; past its quota *its* oldest
+/// key is forgotten, nobody else's. Eight callers filling their quotas fill the table.
+pub const IDEMPOTENCY_SCOPE_SHARE: u64 = 8;
+/// One scope's byte quota.
+pub const IDEMPOTENCY_SCOPE_BYTES_MAX: u64 = IDEMPOTENCY_BYTES_MAX / IDEMPOTENCY_SCOPE_SHARE;
+/// One scope's key quota with the default key bound (see [`idempotency_scope_keys_max`]).
+pub const IDEMPOTENCY_SCOPE_KEYS_MAX: usize = idempotency_scope_keys_max(IDEMPOTENCY_KEYS_MAX);
+/// Longest scope of a scoped idempotency key.
+pub const IDEMPOTENCY_SCOPE_LEN_MAX: usize = 32;
 /// Most client commands the node packs into one log entry.
 pub const BATCH_ITEMS_MAX: usize = 512;
 /// Longest failover grace added to live leases when a new term starts (design.md).
@@ -193,6 +210,50 @@ pub fn validate_idempotency_key(key: &str) -> Result<(), ApiError> {
     })
 }
 
+/// One scope's key quota for a table of `keys_max` keys: its share, at least one.
+pub const fn idempotency_scope_keys_max(keys_max: usize) -> usize {
+    let share = keys_max / IDEMPOTENCY_SCOPE_SHARE as usize;
+    if share == 0 {
+        1
+    } else {
+        share
+    }
+}
+
+fn validate_idempotency_scope(scope: &str) -> Result<(), ApiError> {
+    check_name("idempotency scope", scope, IDEMPOTENCY_SCOPE_LEN_MAX, |b| {
+        b.is_ascii_graphic()
+    })
+}
+
+/// The key the node proposes for a client's `key` sent by the caller `scope`:
+/// `"<scope> <key>"`, one space between. Scoped keys of two callers never collide, and
+/// each caller's keys count against its own quota ([`IDEMPOTENCY_SCOPE_SHARE`]). Both
+/// parts are checked: a scope of 1–[`IDEMPOTENCY_SCOPE_LEN_MAX`] visible ASCII bytes, a
+/// key as [`validate_idempotency_key`].
+pub fn scoped_idempotency_key(scope: &str, key: &str) -> Result<String, ApiError> {
+    validate_idempotency_scope(scope)?;
+    validate_idempotency_key(key)?;
+    Ok(format!("{scope} {key}"))
+}
+
+/// A stored key's scope and client key: `("", key)` for an unscoped key (no space).
+pub fn split_idempotency_key(stored: &str) -> (&str, &str) {
+    stored.split_once(' ').unwrap_or(("", stored))
+}
+
+/// What the state machine accepts in a log entry: a client key
+/// ([`validate_idempotency_key`]) or a scoped one ([`scoped_idempotency_key`]).
+pub fn validate_stored_idempotency_key(stored: &str) -> Result<(), ApiError> {
+    match stored.split_once(' ') {
+        None => validate_idempotency_key(stored),
+        Some((scope, key)) => {
+            validate_idempotency_scope(scope)?;
+            validate_idempotency_key(key)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -311,5 +372,38 @@ mod tests {
         assert!(validate_idempotency_key(&"k".repeat(IDEMPOTENCY_KEY_LEN_MAX + 1)).is_err());
         assert!(validate_idempotency_key("has space").is_err());
         assert!(validate_idempotency_key("").is_err());
+    }
+
+    #[test]
+    fn scoped_keys_at_their_limits() {
+        let scope = "s".repeat(IDEMPOTENCY_SCOPE_LEN_MAX);
+        let key = "k".repeat(IDEMPOTENCY_KEY_LEN_MAX);
+        let both = scoped_idempotency_key(&scope, &key).unwrap();
+        assert_eq!(both, format!("{scope} {key}"));
+        assert_eq!(split_idempotency_key(&both), (scope.as_str(), key.as_str()));
+        assert!(validate_stored_idempotency_key(&both).is_ok());
+        let long_scope = "s".repeat(IDEMPOTENCY_SCOPE_LEN_MAX + 1);
+        assert!(scoped_idempotency_key(&long_scope, "k").is_err());
+        assert!(scoped_idempotency_key("s", &"k".repeat(IDEMPOTENCY_KEY_LEN_MAX + 1)).is_err());
+        for (scope, key) in [("", "k"), ("s", ""), ("a b", "k"), ("s", "a b"), ("é", "k")] {
+            assert!(
+                scoped_idempotency_key(scope, key).is_err(),
+                "{scope:?} {key:?}"
+            );
+        }
+        assert_eq!(split_idempotency_key("plain"), ("", "plain"));
+        for bad in [" k", "s ", "s  k", "a b c", "", &format!("{long_scope} k")] {
+            let e = validate_stored_idempotency_key(bad).unwrap_err();
+            assert_eq!(e.code, ErrorCode::InvalidArgument, "{bad:?}");
+        }
+        assert!(validate_stored_idempotency_key("plain").is_ok());
+    }
+
+    #[test]
+    fn scope_quotas_are_a_share_of_the_table() {
+        assert_eq!(IDEMPOTENCY_SCOPE_KEYS_MAX, IDEMPOTENCY_KEYS_MAX / 8);
+        assert_eq!(IDEMPOTENCY_SCOPE_BYTES_MAX, 8 * 1024 * 1024);
+        assert_eq!(idempotency_scope_keys_max(4), 1);
+        assert_eq!(idempotency_scope_keys_max(16), 2);
     }
 }

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::command::{BatchItem, Command, Entry, Outcome, Reply};
-use crate::idempotency::{IdempotencyTable, Remembered};
+use crate::idempotency::{Bounds, IdempotencyTable, Remembered};
 use crate::limits;
 use crate::queue_stats::{count_move, QueueStats, Slot};
 use crate::wire::{ApiError, ErrorCode, Job, JobPage, JobState, Lease};
@@ -89,6 +89,12 @@ pub struct Stats {
     pub completed: u64,
     pub failed: u64,
     pub idempotency_keys: u64,
+    /// Accounted bytes of the idempotency table (`idempotency.rs`), at most
+    /// [`limits::IDEMPOTENCY_BYTES_MAX`].
+    pub idempotency_bytes: u64,
+    /// Accounted bytes of the idempotency table's largest scope (one caller's keys, or
+    /// the unscoped ones).
+    pub idempotency_scope_bytes_max: u64,
     pub grace_applied: u64,
 }
 
@@ -204,8 +210,21 @@ impl LeaseMachine {
             completed: self.completed,
             failed: self.failed,
             idempotency_keys: self.idempotency.len() as u64,
+            idempotency_bytes: self.idempotency.bytes(),
+            idempotency_scope_bytes_max: self.idempotency.largest_scope_bytes(),
             grace_applied: self.grace_applied,
         }
+    }
+
+    /// Accounted bytes of one idempotency scope's keys (`""`: the unscoped keys).
+    pub fn idempotency_scope_bytes(&self, scope: &str) -> u64 {
+        self.idempotency.scope_bytes(scope)
+    }
+
+    /// The idempotency table's accounted bytes recomputed from its entries (the running
+    /// total of [`Stats::idempotency_bytes`] must equal it). O(table): for tests.
+    pub fn idempotency_bytes_recounted(&self) -> u64 {
+        self.idempotency.recount_bytes()
     }
 
     /// The extension the last failover grace gave live leases (ms) since this machine
@@ -280,9 +299,7 @@ impl LeaseMachine {
         self.clock_ms = now;
         self.last_log_index = log_index;
         self.settle(now);
-        let cfg = self.config;
-        self.idempotency
-            .expire(now, cfg.idempotency_window_ms, cfg.idempotency_keys_max);
+        self.idempotency.expire(now, Bounds::of(&self.config));
         let reply = match &entry.command {
             Command::Batch(items) => self.execute_batch(log_index, now, entry, items),
             cmd => self.execute_keyed(log_index, now, entry.idempotency_key.as_deref(), cmd),
@@ -302,9 +319,10 @@ impl LeaseMachine {
         match key {
             None => self.execute(log_index, now, cmd),
             // The node checked the key too; a log entry is never trusted to be well-formed,
-            // and an unchecked key would be stored in the replicated table.
+            // and an unchecked key would be stored in the replicated table. A node that
+            // scopes keys per caller proposes `"<scope> <key>"`.
             Some(key) => {
-                limits::validate_idempotency_key(key)?;
+                limits::validate_stored_idempotency_key(key)?;
                 self.execute_once(log_index, now, key, cmd)
             }
         }
@@ -352,10 +370,8 @@ impl LeaseMachine {
             reply: reply.clone(),
             recorded_ms: now,
         };
-        self.idempotency.insert(key.to_owned(), remembered);
-        let cfg = self.config;
         self.idempotency
-            .expire(now, cfg.idempotency_window_ms, cfg.idempotency_keys_max);
+            .insert(key.to_owned(), remembered, Bounds::of(&self.config));
         reply
     }
 

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use bincode::Options;
 use serde::{Deserialize, Serialize};
 
-use crate::idempotency::{IdempotencyTable, Remembered};
+use crate::idempotency::{Bounds, IdempotencyTable, Remembered};
 use crate::machine::{Config, JobRecord, LeaseMachine, Status};
 use crate::queue_stats::{count_move, QueueStats, Slot};
 
@@ -235,8 +235,8 @@ impl LeaseMachine {
         m.grace_applied = s.grace_applied;
         m.tombstones = s.tombstones;
         m.generation_floor = s.generation_floor;
-        m.idempotency =
-            IdempotencyTable::from_entries(s.idempotency).map_err(SnapshotError::Inconsistent)?;
+        m.idempotency = IdempotencyTable::from_entries(s.idempotency, Bounds::of(&s.config))
+            .map_err(SnapshotError::Inconsistent)?;
         m.ids.reserve(s.jobs.len());
         // The indexes are collected into vectors and built in bulk: a million one-by-one
         // tree inserts (and a queue-name copy per record) were most of a restart.
@@ -398,12 +398,8 @@ impl LeaseMachine {
         );
         assert_eq!(self.completed, rebuilt.completed, "completed count");
         assert_eq!(self.failed, rebuilt.failed, "failed count");
-        let cfg = self.config;
-        self.idempotency.check_invariants(
-            self.clock_ms,
-            cfg.idempotency_window_ms,
-            cfg.idempotency_keys_max,
-        );
+        self.idempotency
+            .check_invariants(self.clock_ms, Bounds::of(&self.config));
         let _: &BTreeSet<(u64, u64)> = &self.expiry;
     }
 }

@@ -1026,7 +1026,18 @@ fn keyed_empty_claim_next_is_not_remembered() {
 #[test]
 fn invalid_idempotency_key_is_rejected_and_changes_nothing() {
     let long = "k".repeat(limits::IDEMPOTENCY_KEY_LEN_MAX + 1);
-    for key in ["", "has space", "tab\t", "é", long.as_str()] {
+    // One space separates a node's scope from the client's key (`"<scope> <key>"`):
+    // anything else with a space is not a key.
+    for key in [
+        "",
+        "two  spaces",
+        " lead",
+        "trail ",
+        "a b c",
+        "tab\t",
+        "é",
+        long.as_str(),
+    ] {
         let mut base = H::new();
         lease(base.at(1_000, claim("held", "a", 10_000)));
         let mut ticked = base.m.clone();

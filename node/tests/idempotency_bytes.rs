@@ -1,0 +1,74 @@
+//! A worker keying every failing request (issue 17 item 5): keyed 409s that each carry a
+//! job with a 64 KiB payload and a 64 KiB result, past what the idempotency table may
+//! hold. Every replica's `leasehold_idempotency_bytes` gauge stays within
+//! `IDEMPOTENCY_BYTES_MAX`, and the newest key still replays its first response byte for
+//! byte. (Before the byte bound, 4,000 such requests held ~500 MiB on every replica.)
+
+mod common;
+
+use common::{Req, TestCluster};
+use leasehold_statemachine::limits::{IDEMPOTENCY_BYTES_MAX, PAYLOAD_BYTES_MAX};
+use serde_json::{json, Value};
+
+/// A JSON string value encoding to exactly `PAYLOAD_BYTES_MAX` bytes.
+fn big(fill: char) -> Value {
+    Value::String(fill.to_string().repeat(PAYLOAD_BYTES_MAX - 2))
+}
+
+/// The gauge's value in a `/metrics` text, if the family is there.
+fn gauge(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn keyed_409s_with_a_64_kib_job_keep_the_idempotency_bytes_gauge_under_the_bound() {
+    let c = TestCluster::start().await;
+    let leader = c.wait_for_leader().await;
+    let submit = json!({"id": "big", "queue": "q", "payload": big('p')});
+    c.post(leader, "/v1/jobs", submit).await.ok(201);
+    let claim = json!({"owner": "w", "ttl_ms": 60_000});
+    c.post(leader, "/v1/jobs/big/claim", claim).await.ok(200);
+    let done = json!({"owner": "w", "generation": 1, "result": big('r')});
+    c.post(leader, "/v1/jobs/big/complete", done).await.ok(200);
+
+    // Each 409 remembers ~128 KiB: 1.25× what the table may account for in all.
+    let n = (IDEMPOTENCY_BYTES_MAX * 5 / 4 / (2 * PAYLOAD_BYTES_MAX as u64)) as usize;
+    let attempt = json!({"owner": "x", "ttl_ms": 60_000});
+    let mut last = None;
+    for i in 0..n {
+        let req = Req::post("/v1/jobs/big/claim", &attempt).key(&format!("k{i}"));
+        let r = c.send(leader, &req).await;
+        r.err(409, "job_completed");
+        last = Some((req, r.text()));
+    }
+    let (req, first) = last.expect("at least one request");
+    // The newest key replays its first response byte for byte.
+    let again = c.send(leader, &req).await;
+    assert_eq!(again.status, 409);
+    assert!(
+        again.text() == first,
+        "replay differs from the first response"
+    );
+
+    c.wait_all_caught_up(leader).await;
+    for id in c.running() {
+        let text = c.get(id, "/metrics").await.text();
+        let bytes = gauge(&text, "leasehold_idempotency_bytes")
+            .unwrap_or_else(|| panic!("node {id} exports no leasehold_idempotency_bytes"));
+        let keys = gauge(&text, "leasehold_idempotency_keys").expect("keys gauge");
+        println!("node {id}: {keys} keys, {bytes} accounted bytes after {n} keyed 409s");
+        assert!(
+            bytes <= IDEMPOTENCY_BYTES_MAX as f64,
+            "node {id}: {bytes} bytes, bound {IDEMPOTENCY_BYTES_MAX}"
+        );
+        // The bound did the forgetting, and it kept what fits.
+        assert!((keys as usize) < n, "node {id}: {keys} keys of {n}");
+        assert!(
+            bytes > (IDEMPOTENCY_BYTES_MAX / 2) as f64,
+            "node {id}: {bytes}"
+        );
+    }
+    c.shutdown().await;
+}
