@@ -142,7 +142,7 @@ pub enum Refusal {
     CrossOrigin(String),
     #[error("cross-site browser request (Sec-Fetch-Site: {0}) refused: to let a web page call this node, start it with --allow-origin ORIGIN")]
     CrossSite(String),
-    #[error("request bodies must be JSON: Content-Type {0:?} is not application/json")]
+    #[error("request bodies must be JSON: Content-Type {0:?} is not application/json (curl -d sends a form type: add -H 'Content-Type: application/json')")]
     ContentType(String),
 }
 
