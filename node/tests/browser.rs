@@ -75,15 +75,28 @@ async fn non_json_bodies_are_415_on_every_node_and_create_or_claim_nothing() {
         assert_eq!(jobs[0]["state"], "pending", "node {id}: not claimed");
     }
     // JSON with parameters, and a plain client that sends no Content-Type, still work.
-    let json_utf8 = post_as("/v1/jobs", "Application/JSON; charset=utf-8", r#"{"id":"a"}"#);
+    let json_utf8 = post_as(
+        "/v1/jobs",
+        "Application/JSON; charset=utf-8",
+        r#"{"id":"a"}"#,
+    );
     c.send(leader, &json_utf8).await.ok(201);
     let mut bare = Req::post_raw("/v1/jobs", br#"{"id":"b"}"#.to_vec());
     bare.headers.clear();
     c.send(leader, &bare).await.ok(201);
     // `curl -X POST -d ''`: a form type on an empty body is the empty object.
-    let empty = post_as("/v1/queues/q/claim", "application/x-www-form-urlencoded", "");
+    let empty = post_as(
+        "/v1/queues/q/claim",
+        "application/x-www-form-urlencoded",
+        "",
+    );
     let r = c.send(leader, &empty).await;
-    assert_eq!(r.status, 400, "empty body = {{}}: owner missing: {}", r.text());
+    assert_eq!(
+        r.status,
+        400,
+        "empty body = {{}}: owner missing: {}",
+        r.text()
+    );
     c.shutdown().await;
 }
 
@@ -98,7 +111,10 @@ async fn a_form_post_cannot_add_a_learner() {
             c.send(id, &form).await.err(415, "unsupported_media_type");
         }
         // JSON, but from another site's page.
-        let xo = Req::post("/v1/cluster/nodes", &json!({"id": 9, "addr": "127.0.0.1:9"}));
+        let xo = Req::post(
+            "/v1/cluster/nodes",
+            &json!({"id": 9, "addr": "127.0.0.1:9"}),
+        );
         let xo = with_header(xo, "origin", "http://evil.example");
         c.send(id, &xo).await.err(403, "permission_denied");
     }
@@ -123,9 +139,14 @@ async fn cross_origin_requests_are_403_unless_allowed() {
         };
         for evil in ["http://evil.example", "null", "http://127.0.0.1:1"] {
             let e = c.send(id, &get(evil)).await.err(403, "permission_denied");
-            assert!(e["message"].as_str().unwrap().contains("--allow-origin"), "{e}");
+            assert!(
+                e["message"].as_str().unwrap().contains("--allow-origin"),
+                "{e}"
+            );
             let job = format!("x-{id}");
-            c.send(id, &submit(evil, &job)).await.err(403, "permission_denied");
+            c.send(id, &submit(evil, &job))
+                .await
+                .err(403, "permission_denied");
         }
         let site = with_header(Req::get("/v1/jobs"), "sec-fetch-site", "cross-site");
         c.send(id, &site).await.err(403, "permission_denied");
@@ -137,7 +158,11 @@ async fn cross_origin_requests_are_403_unless_allowed() {
         c.send(id, &same).await.ok(200);
         let r = c.send(id, &submit(&own, &format!("own-{id}"))).await;
         r.ok(201);
-        let listed = with_header(submit(allowed, &format!("ok-{id}")), "sec-fetch-site", "cross-site");
+        let listed = with_header(
+            submit(allowed, &format!("ok-{id}")),
+            "sec-fetch-site",
+            "cross-site",
+        );
         c.send(id, &listed).await.ok(201);
     }
     c.wait_all_caught_up(leader).await;
@@ -164,13 +189,22 @@ async fn a_foreign_host_is_403_on_a_loopback_node() {
         let port = c.addr(id).port();
         for path in ["/v1/cluster", "/v1/jobs", "/ui", "/metrics"] {
             let r = raw_get(&c, id, path, &format!("Host: evil.example:{port}\r\n")).await;
-            assert_eq!(r.status, 403, "{path}: {:?}", String::from_utf8_lossy(&r.body));
+            assert_eq!(
+                r.status,
+                403,
+                "{path}: {:?}",
+                String::from_utf8_lossy(&r.body)
+            );
             assert_eq!(r.json()["error"]["code"], "permission_denied");
             assert!(!String::from_utf8_lossy(&r.body).contains("\"term\""));
         }
         let r = raw_get(&c, id, "/v1/cluster", "").await;
         assert_eq!(r.status, 400, "no Host");
-        for host in [format!("localhost:{port}"), format!("127.0.0.1:{port}"), "127.1.2.3".into()] {
+        for host in [
+            format!("localhost:{port}"),
+            format!("127.0.0.1:{port}"),
+            "127.1.2.3".into(),
+        ] {
             let r = raw_get(&c, id, "/v1/cluster", &format!("Host: {host}\r\n")).await;
             assert_eq!(r.status, 200, "Host {host}");
         }
@@ -192,13 +226,24 @@ async fn the_dashboard_has_its_security_headers_and_every_response_nosniff() {
     for path in ["/ui", "/ui/", "/ui/app.js", "/ui/style.css", "/ui/nope"] {
         let r = c.get(1, path).await;
         let csp = r.header("content-security-policy").unwrap_or_default();
-        for part in ["default-src 'self'", "frame-ancestors 'none'", "script-src 'self'"] {
+        for part in [
+            "default-src 'self'",
+            "frame-ancestors 'none'",
+            "script-src 'self'",
+        ] {
             assert!(csp.contains(part), "{path}: {csp:?}");
         }
         assert!(!csp.contains("unsafe"), "{csp}");
-        assert_eq!(r.header("x-frame-options").as_deref(), Some("DENY"), "{path}");
+        assert_eq!(
+            r.header("x-frame-options").as_deref(),
+            Some("DENY"),
+            "{path}"
+        );
         assert_eq!(r.header("referrer-policy").as_deref(), Some("no-referrer"));
-        assert_eq!(r.header("x-content-type-options").as_deref(), Some("nosniff"));
+        assert_eq!(
+            r.header("x-content-type-options").as_deref(),
+            Some("nosniff")
+        );
     }
     for path in ["/v1/cluster", "/healthz", "/metrics", "/nope"] {
         let r = c.get(1, path).await;

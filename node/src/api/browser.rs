@@ -32,12 +32,12 @@ use std::collections::BTreeSet;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
+use axum::body::HttpBody as _;
 use axum::extract::{Request, State};
 use axum::http::header::{self, HeaderName};
 use axum::http::{HeaderMap, HeaderValue, Method, Version};
 use axum::middleware::Next;
 use axum::response::Response;
-use axum::body::HttpBody as _;
 use leasehold_statemachine::{ApiError, ErrorCode};
 
 use super::error_response;
@@ -546,10 +546,21 @@ mod tests {
 
     #[test]
     fn allow_origin_values() {
-        for ok in ["http://localhost:3000", "https://app.example", "http://[::1]:8"] {
+        for ok in [
+            "http://localhost:3000",
+            "https://app.example",
+            "http://[::1]:8",
+        ] {
             assert_eq!(parse_allow_origin(ok), Ok(ok.to_owned()));
         }
-        for bad in ["*", "app.example", "ftp://x", "https://x/", "null", "http://"] {
+        for bad in [
+            "*",
+            "app.example",
+            "ftp://x",
+            "https://x/",
+            "null",
+            "http://",
+        ] {
             assert!(parse_allow_origin(bad).is_err(), "{bad}");
         }
         let refs = [String::from("*")];
