@@ -144,6 +144,11 @@ pub struct ServeArgs {
     /// present their own --tls-cert.
     #[arg(long, requires = "tls_cert")]
     pub tls_client_auth: bool,
+    /// Let web pages at ORIGIN (scheme://host[:port], exact; `*` is not allowed) call
+    /// this node from a browser; repeat per origin. Other cross-origin browser requests
+    /// are refused 403 (api/browser.rs).
+    #[arg(long = "allow-origin", value_parser = crate::api::browser::parse_allow_origin)]
+    pub allow_origins: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -155,6 +160,9 @@ pub struct DevArgs {
     /// The nodes listen on 127.0.0.1:BASE+1 … BASE+3.
     #[arg(long, default_value_t = 7000)]
     pub base_port: u16,
+    /// As `serve --allow-origin`: web origins whose pages may call the nodes.
+    #[arg(long = "allow-origin", value_parser = crate::api::browser::parse_allow_origin)]
+    pub allow_origins: Vec<String>,
 }
 
 /// `ID=HOST:PORT`, as `--peer` takes it (`serve`, `snapshot restore`).
@@ -223,6 +231,7 @@ impl ServeArgs {
         cfg.cluster_id = self.cluster_id;
         cfg.tls = self.tls()?;
         cfg.join = self.join_config(&cfg)?;
+        cfg.allow_origins = self.allow_origins.clone();
         Ok(cfg)
     }
 
@@ -352,6 +361,7 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
         let mut cfg = NodeConfig::new(*id, dir.join(id.to_string()), peers.clone());
         cfg.raft = crate::server::RaftTuning::fast();
         cfg.peer_secret = Some(secret.clone());
+        cfg.allow_origins = args.allow_origins.clone();
         nodes.push(server::start(listener, cfg).await?);
     }
     let leader = wait_for_leader(&nodes[0].node, Duration::from_secs(20)).await?;

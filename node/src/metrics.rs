@@ -196,12 +196,14 @@ pub struct Metrics {
     pub prevotes_refused: AtomicU64,
     /// Elections this node started after a granted pre-vote.
     pub elections_started: AtomicU64,
-    /// What the listener refused before the router saw it (`listener.rs`), by reason.
+    /// What the listener (`listener.rs`) or the browser guard (`api/browser.rs`)
+    /// refused before a handler saw it, by reason.
     refused: [AtomicU64; Refused::ALL.len()],
 }
 
 /// Why the listener answered (or dropped) a request itself, before routing: these never
-/// reach `leasehold_requests_total` or the latency histogram.
+/// reach `leasehold_requests_total` or the latency histogram. The last three are the
+/// browser guard's (`api/browser.rs`), inside the router: those are also requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refused {
     /// 503: `--max-inflight` client requests were in flight.
@@ -214,15 +216,25 @@ pub enum Refused {
     RequestTimeout,
     /// 504: a Raft request ran past its timeout.
     RaftRequestTimeout,
+    /// 415: a `/v1/*` body whose `Content-Type` is not JSON (`api/browser.rs`).
+    ContentType,
+    /// 403: a cross-origin browser request, not `--allow-origin`ed (`api/browser.rs`).
+    CrossOrigin,
+    /// 403/400: a `Host` not naming this node on a loopback listener, or no `Host`
+    /// (`api/browser.rs`: DNS rebinding).
+    Host,
 }
 
 impl Refused {
-    pub const ALL: [Refused; 5] = [
+    pub const ALL: [Refused; 8] = [
         Refused::Inflight,
         Refused::InflightRaft,
         Refused::Connections,
         Refused::RequestTimeout,
         Refused::RaftRequestTimeout,
+        Refused::ContentType,
+        Refused::CrossOrigin,
+        Refused::Host,
     ];
 
     fn label(self) -> &'static str {
@@ -232,6 +244,9 @@ impl Refused {
             Refused::Connections => "connections",
             Refused::RequestTimeout => "request_timeout",
             Refused::RaftRequestTimeout => "raft_request_timeout",
+            Refused::ContentType => "content_type",
+            Refused::CrossOrigin => "cross_origin",
+            Refused::Host => "host",
         }
     }
 }
@@ -480,7 +495,7 @@ impl Metrics {
             out,
             name,
             "counter",
-            "Requests the listener answered itself before routing (503 at an in-flight limit, 504 past the request timeout) and connections it closed at the connection limit, by reason.",
+            "Requests the listener answered itself before routing (503 at an in-flight limit, 504 past the request timeout) and connections it closed at the connection limit, by reason; also the browser guard's refusals (content_type 415, cross_origin 403, host 403/400).",
         );
         for why in Refused::ALL {
             let n = self.refused[why as usize].load(Ordering::Relaxed);

@@ -68,6 +68,8 @@ pub struct Node {
     pub joining: crate::join::Joining,
     /// Election timing and pre-vote (`election.rs`).
     pub elector: Arc<crate::election::Elector>,
+    /// What the browser guard admits (`api/browser.rs`: `--allow-origin`, Host names).
+    pub browser: crate::api::browser::BrowserPolicy,
 }
 
 /// Where a request that needs the leader goes.

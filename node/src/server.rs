@@ -108,6 +108,9 @@ pub struct NodeConfig {
     /// `serve --join`: ask this cluster to add this node instead of forming one from
     /// `peers` (which then lists only this node).
     pub join: Option<crate::join::JoinConfig>,
+    /// `serve/dev --allow-origin`: web origins whose pages may call this node
+    /// (`api/browser.rs`); checked when the node starts.
+    pub allow_origins: Vec<String>,
 }
 
 impl NodeConfig {
@@ -127,6 +130,7 @@ impl NodeConfig {
             listener: Default::default(),
             tls: None,
             join: None,
+            allow_origins: Vec::new(),
         }
     }
 }
@@ -214,6 +218,12 @@ pub async fn start(listener: TcpListener, cfg: NodeConfig) -> anyhow::Result<Run
         initialize_if_first(&raft, &cfg, &peer).await?;
     }
 
+    let browser = crate::api::browser::BrowserPolicy::new(
+        crate::tls::peer_scheme(cfg.tls.as_deref()),
+        addr.ip().is_loopback(),
+        cfg.peers.values(),
+        &cfg.allow_origins,
+    )?;
     let (proposals, proposal_rx) = crate::batcher::channel();
     let node = Arc::new(Node {
         id: cfg.id,
@@ -231,6 +241,7 @@ pub async fn start(listener: TcpListener, cfg: NodeConfig) -> anyhow::Result<Run
         peer,
         joining: crate::join::Joining::new(stage),
         elector,
+        browser,
     });
     let cancel = CancellationToken::new();
     let app = crate::api::router(node.clone());

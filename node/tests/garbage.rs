@@ -44,7 +44,7 @@ fn request(method: &str, path: &[u8], headers: &[(&str, &[u8])], body: Vec<u8>) 
     head.extend_from_slice(method.as_bytes());
     head.push(b' ');
     head.extend_from_slice(path);
-    head.extend_from_slice(b" HTTP/1.1\r\nhost: garbage\r\nconnection: close\r\n");
+    head.extend_from_slice(b" HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n");
     for (n, v) in headers {
         head.extend_from_slice(n.as_bytes());
         head.extend_from_slice(b": ");

@@ -38,7 +38,7 @@ async fn cluster() -> TestCluster {
 async fn hold_slot(addr: SocketAddr) -> TcpStream {
     let mut s = TcpStream::connect(addr).await.expect("connect");
     s.write_all(
-        b"POST /v1/jobs HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+        b"POST /v1/jobs HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n\
           content-length: 100\r\n\r\n{\"id\":\"ab",
     )
     .await
@@ -54,7 +54,7 @@ async fn wait_shed(addr: SocketAddr) -> common::RawResp {
         || async move {
             let r = raw_request(
                 addr,
-                b"GET /v1/cluster HTTP/1.1\r\nhost: x\r\n\r\n",
+                b"GET /v1/cluster HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n",
                 RESPONSE_WAIT,
             )
             .await?;
@@ -76,7 +76,7 @@ async fn a_slow_client_is_cut_off_while_others_are_served() {
     let mut slow = TcpStream::connect(addr).await.unwrap();
     let started = Instant::now();
     let head = format!(
-        "GET /v1/cluster HTTP/1.1\r\nhost: x\r\nx-pad: {}\r\n\r\n",
+        "GET /v1/cluster HTTP/1.1\r\nhost: 127.0.0.1\r\nx-pad: {}\r\n\r\n",
         "a".repeat(150)
     );
     // One byte per 50 ms: the whole head would take ~10 s, twelve header timeouts.
@@ -132,7 +132,7 @@ async fn oversized_heads_get_431() {
     let c = cluster().await;
     let addr = c.addr(1);
     let big = "a".repeat(leasehold_node::listener::MAX_HEADER_BYTES + 1);
-    let req = format!("GET /healthz HTTP/1.1\r\nhost: x\r\nx-big: {big}\r\n\r\n");
+    let req = format!("GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\nx-big: {big}\r\n\r\n");
     let r = raw_request(addr, req.as_bytes(), RESPONSE_WAIT)
         .await
         .expect("an answer to an oversized head");
@@ -141,7 +141,7 @@ async fn oversized_heads_get_431() {
     let many: String = (0..=leasehold_node::listener::MAX_HEADERS)
         .map(|i| format!("x-h{i}: v\r\n"))
         .collect();
-    let req = format!("GET /healthz HTTP/1.1\r\nhost: x\r\n{many}\r\n");
+    let req = format!("GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\n{many}\r\n");
     let r = raw_request(addr, req.as_bytes(), RESPONSE_WAIT)
         .await
         .expect("an answer to too many headers");
@@ -151,7 +151,7 @@ async fn oversized_heads_get_431() {
     let fine: String = (0..leasehold_node::listener::MAX_HEADERS - 2)
         .map(|i| format!("x-h{i}: v\r\n"))
         .collect();
-    let req = format!("GET /healthz HTTP/1.1\r\nhost: x\r\n{fine}\r\n");
+    let req = format!("GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\n{fine}\r\n");
     let r = raw_request(addr, req.as_bytes(), RESPONSE_WAIT)
         .await
         .unwrap();

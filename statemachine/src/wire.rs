@@ -32,10 +32,14 @@ pub enum ErrorCode {
     PermissionDenied,
     /// Not in api.md's tables: an unexpected server fault (HTTP 500).
     Internal,
+    /// Not in api.md's tables (docs/api-additions.md): a request body sent with a
+    /// `Content-Type` other than `application/json` (HTTP 415). Last, so that the
+    /// bincode index of every older code (replies kept in snapshots) is unchanged.
+    UnsupportedMediaType,
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 15] = [
+    pub const ALL: [ErrorCode; 16] = [
         ErrorCode::InvalidArgument,
         ErrorCode::PayloadTooLarge,
         ErrorCode::NotFound,
@@ -51,6 +55,7 @@ impl ErrorCode {
         ErrorCode::Unauthenticated,
         ErrorCode::PermissionDenied,
         ErrorCode::Internal,
+        ErrorCode::UnsupportedMediaType,
     ];
 
     /// The HTTP status api.md assigns to this code.
@@ -67,6 +72,7 @@ impl ErrorCode {
             | ErrorCode::StaleLease
             | ErrorCode::LeaseExpired => 409,
             ErrorCode::PayloadTooLarge => 413,
+            ErrorCode::UnsupportedMediaType => 415,
             ErrorCode::IdempotencyKeyReused => 422,
             ErrorCode::Internal => 500,
             ErrorCode::Unavailable => 503,
@@ -92,6 +98,7 @@ impl ErrorCode {
             ErrorCode::Unauthenticated => "unauthenticated",
             ErrorCode::PermissionDenied => "permission_denied",
             ErrorCode::Internal => "internal",
+            ErrorCode::UnsupportedMediaType => "unsupported_media_type",
         }
     }
 
@@ -457,6 +464,7 @@ mod tests {
         assert_eq!(ErrorCode::StaleLease.http_status(), 409);
         assert_eq!(ErrorCode::IdempotencyKeyReused.http_status(), 422);
         assert_eq!(ErrorCode::PayloadTooLarge.http_status(), 413);
+        assert_eq!(ErrorCode::UnsupportedMediaType.http_status(), 415);
         assert_eq!(ErrorCode::Unavailable.http_status(), 503);
     }
 

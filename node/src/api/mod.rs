@@ -6,6 +6,7 @@
 //! verbatim to the leader if not, or waits out an election.
 
 mod backup;
+pub mod browser;
 mod client_auth;
 mod forward;
 pub(crate) mod jobs;
@@ -75,6 +76,12 @@ pub fn router(node: Arc<Node>) -> Router {
         .layer(axum::middleware::from_fn_with_state(
             node.clone(),
             client_auth::check_token,
+        ))
+        // Before the token check (a hostile page is refused with or without one), inside
+        // `stamp_headers` for the same reason as it.
+        .layer(axum::middleware::from_fn_with_state(
+            node.clone(),
+            browser::guard,
         ))
         .layer(axum::middleware::from_fn_with_state(
             node.clone(),
