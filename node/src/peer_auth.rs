@@ -682,9 +682,13 @@ impl PeerGuard {
     /// that passes is remembered, so the same header is never accepted twice.
     pub fn check_head(&self, head: &Head<'_>) -> Result<Option<Stamp>, PeerAuthError> {
         let stamp = check_head(self.secret.as_ref(), head, self.node_id, self.clock.wall_ms())?;
-        let (Some(_), Some(stamp)) = (&self.secret, stamp) else {
+        let Some(stamp) = stamp else {
             return Ok(None);
         };
+        if self.secret.is_none() {
+            // Unsigned: read for its cluster id only (anyone could forge it anyway).
+            return Ok(Some(stamp));
+        }
         let env = &stamp.env;
         if env.t_ms.saturating_add(PEER_RESTART_SLACK_MS) < self.started_ms {
             return Err(PeerAuthError::BeforeStart {
