@@ -1,24 +1,53 @@
-//! Peer RPC authentication: every `/raft/…` request carries an HMAC-SHA256 of the shared
-//! peer secret over the path, a timestamp, the sender's id, its cluster id and the exact
-//! body bytes, in one header:
+//! Peer RPC authentication: every `/raft/…` request carries, in one header, an
+//! HMAC-SHA256 of the shared peer secret over the request's method and path and every
+//! field of the header: the sender's wall time, its id, the receiver's id, its cluster id,
+//! a nonce of the sender's run, the request's number in that run, and the body's length
+//! and SHA-256:
 //!
 //! ```text
-//! x-leasehold-peer-auth: v1 t=<unix ms> from=<node id> cluster=<32 hex|-> mac=<64 hex>
+//! x-leasehold-peer-auth: v2 t=<unix ms> from=<id> to=<id> cluster=<32 hex|-> boot=<16 hex>
+//!     seq=<n> len=<bytes> sha256=<64 hex> mac=<64 hex>            (one line)
 //! ```
 //!
-//! The receiver checks the MAC (constant time) and the timestamp before it decodes a byte
-//! of the body, then the cluster id ([`check_cluster`]). Without a secret (`serve` without
+//! **The header is checked before a byte of body is read** ([`check_head`], then the
+//! node's own checks in [`PeerGuard::check_head`]): MAC (constant time), time window,
+//! `to=` is this node, `len=` is the request's `Content-Length` (required: no chunked
+//! bodies), not stamped before this node started, not a replay. A request that fails
+//! costs one HMAC: it is answered 401 without reading its body and never holds a Raft
+//! in-flight slot (`api/raft_rpc.rs` takes one only after this check). Then the body is
+//! read within a deadline and must have the header's digest ([`check_body`]), then the
+//! cluster id ([`check_cluster`]). Without a secret (`serve` without
 //! `--peer-secret-file`) the header is still sent, minus `mac=`, so a node pointed at
 //! another cluster is still refused; that is a guard against mistakes, not security.
 //!
-//! **Why replay inside the window is harmless.** A captured request can be resent for
-//! [`PEER_AUTH_WINDOW_MS`], but only byte for byte, to the same path, in the same cluster:
-//! exactly what a network that duplicates and delays messages does, and Raft is correct
-//! on such a network (Raft paper §5.1: RPCs are idempotent and may be retried). An old
-//! AppendEntries carries an old term or entries the follower already has (the Log
-//! Matching property makes re-appending them a no-op); an old vote request or snapshot
-//! chunk is refused by term. The window bounds how long a captured request stays usable
-//! at all, which limits what a leaked capture is worth; a nonce table would buy nothing.
+//! **Version.** v2 replaced v1 (MAC over the body, so checked only after buffering it)
+//! without a transition: a v1 header is refused as malformed, naming the version. Every
+//! node of a cluster must be upgraded together.
+//!
+//! **Why replays are refused, and how.** Replays are *not* harmless: Raft is safe on a
+//! network that duplicates and delays messages, but every accepted AppendEntries from the
+//! current leader restarts a follower's election timer, so a captured heartbeat replayed
+//! every 40 ms after the leader died kept followers from electing for 28 s (issue 17).
+//! So each signed request is accepted at most once per receiver:
+//!
+//! * *Same receiver run.* A sender numbers its requests to each receiver (`seq=` 1, 2, …)
+//!   within a run of its process (`boot=`, random per start); both are under the MAC, as
+//!   is `to=`, so a request cannot be moved to another receiver. The receiver keeps per
+//!   sender and run a sliding-window bitmap (`peer_replay.rs`, [`REPLAY_WINDOW`] wide,
+//!   as IPsec/WireGuard do): concurrent requests may arrive out of order, a number seen
+//!   before or too far below the newest is refused. The number is claimed when the
+//!   header passes, before the body is read, so two copies racing cannot both pass.
+//! * *Restarted sender.* Its new run has a new `boot=` and a window of its own; the old
+//!   run's window stays ([`REPLAY_RUNS_PER_SENDER`] runs per sender are kept, least
+//!   recently used evicted), so the old run's captured requests stay refused.
+//! * *Restarted receiver.* The table is in memory and starts empty, so a request captured
+//!   before the restart could pass it once. Such a request was stamped before the receiver
+//!   started; the receiver refuses anything stamped more than [`PEER_RESTART_SLACK_MS`]
+//!   before its start, and anything older than [`PEER_AUTH_WINDOW_MS`] anyway. What is
+//!   left is a request stamped in the last [`PEER_RESTART_SLACK_MS`] before the start
+//!   (while the receiver was stopping or down, so there are few such) replayed *once*
+//!   each: a delayed duplicate, which Raft tolerates, and a bounded delay at worst, not a
+//!   replay loop. The slack is there for peers' clocks that disagree by a few seconds.
 //!
 //! The timestamp is the node's wall clock, so peers' clocks must agree within the window
 //! (NTP gives milliseconds). Cluster time itself still uses no wall clock (design.md).
@@ -37,6 +66,8 @@ use crate::identity::{Identity, IdentityError};
 use crate::log_throttle::{LogThrottle, PEER_REFUSAL_LOG_INTERVAL};
 use crate::metrics::Refused;
 use crate::peer_replay::ReplayTable;
+#[cfg(doc)]
+use crate::peer_replay::{REPLAY_RUNS_PER_SENDER, REPLAY_WINDOW};
 use crate::types::NodeId;
 
 pub const PEER_AUTH_HEADER: &str = "x-leasehold-peer-auth";
@@ -275,7 +306,9 @@ pub enum PeerAuthError {
         len: u64,
         content_length: Option<u64>,
     },
-    #[error("peer RPC refused: the body's SHA-256 is not the header's sha256= (altered in transit)")]
+    #[error(
+        "peer RPC refused: the body's SHA-256 is not the header's sha256= (altered in transit)"
+    )]
     BodyDigest,
 }
 
@@ -346,7 +379,11 @@ impl Fields {
         let bad = |m: String| PeerAuthError::Malformed(m);
         let num = |v: &str| v.parse::<u64>().map_err(|_| bad(format!("bad {k}={v:?}")));
         let twice = || bad(format!("{k}= given twice"));
-        fn put<T>(slot: &mut Option<T>, v: T, twice: impl Fn() -> PeerAuthError) -> Result<(), PeerAuthError> {
+        fn put<T>(
+            slot: &mut Option<T>,
+            v: T,
+            twice: impl Fn() -> PeerAuthError,
+        ) -> Result<(), PeerAuthError> {
             match slot.replace(v) {
                 None => Ok(()),
                 Some(_) => Err(twice()),
@@ -357,7 +394,11 @@ impl Fields {
             "from" => put(&mut self.from, num(v)?, twice),
             "to" => put(&mut self.to, num(v)?, twice),
             "cluster" if v == "-" => put(&mut self.cluster, None, twice),
-            "cluster" => put(&mut self.cluster, Some(ClusterId::from_hex(v).map_err(bad)?), twice),
+            "cluster" => put(
+                &mut self.cluster,
+                Some(ClusterId::from_hex(v).map_err(bad)?),
+                twice,
+            ),
             "boot" => put(&mut self.boot, u64::from_be_bytes(fixed::<8>(k, v)?), twice),
             "seq" => put(&mut self.seq, num(v)?, twice),
             "len" => put(&mut self.len, num(v)?, twice),
@@ -681,7 +722,12 @@ impl PeerGuard {
     /// before this node started, and not a replay. Call before reading the body; a request
     /// that passes is remembered, so the same header is never accepted twice.
     pub fn check_head(&self, head: &Head<'_>) -> Result<Option<Stamp>, PeerAuthError> {
-        let stamp = check_head(self.secret.as_ref(), head, self.node_id, self.clock.wall_ms())?;
+        let stamp = check_head(
+            self.secret.as_ref(),
+            head,
+            self.node_id,
+            self.clock.wall_ms(),
+        )?;
         let Some(stamp) = stamp else {
             return Ok(None);
         };
@@ -1004,9 +1050,14 @@ mod tests {
             format!("{good} extra=1"),
         ] {
             let r = check(&h, PATH, b"", NOW);
-            assert!(matches!(r, Err(PeerAuthError::Malformed(_))), "{h:?}: {r:?}");
+            assert!(
+                matches!(r, Err(PeerAuthError::Malformed(_))),
+                "{h:?}: {r:?}"
+            );
         }
-        let v1 = Stamp::parse(&format!("v1 t={NOW}")).unwrap_err().to_string();
+        let v1 = Stamp::parse(&format!("v1 t={NOW}"))
+            .unwrap_err()
+            .to_string();
         assert!(v1.contains("same Leasehold version"), "{v1}");
     }
 

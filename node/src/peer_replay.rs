@@ -205,7 +205,11 @@ mod tests {
     fn the_first_request_of_a_run_may_be_any_number_and_later_ones_reorder_around_it() {
         let mut t = ReplayTable::default();
         assert_eq!(t.accept(3, 1, 400), Ok(()));
-        assert_eq!(t.accept(3, 1, 399), Ok(()), "sent before 400, arrived after");
+        assert_eq!(
+            t.accept(3, 1, 399),
+            Ok(()),
+            "sent before 400, arrived after"
+        );
         assert_eq!(t.accept(3, 1, 400), Err(Replay::Duplicate));
         assert_eq!(t.accept(3, 1, 400 - REPLAY_WINDOW), Err(Replay::TooOld));
     }

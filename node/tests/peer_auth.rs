@@ -191,9 +191,8 @@ async fn forged_unsigned_wrongly_signed_or_stale_appends_get_401_and_change_noth
 
     for &target in &c.ids {
         let body = forged_append(&c, target);
-        let sign = |s: &PeerSecret, t: u64, cl: ClusterId| {
-            sign_as(Some(s), 9, target, Some(cl), t, &body)
-        };
+        let sign =
+            |s: &PeerSecret, t: u64, cl: ClusterId| sign_as(Some(s), 9, target, Some(cl), t, &body);
         let stale = now_ms() - PEER_AUTH_WINDOW_MS - 5_000;
         let other_body = sign_as(Some(&secret), 9, target, Some(cluster), now_ms(), b"other");
         let attempts = [
@@ -207,7 +206,14 @@ async fn forged_unsigned_wrongly_signed_or_stale_appends_get_401_and_change_noth
             ("signed for another body", Some(other_body)),
             (
                 "signed for another node",
-                Some(sign_as(Some(&secret), 9, target % 3 + 1, Some(cluster), now_ms(), &body)),
+                Some(sign_as(
+                    Some(&secret),
+                    9,
+                    target % 3 + 1,
+                    Some(cluster),
+                    now_ms(),
+                    &body,
+                )),
             ),
         ];
         for (what, auth) in attempts {
@@ -626,7 +632,9 @@ async fn forged_headers_with_stalled_bodies_are_refused_unread_and_block_no_writ
     let secrets = Arc::new(Mutex::new((1..=3).map(|id| (id, secret.clone())).collect()));
     let c = cluster_with(secrets).await;
     let leader = c.wait_for_leader().await;
-    c.post(leader, "/v1/jobs", json!({"id": "before"})).await.ok(201);
+    c.post(leader, "/v1/jobs", json!({"id": "before"}))
+        .await
+        .ok(201);
     let cluster = agreed_cluster_id(&c, &c.ids).await;
     let followers: Vec<u64> = c.ids.iter().copied().filter(|&id| id != leader).collect();
     let mut open = Vec::new();
@@ -635,9 +643,20 @@ async fn forged_headers_with_stalled_bodies_are_refused_unread_and_block_no_writ
             // Half as a v1 node signed (what passed the old pre-check), half v2 with the
             // wrong secret: neither proves the secret.
             let auth = if i % 2 == 0 {
-                format!("v1 t={} from={leader} cluster={cluster} mac={}", now_ms(), "ab".repeat(32))
+                format!(
+                    "v1 t={} from={leader} cluster={cluster} mac={}",
+                    now_ms(),
+                    "ab".repeat(32)
+                )
             } else {
-                sign_as(Some(&wrong), leader, f, Some(cluster), now_ms(), &[0; 1_000_000])
+                sign_as(
+                    Some(&wrong),
+                    leader,
+                    f,
+                    Some(cluster),
+                    now_ms(),
+                    &[0; 1_000_000],
+                )
             };
             open.push((f, stalled_append(c.addr(f), &auth).await));
         }
@@ -652,7 +671,12 @@ async fn forged_headers_with_stalled_bodies_are_refused_unread_and_block_no_writ
         let resp = common::read_raw_response(s, REFUSAL_WAIT)
             .await
             .unwrap_or_else(|e| panic!("node {f}: a forged stalled append got no answer: {e}"));
-        assert_eq!(resp.status, 401, "node {f}: {}", String::from_utf8_lossy(&resp.body));
+        assert_eq!(
+            resp.status,
+            401,
+            "node {f}: {}",
+            String::from_utf8_lossy(&resp.body)
+        );
     }
     // Every refusal is counted by reason.
     for &f in &followers {
@@ -702,7 +726,12 @@ async fn replayed_heartbeats_are_refused_and_do_not_hold_off_the_election() {
         let auth = sign_as(Some(&secret), leader, f, Some(cluster), now_ms(), &body);
         let req = raft_append(&body, Some(auth));
         let r = c.send(f, &req).await;
-        assert_eq!(r.status, 200, "the captured heartbeat, first delivery: {}", r.text());
+        assert_eq!(
+            r.status,
+            200,
+            "the captured heartbeat, first delivery: {}",
+            r.text()
+        );
         captured.push((f, req));
     }
     c.stop(leader).await;
@@ -729,14 +758,23 @@ async fn replayed_heartbeats_are_refused_and_do_not_hold_off_the_election() {
         leader_now(&c, &followers).await
     })
     .await;
-    println!("new leader {new_leader} {:?} after the old one stopped", stopped.elapsed());
+    println!(
+        "new leader {new_leader} {:?} after the old one stopped",
+        stopped.elapsed()
+    );
     done.store(true, std::sync::atomic::Ordering::Relaxed);
     let seen = replayer.await.unwrap();
     println!("replays answered (status, names a replay): {seen:?}");
     let refused = seen.get(&(401, true)).copied().unwrap_or(0);
-    assert!(refused > 0 && seen.len() == 1, "every replay refused as one: {seen:?}");
+    assert!(
+        refused > 0 && seen.len() == 1,
+        "every replay refused as one: {seen:?}"
+    );
     for &f in &followers {
-        assert!(refused_total(&c, f, "peer_auth_replay").await >= 1, "node {f}");
+        assert!(
+            refused_total(&c, f, "peer_auth_replay").await >= 1,
+            "node {f}"
+        );
     }
     c.shutdown().await;
 }

@@ -42,7 +42,8 @@ pub const RAFT_BODY_MIN_BYTES_PER_S: u64 = 1024 * 1024;
 /// How long a body of `len` bytes may take to arrive.
 pub fn body_deadline(len: u64) -> Duration {
     Duration::from_millis(
-        RAFT_BODY_DEADLINE_BASE_MS.saturating_add(len.saturating_mul(1000) / RAFT_BODY_MIN_BYTES_PER_S),
+        RAFT_BODY_DEADLINE_BASE_MS
+            .saturating_add(len.saturating_mul(1000) / RAFT_BODY_MIN_BYTES_PER_S),
     )
 }
 
@@ -58,7 +59,9 @@ fn head_of(req: &Request) -> (Option<String>, Option<u64>) {
         h.to_str()
             .map_or_else(|_| "(not visible ASCII)".to_owned(), str::to_owned)
     });
-    let chunked = req.headers().contains_key(axum::http::header::TRANSFER_ENCODING);
+    let chunked = req
+        .headers()
+        .contains_key(axum::http::header::TRANSFER_ENCODING);
     let length = req
         .headers()
         .get(axum::http::header::CONTENT_LENGTH)
@@ -139,7 +142,10 @@ async fn read_raft_body(
     })?;
     if len > RAFT_BODY_BYTES_MAX {
         let msg = format!("request body exceeds {RAFT_BODY_BYTES_MAX} bytes");
-        return Err(error_response(&ApiError::new(ErrorCode::PayloadTooLarge, msg)));
+        return Err(error_response(&ApiError::new(
+            ErrorCode::PayloadTooLarge,
+            msg,
+        )));
     }
     let deadline = body_deadline(len);
     match tokio::time::timeout(deadline, read_body(body, len as usize)).await {
