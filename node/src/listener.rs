@@ -7,11 +7,12 @@
 //! | request head (slow loris) and keep-alive idle time | [`HEADER_READ_TIMEOUT_MS`] | connection closed |
 //! | request head size / header count | [`MAX_HEADER_BYTES`] / [`MAX_HEADERS`] | 431, connection closed |
 //! | client requests in flight | [`MAX_INFLIGHT`] | 503 `unavailable` + `Retry-After`, at once |
-//! | `/raft/…` requests in flight | [`MAX_INFLIGHT_RAFT`], a separate budget | 503, at once |
+//! | `/raft/…` requests in flight | [`MAX_INFLIGHT_RAFT`], a separate budget, taken only once the request's peer-auth header is verified (`api/raft_rpc.rs`) | 503, at once |
 //! | one client request, body upload included | [`REQUEST_TIMEOUT_MS`] | 504 `timeout` |
 //! | one `/raft/…` request | [`RAFT_REQUEST_TIMEOUT_MS`] | 504 |
 //!
-//! Body sizes are bounded by each handler (`api::read_body`, `RAFT_BODY_BYTES_MAX`).
+//! Body sizes are bounded by each handler (`api::read_body`, `RAFT_BODY_BYTES_MAX`); a
+//! Raft body must also arrive within its own deadline (`api::raft_rpc::body_deadline`).
 //!
 //! Nothing waits in a queue here: a request over its in-flight budget is answered 503 at
 //! once, so a burst turns into fast retries with the same `Idempotency-Key`, never into
@@ -278,13 +279,23 @@ const HYPER_BUF_MIN: usize = 8 * 1024;
 const _: () = assert!(REQUEST_TIMEOUT_MS > leasehold_statemachine::limits::WAIT_MS_MAX + 5_000);
 const _: () = assert!(MAX_HEADER_BYTES >= HYPER_BUF_MIN);
 
+/// The Raft budget, handed to `/raft/…` handlers in the request's extensions: they take
+/// a slot only once the request's header has authenticated it (`api/raft_rpc.rs`), so a
+/// sender without the peer secret never holds one.
+#[derive(Clone)]
+pub struct RaftSlots(pub Arc<Semaphore>);
+
 /// One request: take an in-flight slot of its budget or answer 503 at once, then run
-/// the router under the budget's timeout.
-async fn handle(shared: &Shared, req: Request<Incoming>) -> Response<Body> {
+/// the router under the budget's timeout. A Raft request takes its slot in its handler.
+async fn handle(shared: &Shared, mut req: Request<Incoming>) -> Response<Body> {
     let budget = budget_of(req.uri().path());
     let (slots, timeout) = match budget {
         Budget::Client => (Some(&shared.client_slots), shared.limits.request_timeout),
-        Budget::Raft => (Some(&shared.raft_slots), shared.limits.raft_request_timeout),
+        Budget::Raft => {
+            let slots = RaftSlots(shared.raft_slots.clone());
+            req.extensions_mut().insert(slots);
+            (None, shared.limits.raft_request_timeout)
+        }
         Budget::Exempt => (None, shared.limits.request_timeout),
     };
     let _slot = match slots.map(|s| s.clone().try_acquire_owned()) {
@@ -340,7 +351,8 @@ fn stamped(node: &Node, mut resp: Response<Body>) -> Response<Body> {
     resp
 }
 
-fn overloaded(budget: Budget) -> Response<Body> {
+/// 503 `unavailable`: `budget`'s in-flight slots are all taken.
+pub fn overloaded(budget: Budget) -> Response<Body> {
     let what = match budget {
         Budget::Raft => "Raft requests",
         _ => "requests",

@@ -223,10 +223,35 @@ pub enum Refused {
     /// 403/400: a `Host` not naming this node on a loopback listener, or no `Host`
     /// (`api/browser.rs`: DNS rebinding).
     Host,
+    /// Peer RPCs refused 401 by `peer_auth.rs`, one reason each (issue 17 items 1, 3):
+    /// no header (this node has a peer secret).
+    PeerAuthMissing,
+    /// A header without `mac=`.
+    PeerAuthUnsigned,
+    /// A header that does not parse (or of another version).
+    PeerAuthMalformed,
+    /// `t=` outside the window.
+    PeerAuthExpired,
+    /// A wrong MAC: another secret, or an altered header.
+    PeerAuthBadMac,
+    /// `to=` names another node.
+    PeerAuthWrongTarget,
+    /// Stamped before this node started (a replay from before a restart).
+    PeerAuthBeforeStart,
+    /// A request this node has already accepted.
+    PeerAuthReplay,
+    /// No `Content-Length`, or not the header's `len=`.
+    PeerAuthLength,
+    /// The body is not the one the header's `sha256=` names.
+    PeerAuthBodyDigest,
+    /// 403: an authenticated peer of another cluster.
+    PeerCluster,
+    /// 504: an authenticated peer's body did not arrive within its deadline.
+    RaftBodyTimeout,
 }
 
 impl Refused {
-    pub const ALL: [Refused; 8] = [
+    pub const ALL: [Refused; 20] = [
         Refused::Inflight,
         Refused::InflightRaft,
         Refused::Connections,
@@ -235,9 +260,22 @@ impl Refused {
         Refused::ContentType,
         Refused::CrossOrigin,
         Refused::Host,
+        Refused::PeerAuthMissing,
+        Refused::PeerAuthUnsigned,
+        Refused::PeerAuthMalformed,
+        Refused::PeerAuthExpired,
+        Refused::PeerAuthBadMac,
+        Refused::PeerAuthWrongTarget,
+        Refused::PeerAuthBeforeStart,
+        Refused::PeerAuthReplay,
+        Refused::PeerAuthLength,
+        Refused::PeerAuthBodyDigest,
+        Refused::PeerCluster,
+        Refused::RaftBodyTimeout,
     ];
 
-    fn label(self) -> &'static str {
+    /// The `reason` label.
+    pub fn label(self) -> &'static str {
         match self {
             Refused::Inflight => "inflight",
             Refused::InflightRaft => "inflight_raft",
@@ -247,6 +285,18 @@ impl Refused {
             Refused::ContentType => "content_type",
             Refused::CrossOrigin => "cross_origin",
             Refused::Host => "host",
+            Refused::PeerAuthMissing => "peer_auth_missing",
+            Refused::PeerAuthUnsigned => "peer_auth_unsigned",
+            Refused::PeerAuthMalformed => "peer_auth_malformed",
+            Refused::PeerAuthExpired => "peer_auth_expired",
+            Refused::PeerAuthBadMac => "peer_auth_bad_mac",
+            Refused::PeerAuthWrongTarget => "peer_auth_wrong_target",
+            Refused::PeerAuthBeforeStart => "peer_auth_before_start",
+            Refused::PeerAuthReplay => "peer_auth_replay",
+            Refused::PeerAuthLength => "peer_auth_length",
+            Refused::PeerAuthBodyDigest => "peer_auth_body_digest",
+            Refused::PeerCluster => "peer_cluster",
+            Refused::RaftBodyTimeout => "raft_body_timeout",
         }
     }
 }
@@ -495,7 +545,7 @@ impl Metrics {
             out,
             name,
             "counter",
-            "Requests the listener answered itself before routing (503 at an in-flight limit, 504 past the request timeout) and connections it closed at the connection limit, by reason; also the browser guard's refusals (content_type 415, cross_origin 403, host 403/400).",
+            "Requests the listener answered itself before routing (503 at an in-flight limit, 504 past the request timeout), connections it closed at the connection limit, peer RPCs refused (peer_auth_*, peer_cluster, raft_body_timeout), and the browser guard's refusals (content_type 415, cross_origin 403, host 403/400), by reason.",
         );
         for why in Refused::ALL {
             let n = self.refused[why as usize].load(Ordering::Relaxed);

@@ -175,8 +175,9 @@ impl PeerClient {
     {
         let started = std::time::Instant::now();
         let body = bincode::serialize(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        // Signed over the exact bytes sent, after serializing.
-        let auth = self.guard.stamp(path, &body);
+        // Signed over the exact bytes sent (length and SHA-256), after serializing; the
+        // header is numbered for this target (replay window, `peer_replay.rs`).
+        let auth = self.guard.stamp(self.target, path, &body);
         let sent = self
             .http
             .post(format!("{}{}", self.base, path))

@@ -100,6 +100,27 @@ fn forged_append(c: &TestCluster, target: u64) -> Vec<u8> {
     bincode::serialize(&rpc).unwrap()
 }
 
+/// The header a node `from` would send to `to` at `t`: signed exactly as the node signs
+/// (`PeerGuard::stamp`), as a run of its own (a random boot nonce, request number 1).
+fn sign_as(
+    secret: Option<&PeerSecret>,
+    from: u64,
+    to: u64,
+    cluster: Option<ClusterId>,
+    t_ms: u64,
+    body: &[u8],
+) -> String {
+    let env = peer_auth::Envelope {
+        t_ms,
+        from,
+        to,
+        cluster,
+        boot: rand::random(),
+        seq: 1,
+    };
+    peer_auth::sign(secret, "POST", RAFT_APPEND_PATH, &env, body)
+}
+
 fn raft_append(body: &[u8], auth: Option<String>) -> Req {
     let mut r = Req::post_raw(RAFT_APPEND_PATH, body.to_vec());
     r.headers = vec![("content-type".into(), BINCODE_CONTENT_TYPE.into())];
@@ -170,34 +191,28 @@ async fn forged_unsigned_wrongly_signed_or_stale_appends_get_401_and_change_noth
 
     for &target in &c.ids {
         let body = forged_append(&c, target);
-        let sign = |s: &PeerSecret, t: u64, cl: ClusterId| {
-            peer_auth::sign(Some(s), RAFT_APPEND_PATH, t, 9, Some(cl), &body)
-        };
+        let sign =
+            |s: &PeerSecret, t: u64, cl: ClusterId| sign_as(Some(s), 9, target, Some(cl), t, &body);
         let stale = now_ms() - PEER_AUTH_WINDOW_MS - 5_000;
+        let other_body = sign_as(Some(&secret), 9, target, Some(cluster), now_ms(), b"other");
         let attempts = [
             ("no header", None),
             (
                 "unsigned header",
-                Some(peer_auth::sign(
-                    None,
-                    RAFT_APPEND_PATH,
-                    now_ms(),
-                    9,
-                    Some(cluster),
-                    &body,
-                )),
+                Some(sign_as(None, 9, target, Some(cluster), now_ms(), &body)),
             ),
             ("wrong secret", Some(sign(&wrong, now_ms(), cluster))),
             ("stale timestamp", Some(sign(&secret, stale, cluster))),
+            ("signed for another body", Some(other_body)),
             (
-                "signed for another body",
-                Some(peer_auth::sign(
+                "signed for another node",
+                Some(sign_as(
                     Some(&secret),
-                    RAFT_APPEND_PATH,
-                    now_ms(),
                     9,
+                    target % 3 + 1,
                     Some(cluster),
-                    b"other",
+                    now_ms(),
+                    &body,
                 )),
             ),
         ];
@@ -232,14 +247,7 @@ async fn forged_unsigned_wrongly_signed_or_stale_appends_get_401_and_change_noth
     // Control: the same forgery, correctly signed, is exactly as harmful as claimed.
     let target = c.follower_of(leader);
     let body = forged_append(&c, target);
-    let good = peer_auth::sign(
-        Some(&secret),
-        RAFT_APPEND_PATH,
-        now_ms(),
-        9,
-        Some(cluster),
-        &body,
-    );
+    let good = sign_as(Some(&secret), 9, target, Some(cluster), now_ms(), &body);
     let r = c.send(target, &raft_append(&body, Some(good))).await;
     assert_eq!(r.status, 200, "the signed forgery: {}", r.text());
     let term_before = before[&target].2;
@@ -580,4 +588,205 @@ async fn a_wiped_first_node_rejoins_with_cluster_id_and_not_without() {
     assert_eq!(agreed_cluster_id(&c, &c.ids).await, cluster);
     c.get(1, "/v1/jobs/b").await.ok(200);
     c.shutdown().await;
+}
+
+// ---- issue 17 items 1 and 3 --------------------------------------------------------------
+
+/// Forged requests held open per follower: more than its `MAX_INFLIGHT_RAFT` (64).
+const STALLED_PER_FOLLOWER: usize = 70;
+/// Bound on a refusal's arrival: it needs no body, so it comes at once.
+const REFUSAL_WAIT: Duration = Duration::from_secs(3);
+/// Generous bound on a write while the attack runs (it takes milliseconds without).
+const WRITE_WAIT: Duration = Duration::from_secs(10);
+
+/// `leasehold_listener_refused_total{reason="<reason>"}` of node `id`.
+async fn refused_total(c: &TestCluster, id: u64, reason: &str) -> u64 {
+    let text = c.get(id, "/metrics").await.text();
+    let key = format!("leasehold_listener_refused_total{{reason=\"{reason}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&key))
+        .map_or(0, |n| n.trim().parse().unwrap())
+}
+
+/// Opens a connection to `addr` and sends the head of a `/raft/append` claiming a body of
+/// 1,000,000 bytes, and one byte of it; the rest never comes.
+async fn stalled_append(addr: std::net::SocketAddr, auth: &str) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST {RAFT_APPEND_PATH} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: \
+         {BINCODE_CONTENT_TYPE}\r\n{PEER_AUTH_HEADER}: {auth}\r\ncontent-length: 1000000\r\n\r\nx"
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    s
+}
+
+/// Item 1: a forged header (any version, a fresh time, a made-up mac) with a large
+/// `Content-Length` and a stalled body is answered 401 while its body is still unsent,
+/// and 70 of them open on each follower do not stop writes through the cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn forged_headers_with_stalled_bodies_are_refused_unread_and_block_no_write() {
+    let keys = tempfile::tempdir().unwrap();
+    let (_, secret) = new_secret(&keys, "secret");
+    let (_, wrong) = new_secret(&keys, "wrong");
+    let secrets = Arc::new(Mutex::new((1..=3).map(|id| (id, secret.clone())).collect()));
+    let c = cluster_with(secrets).await;
+    let leader = c.wait_for_leader().await;
+    c.post(leader, "/v1/jobs", json!({"id": "before"}))
+        .await
+        .ok(201);
+    let cluster = agreed_cluster_id(&c, &c.ids).await;
+    let followers: Vec<u64> = c.ids.iter().copied().filter(|&id| id != leader).collect();
+    let mut open = Vec::new();
+    for &f in &followers {
+        for i in 0..STALLED_PER_FOLLOWER {
+            // Half as a v1 node signed (what passed the old pre-check), half v2 with the
+            // wrong secret: neither proves the secret.
+            let auth = if i % 2 == 0 {
+                format!(
+                    "v1 t={} from={leader} cluster={cluster} mac={}",
+                    now_ms(),
+                    "ab".repeat(32)
+                )
+            } else {
+                sign_as(
+                    Some(&wrong),
+                    leader,
+                    f,
+                    Some(cluster),
+                    now_ms(),
+                    &[0; 1_000_000],
+                )
+            };
+            open.push((f, stalled_append(c.addr(f), &auth).await));
+        }
+    }
+    // Every forged socket is open, its body unsent: writes still go through.
+    let write = c.post(leader, "/v1/jobs", json!({"id": "during"}));
+    let r = tokio::time::timeout(WRITE_WAIT, write)
+        .await
+        .unwrap_or_else(|_| panic!("a write hung for {WRITE_WAIT:?} behind forged peer RPCs"));
+    assert_eq!(r.status, 201, "a write during the attack: {}", r.text());
+    for (f, s) in &mut open {
+        let resp = common::read_raw_response(s, REFUSAL_WAIT)
+            .await
+            .unwrap_or_else(|e| panic!("node {f}: a forged stalled append got no answer: {e}"));
+        assert_eq!(
+            resp.status,
+            401,
+            "node {f}: {}",
+            String::from_utf8_lossy(&resp.body)
+        );
+    }
+    // Every refusal is counted by reason.
+    for &f in &followers {
+        let half = (STALLED_PER_FOLLOWER / 2) as u64;
+        assert!(refused_total(&c, f, "peer_auth_malformed").await >= half);
+        assert!(refused_total(&c, f, "peer_auth_bad_mac").await >= half);
+        assert_eq!(refused_total(&c, f, "inflight_raft").await, 0);
+    }
+    drop(open);
+    c.shutdown().await;
+}
+
+/// A heartbeat exactly as `leader` sends it to `follower` now (no entries, its log end).
+fn heartbeat(c: &TestCluster, leader: u64, follower: u64) -> Vec<u8> {
+    let m = c.node(leader).node.raft.metrics().borrow().clone();
+    let last = c.node(follower).node.raft.metrics().borrow().last_applied;
+    let rpc = AppendEntriesRequest::<TypeConfig> {
+        vote: Vote::new_committed(m.current_term, leader),
+        prev_log_id: last,
+        entries: vec![],
+        leader_commit: last,
+    };
+    bincode::serialize(&rpc).unwrap()
+}
+
+/// Item 3: a captured heartbeat, accepted once, is refused when replayed (401, counted)
+/// and, replayed every 40 ms after the leader is stopped, does not keep the followers
+/// from electing a new one (before: ~28 s, each replay restarting the election timer).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn replayed_heartbeats_are_refused_and_do_not_hold_off_the_election() {
+    const REPLAY_EVERY: Duration = Duration::from_millis(40);
+    /// Generous: an election takes well under a second here.
+    const ELECTION_WAIT: Duration = Duration::from_secs(8);
+    let keys = tempfile::tempdir().unwrap();
+    let (_, secret) = new_secret(&keys, "secret");
+    let secrets = Arc::new(Mutex::new((1..=3).map(|id| (id, secret.clone())).collect()));
+    let mut c = cluster_with(secrets).await;
+    let leader = c.wait_for_leader().await;
+    c.post(leader, "/v1/jobs", json!({"id": "a"})).await.ok(201);
+    c.wait_all_caught_up(leader).await;
+    let cluster = agreed_cluster_id(&c, &c.ids).await;
+    let followers: Vec<u64> = c.ids.iter().copied().filter(|&id| id != leader).collect();
+    // Captured: one signed heartbeat per follower, delivered once (accepted: 200).
+    let mut captured = Vec::new();
+    for &f in &followers {
+        let body = heartbeat(&c, leader, f);
+        let auth = sign_as(Some(&secret), leader, f, Some(cluster), now_ms(), &body);
+        let req = raft_append(&body, Some(auth));
+        let r = c.send(f, &req).await;
+        assert_eq!(
+            r.status,
+            200,
+            "the captured heartbeat, first delivery: {}",
+            r.text()
+        );
+        captured.push((f, req));
+    }
+    c.stop(leader).await;
+    let stopped = std::time::Instant::now();
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let replayer = {
+        let (client, done) = ((*c).clone(), done.clone());
+        tokio::spawn(async move {
+            // Status and whether the message names a replay, with counts.
+            let mut seen = BTreeMap::<(u16, bool), u64>::new();
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                for (f, req) in &captured {
+                    if let Ok(r) = client.try_send(*f, req).await {
+                        let replay = r.text().contains("a replay");
+                        *seen.entry((r.status, replay)).or_default() += 1;
+                    }
+                }
+                tokio::time::sleep(REPLAY_EVERY).await;
+            }
+            seen
+        })
+    };
+    let new_leader = eventually("a new leader while replays run", ELECTION_WAIT, || async {
+        leader_now(&c, &followers).await
+    })
+    .await;
+    println!(
+        "new leader {new_leader} {:?} after the old one stopped",
+        stopped.elapsed()
+    );
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let seen = replayer.await.unwrap();
+    println!("replays answered (status, names a replay): {seen:?}");
+    let refused = seen.get(&(401, true)).copied().unwrap_or(0);
+    assert!(
+        refused > 0 && seen.len() == 1,
+        "every replay refused as one: {seen:?}"
+    );
+    for &f in &followers {
+        assert!(
+            refused_total(&c, f, "peer_auth_replay").await >= 1,
+            "node {f}"
+        );
+    }
+    c.shutdown().await;
+}
+
+/// `Ok(leader)` once `ids` agree on a leader among themselves.
+async fn leader_now(c: &TestCluster, ids: &[u64]) -> Result<u64, String> {
+    let mut leaders = Vec::new();
+    for &id in ids {
+        leaders.push(c.cluster_view(id).await?["leader_id"].as_u64());
+    }
+    match leaders[0] {
+        Some(l) if ids.contains(&l) && leaders.iter().all(|x| *x == Some(l)) => Ok(l),
+        _ => Err(format!("{leaders:?}")),
+    }
 }

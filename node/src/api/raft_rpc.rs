@@ -1,12 +1,18 @@
 //! Server side of Raft RPC: bincode request in, bincode `Result<Response, RaftError>`
 //! out, so the caller sees the peer's Raft error typed (see `network.rs`).
 //!
-//! Every request is admitted by the node's [`PeerGuard`](crate::peer_auth::PeerGuard)
-//! (peer secret, timestamp, cluster id) on its raw bytes, before a byte is decoded:
-//! refused → api.md's error body, 401 `unauthenticated` or 403 `permission_denied`.
+//! Every request is admitted by the node's [`PeerGuard`](crate::peer_auth::PeerGuard) in
+//! two steps: its head (the header's MAC, time, target, replay window; `Content-Length`
+//! equal to the header's `len=`) before a byte of body is read, so a forged request costs
+//! one HMAC and no Raft slot; then, holding a slot, its body within [`body_deadline`],
+//! checked against the header's SHA-256 and the cluster id, before a byte is decoded.
+//! Refused → api.md's error body, 401 `unauthenticated` or 403 `permission_denied`,
+//! counted in `/metrics` by reason and logged at most once per reason per interval.
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use axum::body::Bytes;
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -17,43 +23,149 @@ use serde::Serialize;
 
 use super::{error_response, read_body};
 use crate::election::PreVoteRequest;
+use crate::listener::RaftSlots;
+use crate::metrics::Refused;
 use crate::node::Node;
-use crate::peer_auth::PEER_AUTH_HEADER;
+use crate::peer_auth::{Head, PeerAuthError, PEER_AUTH_HEADER};
 use crate::types::NodeId;
+use leasehold_statemachine::{ApiError, ErrorCode};
+use tokio::sync::OwnedSemaphorePermit;
 
 /// Raft bodies carry log batches and snapshot chunks; bounded all the same.
-const RAFT_BODY_BYTES_MAX: usize = 64 * 1024 * 1024;
+const RAFT_BODY_BYTES_MAX: u64 = 64 * 1024 * 1024;
+/// An authenticated peer's body must arrive within this long plus
+/// [`RAFT_BODY_MIN_BYTES_PER_S`] for its length: bytes keep coming, or the slot is freed.
+pub const RAFT_BODY_DEADLINE_BASE_MS: u64 = 2_000;
+/// The slowest body transfer accepted (1 MiB/s: the 64 MiB limit in about a minute).
+pub const RAFT_BODY_MIN_BYTES_PER_S: u64 = 1024 * 1024;
 
-/// Reads, admits, then decodes. `replicates`: AppendEntries or InstallSnapshot, the RPCs
-/// from which a fresh node adopts its cluster id.
+/// How long a body of `len` bytes may take to arrive.
+pub fn body_deadline(len: u64) -> Duration {
+    Duration::from_millis(
+        RAFT_BODY_DEADLINE_BASE_MS
+            .saturating_add(len.saturating_mul(1000) / RAFT_BODY_MIN_BYTES_PER_S),
+    )
+}
+
+/// A decoded request, with the Raft in-flight slot it holds until it is answered.
+struct Admitted<T> {
+    rpc: T,
+    _slot: Option<OwnedSemaphorePermit>,
+}
+
+/// The head's header value and `Content-Length` (none if not a plain number).
+fn head_of(req: &Request) -> (Option<String>, Option<u64>) {
+    let header = req.headers().get(PEER_AUTH_HEADER).map(|h| {
+        h.to_str()
+            .map_or_else(|_| "(not visible ASCII)".to_owned(), str::to_owned)
+    });
+    let chunked = req
+        .headers()
+        .contains_key(axum::http::header::TRANSFER_ENCODING);
+    let length = req
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse().ok())
+        .filter(|_| !chunked);
+    (header, length)
+}
+
+/// Checks the head (MAC, time, target, replay, length: nothing of the body is read for a
+/// request that fails), takes a Raft slot, reads the body within its deadline, checks it
+/// against the header and the cluster id, then decodes. `replicates`: AppendEntries or
+/// InstallSnapshot, the RPCs from which a fresh node adopts its cluster id.
 async fn decode<T: DeserializeOwned>(
     node: &Node,
     req: Request,
     replicates: bool,
-) -> Result<T, Response> {
+) -> Result<Admitted<T>, Response> {
     let path = req.uri().path().to_owned();
-    let header = req.headers().get(PEER_AUTH_HEADER).cloned();
-    let header = match header.as_ref().map(|h| h.to_str()) {
-        None => None,
-        Some(Ok(h)) => Some(h),
-        Some(Err(_)) => Some("(not visible ASCII)"),
+    let (header, content_length) = head_of(&req);
+    let head = Head {
+        method: req.method().as_str(),
+        path: &path,
+        header: header.as_deref(),
+        content_length,
     };
-    // No body is buffered for a request that cannot be authentic.
-    node.peer.precheck(header).map_err(|e| refused(&path, &e))?;
-    let bytes = read_body(req.into_body(), RAFT_BODY_BYTES_MAX)
-        .await
-        .map_err(|e| (StatusCode::PAYLOAD_TOO_LARGE, e.message).into_response())?;
+    let stamp = node.peer.check_head(&head).map_err(|e| {
+        let api = ApiError::new(ErrorCode::Unauthenticated, e.to_string());
+        refused(node, &path, e.refusal(), &api)
+    })?;
+    // Only now, authenticated (or no secret), may the request hold one of the slots.
+    let slot = take_raft_slot(node, &req)?;
+    let bytes = read_raft_body(node, req.into_body(), content_length).await?;
     let fresh = node.raft.metrics().borrow().last_log_index.is_none();
     node.peer
-        .admit(header, &path, &bytes, replicates, fresh)
+        .admit(stamp.as_ref(), &bytes, replicates, fresh)
         .await
-        .map_err(|e| refused(&path, &e))?;
-    bincode::deserialize(&bytes)
-        .map_err(|e| (StatusCode::BAD_REQUEST, format!("bad raft body: {e}")).into_response())
+        .map_err(|e| {
+            let why = match e.code {
+                ErrorCode::PermissionDenied => Refused::PeerCluster,
+                _ => Refused::PeerAuthBodyDigest,
+            };
+            refused(node, &path, why, &e)
+        })?;
+    let rpc = bincode::deserialize(&bytes)
+        .map_err(|e| (StatusCode::BAD_REQUEST, format!("bad raft body: {e}")).into_response())?;
+    Ok(Admitted { rpc, _slot: slot })
 }
 
-fn refused(path: &str, e: &leasehold_statemachine::ApiError) -> Response {
-    tracing::warn!(%path, error = %e.message, "refused a peer RPC");
+/// A slot of the listener's Raft budget (`listener.rs`), or 503 at once. Without a
+/// listener in front (no budget in the request), none is needed.
+fn take_raft_slot(node: &Node, req: &Request) -> Result<Option<OwnedSemaphorePermit>, Response> {
+    let Some(RaftSlots(slots)) = req.extensions().get::<RaftSlots>() else {
+        return Ok(None);
+    };
+    match slots.clone().try_acquire_owned() {
+        Ok(permit) => Ok(Some(permit)),
+        Err(_) => {
+            node.metrics.refused(Refused::InflightRaft);
+            Err(crate::listener::overloaded(crate::listener::Budget::Raft))
+        }
+    }
+}
+
+/// The body, exactly `Content-Length` bytes (checked against `len=` already), within
+/// [`body_deadline`] of it.
+async fn read_raft_body(
+    node: &Node,
+    body: axum::body::Body,
+    content_length: Option<u64>,
+) -> Result<Bytes, Response> {
+    // No secret and no header: the length is still required, and bounded.
+    let len = content_length.ok_or_else(|| {
+        let e = PeerAuthError::Length {
+            len: 0,
+            content_length: None,
+        };
+        error_response(&ApiError::new(ErrorCode::InvalidArgument, e.to_string()))
+    })?;
+    if len > RAFT_BODY_BYTES_MAX {
+        let msg = format!("request body exceeds {RAFT_BODY_BYTES_MAX} bytes");
+        return Err(error_response(&ApiError::new(
+            ErrorCode::PayloadTooLarge,
+            msg,
+        )));
+    }
+    let deadline = body_deadline(len);
+    match tokio::time::timeout(deadline, read_body(body, len as usize)).await {
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(e)) => Err(error_response(&e)),
+        Err(_) => {
+            node.metrics.refused(Refused::RaftBodyTimeout);
+            let msg = format!(
+                "the {len}-byte Raft body did not arrive within {} ms",
+                deadline.as_millis()
+            );
+            Err(error_response(&ApiError::new(ErrorCode::Timeout, msg)))
+        }
+    }
+}
+
+/// Counts the refusal, logs it (throttled), answers it.
+fn refused(node: &Node, path: &str, why: Refused, e: &ApiError) -> Response {
+    node.metrics.refused(why);
+    node.peer.log_refusal(path, why, &e.message);
     error_response(e)
 }
 
@@ -86,7 +198,7 @@ pub async fn append(State(node): State<Arc<Node>>, req: Request) -> Response {
         return joining_refusal("take replication");
     }
     match decode(&node, req, true).await {
-        Ok(rpc) => {
+        Ok(Admitted { rpc, _slot }) => {
             let res = node.raft.append_entries(rpc).await;
             // Accepted from a leader of at least our term: the election timer starts over
             // (`election.rs`). A stale leader's (HigherVote) does not count.
@@ -105,7 +217,7 @@ pub async fn vote(State(node): State<Arc<Node>>, req: Request) -> Response {
         return joining_refusal("vote");
     }
     match decode(&node, req, false).await {
-        Ok(rpc) => encode(&node.raft.vote(rpc).await),
+        Ok(Admitted { rpc, _slot }) => encode(&node.raft.vote(rpc).await),
         Err(r) => r,
     }
 }
@@ -119,7 +231,7 @@ pub async fn snapshot(State(node): State<Arc<Node>>, req: Request) -> Response {
     )
     .await
     {
-        Ok(rpc) => {
+        Ok(Admitted { rpc, _slot }) => {
             let vote = rpc.vote;
             let res = node.raft.install_snapshot(rpc).await;
             // `Ok` also answers a stale leader whose vote was refused (with ours): that
@@ -140,7 +252,7 @@ pub async fn prevote(State(node): State<Arc<Node>>, req: Request) -> Response {
         return joining_refusal("vote");
     }
     match decode::<PreVoteRequest>(&node, req, false).await {
-        Ok(rpc) => {
+        Ok(Admitted { rpc, _slot }) => {
             let state = node.raft.metrics().borrow().state;
             let resp = node.elector.answer(state, &rpc);
             let counter = if resp.granted {
