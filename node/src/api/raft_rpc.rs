@@ -29,7 +29,7 @@ use crate::node::Node;
 use crate::peer_auth::{Head, PeerAuthError, PEER_AUTH_HEADER};
 use crate::types::NodeId;
 use leasehold_statemachine::{ApiError, ErrorCode};
-use tokio::sync::OwnedSemaphorePermit;
+use tokio::sync::{OwnedSemaphorePermit, TryAcquireError};
 
 /// Raft bodies carry log batches and snapshot chunks; bounded all the same.
 const RAFT_BODY_BYTES_MAX: u64 = 64 * 1024 * 1024;
@@ -92,7 +92,10 @@ async fn decode<T: DeserializeOwned>(
         refused(node, &path, e.refusal(), &api)
     })?;
     // Only now, authenticated (or no secret), may the request hold one of the slots.
-    let slot = take_raft_slot(node, &req)?;
+    let slot = take_raft_slot(&req).map_err(|_| {
+        node.metrics.refused(Refused::InflightRaft);
+        crate::listener::overloaded(crate::listener::Budget::Raft)
+    })?;
     let bytes = read_raft_body(node, req.into_body(), content_length).await?;
     let fresh = node.raft.metrics().borrow().last_log_index.is_none();
     node.peer
@@ -110,18 +113,12 @@ async fn decode<T: DeserializeOwned>(
     Ok(Admitted { rpc, _slot: slot })
 }
 
-/// A slot of the listener's Raft budget (`listener.rs`), or 503 at once. Without a
+/// A slot of the listener's Raft budget (`listener.rs`), if one is free. Without a
 /// listener in front (no budget in the request), none is needed.
-fn take_raft_slot(node: &Node, req: &Request) -> Result<Option<OwnedSemaphorePermit>, Response> {
-    let Some(RaftSlots(slots)) = req.extensions().get::<RaftSlots>() else {
-        return Ok(None);
-    };
-    match slots.clone().try_acquire_owned() {
-        Ok(permit) => Ok(Some(permit)),
-        Err(_) => {
-            node.metrics.refused(Refused::InflightRaft);
-            Err(crate::listener::overloaded(crate::listener::Budget::Raft))
-        }
+fn take_raft_slot(req: &Request) -> Result<Option<OwnedSemaphorePermit>, TryAcquireError> {
+    match req.extensions().get::<RaftSlots>() {
+        Some(RaftSlots(slots)) => slots.clone().try_acquire_owned().map(Some),
+        None => Ok(None),
     }
 }
 
