@@ -214,15 +214,34 @@ pub enum Refused {
     RequestTimeout,
     /// 504: a Raft request ran past its timeout.
     RaftRequestTimeout,
+    /// A new connection closed at once: its source address had
+    /// `--max-connections-per-source` open.
+    ConnectionsPerSource,
+    /// An idle connection closed to make room past the high-water mark (listener/conns.rs).
+    IdleEvicted,
+    /// 503: the caller (token, or source address) held `--max-inflight-per-caller`.
+    InflightPerCaller,
+    /// 503: `--max-long-polls` claim-next waits were in progress.
+    LongPolls,
+    /// 503: the caller held `--max-long-polls-per-caller` claim-next waits.
+    LongPollsPerCaller,
+    /// 400: a GET, HEAD or DELETE declared a body (never read; the connection closes).
+    BodyNotAllowed,
 }
 
 impl Refused {
-    pub const ALL: [Refused; 5] = [
+    pub const ALL: [Refused; 11] = [
         Refused::Inflight,
         Refused::InflightRaft,
         Refused::Connections,
         Refused::RequestTimeout,
         Refused::RaftRequestTimeout,
+        Refused::ConnectionsPerSource,
+        Refused::IdleEvicted,
+        Refused::InflightPerCaller,
+        Refused::LongPolls,
+        Refused::LongPollsPerCaller,
+        Refused::BodyNotAllowed,
     ];
 
     fn label(self) -> &'static str {
@@ -232,6 +251,12 @@ impl Refused {
             Refused::Connections => "connections",
             Refused::RequestTimeout => "request_timeout",
             Refused::RaftRequestTimeout => "raft_request_timeout",
+            Refused::ConnectionsPerSource => "connections_per_source",
+            Refused::IdleEvicted => "idle_evicted",
+            Refused::InflightPerCaller => "inflight_per_caller",
+            Refused::LongPolls => "long_polls",
+            Refused::LongPollsPerCaller => "long_polls_per_caller",
+            Refused::BodyNotAllowed => "body_not_allowed",
         }
     }
 }
