@@ -1,15 +1,31 @@
 //! Our own accept loop in place of `axum::serve`, so that every resource a client can tie
-//! up is bounded (issue 7 part 4):
+//! up is bounded (issue 7 part 4, issue 17 items 2 and 6):
 //!
 //! | what | limit | past it |
 //! |---|---|---|
-//! | open connections | [`MAX_CONNECTIONS`] | the new connection is closed at once |
-//! | request head (slow loris) and keep-alive idle time | [`HEADER_READ_TIMEOUT_MS`] | connection closed |
+//! | open connections | [`MAX_CONNECTIONS`]; past [`conns::HIGH_WATER_PERCENT`] of it, idle ones are evicted | the new connection is closed at once, only if none is idle |
+//! | open connections from one source address | [`MAX_CONNECTIONS_PER_SOURCE`] | the new connection is closed at once |
+//! | request head (slow loris) and keep-alive idle time | [`HEADER_READ_TIMEOUT_MS`]; under pressure [`conns::PRESSURE_IDLE_MS`] | connection closed |
 //! | request head size / header count | [`MAX_HEADER_BYTES`] / [`MAX_HEADERS`] | 431, connection closed |
+//! | a body on GET, HEAD or DELETE | none is read | 400 `invalid_argument` at once, connection closed |
 //! | client requests in flight | [`MAX_INFLIGHT`] | 503 `unavailable` + `Retry-After`, at once |
+//! | … of one caller (token, else source address) | [`MAX_INFLIGHT_PER_CALLER`] | 503 + `Retry-After`, at once |
+//! | claim-next waits (`wait_ms` > 0), a separate budget | [`MAX_LONG_POLLS`], per caller [`MAX_LONG_POLLS_PER_CALLER`] | 503 + `Retry-After`, at once |
 //! | `/raft/…` requests in flight | [`MAX_INFLIGHT_RAFT`], a separate budget | 503, at once |
 //! | one client request, body upload included | [`REQUEST_TIMEOUT_MS`] | 504 `timeout` |
 //! | one `/raft/…` request | [`RAFT_REQUEST_TIMEOUT_MS`] | 504 |
+//!
+//! Every refusal is counted in `leasehold_listener_refused_total{reason}` (`Refused`).
+//!
+//! Peers share this port with clients (Raft RPC, and a follower forwarding a client's
+//! write to the leader). They are kept reachable by eviction rather than by a second
+//! `--peer-listen` port: a port of its own would need every peer address and the
+//! membership API to carry two addresses, while an evicting table already leaves a new
+//! connection room whenever some connection is idle, and an attacker's idle sockets are
+//! always evicted before a peer's busy link (listener/conns.rs says how). The per-source
+//! cap and the per-caller slots (listener/slots.rs) keep one address or one token from
+//! owning the table or a budget; peers on one host with the attacker are protected by
+//! the eviction, not by the per-source cap.
 //!
 //! Body sizes are bounded by each handler (`api::read_body`, `RAFT_BODY_BYTES_MAX`).
 //!

@@ -111,7 +111,9 @@ impl Table {
             .map(|(id, _)| *id)
             .collect();
         for id in &stale {
-            self.remove(*id).map(|e| e.closing.cancel());
+            if let Some(e) = self.remove(*id) {
+                e.closing.cancel();
+            }
         }
         stale.len()
     }
