@@ -97,9 +97,26 @@ pub struct ServeArgs {
     /// Raft RPC requests in flight at once (kept apart so client load cannot starve it).
     #[arg(long, default_value_t = crate::listener::MAX_INFLIGHT_RAFT)]
     pub max_inflight_raft: usize,
-    /// Open connections at most; a connection past it is closed at once.
+    /// Open connections at most. Past 75 % of it, idle connections are closed to make
+    /// room (those that never sent a request first, then the longest idle, and any idle
+    /// for 1 s); a new connection is closed at once only if none is idle.
     #[arg(long, default_value_t = crate::listener::MAX_CONNECTIONS)]
     pub max_connections: usize,
+    /// Open connections from one source address at most; past it a new one from that
+    /// address is closed at once.
+    #[arg(long, default_value_t = crate::listener::MAX_CONNECTIONS_PER_SOURCE)]
+    pub max_connections_per_source: usize,
+    /// Client requests one caller (its token with --auth-file, else its address) may have
+    /// in flight; past it, 503 + Retry-After for that caller only.
+    #[arg(long, default_value_t = crate::listener::MAX_INFLIGHT_PER_CALLER)]
+    pub max_inflight_per_caller: usize,
+    /// Claim-next requests waiting (`wait_ms` > 0) at once: a budget of their own, apart
+    /// from --max-inflight; past it, 503 + Retry-After.
+    #[arg(long, default_value_t = crate::listener::MAX_LONG_POLLS)]
+    pub max_long_polls: usize,
+    /// Waiting claim-next requests one caller may have at once.
+    #[arg(long, default_value_t = crate::listener::MAX_LONG_POLLS_PER_CALLER)]
+    pub max_long_polls_per_caller: usize,
     /// Longest a client request may take, body upload included: past it, 504 `timeout`
     /// (a write may still apply). Keep it above 30 s, the longest queue-claim wait.
     #[arg(long, default_value_t = crate::listener::REQUEST_TIMEOUT_MS)]
@@ -177,8 +194,21 @@ pub(crate) fn parse_peer(s: &str) -> Result<(NodeId, String), String> {
 
 impl ServeArgs {
     fn listener_limits(&self) -> anyhow::Result<crate::listener::ListenerLimits> {
-        if self.max_inflight == 0 || self.max_inflight_raft == 0 || self.max_connections == 0 {
-            bail!("--max-inflight, --max-inflight-raft and --max-connections must be at least 1");
+        let counts = [
+            self.max_inflight,
+            self.max_inflight_raft,
+            self.max_connections,
+            self.max_connections_per_source,
+            self.max_inflight_per_caller,
+            self.max_long_polls,
+            self.max_long_polls_per_caller,
+        ];
+        if counts.contains(&0) {
+            bail!(
+                "--max-inflight, --max-inflight-raft, --max-connections, \
+                 --max-connections-per-source, --max-inflight-per-caller, --max-long-polls \
+                 and --max-long-polls-per-caller must be at least 1"
+            );
         }
         if self.request_timeout_ms == 0 || self.header_read_timeout_ms == 0 {
             bail!("--request-timeout-ms and --header-read-timeout-ms must be at least 1");
@@ -187,6 +217,10 @@ impl ServeArgs {
             max_inflight: self.max_inflight,
             max_inflight_raft: self.max_inflight_raft,
             max_connections: self.max_connections,
+            max_connections_per_source: self.max_connections_per_source,
+            max_inflight_per_caller: self.max_inflight_per_caller,
+            max_long_polls: self.max_long_polls,
+            max_long_polls_per_caller: self.max_long_polls_per_caller,
             request_timeout: Duration::from_millis(self.request_timeout_ms),
             header_read_timeout: Duration::from_millis(self.header_read_timeout_ms),
             ..Default::default()

@@ -1,15 +1,31 @@
 //! Our own accept loop in place of `axum::serve`, so that every resource a client can tie
-//! up is bounded (issue 7 part 4):
+//! up is bounded (issue 7 part 4, issue 17 items 2 and 6):
 //!
 //! | what | limit | past it |
 //! |---|---|---|
-//! | open connections | [`MAX_CONNECTIONS`] | the new connection is closed at once |
-//! | request head (slow loris) and keep-alive idle time | [`HEADER_READ_TIMEOUT_MS`] | connection closed |
+//! | open connections | [`MAX_CONNECTIONS`]; past [`conns::HIGH_WATER_PERCENT`] of it, idle ones are evicted | the new connection is closed at once, only if none is idle |
+//! | open connections from one source address | [`MAX_CONNECTIONS_PER_SOURCE`] | the new connection is closed at once |
+//! | request head (slow loris) and keep-alive idle time | [`HEADER_READ_TIMEOUT_MS`]; under pressure [`conns::PRESSURE_IDLE_MS`] | connection closed |
 //! | request head size / header count | [`MAX_HEADER_BYTES`] / [`MAX_HEADERS`] | 431, connection closed |
+//! | a body on GET, HEAD or DELETE | none is read | 400 `invalid_argument` at once, connection closed |
 //! | client requests in flight | [`MAX_INFLIGHT`] | 503 `unavailable` + `Retry-After`, at once |
+//! | … of one caller (token, else source address) | [`MAX_INFLIGHT_PER_CALLER`] | 503 + `Retry-After`, at once |
+//! | claim-next waits (`wait_ms` > 0), a separate budget | [`MAX_LONG_POLLS`], per caller [`MAX_LONG_POLLS_PER_CALLER`] | 503 + `Retry-After`, at once |
 //! | `/raft/…` requests in flight | [`MAX_INFLIGHT_RAFT`], a separate budget, taken only once the request's peer-auth header is verified (`api/raft_rpc.rs`) | 503, at once |
 //! | one client request, body upload included | [`REQUEST_TIMEOUT_MS`] | 504 `timeout` |
 //! | one `/raft/…` request | [`RAFT_REQUEST_TIMEOUT_MS`] | 504 |
+//!
+//! Every refusal is counted in `leasehold_listener_refused_total{reason}` (`Refused`).
+//!
+//! Peers share this port with clients (Raft RPC, and a follower forwarding a client's
+//! write to the leader). They are kept reachable by eviction rather than by a second
+//! `--peer-listen` port: a port of its own would need every peer address and the
+//! membership API to carry two addresses, while an evicting table already leaves a new
+//! connection room whenever some connection is idle, and an attacker's idle sockets are
+//! always evicted before a peer's busy link (listener/conns.rs says how). The per-source
+//! cap and the per-caller slots (listener/slots.rs) keep one address or one token from
+//! owning the table or a budget; peers on one host with the attacker are protected by
+//! the eviction, not by the per-source cap.
 //!
 //! Body sizes are bounded by each handler (`api::read_body`, `RAFT_BODY_BYTES_MAX`); a
 //! Raft body must also arrive within its own deadline (`api::raft_rpc::body_deadline`).
@@ -28,7 +44,7 @@
 //! `TcpStream` (a tokio-rustls acceptor) before hyper sees it.
 
 use std::convert::Infallible;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,18 +56,26 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use leasehold_statemachine::{ApiError, ErrorCode};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
+use self::conns::{Activity, Admitted, ConnGuard, Conns};
+use self::slots::{CallerKey, Full, HeldSlot, Pool};
 use crate::api::{LEADER_HEADER, NODE_HEADER};
 use crate::metrics::Refused;
 use crate::node::Node;
 
-/// Open connections at most; past it a new connection is closed as soon as accepted
-/// (peers keep theirs open and busy, so an established peer link is never the victim).
+pub mod conns;
+pub mod slots;
+
+/// Open connections at most. Past [`conns::HIGH_WATER_PERCENT`] of it idle connections
+/// are evicted to make room; a new connection is closed at once only when none is idle.
 pub const MAX_CONNECTIONS: usize = 1024;
+/// Open connections from one source address at most: a quarter of the table, so one
+/// address cannot own it, with room for a host running several nodes and their clients.
+pub const MAX_CONNECTIONS_PER_SOURCE: usize = 256;
 /// A request head must arrive whole within this long of the connection becoming ready
 /// for it — on a new connection, and after each response on a kept-alive one, so this is
 /// also the keep-alive idle timeout (hyper starts the timer when it starts reading a head).
@@ -62,6 +86,14 @@ pub const MAX_HEADER_BYTES: usize = 16 * 1024;
 pub const MAX_HEADERS: usize = 64;
 /// Client requests (everything but `/raft/…` and `/healthz`) in flight at once.
 pub const MAX_INFLIGHT: usize = 256;
+/// Client requests one caller (token, or source address without one) may have in
+/// flight: a quarter of [`MAX_INFLIGHT`], so one token never takes every slot.
+pub const MAX_INFLIGHT_PER_CALLER: usize = 64;
+/// Claim-next requests waiting (`wait_ms > 0`) at once: their own budget, apart from
+/// [`MAX_INFLIGHT`], since each may hold its request for 30 s.
+pub const MAX_LONG_POLLS: usize = 512;
+/// Claim-next waits one caller may have at once: a quarter of [`MAX_LONG_POLLS`].
+pub const MAX_LONG_POLLS_PER_CALLER: usize = 128;
 /// `/raft/…` requests in flight at once: a separate budget client load cannot use.
 pub const MAX_INFLIGHT_RAFT: usize = 64;
 /// Longest a client request may take, reading its body included. Above the longest
@@ -76,10 +108,14 @@ pub const SHUTDOWN_DRAIN_MS: u64 = 5_000;
 #[derive(Debug, Clone)]
 pub struct ListenerLimits {
     pub max_connections: usize,
+    pub max_connections_per_source: usize,
     pub header_read_timeout: Duration,
     pub max_header_bytes: usize,
     pub max_headers: usize,
     pub max_inflight: usize,
+    pub max_inflight_per_caller: usize,
+    pub max_long_polls: usize,
+    pub max_long_polls_per_caller: usize,
     pub max_inflight_raft: usize,
     pub request_timeout: Duration,
     pub raft_request_timeout: Duration,
@@ -89,10 +125,14 @@ impl Default for ListenerLimits {
     fn default() -> Self {
         ListenerLimits {
             max_connections: MAX_CONNECTIONS,
+            max_connections_per_source: MAX_CONNECTIONS_PER_SOURCE,
             header_read_timeout: Duration::from_millis(HEADER_READ_TIMEOUT_MS),
             max_header_bytes: MAX_HEADER_BYTES,
             max_headers: MAX_HEADERS,
             max_inflight: MAX_INFLIGHT,
+            max_inflight_per_caller: MAX_INFLIGHT_PER_CALLER,
+            max_long_polls: MAX_LONG_POLLS,
+            max_long_polls_per_caller: MAX_LONG_POLLS_PER_CALLER,
             max_inflight_raft: MAX_INFLIGHT_RAFT,
             request_timeout: Duration::from_millis(REQUEST_TIMEOUT_MS),
             raft_request_timeout: Duration::from_millis(RAFT_REQUEST_TIMEOUT_MS),
@@ -127,7 +167,8 @@ struct Shared {
     /// For the `X-Leasehold-Node`/`-Leader` headers of the answers given here.
     node: Arc<Node>,
     limits: ListenerLimits,
-    client_slots: Arc<Semaphore>,
+    client_slots: Arc<Pool>,
+    long_polls: Arc<Pool>,
     raft_slots: Arc<Semaphore>,
 }
 
@@ -141,11 +182,12 @@ pub async fn serve(
     tls: Option<TlsAcceptor>,
     cancel: CancellationToken,
 ) {
-    let connections = Arc::new(Semaphore::new(limits.max_connections));
+    let conns = Conns::new(limits.max_connections, limits.max_connections_per_source);
     let shared = Arc::new(Shared {
         app,
         node,
-        client_slots: Arc::new(Semaphore::new(limits.max_inflight)),
+        client_slots: Pool::new(limits.max_inflight, limits.max_inflight_per_caller),
+        long_polls: Pool::new(limits.max_long_polls, limits.max_long_polls_per_caller),
         raft_slots: Arc::new(Semaphore::new(limits.max_inflight_raft)),
         limits,
     });
@@ -166,9 +208,7 @@ pub async fn serve(
                 continue;
             }
         };
-        let Ok(permit) = connections.clone().try_acquire_owned() else {
-            shared.node.metrics.refused(Refused::Connections);
-            tracing::warn!(%peer, "connection limit reached: closing a new connection");
+        let Some(permit) = admit(&conns, &shared.node, peer) else {
             drop(tcp);
             continue;
         };
@@ -189,6 +229,7 @@ pub async fn serve(
             )),
             None => tasks.spawn(serve_connection(
                 tcp,
+                peer.ip(),
                 shared.clone(),
                 permit,
                 cancel.clone(),
@@ -206,6 +247,24 @@ pub async fn serve(
     }
 }
 
+/// A place in the connection table for a connection from `peer`, counting what was
+/// evicted for it or why it is refused. Refusals log at debug: anyone can make them.
+fn admit(conns: &Arc<Conns>, node: &Node, peer: SocketAddr) -> Option<ConnGuard> {
+    match conns.admit(peer.ip()) {
+        Ok(Admitted { guard, evicted }) => {
+            for _ in 0..evicted {
+                node.metrics.refused(Refused::IdleEvicted);
+            }
+            Some(guard)
+        }
+        Err(why) => {
+            node.metrics.refused(why);
+            tracing::debug!(%peer, ?why, "connection limit reached: closing a new connection");
+            None
+        }
+    }
+}
+
 /// The TLS step (`serve --tls-*`, tls.rs): the handshake, in the connection's own task
 /// and bounded by the header read timeout (a client that never finishes its handshake is
 /// a slow client like any other), then HTTP on the decrypted stream. A failed handshake —
@@ -216,7 +275,7 @@ async fn serve_tls_connection(
     peer: SocketAddr,
     acceptor: TlsAcceptor,
     shared: Arc<Shared>,
-    connection_slot: OwnedSemaphorePermit,
+    connection_slot: ConnGuard,
     cancel: CancellationToken,
 ) {
     let handshake = tokio::time::timeout(shared.limits.header_read_timeout, acceptor.accept(tcp));
@@ -225,7 +284,7 @@ async fn serve_tls_connection(
         _ = cancel.cancelled() => return,
     };
     match accepted {
-        Ok(Ok(tls)) => serve_connection(tls, shared, connection_slot, cancel).await,
+        Ok(Ok(tls)) => serve_connection(tls, peer.ip(), shared, connection_slot, cancel).await,
         // Debug, not warn: anyone can make these, as often as they can connect.
         Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
         Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
@@ -235,18 +294,25 @@ async fn serve_tls_connection(
 /// Serves HTTP/1 on one connection, whatever carries its bytes (TCP or TLS).
 async fn serve_connection<IO>(
     io: IO,
+    source: IpAddr,
     shared: Arc<Shared>,
-    _connection_slot: OwnedSemaphorePermit,
+    connection_slot: ConnGuard,
     cancel: CancellationToken,
 ) where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let limits = &shared.limits;
+    let activity = connection_slot.activity.clone();
     let service = {
         let shared = shared.clone();
         hyper::service::service_fn(move |req: Request<Incoming>| {
             let shared = shared.clone();
-            async move { Ok::<_, Infallible>(handle(&shared, req).await) }
+            let in_progress = InProgress::start(activity.clone());
+            async move {
+                let resp = handle(&shared, source, req).await;
+                drop(in_progress);
+                Ok::<_, Infallible>(resp)
+            }
         })
     };
     let mut builder = hyper::server::conn::http1::Builder::new();
@@ -264,10 +330,36 @@ async fn serve_connection<IO>(
             conn.as_mut().graceful_shutdown();
             conn.await
         }
+        _ = connection_slot.closing.cancelled() => {
+            // Evicted while idle: close, giving a request that raced in a moment.
+            conn.as_mut().graceful_shutdown();
+            let grace = Duration::from_millis(EVICTED_GRACE_MS);
+            tokio::time::timeout(grace, conn).await.unwrap_or(Ok(()))
+        }
     };
     if let Err(e) = result {
         // Timeouts, oversized heads and clients that hang up: normal operating events.
         tracing::debug!(error = %e, "connection ended with an error");
+    }
+}
+
+/// How long an evicted connection may finish a request that started as it was picked.
+const EVICTED_GRACE_MS: u64 = 200;
+
+/// A request in progress on a connection, for the connection table's idea of idle;
+/// ended on drop, so a request cut off by its connection's end still ends.
+struct InProgress(Arc<Activity>);
+
+impl InProgress {
+    fn start(activity: Arc<Activity>) -> InProgress {
+        activity.request_started();
+        InProgress(activity)
+    }
+}
+
+impl Drop for InProgress {
+    fn drop(&mut self) {
+        self.0.request_ended();
     }
 }
 
@@ -285,30 +377,36 @@ const _: () = assert!(MAX_HEADER_BYTES >= HYPER_BUF_MIN);
 #[derive(Clone)]
 pub struct RaftSlots(pub Arc<Semaphore>);
 
-/// One request: take an in-flight slot of its budget or answer 503 at once, then run
-/// the router under the budget's timeout. A Raft request takes its slot in its handler.
-async fn handle(shared: &Shared, mut req: Request<Incoming>) -> Response<Body> {
+/// One request: refuse a body where none belongs, take an in-flight slot of its budget
+/// or answer 503 at once, then run the router under the budget's timeout. A Raft
+/// request takes its slot in its handler, once authenticated ([`RaftSlots`]).
+async fn handle(shared: &Shared, source: IpAddr, mut req: Request<Incoming>) -> Response<Body> {
+    if declares_unwanted_body(&req) {
+        shared.node.metrics.refused(Refused::BodyNotAllowed);
+        return stamped(&shared.node, body_not_allowed(req.method()));
+    }
     let budget = budget_of(req.uri().path());
-    let (slots, timeout) = match budget {
-        Budget::Client => (Some(&shared.client_slots), shared.limits.request_timeout),
-        Budget::Raft => {
-            let slots = RaftSlots(shared.raft_slots.clone());
-            req.extensions_mut().insert(slots);
-            (None, shared.limits.raft_request_timeout)
-        }
-        Budget::Exempt => (None, shared.limits.request_timeout),
+    let timeout = match budget {
+        Budget::Raft => shared.limits.raft_request_timeout,
+        _ => shared.limits.request_timeout,
     };
-    let _slot = match slots.map(|s| s.clone().try_acquire_owned()) {
-        Some(Err(_)) => {
-            shared.node.metrics.refused(match budget {
-                Budget::Raft => Refused::InflightRaft,
-                _ => Refused::Inflight,
-            });
-            return stamped(&shared.node, overloaded(budget));
+    let _slot = match take_slot(shared, source, &req, budget) {
+        Ok(slot) => slot,
+        Err(why) => {
+            shared.node.metrics.refused(why);
+            return stamped(&shared.node, overloaded(why));
         }
-        Some(Ok(permit)) => Some(permit),
-        None => None,
     };
+    match &_slot {
+        Some(TakenSlot::Client(held)) => {
+            req.extensions_mut().insert(held.clone());
+        }
+        None if budget == Budget::Raft => {
+            req.extensions_mut()
+                .insert(RaftSlots(shared.raft_slots.clone()));
+        }
+        None => {}
+    }
     let mut app = shared.app.clone();
     let call = tower_service::Service::call(&mut app, req);
     match tokio::time::timeout(timeout, call).await {
@@ -322,6 +420,81 @@ async fn handle(shared: &Shared, mut req: Request<Incoming>) -> Response<Body> {
             timed_out(&shared.node, timeout)
         }
     }
+}
+
+/// The slot a request holds for its whole life.
+enum TakenSlot {
+    /// A client request's, fair per caller; a handler may move it to the long polls.
+    Client(HeldSlot),
+}
+
+/// A slot of `budget` for this request (`None` for the exempt `/healthz`), or why not.
+fn take_slot(
+    shared: &Shared,
+    source: IpAddr,
+    req: &Request<Incoming>,
+    budget: Budget,
+) -> Result<Option<TakenSlot>, Refused> {
+    match budget {
+        Budget::Exempt => Ok(None),
+        // Taken by the handler once the peer-auth header verifies (`RaftSlots`).
+        Budget::Raft => Ok(None),
+        Budget::Client => {
+            let key = caller_key(&shared.node, source, req);
+            match shared.client_slots.try_take(&key) {
+                Ok(slot) => Ok(Some(TakenSlot::Client(HeldSlot::new(
+                    key,
+                    slot,
+                    shared.long_polls.clone(),
+                )))),
+                Err(Full::Total) => Err(Refused::Inflight),
+                Err(Full::Caller) => Err(Refused::InflightPerCaller),
+            }
+        }
+    }
+}
+
+/// Who a client request counts against: with an auth file, the token entry its
+/// `Authorization` names (two entries of one `name` share a key); else, or without a
+/// valid token, its source address. A follower's forward carries the client's token,
+/// so behind auth the leader counts the client, not the follower.
+fn caller_key(node: &Node, source: IpAddr, req: &Request<Incoming>) -> CallerKey {
+    let header = req
+        .headers()
+        .get(axum::http::header::AUTHORIZATION)
+        .map(HeaderValue::as_bytes);
+    match (node.auth.as_deref(), header) {
+        (Some(policy), Some(h)) => match policy.authenticate(Some(h)) {
+            Ok(caller) => CallerKey::Token(caller.label.clone()),
+            Err(_) => CallerKey::Source(source),
+        },
+        _ => CallerKey::Source(source),
+    }
+}
+
+/// A GET, HEAD or DELETE that declares a body (a `Content-Length` above 0, or chunked):
+/// no route of these methods reads one, and waiting for it would hold a slot.
+fn declares_unwanted_body(req: &Request<Incoming>) -> bool {
+    use hyper::body::Body as _;
+    let bodiless = matches!(
+        *req.method(),
+        axum::http::Method::GET | axum::http::Method::HEAD | axum::http::Method::DELETE
+    );
+    bodiless && !req.body().is_end_stream()
+}
+
+/// 400 at once, and the connection closes after it: the body is never read, so the
+/// connection cannot carry another request.
+fn body_not_allowed(method: &axum::http::Method) -> Response<Body> {
+    let mut resp = crate::api::error_response(&ApiError::new(
+        ErrorCode::InvalidArgument,
+        format!("a {method} request carries no body"),
+    ));
+    resp.headers_mut().insert(
+        axum::http::header::CONNECTION,
+        HeaderValue::from_static("close"),
+    );
+    resp
 }
 
 /// 504 `timeout`: the request ran past its budget's timeout.
@@ -351,15 +524,16 @@ fn stamped(node: &Node, mut resp: Response<Body>) -> Response<Body> {
     resp
 }
 
-/// 503 `unavailable`: `budget`'s in-flight slots are all taken.
-pub fn overloaded(budget: Budget) -> Response<Body> {
-    let what = match budget {
-        Budget::Raft => "Raft requests",
-        _ => "requests",
+/// 503 `unavailable` (with `Retry-After`, `api::error_response`) naming the limit.
+pub fn overloaded(why: Refused) -> Response<Body> {
+    let what = match why {
+        Refused::InflightRaft => "this node is at its limit of concurrent Raft requests",
+        Refused::InflightPerCaller => "this caller is at its limit of concurrent requests",
+        _ => "this node is at its limit of concurrent requests",
     };
     crate::api::error_response(&ApiError::new(
         ErrorCode::Unavailable,
-        format!("this node is at its limit of concurrent {what}: retry later"),
+        format!("{what}: retry later"),
     ))
 }
 

@@ -248,10 +248,23 @@ pub enum Refused {
     PeerCluster,
     /// 504: an authenticated peer's body did not arrive within its deadline.
     RaftBodyTimeout,
+    /// A new connection closed at once: its source address had
+    /// `--max-connections-per-source` open.
+    ConnectionsPerSource,
+    /// An idle connection closed to make room past the high-water mark (listener/conns.rs).
+    IdleEvicted,
+    /// 503: the caller (token, or source address) held `--max-inflight-per-caller`.
+    InflightPerCaller,
+    /// 503: `--max-long-polls` claim-next waits were in progress.
+    LongPolls,
+    /// 503: the caller held `--max-long-polls-per-caller` claim-next waits.
+    LongPollsPerCaller,
+    /// 400: a GET, HEAD or DELETE declared a body (never read; the connection closes).
+    BodyNotAllowed,
 }
 
 impl Refused {
-    pub const ALL: [Refused; 20] = [
+    pub const ALL: [Refused; 26] = [
         Refused::Inflight,
         Refused::InflightRaft,
         Refused::Connections,
@@ -272,6 +285,12 @@ impl Refused {
         Refused::PeerAuthBodyDigest,
         Refused::PeerCluster,
         Refused::RaftBodyTimeout,
+        Refused::ConnectionsPerSource,
+        Refused::IdleEvicted,
+        Refused::InflightPerCaller,
+        Refused::LongPolls,
+        Refused::LongPollsPerCaller,
+        Refused::BodyNotAllowed,
     ];
 
     /// The `reason` label.
@@ -297,6 +316,12 @@ impl Refused {
             Refused::PeerAuthBodyDigest => "peer_auth_body_digest",
             Refused::PeerCluster => "peer_cluster",
             Refused::RaftBodyTimeout => "raft_body_timeout",
+            Refused::ConnectionsPerSource => "connections_per_source",
+            Refused::IdleEvicted => "idle_evicted",
+            Refused::InflightPerCaller => "inflight_per_caller",
+            Refused::LongPolls => "long_polls",
+            Refused::LongPollsPerCaller => "long_polls_per_caller",
+            Refused::BodyNotAllowed => "body_not_allowed",
         }
     }
 }

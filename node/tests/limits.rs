@@ -295,8 +295,8 @@ async fn connections_past_the_limit_are_closed_at_once() {
     for _ in 0..OPENED {
         opened.push(TcpStream::connect(c.addr(target)).await.expect("connect"));
     }
-    // A refused connection reads EOF (or a reset) at once; an accepted idle one stays
-    // open until the header timeout (10 s by default).
+    // A refused or evicted connection reads EOF (or a reset) at once; an accepted idle
+    // one stays open until the header timeout (10 s by default).
     let probes: Vec<_> = opened
         .into_iter()
         .map(|mut s| {
@@ -356,7 +356,14 @@ async fn connections_past_the_limit_are_closed_at_once() {
         },
     )
     .await;
-    // At least those (the wait above may have been refused a few more).
-    assert!(refused(&c, target, "connections").await >= closed as u64);
+    // At least those (the wait above may have been refused a few more): idle sockets
+    // are evicted to make room past the high-water mark (issue 17 item 2), refused only
+    // when none is idle.
+    let counted =
+        refused(&c, target, "connections").await + refused(&c, target, "idle_evicted").await;
+    assert!(
+        counted >= closed as u64,
+        "{counted} counted, {closed} closed"
+    );
     c.shutdown().await;
 }

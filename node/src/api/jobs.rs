@@ -23,6 +23,8 @@ use super::client_auth;
 use super::forward::Inbound;
 use super::leader::{on_leader, LeaderOp, WriteKind};
 use super::{error_response, hops, read_body, IDEMPOTENCY_HEADER};
+use crate::listener::slots::HeldSlot;
+use crate::metrics::Refused;
 use crate::node::{Limits, Node};
 
 fn invalid(msg: impl Into<String>) -> ApiError {
@@ -96,6 +98,7 @@ async fn write(
 ) -> Response {
     let extra_wait = Duration::from_millis(limits::WAIT_MS_MAX);
     let caller = client_auth::caller_of(&req);
+    let slot = req.extensions().get::<HeldSlot>().cloned();
     let result = async {
         let inbound = inbound(req, extra_wait).await?;
         let key = idempotency_key(&inbound)?;
@@ -103,6 +106,9 @@ async fn write(
         // Owner prefix and operation of the parsed command, before it is proposed or
         // forwarded: a refused request changes nothing.
         client_auth::check_command(&node, caller.as_deref(), &command)?;
+        if wait_ms > 0 {
+            long_poll(&node, slot.as_ref())?;
+        }
         Ok((inbound, key, command, wait_ms))
     }
     .await;
@@ -119,6 +125,24 @@ async fn write(
             on_leader(&node, &inbound, op).await
         }
     }
+}
+
+/// A claim-next that may wait moves to the long-poll budget (listener/slots.rs), so
+/// waits never hold the slots ordinary requests need; 503 when that budget is spent.
+fn long_poll(node: &Node, slot: Option<&HeldSlot>) -> Result<(), ApiError> {
+    // No slot: the router is called without the listener (tests), nothing to move.
+    let Some(slot) = slot else { return Ok(()) };
+    slot.into_long_poll().map_err(|why| {
+        node.metrics.refused(why);
+        let who = match why {
+            Refused::LongPollsPerCaller => "this caller is",
+            _ => "this node is",
+        };
+        ApiError::new(
+            ErrorCode::Unavailable,
+            format!("{who} at its limit of waiting claims (wait_ms > 0): retry later"),
+        )
+    })
 }
 
 pub async fn submit(State(node): State<Arc<Node>>, req: Request) -> Response {

@@ -94,7 +94,7 @@ async fn decode<T: DeserializeOwned>(
     // Only now, authenticated (or no secret), may the request hold one of the slots.
     let slot = take_raft_slot(&req).map_err(|_| {
         node.metrics.refused(Refused::InflightRaft);
-        crate::listener::overloaded(crate::listener::Budget::Raft)
+        crate::listener::overloaded(Refused::InflightRaft)
     })?;
     let bytes = read_raft_body(node, req.into_body(), content_length).await?;
     let fresh = node.raft.metrics().borrow().last_log_index.is_none();
