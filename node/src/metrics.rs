@@ -214,15 +214,19 @@ pub enum Refused {
     RequestTimeout,
     /// 504: a Raft request ran past its timeout.
     RaftRequestTimeout,
+    /// 403 or 404: a scoped token named a queue or job outside its scope (`crate::scope`;
+    /// counted by the handler, so these do reach `leasehold_requests_total`).
+    Scope,
 }
 
 impl Refused {
-    pub const ALL: [Refused; 5] = [
+    pub const ALL: [Refused; 6] = [
         Refused::Inflight,
         Refused::InflightRaft,
         Refused::Connections,
         Refused::RequestTimeout,
         Refused::RaftRequestTimeout,
+        Refused::Scope,
     ];
 
     fn label(self) -> &'static str {
@@ -232,6 +236,7 @@ impl Refused {
             Refused::Connections => "connections",
             Refused::RequestTimeout => "request_timeout",
             Refused::RaftRequestTimeout => "raft_request_timeout",
+            Refused::Scope => "scope",
         }
     }
 }
