@@ -332,9 +332,9 @@ impl Caller {
     /// every queue and job id it names against the scope.
     pub fn check_command(&self, cmd: &Command) -> Result<(), Denied> {
         self.check_operation(Operation::of_command(cmd))?;
-        self.check_owners(cmd)?;
         self.check_scope(cmd)
-            .map_err(|why| self.out_of_scope(why))
+            .map_err(|why| self.out_of_scope(why))?;
+        self.check_owners(cmd)
     }
 
     /// The refusal of a request outside this caller's scope.
