@@ -1,14 +1,27 @@
-//! Client authentication and authorization (`serve --auth-file`, issue 7 part 2): the
-//! token file, the role table, which route needs what, and the owner-prefix rule — as
-//! pure functions, tested here. The HTTP glue is `api::client_auth`.
+//! Client authentication and authorization (`serve --auth-file`, issue 7 part 2, issue
+//! 17 item 7): the token file, the role table, the route table ([`ROUTES`]: which route
+//! needs what, and how it treats a scoped token), and the owner-prefix and scope rules —
+//! as pure functions, tested here. Scopes themselves are `crate::scope`; the HTTP glue
+//! is `api::client_auth`.
 //!
 //! ```toml
 //! [[token]]
 //! token = "s3cr3t-a"
 //! role = "worker"          # admin | worker | reader
 //! owner_prefix = "team-a/" # optional: every `owner` this token sends starts with it
+//! queues = ["team-a", "team-a-*"] # optional: the queues it may touch
+//! job_prefix = "team-a/"   # optional: the job ids it may touch
 //! name = "team-a workers"  # optional: names the token in logs and 403 messages
 //! ```
+//!
+//! Every route of `api::router` is listed in [`ROUTES`] with a [`Need`] and a
+//! [`ScopeRule`], and a unit test reads the router to keep it so; a route the router
+//! serves and the table does not list is refused to everyone. A [`ScopeRule`] has no
+//! default: adding api.md's "Version 1.1" routes (history, events, batches, cancel)
+//! means deciding for each what a scoped token may see — `Job` for a job's history,
+//! `Command` for cancel and for each item of a batch, `UnscopedOnly` for a stream of
+//! every tenant's events until it can be filtered — and enforcing it in the handler as
+//! the existing rules are.
 //!
 //! Only SHA-256 digests of the tokens are kept, and a presented token's digest is
 //! compared with every entry's in constant time ([`subtle`]), so neither the response
@@ -769,41 +782,63 @@ mod tests {
     fn routes_need_what_the_role_table_names() {
         use Operation::*;
         use ScopeRule::*;
-        let t = Requirement::Token;
+        let (t, open, unlisted) = (Requirement::Token, Requirement::Open, Requirement::Unlisted);
+        let (get, post, del) = (Method::GET, Method::POST, Method::DELETE);
+        let job = Some("/v1/jobs/{*rest}");
         let cases = [
-            (Method::GET, Some("/healthz"), "/healthz", Requirement::Open),
-            (Method::GET, Some("/readyz"), "/readyz", Requirement::Open),
-            (Method::POST, Some("/raft/append"), "/raft/append", Requirement::Open),
-            (Method::GET, Some("/raft/append"), "/raft/append", t(Read, Shared)),
-            (Method::GET, Some("/metrics"), "/metrics", t(Read, Shared)),
-            (Method::GET, Some("/v1/cluster"), "/v1/cluster", t(Read, Shared)),
-            (Method::GET, Some("/v1/jobs"), "/v1/jobs", t(Read, List)),
-            (Method::POST, Some("/v1/jobs"), "/v1/jobs", t(Submit, Command)),
-            (Method::GET, Some("/v1/jobs/{*rest}"), "/v1/jobs/a/claim", t(Read, Job)),
-            (Method::HEAD, Some("/v1/jobs/{*rest}"), "/v1/jobs/a", t(Read, Job)),
-            (Method::POST, Some("/v1/jobs/{*rest}"), "/v1/jobs/a/b/claim", t(Claim, Command)),
-            (Method::POST, Some("/v1/jobs/{*rest}"), "/v1/jobs/a/renew", t(Renew, Command)),
-            (Method::POST, Some("/v1/jobs/{*rest}"), "/v1/jobs/a/complete", t(Complete, Command)),
-            (Method::POST, Some("/v1/jobs/{*rest}"), "/v1/jobs/a/release", t(Release, Command)),
-            (Method::POST, Some("/v1/jobs/{*rest}"), "/v1/jobs/a", t(Read, Command)),
-            (Method::DELETE, Some("/v1/jobs/{*rest}"), "/v1/jobs/a", t(Delete, Command)),
-            (Method::POST, Some("/v1/queues/{queue}/claim"), "/v1/queues/q/claim", t(ClaimNext, Command)),
-            (Method::PUT, Some("/v1/queues/{queue}/claim"), "/v1/queues/q/claim", t(Read, Shared)),
-            (Method::GET, None, "/nope", t(Read, Shared)),
-            (Method::GET, None, "/%68ealthz", t(Read, Shared)),
-            (Method::GET, Some("/ui"), "/ui", Requirement::Open),
-            (Method::GET, Some("/ui/{*asset}"), "/ui/app.js", Requirement::Open),
-            (Method::POST, Some("/ui"), "/ui", t(Read, Shared)),
-            (Method::GET, Some("/v1/cluster/rejections"), "/v1/cluster/rejections", t(Read, Shared)),
-            (Method::POST, Some("/v1/cluster/nodes"), "/v1/cluster/nodes", t(Manage, Shared)),
-            (Method::DELETE, Some("/v1/cluster/nodes/{id}"), "/v1/cluster/nodes/4", t(Manage, Shared)),
-            (Method::GET, Some("/v1/cluster/snapshot"), "/v1/cluster/snapshot", t(Manage, UnscopedOnly)),
+            (&get, Some("/healthz"), "/healthz", open),
+            (&get, Some("/readyz"), "/readyz", open),
+            (&post, Some("/raft/append"), "/raft/append", open),
+            (&get, Some("/raft/append"), "/raft/append", t(Read, Shared)),
+            (&get, Some("/metrics"), "/metrics", t(Read, Shared)),
+            (&get, Some("/v1/cluster"), "/v1/cluster", t(Read, Shared)),
+            (&get, Some("/v1/jobs"), "/v1/jobs", t(Read, List)),
+            (&post, Some("/v1/jobs"), "/v1/jobs", t(Submit, Command)),
+            (&get, job, "/v1/jobs/a/claim", t(Read, Job)),
+            (&Method::HEAD, job, "/v1/jobs/a", t(Read, Job)),
+            (&post, job, "/v1/jobs/a/b/claim", t(Claim, Command)),
+            (&post, job, "/v1/jobs/a/renew", t(Renew, Command)),
+            (&post, job, "/v1/jobs/a/complete", t(Complete, Command)),
+            (&post, job, "/v1/jobs/a/release", t(Release, Command)),
+            (&post, job, "/v1/jobs/a", t(Read, Command)),
+            (&del, job, "/v1/jobs/a", t(Delete, Command)),
+            (
+                &post,
+                Some("/v1/queues/{queue}/claim"),
+                "/v1/queues/q/claim",
+                t(ClaimNext, Command),
+            ),
+            (
+                &Method::PUT,
+                Some("/v1/queues/{queue}/claim"),
+                "/",
+                t(Read, Shared),
+            ),
+            (&get, None, "/nope", t(Read, Shared)),
+            (&get, None, "/%68ealthz", t(Read, Shared)),
+            (&get, Some("/ui"), "/ui", open),
+            (&get, Some("/ui/{*asset}"), "/ui/app.js", open),
+            (&post, Some("/ui"), "/ui", t(Read, Shared)),
+            (&get, Some("/v1/cluster/rejections"), "/", t(Read, Shared)),
+            (&post, Some("/v1/cluster/nodes"), "/", t(Manage, Shared)),
+            (&del, Some("/v1/cluster/nodes/{id}"), "/", t(Manage, Shared)),
+            (
+                &get,
+                Some("/v1/cluster/snapshot"),
+                "/",
+                t(Manage, UnscopedOnly),
+            ),
             // A route the router serves and the table does not list is closed to all.
-            (Method::GET, Some("/v1/jobs/{id}/history"), "/v1/jobs/a/history", Requirement::Unlisted),
-            (Method::POST, Some("/v1/batches"), "/v1/batches", Requirement::Unlisted),
+            (
+                &get,
+                Some("/v1/jobs/{id}/history"),
+                "/v1/jobs/a/history",
+                unlisted,
+            ),
+            (&post, Some("/v1/batches"), "/v1/batches", unlisted),
         ];
         for (method, matched, path, want) in cases {
-            assert_eq!(requirement(&method, matched, path), want, "{method} {path}");
+            assert_eq!(requirement(method, matched, path), want, "{method} {path}");
         }
     }
 
@@ -811,7 +846,9 @@ mod tests {
     fn the_route_table_lists_each_route_once() {
         for (i, r) in ROUTES.iter().enumerate() {
             assert!(
-                ROUTES[..i].iter().all(|o| (o.method, o.path) != (r.method, r.path)),
+                ROUTES[..i]
+                    .iter()
+                    .all(|o| (o.method, o.path) != (r.method, r.path)),
                 "{} {} twice",
                 r.method,
                 r.path
@@ -872,7 +909,12 @@ mod tests {
             owner: "o".into(),
             ttl_ms: 1_000,
         };
-        let ok = [submit(Some("a/1"), "team-a"), next("team-a"), claim("a/1"), del("a/2")];
+        let ok = [
+            submit(Some("a/1"), "team-a"),
+            next("team-a"),
+            claim("a/1"),
+            del("a/2"),
+        ];
         for cmd in ok {
             assert!(c.check_command(&cmd).is_ok(), "{cmd:?}");
         }

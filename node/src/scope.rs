@@ -53,8 +53,7 @@ impl QueuePattern {
                 "queue pattern {s:?} matches every queue: leave `queues` out instead"
             ));
         }
-        limits::validate_queue(body)
-            .map_err(|e| format!("queue pattern {s:?}: {}", e.message))?;
+        limits::validate_queue(body).map_err(|e| format!("queue pattern {s:?}: {}", e.message))?;
         Ok(pattern(body.to_owned()))
     }
 
@@ -242,9 +241,7 @@ pub fn scoped_idempotency_key(scope: &str, key: &str) -> Result<String, ApiError
     if !scope_ok {
         return Err(ApiError::new(
             ErrorCode::InvalidArgument,
-            format!(
-                "idempotency scope must be 1-{IDEMPOTENCY_SCOPE_LEN_MAX} visible ASCII bytes"
-            ),
+            format!("idempotency scope must be 1-{IDEMPOTENCY_SCOPE_LEN_MAX} visible ASCII bytes"),
         ));
     }
     limits::validate_idempotency_key(key)?;
@@ -314,7 +311,10 @@ mod tests {
         assert_eq!(both.check_claim_from("team-a"), Ok(()));
         assert!(both.check_claim_from("team-b").is_err());
         let ids = scope(None, Some("p/"));
-        assert_eq!(ids.check_claim_from("q"), Err(OutOfScope::ClaimWithoutQueues));
+        assert_eq!(
+            ids.check_claim_from("q"),
+            Err(OutOfScope::ClaimWithoutQueues)
+        );
         assert_eq!(scope(Some(&["q"]), None).check_submit(None, "q"), Ok(()));
     }
 
@@ -381,7 +381,10 @@ mod tests {
         assert!(s.bytes().all(|b| b.is_ascii_hexdigit()));
         assert_eq!(s, key_scope(&[7; 32]), "stable");
         assert_ne!(s, key_scope(&[8; 32]));
-        assert_eq!(scoped_idempotency_key(&s, "K-1").unwrap(), format!("{s} K-1"));
+        assert_eq!(
+            scoped_idempotency_key(&s, "K-1").unwrap(),
+            format!("{s} K-1")
+        );
         assert!(scoped_idempotency_key("", "K").is_err());
         assert!(scoped_idempotency_key(&"a".repeat(33), "K").is_err());
         assert!(scoped_idempotency_key("a b", "K").is_err());

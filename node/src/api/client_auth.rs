@@ -199,10 +199,22 @@ mod tests {
     const ROUTER_SOURCE: &str = include_str!("mod.rs");
     /// Route paths the router names by constant.
     const PATH_CONSTS: [(&str, &str); 4] = [
-        ("crate::network::RAFT_APPEND_PATH", crate::network::RAFT_APPEND_PATH),
-        ("crate::network::RAFT_VOTE_PATH", crate::network::RAFT_VOTE_PATH),
-        ("crate::network::RAFT_PREVOTE_PATH", crate::network::RAFT_PREVOTE_PATH),
-        ("crate::network::RAFT_SNAPSHOT_PATH", crate::network::RAFT_SNAPSHOT_PATH),
+        (
+            "crate::network::RAFT_APPEND_PATH",
+            crate::network::RAFT_APPEND_PATH,
+        ),
+        (
+            "crate::network::RAFT_VOTE_PATH",
+            crate::network::RAFT_VOTE_PATH,
+        ),
+        (
+            "crate::network::RAFT_PREVOTE_PATH",
+            crate::network::RAFT_PREVOTE_PATH,
+        ),
+        (
+            "crate::network::RAFT_SNAPSHOT_PATH",
+            crate::network::RAFT_SNAPSHOT_PATH,
+        ),
     ];
     const METHODS: [(&str, Method); 5] = [
         ("get(", Method::GET),
@@ -215,9 +227,13 @@ mod tests {
     /// `(method, path)` of every `.route(…)` call in `router()`, read from its source
     /// (axum's Router does not list its routes).
     fn router_routes() -> Vec<(Method, String)> {
-        let start = ROUTER_SOURCE.find("pub fn router(").expect("router() in mod.rs");
+        let start = ROUTER_SOURCE
+            .find("pub fn router(")
+            .expect("router() in mod.rs");
         let body = &ROUTER_SOURCE[start..];
-        let body = &body[..body.find(".fallback(").expect("router() ends in a fallback")];
+        let body = &body[..body
+            .find(".fallback(")
+            .expect("router() ends in a fallback")];
         let mut routes = Vec::new();
         for call in body.split(".route(").skip(1) {
             let (path_arg, handlers) = call.split_once(',').expect("route(path, handlers)");
@@ -231,9 +247,8 @@ mod tests {
                     .1
                     .to_owned(),
             };
-            let before_ok = |i: usize| {
-                i == 0 || !handlers.as_bytes()[i - 1].is_ascii_alphanumeric()
-            };
+            let before_ok =
+                |i: usize| i == 0 || !handlers.as_bytes()[i - 1].is_ascii_alphanumeric();
             let mut found = 0;
             for (token, method) in &METHODS {
                 for (i, _) in handlers.match_indices(token) {
@@ -260,7 +275,9 @@ mod tests {
         }
         for r in ROUTES {
             assert!(
-                routes.iter().any(|(m, p)| m.as_str() == r.method && p == r.path),
+                routes
+                    .iter()
+                    .any(|(m, p)| m.as_str() == r.method && p == r.path),
                 "auth::ROUTES lists {} {}, which the router does not serve",
                 r.method,
                 r.path
