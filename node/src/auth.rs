@@ -1,14 +1,27 @@
-//! Client authentication and authorization (`serve --auth-file`, issue 7 part 2): the
-//! token file, the role table, which route needs what, and the owner-prefix rule — as
-//! pure functions, tested here. The HTTP glue is `api::client_auth`.
+//! Client authentication and authorization (`serve --auth-file`, issue 7 part 2, issue
+//! 17 item 7): the token file, the role table, the route table ([`ROUTES`]: which route
+//! needs what, and how it treats a scoped token), and the owner-prefix and scope rules —
+//! as pure functions, tested here. Scopes themselves are `crate::scope`; the HTTP glue
+//! is `api::client_auth`.
 //!
 //! ```toml
 //! [[token]]
 //! token = "s3cr3t-a"
 //! role = "worker"          # admin | worker | reader
 //! owner_prefix = "team-a/" # optional: every `owner` this token sends starts with it
+//! queues = ["team-a", "team-a-*"] # optional: the queues it may touch
+//! job_prefix = "team-a/"   # optional: the job ids it may touch
 //! name = "team-a workers"  # optional: names the token in logs and 403 messages
 //! ```
+//!
+//! Every route of `api::router` is listed in [`ROUTES`] with a [`Need`] and a
+//! [`ScopeRule`], and a unit test reads the router to keep it so; a route the router
+//! serves and the table does not list is refused to everyone. A [`ScopeRule`] has no
+//! default: adding api.md's "Version 1.1" routes (history, events, batches, cancel)
+//! means deciding for each what a scoped token may see — `Job` for a job's history,
+//! `Command` for cancel and for each item of a batch, `UnscopedOnly` for a stream of
+//! every tenant's events until it can be filtered — and enforcing it in the handler as
+//! the existing rules are.
 //!
 //! Only SHA-256 digests of the tokens are kept, and a presented token's digest is
 //! compared with every entry's in constant time ([`subtle`]), so neither the response
@@ -27,6 +40,8 @@ use leasehold_statemachine::{limits, ApiError, Command, ErrorCode};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
+
+use crate::scope::{OutOfScope, QueuePattern, Scope, QUEUE_PATTERNS_MAX};
 
 /// An auth file larger than this is refused (it is a short list of tokens).
 pub const AUTH_FILE_BYTES_MAX: u64 = 1 << 20;
@@ -158,18 +173,110 @@ impl fmt::Display for Operation {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Requirement {
     /// No token: `/healthz` and `/readyz` (probes carry no credentials and these reveal
-    /// no job data), and `/raft/…`, which peer authentication guards instead.
+    /// no job data), the dashboard's assets, and `/raft/…`, which peer authentication
+    /// guards instead.
     Open,
-    /// A known token whose role allows this operation.
-    Token(Operation),
+    /// A known token whose role allows this operation, within the route's scope rule.
+    Token(Operation, ScopeRule),
+    /// A route the router serves but [`ROUTES`] does not list: refused to everyone, so a
+    /// new route is closed until someone decides its role and scope.
+    Unlisted,
 }
 
-/// Paths served without a client token.
-const OPEN_PATHS: [&str; 2] = ["/healthz", "/readyz"];
-/// The dashboard's static assets (no data: the page asks for a token to call the API).
-const UI_PATH: &str = "/ui";
-/// Raft RPC between nodes: not a client route (peer authentication covers it).
-const RAFT_PREFIX: &str = "/raft/";
+/// What a route needs of the token's role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    Open,
+    Op(Operation),
+    /// `POST /v1/jobs/{id}/<action>`: the operation of the action ([`JOB_ACTIONS`]).
+    JobAction,
+}
+
+/// How a route treats a scoped token ([`crate::scope`]). Every route states one: there
+/// is no default, so a new route (api.md's "Version 1.1": history, events, batches,
+/// cancel) cannot be added to [`ROUTES`] without deciding what a tenant sees of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScopeRule {
+    /// No job data, the same answer for every token: cluster status, membership,
+    /// health, metrics, the dashboard's assets, Raft.
+    Shared,
+    /// A write: the parsed command's queue and job id must be in scope
+    /// ([`Caller::check_command`]), and a job named by id must be held by the token on
+    /// the leader (its stored queue) — else 404 as if it did not exist.
+    Command,
+    /// One job by id: the id must be in scope (403), the stored job held (404).
+    Job,
+    /// A list: a `queue=` must be in scope (403); the page holds only held jobs.
+    List,
+    /// Refused to scoped tokens (403): the answer holds every tenant's jobs (the
+    /// snapshot download).
+    UnscopedOnly,
+}
+
+/// One route of `api::router`, as the router writes its path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RouteRule {
+    /// `GET` also covers `HEAD` (axum serves both).
+    pub method: &'static str,
+    pub path: &'static str,
+    pub need: Need,
+    pub scope: ScopeRule,
+}
+
+const fn rule(method: &'static str, path: &'static str, need: Need, scope: ScopeRule) -> RouteRule {
+    RouteRule {
+        method,
+        path,
+        need,
+        scope,
+    }
+}
+
+/// Every route of `api::router`: its role and its scope rule. A unit test in
+/// `api::client_auth` checks that every route of the router is listed here.
+pub const ROUTES: &[RouteRule] = {
+    use Need::{JobAction, Op, Open};
+    use Operation::*;
+    use ScopeRule::*;
+    &[
+        rule("POST", "/v1/jobs", Op(Submit), Command),
+        rule("GET", "/v1/jobs", Op(Read), List),
+        rule("GET", "/v1/jobs/{*rest}", Op(Read), Job),
+        rule("POST", "/v1/jobs/{*rest}", JobAction, Command),
+        rule("DELETE", "/v1/jobs/{*rest}", Op(Delete), Command),
+        rule("POST", "/v1/queues/{queue}/claim", Op(ClaimNext), Command),
+        rule("GET", "/v1/cluster", Op(Read), Shared),
+        rule("GET", "/v1/cluster/digest", Op(Read), Shared),
+        rule("GET", "/v1/cluster/members", Op(Read), Shared),
+        rule("GET", "/v1/cluster/rejections", Op(Read), Shared),
+        rule("POST", "/v1/cluster/nodes", Op(Manage), Shared),
+        rule("DELETE", "/v1/cluster/nodes/{id}", Op(Manage), Shared),
+        rule("GET", "/v1/cluster/snapshot", Op(Manage), UnscopedOnly),
+        rule("GET", "/ui", Open, Shared),
+        rule("GET", "/ui/", Open, Shared),
+        rule("GET", "/ui/{*asset}", Open, Shared),
+        rule("GET", "/healthz", Open, Shared),
+        rule("GET", "/readyz", Open, Shared),
+        rule("GET", "/metrics", Op(Read), Shared),
+        rule("POST", crate::network::RAFT_APPEND_PATH, Open, Shared),
+        rule("POST", crate::network::RAFT_VOTE_PATH, Open, Shared),
+        rule("POST", crate::network::RAFT_PREVOTE_PATH, Open, Shared),
+        rule("POST", crate::network::RAFT_SNAPSHOT_PATH, Open, Shared),
+    ]
+};
+
+/// The [`ROUTES`] entry of a matched route.
+pub fn route_rule(method: &Method, matched: &str) -> Option<&'static RouteRule> {
+    let method = if *method == Method::HEAD {
+        "GET"
+    } else {
+        method.as_str()
+    };
+    ROUTES
+        .iter()
+        .find(|r| r.path == matched && r.method == method)
+}
+
 /// `POST /v1/jobs/{id}/<suffix>` → operation (the handler splits the same way).
 const JOB_ACTIONS: [(&str, Operation); 4] = [
     ("/claim", Operation::Claim),
@@ -178,48 +285,34 @@ const JOB_ACTIONS: [(&str, Operation); 4] = [
     ("/release", Operation::Release),
 ];
 
-/// Which route needs what, from the raw method and path (the ones the router matches).
-/// Anything not listed needs a token of any role: an unknown route answers 404 only to
-/// a caller who could use a known one.
-pub fn requirement(method: &Method, path: &str) -> Requirement {
-    if OPEN_PATHS.contains(&path)
-        || path.starts_with(RAFT_PREFIX)
-        || (*method == Method::GET && (path == UI_PATH || path.starts_with(&format!("{UI_PATH}/"))))
-    {
-        return Requirement::Open;
-    }
-    let op = match *method {
-        _ if is_manage_path(path) => Operation::Manage,
-        Method::POST => post_operation(path),
-        Method::DELETE if path.starts_with("/v1/jobs/") => Operation::Delete,
-        _ => Operation::Read,
+/// Which route needs what: `matched` is the router's path pattern (`None`: no route
+/// matched, the fallback answers 404), `path` the raw path. An unmatched path, or a
+/// listed path under a method it does not serve (the router answers 405), needs a token
+/// of any role: an unknown route answers only a caller who could use a known one.
+pub fn requirement(method: &Method, matched: Option<&str>, path: &str) -> Requirement {
+    let Some(matched) = matched else {
+        return Requirement::Token(Operation::Read, ScopeRule::Shared);
     };
-    Requirement::Token(op)
+    let Some(rule) = route_rule(method, matched) else {
+        if ROUTES.iter().any(|r| r.path == matched) {
+            return Requirement::Token(Operation::Read, ScopeRule::Shared);
+        }
+        return Requirement::Unlisted;
+    };
+    let op = match rule.need {
+        Need::Open => return Requirement::Open,
+        Need::Op(op) => op,
+        Need::JobAction => job_action(path),
+    };
+    Requirement::Token(op, rule.scope)
 }
 
-/// Membership (`/v1/cluster/nodes…`, any method) and the backup download.
-fn is_manage_path(path: &str) -> bool {
-    path == "/v1/cluster/nodes"
-        || path.starts_with("/v1/cluster/nodes/")
-        || path == "/v1/cluster/snapshot"
-}
-
-fn post_operation(path: &str) -> Operation {
-    if path == "/v1/jobs" {
-        return Operation::Submit;
+fn job_action(path: &str) -> Operation {
+    match JOB_ACTIONS.iter().find(|(s, _)| path.ends_with(s)) {
+        Some((_, op)) => *op,
+        // A POST on no known action: the handler answers 404.
+        None => Operation::Read,
     }
-    if let Some(rest) = path.strip_prefix("/v1/queues/") {
-        if rest.ends_with("/claim") {
-            return Operation::ClaimNext;
-        }
-    }
-    if let Some(rest) = path.strip_prefix("/v1/jobs/") {
-        if let Some((_, op)) = JOB_ACTIONS.iter().find(|(s, _)| rest.ends_with(s)) {
-            return *op;
-        }
-    }
-    // A POST on no known action: the router answers 404.
-    Operation::Read
 }
 
 /// An authenticated caller: what its token entry grants.
@@ -229,6 +322,10 @@ pub struct Caller {
     pub label: String,
     pub role: Role,
     pub owner_prefix: Option<String>,
+    /// The queues and job ids it may touch (`crate::scope`).
+    pub scope: Scope,
+    /// Its idempotency keys' namespace ([`crate::scope::key_scope`]).
+    pub key_scope: String,
 }
 
 impl Caller {
@@ -244,9 +341,40 @@ impl Caller {
         }
     }
 
-    /// A parsed command: its operation, and every owner it names against the prefix.
+    /// A parsed command: its operation, every owner it names against the prefix, and
+    /// every queue and job id it names against the scope.
     pub fn check_command(&self, cmd: &Command) -> Result<(), Denied> {
         self.check_operation(Operation::of_command(cmd))?;
+        self.check_scope(cmd)
+            .map_err(|why| self.out_of_scope(why))?;
+        self.check_owners(cmd)
+    }
+
+    /// The refusal of a request outside this caller's scope.
+    pub fn out_of_scope(&self, why: OutOfScope) -> Denied {
+        Denied::Scope {
+            caller: self.label.clone(),
+            scope: self.scope.to_string(),
+            why,
+        }
+    }
+
+    fn check_scope(&self, cmd: &Command) -> Result<(), OutOfScope> {
+        let scope = &self.scope;
+        match cmd {
+            Command::Submit { id, queue, .. } => scope.check_submit(id.as_deref(), queue),
+            Command::ClaimNext { queue, .. } => scope.check_claim_from(queue),
+            Command::Claim { job_id, .. }
+            | Command::Renew { job_id, .. }
+            | Command::Complete { job_id, .. }
+            | Command::Release { job_id, .. }
+            | Command::Delete { job_id } => scope.check_id(job_id),
+            Command::Batch(items) => items.iter().try_for_each(|i| self.check_scope(&i.command)),
+            Command::Tick => Ok(()),
+        }
+    }
+
+    fn check_owners(&self, cmd: &Command) -> Result<(), Denied> {
         let Some(prefix) = &self.owner_prefix else {
             return Ok(());
         };
@@ -301,6 +429,14 @@ pub enum Denied {
         prefix: String,
         owner: String,
     },
+    #[error("{caller} is scoped to {scope}: {why}")]
+    Scope {
+        caller: String,
+        scope: String,
+        why: OutOfScope,
+    },
+    #[error("this route is not in the node's route table (auth::ROUTES): refused")]
+    Unlisted,
 }
 
 impl Denied {
@@ -486,6 +622,8 @@ struct EntryRepr {
     token: String,
     role: String,
     owner_prefix: Option<String>,
+    queues: Option<Vec<String>>,
+    job_prefix: Option<String>,
     name: Option<String>,
 }
 
@@ -505,6 +643,7 @@ impl EntryRepr {
         if let Some(p) = &self.owner_prefix {
             check_owner_prefix(p)?;
         }
+        let scope = parse_scope(self.queues.as_deref(), self.job_prefix)?;
         let label = match self.name {
             Some(n) if n.is_empty() || n.len() > TOKEN_NAME_BYTES_MAX => {
                 return Err(format!("name must be 1-{TOKEN_NAME_BYTES_MAX} bytes"));
@@ -512,12 +651,15 @@ impl EntryRepr {
             Some(n) => format!("token {n:?}"),
             None => format!("token entry {number}"),
         };
+        let digest = digest(&self.token);
         Ok(Grant {
-            digest: digest(&self.token),
+            digest,
             caller: Arc::new(Caller {
                 label,
                 role,
                 owner_prefix: self.owner_prefix,
+                scope,
+                key_scope: crate::scope::key_scope(&digest),
             }),
         })
     }
@@ -539,6 +681,29 @@ fn check_token_text(token: &str) -> Result<(), String> {
         return Err("token must be visible ASCII without spaces (it is sent in a header)".into());
     }
     Ok(())
+}
+
+/// `queues` and `job_prefix` of an entry.
+fn parse_scope(queues: Option<&[String]>, job_prefix: Option<String>) -> Result<Scope, String> {
+    let queues = match queues {
+        None => None,
+        Some([]) => return Err("queues is empty: leave it out to allow every queue".into()),
+        Some(qs) if qs.len() > QUEUE_PATTERNS_MAX => {
+            return Err(format!("more than {QUEUE_PATTERNS_MAX} queues"));
+        }
+        Some(qs) => Some(
+            qs.iter()
+                .map(|q| QueuePattern::parse(q))
+                .collect::<Result<Vec<_>, _>>()?,
+        ),
+    };
+    if let Some(p) = &job_prefix {
+        if p.is_empty() {
+            return Err("job_prefix is empty: leave it out to allow every job id".into());
+        }
+        limits::validate_job_id(p).map_err(|e| format!("job_prefix {p:?}: {}", e.message))?;
+    }
+    Ok(Scope { queues, job_prefix })
 }
 
 /// A prefix is itself a valid owner (api.md's characters), so some owner can match it.
@@ -616,40 +781,156 @@ mod tests {
     #[test]
     fn routes_need_what_the_role_table_names() {
         use Operation::*;
-        let t = Requirement::Token;
+        use ScopeRule::*;
+        let (t, open, unlisted) = (Requirement::Token, Requirement::Open, Requirement::Unlisted);
+        let (get, post, del) = (Method::GET, Method::POST, Method::DELETE);
+        let job = Some("/v1/jobs/{*rest}");
         let cases = [
-            (Method::GET, "/healthz", Requirement::Open),
-            (Method::GET, "/readyz", Requirement::Open),
-            (Method::POST, "/raft/append", Requirement::Open),
-            (Method::GET, "/metrics", t(Read)),
-            (Method::GET, "/v1/cluster", t(Read)),
-            (Method::GET, "/v1/cluster/digest", t(Read)),
-            (Method::GET, "/v1/jobs", t(Read)),
-            (Method::GET, "/v1/jobs/a/claim", t(Read)),
-            (Method::HEAD, "/v1/jobs/a", t(Read)),
-            (Method::POST, "/v1/jobs", t(Submit)),
-            (Method::POST, "/v1/jobs/a/b/claim", t(Claim)),
-            (Method::POST, "/v1/jobs/a/renew", t(Renew)),
-            (Method::POST, "/v1/jobs/a/complete", t(Complete)),
-            (Method::POST, "/v1/jobs/a/release", t(Release)),
-            (Method::POST, "/v1/queues/q/claim", t(ClaimNext)),
-            (Method::DELETE, "/v1/jobs/a", t(Delete)),
-            (Method::POST, "/v1/jobs/a", t(Read)),
-            (Method::GET, "/nope", t(Read)),
-            (Method::GET, "/healthz/", t(Read)),
-            (Method::GET, "/%68ealthz", t(Read)),
-            (Method::GET, "/ui", Requirement::Open),
-            (Method::GET, "/ui/app.js", Requirement::Open),
-            (Method::POST, "/ui", t(Read)),
-            (Method::GET, "/uix", t(Read)),
-            (Method::GET, "/v1/cluster/rejections", t(Read)),
-            (Method::GET, "/v1/cluster/members", t(Read)),
-            (Method::POST, "/v1/cluster/nodes", t(Manage)),
-            (Method::DELETE, "/v1/cluster/nodes/4", t(Manage)),
-            (Method::GET, "/v1/cluster/snapshot", t(Manage)),
+            (&get, Some("/healthz"), "/healthz", open),
+            (&get, Some("/readyz"), "/readyz", open),
+            (&post, Some("/raft/append"), "/raft/append", open),
+            (&get, Some("/raft/append"), "/raft/append", t(Read, Shared)),
+            (&get, Some("/metrics"), "/metrics", t(Read, Shared)),
+            (&get, Some("/v1/cluster"), "/v1/cluster", t(Read, Shared)),
+            (&get, Some("/v1/jobs"), "/v1/jobs", t(Read, List)),
+            (&post, Some("/v1/jobs"), "/v1/jobs", t(Submit, Command)),
+            (&get, job, "/v1/jobs/a/claim", t(Read, Job)),
+            (&Method::HEAD, job, "/v1/jobs/a", t(Read, Job)),
+            (&post, job, "/v1/jobs/a/b/claim", t(Claim, Command)),
+            (&post, job, "/v1/jobs/a/renew", t(Renew, Command)),
+            (&post, job, "/v1/jobs/a/complete", t(Complete, Command)),
+            (&post, job, "/v1/jobs/a/release", t(Release, Command)),
+            (&post, job, "/v1/jobs/a", t(Read, Command)),
+            (&del, job, "/v1/jobs/a", t(Delete, Command)),
+            (
+                &post,
+                Some("/v1/queues/{queue}/claim"),
+                "/v1/queues/q/claim",
+                t(ClaimNext, Command),
+            ),
+            (
+                &Method::PUT,
+                Some("/v1/queues/{queue}/claim"),
+                "/",
+                t(Read, Shared),
+            ),
+            (&get, None, "/nope", t(Read, Shared)),
+            (&get, None, "/%68ealthz", t(Read, Shared)),
+            (&get, Some("/ui"), "/ui", open),
+            (&get, Some("/ui/{*asset}"), "/ui/app.js", open),
+            (&post, Some("/ui"), "/ui", t(Read, Shared)),
+            (&get, Some("/v1/cluster/rejections"), "/", t(Read, Shared)),
+            (&post, Some("/v1/cluster/nodes"), "/", t(Manage, Shared)),
+            (&del, Some("/v1/cluster/nodes/{id}"), "/", t(Manage, Shared)),
+            (
+                &get,
+                Some("/v1/cluster/snapshot"),
+                "/",
+                t(Manage, UnscopedOnly),
+            ),
+            // A route the router serves and the table does not list is closed to all.
+            (
+                &get,
+                Some("/v1/jobs/{id}/history"),
+                "/v1/jobs/a/history",
+                unlisted,
+            ),
+            (&post, Some("/v1/batches"), "/v1/batches", unlisted),
         ];
-        for (method, path, want) in cases {
-            assert_eq!(requirement(&method, path), want, "{method} {path}");
+        for (method, matched, path, want) in cases {
+            assert_eq!(requirement(method, matched, path), want, "{method} {path}");
+        }
+    }
+
+    #[test]
+    fn the_route_table_lists_each_route_once() {
+        for (i, r) in ROUTES.iter().enumerate() {
+            assert!(
+                ROUTES[..i]
+                    .iter()
+                    .all(|o| (o.method, o.path) != (r.method, r.path)),
+                "{} {} twice",
+                r.method,
+                r.path
+            );
+        }
+    }
+
+    #[test]
+    fn scoped_entries_parse_and_bad_scopes_name_the_entry() {
+        let p = AuthPolicy::parse(
+            "[[token]]\ntoken = \"t\"\nrole = \"worker\"\nqueues = [\"team-a\", \"team-a-*\"]\njob_prefix = \"team-a/\"\n",
+        )
+        .unwrap();
+        let c = p.authenticate(Some(&bearer("t"))).unwrap();
+        assert!(c.scope.queue_ok("team-a") && c.scope.queue_ok("team-a-x"));
+        assert!(!c.scope.queue_ok("team-ab") && !c.scope.queue_ok("team-b"));
+        assert!(c.scope.id_ok("team-a/1") && !c.scope.id_ok("team-b/1"));
+        assert_eq!(c.key_scope.len(), crate::scope::KEY_SCOPE_HEX_LEN);
+        let unscoped = policy().authenticate(Some(&bearer("wrk-a"))).unwrap();
+        assert!(!unscoped.scope.is_scoped());
+        let entry = |body: &str| format!("[[token]]\ntoken = \"b\"\nrole = \"worker\"\n{body}\n");
+        let cases = [
+            ("queues = []", "entry 1: queues is empty"),
+            ("queues = [\"*\"]", "matches every queue"),
+            ("queues = [\"a*b\"]", "queue pattern \"a*b\""),
+            ("queues = [\"Team\"]", "queue pattern \"Team\""),
+            ("queues = \"team-a\"", "entry 1: invalid type"),
+            ("job_prefix = \"\"", "entry 1: job_prefix is empty"),
+            ("job_prefix = \"a b\"", "job_prefix \"a b\""),
+        ];
+        for (body, want) in cases {
+            let got = problem(&entry(body));
+            assert!(got.contains(want), "{want:?} not in {got:?}");
+        }
+    }
+
+    #[test]
+    fn scoped_commands_name_only_queues_and_ids_in_scope() {
+        let p = AuthPolicy::parse(
+            "[[token]]\ntoken = \"t\"\nrole = \"admin\"\nqueues = [\"team-a\"]\njob_prefix = \"a/\"\n",
+        )
+        .unwrap();
+        let c = p.authenticate(Some(&bearer("t"))).unwrap();
+        let submit = |id: Option<&str>, queue: &str| Command::Submit {
+            id: id.map(Into::into),
+            queue: queue.into(),
+            payload: None,
+            max_attempts: None,
+        };
+        let next = |queue: &str| Command::ClaimNext {
+            queue: queue.into(),
+            owner: "o".into(),
+            ttl_ms: 1_000,
+        };
+        let del = |id: &str| Command::Delete { job_id: id.into() };
+        let claim = |id: &str| Command::Claim {
+            job_id: id.into(),
+            owner: "o".into(),
+            ttl_ms: 1_000,
+        };
+        let ok = [
+            submit(Some("a/1"), "team-a"),
+            next("team-a"),
+            claim("a/1"),
+            del("a/2"),
+        ];
+        for cmd in ok {
+            assert!(c.check_command(&cmd).is_ok(), "{cmd:?}");
+        }
+        let refused = [
+            submit(Some("b/1"), "team-a"),
+            submit(Some("a/1"), "team-b"),
+            submit(None, "team-a"),
+            next("team-b"),
+            claim("b/1"),
+            del("b/1"),
+        ];
+        for cmd in refused {
+            let e = c.check_command(&cmd).unwrap_err();
+            assert!(matches!(e, Denied::Scope { .. }), "{cmd:?}: {e:?}");
+            assert_eq!(e.to_api().code, ErrorCode::PermissionDenied);
+            assert!(e.to_string().contains("scoped to queues [team-a]"), "{e}");
         }
     }
 

@@ -126,9 +126,9 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = crate::listener::HEADER_READ_TIMEOUT_MS)]
     pub header_read_timeout_ms: u64,
     /// TOML file of client tokens (`[[token]]` with `token`, `role` = admin|worker|reader,
-    /// optional `owner_prefix`); every client call but /healthz and /readyz then needs
-    /// `Authorization: Bearer <token>`. Give every node the same file. Without it the
-    /// client API is open.
+    /// optional `owner_prefix`, `queues`, `job_prefix`); every client call but /healthz
+    /// and /readyz then needs `Authorization: Bearer <token>`. Give every node the same
+    /// file. Without it the client API is open.
     #[arg(long)]
     pub auth_file: Option<PathBuf>,
     /// File holding the secret shared by all nodes (at least 32 bytes, e.g.

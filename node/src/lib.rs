@@ -6,6 +6,7 @@
 //! - [`batcher`]: group commit — concurrent commands packed into one log entry.
 //! - [`api`]: HTTP handlers of api.md and Raft RPC endpoints.
 //! - [`auth`]: client tokens (`serve --auth-file`): roles, routes, owner prefixes.
+//! - [`scope`]: tenant scopes of tokens (queues, job-id prefix, idempotency keys).
 //! - [`network`]: the Raft RPC client (HTTP + bincode).
 //! - [`peer_auth`]: peer RPC authentication (HMAC over the body) and the cluster-id check.
 //! - [`join`]: `serve --join` — a new node asks a cluster to add it.
@@ -44,6 +45,7 @@ pub mod network;
 pub mod node;
 pub mod peer_auth;
 pub mod peer_replay;
+pub mod scope;
 pub mod server;
 pub mod store;
 pub mod timekeeper;

@@ -261,10 +261,13 @@ pub enum Refused {
     LongPollsPerCaller,
     /// 400: a GET, HEAD or DELETE declared a body (never read; the connection closes).
     BodyNotAllowed,
+    /// 403 or 404: a scoped token named a queue or job outside its scope (`crate::scope`;
+    /// counted by the handler, so these do reach `leasehold_requests_total`).
+    Scope,
 }
 
 impl Refused {
-    pub const ALL: [Refused; 26] = [
+    pub const ALL: [Refused; 27] = [
         Refused::Inflight,
         Refused::InflightRaft,
         Refused::Connections,
@@ -291,6 +294,7 @@ impl Refused {
         Refused::LongPolls,
         Refused::LongPollsPerCaller,
         Refused::BodyNotAllowed,
+        Refused::Scope,
     ];
 
     /// The `reason` label.
@@ -322,6 +326,7 @@ impl Refused {
             Refused::LongPolls => "long_polls",
             Refused::LongPollsPerCaller => "long_polls_per_caller",
             Refused::BodyNotAllowed => "body_not_allowed",
+            Refused::Scope => "scope",
         }
     }
 }

@@ -1,8 +1,9 @@
 //! Client tokens (`serve --auth-file`, issue 7 part 2) on an in-process three-node
 //! cluster: who gets 401 and who 403, through the leader and through a follower (which
 //! refuses by itself and forwards the token when it forwards), that a refused request
-//! changes no replica's state, and that the `leasehold` binary sends `--token` /
-//! `LEASEHOLD_TOKEN` and explains a 401.
+//! changes no replica's state, that scoped tokens (`queues`, `job_prefix`) see and
+//! touch only their tenant's jobs and that idempotency keys are per token, and that
+//! the `leasehold` binary sends `--token` / `LEASEHOLD_TOKEN` and explains a 401.
 
 mod common;
 
@@ -24,6 +25,12 @@ const TEAM_B: &str = "wrk-b-5d08";
 /// Worker without an owner prefix.
 const ANY_WORKER: &str = "wrk-any-33aa";
 const READER: &str = "rdr-0b44";
+/// Worker scoped to queues `team-a`, `team-a-*` and job ids `team-a/…`.
+const TENANT_A: &str = "ten-a-4e1f";
+/// Worker scoped to queue `team-b` and job ids `team-b/…`.
+const TENANT_B: &str = "ten-b-8c3d";
+/// Admin scoped to queue `team-a` and job ids `team-a/…`.
+const TENANT_A_ADMIN: &str = "adm-a-21d7";
 
 const AUTH_FILE: &str = r#"
 [[token]]
@@ -48,6 +55,27 @@ role = "worker"
 [[token]]
 token = "rdr-0b44"
 role = "reader"
+
+[[token]]
+token = "ten-a-4e1f"
+role = "worker"
+owner_prefix = "team-a/"
+queues = ["team-a", "team-a-*"]
+job_prefix = "team-a/"
+name = "tenant a"
+
+[[token]]
+token = "ten-b-8c3d"
+role = "worker"
+owner_prefix = "team-b/"
+queues = ["team-b"]
+job_prefix = "team-b/"
+
+[[token]]
+token = "adm-a-21d7"
+role = "admin"
+queues = ["team-a"]
+job_prefix = "team-a/"
 "#;
 
 /// Bound on one run of the binary.
@@ -334,6 +362,264 @@ async fn admins_delete(c: &TestCluster, follower: u64) {
     c.send(follower, &get("/v1/jobs/b-1", READER))
         .await
         .err(404, "not_found");
+}
+
+// ---- tenants ------------------------------------------------------------------------
+
+fn delete(path: &str, token: &str) -> Req {
+    with_token(Req::delete(path), token)
+}
+
+/// `leasehold_listener_refused_total{reason="scope"}` of one node.
+async fn scope_refusals(c: &TestCluster, id: u64) -> u64 {
+    let text = c.send(id, &get("/metrics", READER)).await.text();
+    let line = "leasehold_listener_refused_total{reason=\"scope\"} ";
+    text.lines()
+        .find_map(|l| l.strip_prefix(line))
+        .unwrap_or_else(|| panic!("no {line:?} in /metrics"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// The fields of a job a refused request must not change.
+fn fingerprint(job: &Value) -> Value {
+    let fields = [
+        "state",
+        "owner",
+        "generation",
+        "lease_until_ms",
+        "result",
+        "log_index",
+    ];
+    fields
+        .iter()
+        .map(|f| (f.to_string(), job[f].clone()))
+        .collect()
+}
+
+/// Team b's jobs (one pending in its queue, one leased) and one job with team a's id
+/// prefix that the unscoped admin put in team b's queue.
+async fn seed_team_b(c: &TestCluster, leader: u64) -> u64 {
+    let submit = |id: &str, queue: &str, token: &str| {
+        let body = json!({"id": id, "queue": queue, "payload": {"secret": id}});
+        post("/v1/jobs", body, token)
+    };
+    let first = submit("team-b/1", "team-b", TENANT_B);
+    c.send_retrying(&[leader], &first, SETTLE_WAIT)
+        .await
+        .ok(201);
+    c.send(leader, &submit("team-b/2", "team-b", TENANT_B))
+        .await
+        .ok(201);
+    c.send(leader, &submit("team-a/in-b", "team-b", ADMIN))
+        .await
+        .ok(201);
+    let claim = json!({"owner": "team-b/w", "ttl_ms": TTL_MS});
+    let lease = c
+        .send(leader, &post("/v1/jobs/team-b/2/claim", claim, TENANT_B))
+        .await;
+    u64_of(&lease.ok(200), "generation")
+}
+
+/// Every request team a's tokens may not make about team b, with the expected status.
+fn cross_tenant_requests(generation: u64) -> Vec<(Req, u16)> {
+    let claim = json!({"owner": "team-a/x", "ttl_ms": TTL_MS});
+    let held = json!({"owner": "team-b/w", "generation": generation});
+    let submit = |body: Value| post("/v1/jobs", body, TENANT_A);
+    vec![
+        (
+            post("/v1/queues/team-b/claim", claim.clone(), TENANT_A),
+            403,
+        ),
+        (get("/v1/jobs/team-b/1", TENANT_A), 403),
+        (get("/v1/jobs/team-b/2", TENANT_A_ADMIN), 403),
+        (
+            post("/v1/jobs/team-b/1/claim", claim.clone(), TENANT_A),
+            403,
+        ),
+        (post("/v1/jobs/team-b/2/renew", held.clone(), TENANT_A), 403),
+        (
+            post("/v1/jobs/team-b/2/complete", held.clone(), TENANT_A),
+            403,
+        ),
+        (post("/v1/jobs/team-b/2/release", held, TENANT_A), 403),
+        (delete("/v1/jobs/team-b/1", TENANT_A_ADMIN), 403),
+        (submit(json!({"id": "team-a/s", "queue": "team-b"})), 403),
+        (submit(json!({"id": "team-b/s", "queue": "team-a"})), 403),
+        (submit(json!({"queue": "team-a"})), 403),
+        (get("/v1/jobs?queue=team-b", TENANT_A), 403),
+        (get("/v1/cluster/snapshot", TENANT_A_ADMIN), 403),
+        // In team a's id prefix but in team b's queue: as if it did not exist.
+        (get("/v1/jobs/team-a/in-b", TENANT_A), 404),
+        (
+            post("/v1/jobs/team-a/in-b/claim", claim.clone(), TENANT_A),
+            404,
+        ),
+        (delete("/v1/jobs/team-a/in-b", TENANT_A_ADMIN), 404),
+        // A claim by id would create the job in the default queue, outside the scope.
+        (post("/v1/jobs/team-a/new/claim", claim, TENANT_A), 404),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn scoped_tokens_see_and_touch_only_their_tenants_jobs() {
+    let (c, _dir) = start_cluster().await;
+    let leader = wait_for_leader(&c).await;
+    let follower = c.follower_of(leader);
+    let generation = seed_team_b(&c, leader).await;
+    let jobs = ["team-b/1", "team-b/2", "team-a/in-b"];
+    let mut before = Vec::new();
+    for id in jobs {
+        let job = c
+            .send(leader, &get(&format!("/v1/jobs/{id}"), ADMIN))
+            .await
+            .ok(200);
+        before.push(fingerprint(&job));
+    }
+    let refused_before = scope_refusals(&c, leader).await + scope_refusals(&c, follower).await;
+
+    let mut sent = 0;
+    for node in [leader, follower] {
+        for (req, status) in cross_tenant_requests(generation) {
+            let r = c.send(node, &req).await;
+            if status == 403 {
+                assert_403(&r);
+            } else {
+                let e = r.err(404, "not_found");
+                let msg = e["message"].as_str().unwrap_or_default().to_owned();
+                assert!(msg.ends_with(" not found"), "{}: {msg}", r.what);
+                assert!(e.get("job").is_none(), "{}: {e}", r.what);
+            }
+            sent += 1;
+        }
+    }
+    for (id, was) in jobs.iter().zip(&before) {
+        let job = c
+            .send(leader, &get(&format!("/v1/jobs/{id}"), ADMIN))
+            .await
+            .ok(200);
+        assert_eq!(&fingerprint(&job), was, "{id} changed");
+    }
+    c.send(leader, &get("/v1/jobs/team-a/new", ADMIN))
+        .await
+        .err(404, "not_found");
+    let refused = scope_refusals(&c, leader).await + scope_refusals(&c, follower).await;
+    assert_eq!(
+        refused - refused_before,
+        sent,
+        "every scope refusal counted once"
+    );
+
+    tenant_a_works_in_its_own_scope(&c, leader, follower).await;
+    c.shutdown().await;
+}
+
+async fn tenant_a_works_in_its_own_scope(c: &TestCluster, leader: u64, follower: u64) {
+    for (id, queue) in [("team-a/1", "team-a"), ("team-a/2", "team-a-x")] {
+        let body = json!({"id": id, "queue": queue, "payload": {"n": 1}});
+        c.send(follower, &post("/v1/jobs", body, TENANT_A))
+            .await
+            .ok(201);
+    }
+    let claim = json!({"owner": "team-a/w", "ttl_ms": TTL_MS});
+    let next = post("/v1/queues/team-a/claim", claim, TENANT_A);
+    let lease = c.send(follower, &next).await.ok(200);
+    assert_eq!(lease["job_id"], "team-a/1", "{lease}");
+    let done =
+        json!({"owner": "team-a/w", "generation": lease["generation"], "result": {"ok": true}});
+    let job = c
+        .send(leader, &post("/v1/jobs/team-a/1/complete", done, TENANT_A))
+        .await
+        .ok(200);
+    assert_eq!(job["state"], "completed");
+    let ids = |page: &Value| -> Vec<String> {
+        let jobs = page["jobs"].as_array().unwrap();
+        jobs.iter()
+            .map(|j| j["id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    for node in [leader, follower] {
+        let mine = c
+            .send(node, &get("/v1/jobs?limit=1", TENANT_A))
+            .await
+            .ok(200);
+        assert_eq!(ids(&mine), ["team-a/1"], "{mine}");
+        let token = mine["next_page_token"]
+            .as_str()
+            .expect("a next page")
+            .to_owned();
+        let rest = get(&format!("/v1/jobs?page_token={token}"), TENANT_A);
+        let rest = c.send(node, &rest).await.ok(200);
+        assert_eq!(ids(&rest), ["team-a/2"], "{rest}");
+        let all = c.send(node, &get("/v1/jobs", TENANT_A)).await.ok(200);
+        assert_eq!(
+            ids(&all),
+            ["team-a/1", "team-a/2"],
+            "none of team b's: {all}"
+        );
+        let queue = c
+            .send(node, &get("/v1/jobs?queue=team-a-x", TENANT_A))
+            .await
+            .ok(200);
+        assert_eq!(ids(&queue), ["team-a/2"], "{queue}");
+        let admin = c.send(node, &get("/v1/jobs", ADMIN)).await.ok(200);
+        for id in [
+            "team-b/1",
+            "team-b/2",
+            "team-a/in-b",
+            "team-a/1",
+            "team-a/2",
+        ] {
+            assert!(
+                ids(&admin).contains(&id.to_owned()),
+                "admin sees {id}: {admin}"
+            );
+        }
+        let b = c.send(node, &get("/v1/jobs/team-b/1", ADMIN)).await.ok(200);
+        assert_eq!(b["payload"]["secret"], "team-b/1");
+    }
+    // The scoped admin deletes within its scope.
+    c.send(follower, &delete("/v1/jobs/team-a/1", TENANT_A_ADMIN))
+        .await
+        .ok(204);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn idempotency_keys_belong_to_the_token_that_sent_them() {
+    let (c, _dir) = start_cluster().await;
+    let leader = wait_for_leader(&c).await;
+    let follower = c.follower_of(leader);
+    let submit = |token: &str| post("/v1/jobs", json!({"queue": "shared"}), token).key("K-same");
+    let req = submit(ADMIN);
+    let first = c.send_retrying(&[leader], &req, SETTLE_WAIT).await.ok(201);
+    let other = c.send(leader, &submit(ANY_WORKER)).await.ok(201);
+    assert_ne!(first["id"], other["id"], "two tokens, one key: two jobs");
+    // Each token's retry, directly or through the follower (which forwards the client's
+    // key; the leader scopes it once), answers that token's own first reply.
+    for node in [leader, follower] {
+        let again = c.send(node, &submit(ADMIN)).await.ok(201);
+        assert_eq!(again["id"], first["id"], "node {node}");
+        let again = c.send(node, &submit(ANY_WORKER)).await.ok(201);
+        assert_eq!(again["id"], other["id"], "node {node}");
+    }
+    // Tenants cannot squat each other's keys: the same key on a different request is
+    // each token's own first use, not a 422 `idempotency_key_reused`.
+    let a = post(
+        "/v1/jobs",
+        json!({"id": "team-a/k", "queue": "team-a"}),
+        TENANT_A,
+    )
+    .key("K-t");
+    let b = post(
+        "/v1/jobs",
+        json!({"id": "team-b/k", "queue": "team-b"}),
+        TENANT_B,
+    )
+    .key("K-t");
+    assert_eq!(c.send(follower, &a).await.ok(201)["id"], "team-a/k");
+    assert_eq!(c.send(follower, &b).await.ok(201)["id"], "team-b/k");
+    c.shutdown().await;
 }
 
 // ---- the binary ---------------------------------------------------------------------

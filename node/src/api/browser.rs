@@ -307,7 +307,7 @@ fn is_loopback_name(host: &str) -> bool {
         .is_some_and(|ip| ip.is_loopback())
 }
 
-fn header<'a>(h: &'a HeaderMap, name: HeaderName) -> Option<&'a str> {
+fn header(h: &HeaderMap, name: HeaderName) -> Option<&str> {
     h.get(name).map(|v| v.to_str().unwrap_or(UNREADABLE))
 }
 

@@ -103,12 +103,15 @@ async fn write(
         let inbound = inbound(req, extra_wait).await?;
         let key = idempotency_key(&inbound)?;
         let (command, wait_ms) = build(&node, &inbound.body)?;
-        // Owner prefix and operation of the parsed command, before it is proposed or
-        // forwarded: a refused request changes nothing.
+        // Owner prefix, scope and operation of the parsed command, before it is proposed
+        // or forwarded: a refused request changes nothing.
         client_auth::check_command(&node, caller.as_deref(), &command)?;
         if wait_ms > 0 {
             long_poll(&node, slot.as_ref())?;
         }
+        // Only the leader's handler proposes this op: a follower forwards the client's
+        // own header instead, so the key is scoped exactly once.
+        let key = client_auth::proposed_key(&node, caller.as_deref(), key)?;
         Ok((inbound, key, command, wait_ms))
     }
     .await;
@@ -121,6 +124,7 @@ async fn write(
                 key,
                 kind,
                 wait_ms,
+                scope: client_auth::scope_of(&node, caller.as_deref()).cloned(),
             };
             on_leader(&node, &inbound, op).await
         }
@@ -293,8 +297,14 @@ pub async fn delete_job(State(node): State<Arc<Node>>, req: Request) -> Response
 }
 
 pub async fn get_job(State(node): State<Arc<Node>>, req: Request) -> Response {
-    match named_job(&req) {
-        Ok(id) => read(node, req, LeaderOp::GetJob(id)).await,
+    let caller = client_auth::caller_of(&req);
+    let op = named_job(&req).and_then(|id| {
+        client_auth::check_job_id(&node, caller.as_deref(), &id)?;
+        let scope = client_auth::scope_of(&node, caller.as_deref()).cloned();
+        Ok(LeaderOp::GetJob { id, scope })
+    });
+    match op {
+        Ok(op) => read(node, req, op).await,
         Err(e) => error_response(&e),
     }
 }
@@ -308,7 +318,15 @@ pub struct ListParams {
 }
 
 pub async fn list(State(node): State<Arc<Node>>, req: Request) -> Response {
-    match list_op(req.uri()) {
+    let caller = client_auth::caller_of(&req);
+    let op = list_op(req.uri()).and_then(|mut op| {
+        if let LeaderOp::List { queue, scope, .. } = &mut op {
+            client_auth::check_list_queue(&node, caller.as_deref(), queue.as_deref())?;
+            *scope = client_auth::scope_of(&node, caller.as_deref()).cloned();
+        }
+        Ok(op)
+    });
+    match op {
         Ok(op) => read(node, req, op).await,
         Err(e) => error_response(&e),
     }
@@ -333,6 +351,7 @@ pub(crate) fn list_op(uri: &axum::http::Uri) -> Result<LeaderOp, ApiError> {
         state,
         limit,
         page_token: p.page_token.filter(|t| !t.is_empty()),
+        scope: None,
     })
 }
 

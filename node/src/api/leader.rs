@@ -12,9 +12,11 @@ use axum::response::{IntoResponse, Response};
 use leasehold_statemachine::{ApiError, Command, ErrorCode, JobState, Outcome, Reply};
 use tokio::time::Instant;
 
+use super::client_auth;
 use super::forward::{forward, ForwardError, Inbound};
 use super::{error_response, json_response};
 use crate::node::{Node, ProposeError, Route};
+use crate::scope::{list_in_scope, Scope};
 
 /// How the success of a write is rendered (api.md's status codes per route).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,13 +38,21 @@ pub enum LeaderOp {
         kind: WriteKind,
         /// For claim-next: how long to wait for a claimable job.
         wait_ms: u64,
+        /// The caller's scope, if it is scoped: a job named by id must be held by it.
+        scope: Option<Scope>,
     },
-    GetJob(String),
+    GetJob {
+        id: String,
+        /// A job the scope does not hold answers 404.
+        scope: Option<Scope>,
+    },
     List {
         queue: Option<String>,
         state: Option<JobState>,
         limit: usize,
         page_token: Option<String>,
+        /// The page holds only jobs the scope holds.
+        scope: Option<Scope>,
     },
     /// `POST /v1/cluster/nodes` (membership.rs).
     AddNode {
@@ -93,18 +103,30 @@ async fn execute(node: &Arc<Node>, op: &LeaderOp) -> Result<Response, ProposeErr
             key,
             kind: WriteKind::ClaimNext,
             wait_ms,
+            ..
         } if *wait_ms > 0 => claim_next_waiting(node, command, key, *wait_ms).await,
         LeaderOp::Write {
-            command, key, kind, ..
+            command,
+            key,
+            kind,
+            scope,
+            ..
         } => {
+            if let Err(e) = client_auth::check_stored_job(node, scope.as_ref(), command) {
+                return Ok(error_response(&e));
+            }
             let reply = node.propose(command.clone(), key.clone()).await?;
             record(node, command, &reply);
             Ok(render(*kind, &reply))
         }
-        LeaderOp::GetJob(id) => {
+        LeaderOp::GetJob { id, scope } => {
             let now = node.read_time().await?;
-            Ok(match node.sm.read(|s| s.machine.job(id, now)) {
-                Some(job) => json_response(StatusCode::OK, &job),
+            let job = node.sm.read(|s| s.machine.job(id, now));
+            Ok(match job {
+                Some(job) if scope.as_ref().is_none_or(|s| s.holds(&job.id, &job.queue)) => {
+                    json_response(StatusCode::OK, &job)
+                }
+                Some(_) => error_response(&client_auth::hidden_job(node, id)),
                 None => error_response(&ApiError::new(
                     ErrorCode::NotFound,
                     format!("job {id} not found"),
@@ -116,11 +138,13 @@ async fn execute(node: &Arc<Node>, op: &LeaderOp) -> Result<Response, ProposeErr
             state,
             limit,
             page_token,
+            scope,
         } => {
             let now = node.read_time().await?;
-            let page = node.sm.read(|s| {
-                s.machine
-                    .list(queue.as_deref(), *state, *limit, page_token.as_deref(), now)
+            let (queue, token) = (queue.as_deref(), page_token.as_deref());
+            let page = node.sm.read(|s| match scope {
+                None => s.machine.list(queue, *state, *limit, token, now),
+                Some(scope) => list_in_scope(&s.machine, scope, queue, *state, *limit, token, now),
             });
             Ok(match page {
                 Ok(page) => json_response(StatusCode::OK, &page),
