@@ -9,7 +9,7 @@
 //! | request head size / header count | [`MAX_HEADER_BYTES`] / [`MAX_HEADERS`] | 431, connection closed |
 //! | a body on GET, HEAD or DELETE | none is read | 400 `invalid_argument` at once, connection closed |
 //! | client requests in flight | [`MAX_INFLIGHT`] | 503 `unavailable` + `Retry-After`, at once |
-//! | … of one caller (token, else source address) | [`MAX_INFLIGHT_PER_CALLER`] | 503 + `Retry-After`, at once |
+//! | … of one caller (token, else source address; a member's address uncapped without auth) | [`MAX_INFLIGHT_PER_CALLER`] | 503 + `Retry-After`, at once |
 //! | claim-next waits (`wait_ms` > 0), a separate budget | [`MAX_LONG_POLLS`], per caller [`MAX_LONG_POLLS_PER_CALLER`] | 503 + `Retry-After`, at once |
 //! | `/raft/…` requests in flight | [`MAX_INFLIGHT_RAFT`], a separate budget, taken only once the request's peer-auth header is verified (`api/raft_rpc.rs`) | 503, at once |
 //! | one client request, body upload included | [`REQUEST_TIMEOUT_MS`] | 504 `timeout` |
@@ -457,7 +457,10 @@ fn take_slot(
 /// Who a client request counts against: with an auth file, the token entry its
 /// `Authorization` names (two entries of one `name` share a key); else, or without a
 /// valid token, its source address. A follower's forward carries the client's token,
-/// so behind auth the leader counts the client, not the follower.
+/// so behind auth the leader counts the client, not the follower. Without an auth file
+/// a forward carries nothing to tell its client by, so a member's address is not capped
+/// ([`CallerKey::Member`]): else every client of a follower would share one caller's
+/// share on the leader.
 fn caller_key(node: &Node, source: IpAddr, req: &Request<Incoming>) -> CallerKey {
     let header = req
         .headers()
@@ -468,8 +471,21 @@ fn caller_key(node: &Node, source: IpAddr, req: &Request<Incoming>) -> CallerKey
             Ok(caller) => CallerKey::Token(caller.label.clone()),
             Err(_) => CallerKey::Source(source),
         },
-        _ => CallerKey::Source(source),
+        (Some(_), None) => CallerKey::Source(source),
+        (None, _) if is_member_address(node, source) => CallerKey::Member,
+        (None, _) => CallerKey::Source(source),
     }
+}
+
+/// Whether `ip` is the address of a cluster member (as the membership or `--peer-dial`
+/// names it; only IP literals count, nothing is resolved per request).
+fn is_member_address(node: &Node, ip: IpAddr) -> bool {
+    let members = crate::node::member_addrs(&node.raft.metrics().borrow());
+    members
+        .values()
+        .chain(node.dial.values())
+        .filter_map(|a| a.parse::<std::net::SocketAddr>().ok())
+        .any(|a| a.ip() == ip)
 }
 
 /// A GET, HEAD or DELETE that declares a body (a `Content-Length` above 0, or chunked):

@@ -23,6 +23,10 @@ use crate::metrics::Refused;
 pub enum CallerKey {
     Token(String),
     Source(IpAddr),
+    /// Without an auth file, a cluster member's address: a follower forwards the
+    /// requests of all its clients from there, so no per-caller cap applies (the total
+    /// does).
+    Member,
 }
 
 /// Why a pool refused a slot.
@@ -65,7 +69,7 @@ impl Pool {
             return Err(Full::Total);
         }
         let held = s.by_caller.get(key).copied().unwrap_or(0);
-        if held >= self.per_caller {
+        if held >= self.per_caller && *key != CallerKey::Member {
             return Err(Full::Caller);
         }
         s.in_use += 1;
@@ -169,6 +173,22 @@ mod tests {
         drop(a1);
         assert_eq!(pool.in_use(), 3);
         let _a3 = pool.try_take(&token("a")).unwrap();
+    }
+
+    #[test]
+    fn a_member_forwarding_for_its_clients_is_held_only_to_the_total() {
+        let pool = Pool::new(3, 1);
+        let held: Vec<_> = (0..3)
+            .map(|_| pool.try_take(&CallerKey::Member).unwrap())
+            .collect();
+        assert_eq!(pool.try_take(&CallerKey::Member).unwrap_err(), Full::Total);
+        drop(held);
+        let _m = pool.try_take(&CallerKey::Member).unwrap();
+        let _s = pool
+            .try_take(&CallerKey::Source([127, 0, 0, 9].into()))
+            .unwrap();
+        let s2 = pool.try_take(&CallerKey::Source([127, 0, 0, 9].into()));
+        assert_eq!(s2.unwrap_err(), Full::Caller);
     }
 
     #[test]
