@@ -12,8 +12,10 @@
 //! longest idle. A new connection is refused only when the table is full of connections
 //! with a request in progress — load the in-flight budgets bound anyway.
 //!
-//! The per-source cap stops one address from owning the table; it cannot protect peers
-//! sharing one host with the attacker (every test runs on 127.0.0.1), eviction does.
+//! The per-source cap stops one address from owning the table. A source at its cap
+//! makes room among its *own* idle connections (the same victim order), and is refused
+//! only when all of them are busy: a client sharing the attacker's address (a NAT; every
+//! test and bench runs on 127.0.0.1) still gets in, and nobody else's link is touched.
 //! Nothing here does IO: the listener closes an evicted connection when its
 //! [`ConnGuard::closing`] token fires. Uses std, tokio-util and `crate::metrics`.
 
@@ -118,12 +120,13 @@ impl Table {
         stale.len()
     }
 
-    /// Closes the best victim (see the module doc), if any connection is idle.
-    fn evict_one(&mut self) -> bool {
+    /// Closes the best victim (see the module doc) among the idle connections, of
+    /// `source` only when given; whether there was one.
+    fn evict_one(&mut self, source: Option<IpAddr>) -> bool {
         let victim = self
             .open
             .iter()
-            .filter(|(_, e)| e.activity.is_idle())
+            .filter(|(_, e)| e.activity.is_idle() && source.is_none_or(|s| s == e.source))
             .min_by_key(|(id, e)| (e.activity.victim_rank(), **id))
             .map(|(id, _)| *id);
         match victim.and_then(|id| self.remove(id)) {
@@ -186,15 +189,20 @@ impl Conns {
     /// which limit refuses it.
     pub fn admit(self: &Arc<Self>, source: IpAddr) -> Result<Admitted, Refused> {
         let mut t = self.table.lock().expect("connection table lock");
-        if t.by_source.get(&source).copied().unwrap_or(0) >= self.per_source {
-            return Err(Refused::ConnectionsPerSource);
-        }
         let mut evicted = 0;
+        // A source at its cap makes room among its own idle connections, so idle sockets
+        // never lock out a client that shares the attacker's address (a NAT, one host).
+        if t.by_source.get(&source).copied().unwrap_or(0) >= self.per_source {
+            if !t.evict_one(Some(source)) {
+                return Err(Refused::ConnectionsPerSource);
+            }
+            evicted += 1;
+        }
         if t.open.len() >= self.high_water {
             let now = self.epoch.elapsed();
             let cutoff = now.saturating_sub(Duration::from_millis(PRESSURE_IDLE_MS));
             evicted += t.evict_idle_before(cutoff.as_millis() as u64);
-            while t.open.len() >= self.high_water && t.evict_one() {
+            while t.open.len() >= self.high_water && t.evict_one(None) {
                 evicted += 1;
             }
         }
@@ -245,15 +253,30 @@ mod tests {
     #[test]
     fn one_source_is_capped() {
         let conns = Conns::new(100, 2);
-        let _a = conns.admit(ip(2)).unwrap();
-        let _b = conns.admit(ip(2)).unwrap();
+        let a = conns.admit(ip(2)).unwrap().guard;
+        let b = conns.admit(ip(2)).unwrap().guard;
+        a.activity.request_started();
+        b.activity.request_started();
         assert_eq!(
             conns.admit(ip(2)).err(),
-            Some(Refused::ConnectionsPerSource)
+            Some(Refused::ConnectionsPerSource),
+            "both busy: refused"
         );
         let c = conns.admit(ip(1)).unwrap();
         drop(c);
         assert_eq!(conns.open(), 2);
+        // One idle again: a new connection of the source takes its place, and only a
+        // connection of that source is evicted.
+        let other = conns.admit(ip(3)).unwrap().guard;
+        b.activity.request_ended();
+        let d = conns.admit(ip(2)).unwrap();
+        assert_eq!(d.evicted, 1);
+        assert!(b.closing.is_cancelled() && !a.closing.is_cancelled());
+        assert!(
+            !other.closing.is_cancelled(),
+            "another source's idle link stays"
+        );
+        assert_eq!(conns.open(), 3);
     }
 
     #[test]
