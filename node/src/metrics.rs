@@ -678,9 +678,10 @@ fn render_raft(out: &mut String, s: &Scrape) {
     sample(out, name, &[], s.quorum_lost);
 }
 
-fn render_jobs(out: &mut String, s: &Scrape) {
+/// The one-sample families of [`render_jobs`]: name, type, help, value.
+fn simple_job_families(s: &Scrape) -> [(&'static str, &'static str, &'static str, u64); 7] {
     let stats = &s.stats;
-    let simple: [(&str, &str, &str, u64); 7] = [
+    [
         (
             "leasehold_live_leases",
             "gauge",
@@ -723,8 +724,12 @@ fn render_jobs(out: &mut String, s: &Scrape) {
             "Queues holding at least one job.",
             s.queues.queues,
         ),
-    ];
-    for (name, kind, help, v) in simple {
+    ]
+}
+
+fn render_jobs(out: &mut String, s: &Scrape) {
+    let stats = &s.stats;
+    for (name, kind, help, v) in simple_job_families(s) {
         family(out, name, kind, help);
         sample(out, name, &[], v);
     }
@@ -742,6 +747,10 @@ fn render_jobs(out: &mut String, s: &Scrape) {
     ] {
         sample(out, "leasehold_jobs", &[("state", state)], n);
     }
+    render_jobs_by_queue(out, s);
+}
+
+fn render_jobs_by_queue(out: &mut String, s: &Scrape) {
     let name = "leasehold_jobs_by_queue";
     family(
         out,
