@@ -9,7 +9,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{raw_request, Req, TestCluster};
+use common::{raw_request, refused_in, Req, TestCluster};
 use serde_json::json;
 
 /// Bound on one raw request's answer.
@@ -37,13 +37,7 @@ fn with_header(mut r: Req, name: &str, value: &str) -> Req {
 
 /// `leasehold_listener_refused_total{reason}` on node `id`.
 async fn refused(c: &TestCluster, id: u64, reason: &str) -> u64 {
-    let text = c.get(id, "/metrics").await.text();
-    let series = format!("leasehold_listener_refused_total{{reason=\"{reason}\"}} ");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&series))
-        .unwrap_or_else(|| panic!("no {series} in /metrics"))
-        .parse()
-        .unwrap()
+    refused_in(&c.get(id, "/metrics").await.text(), reason)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

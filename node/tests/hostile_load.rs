@@ -12,7 +12,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{eventually, read_raw_response, Req, Resp, TestCluster, LEADER_WAIT};
+use common::{eventually, read_raw_response, refused_in, Req, Resp, TestCluster, LEADER_WAIT};
 use leasehold_node::auth::AuthPolicy;
 use serde_json::json;
 use tokio::io::AsyncWriteExt;
@@ -40,14 +40,7 @@ async fn refused_as(c: &TestCluster, id: u64, reason: &str, token: Option<&str>)
         Some(t) => with_token(Req::get("/metrics"), t),
         None => Req::get("/metrics"),
     };
-    let text = c.send(id, &req).await.text();
-    let prefix = format!("leasehold_listener_refused_total{{reason=\"{reason}\"}} ");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .unwrap_or_else(|| panic!("no {prefix} in /metrics"))
-        .trim()
-        .parse()
-        .expect("a count")
+    refused_in(&c.send(id, &req).await.text(), reason)
 }
 
 fn status(r: &Result<Resp, String>) -> Result<u16, String> {

@@ -12,7 +12,7 @@ mod common;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use common::{eventually, raw_request, read_raw_response, TestCluster, LEADER_WAIT};
+use common::{eventually, raw_request, read_raw_response, refused_in, TestCluster, LEADER_WAIT};
 use leasehold_statemachine::{Command, Entry};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -161,14 +161,7 @@ async fn oversized_heads_get_431() {
 
 /// `leasehold_listener_refused_total{reason=…}` of node `id`.
 async fn refused(c: &TestCluster, id: u64, reason: &str) -> u64 {
-    let text = c.get(id, "/metrics").await.text();
-    let prefix = format!("leasehold_listener_refused_total{{reason=\"{reason}\"}} ");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .unwrap_or_else(|| panic!("no {prefix} in /metrics"))
-        .trim()
-        .parse()
-        .expect("a count")
+    refused_in(&c.get(id, "/metrics").await.text(), reason)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

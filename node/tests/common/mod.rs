@@ -319,6 +319,19 @@ pub fn assert_error_shape(r: &Resp) {
 }
 
 #[track_caller]
+/// `leasehold_listener_refused_total{reason="<reason>"}` in a `/metrics` text: every
+/// reason is always rendered, so a missing series panics.
+pub fn refused_in(metrics: &str, reason: &str) -> u64 {
+    let series = format!("leasehold_listener_refused_total{{reason=\"{reason}\"}} ");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&series))
+        .unwrap_or_else(|| panic!("no {series} in /metrics"))
+        .trim()
+        .parse()
+        .expect("a count")
+}
+
 pub fn u64_of(v: &Value, field: &str) -> u64 {
     v[field]
         .as_u64()
