@@ -578,11 +578,40 @@ def json_request(port, method, path, token, body, extra=""):
             f"Content-Length: {len(data)}\r\n\r\n").encode() + data
 
 
-async def hold_until_closed(stats, port, make_head, tail=b"x"):
+async def paced(cfg, t_open):
+    """Waits until `pace_ms` after `t_open`: a slot of a held-socket attack opens at most
+    one socket per pace. The issue's attacks are held sockets (64, 256, 1,024 of them); a
+    server that answers at once turns an unpaced reopen loop into a request flood, which
+    is another attack (`--flood` runs it)."""
+    left = cfg.get("pace_ms", 0) / 1000.0 - (time.monotonic() - t_open)
+    if left > 0:
+        await asyncio.sleep(left)
+
+
+class RateCap:
+    """A token bucket shared by the loops of one attack: at most `rate` requests/s
+    (0: no cap), bursts of up to 1/10 s of it."""
+
+    def __init__(self, rate):
+        self.rate, self.tokens, self.t = rate, 0.0, time.monotonic()
+
+    async def take(self):
+        while self.rate:
+            now = time.monotonic()
+            self.tokens = min(self.rate / 10, self.tokens + (now - self.t) * self.rate)
+            self.t = now
+            if self.tokens >= 1:
+                self.tokens -= 1
+                return
+            await asyncio.sleep((1 - self.tokens) / self.rate)
+
+
+async def hold_until_closed(stats, port, make_head, tail=b"x", cfg=None):
     """Sends a head and one byte of a body it never finishes, holds the socket until the
-    server answers or closes, then opens a new one: forever."""
+    server answers or closes, then opens a new one (paced, see `paced`): forever."""
     while True:
         w = None
+        t_open = time.monotonic()
         try:
             r, w = await asyncio.open_connection("127.0.0.1", port)
             w.write(make_head() + tail)
@@ -598,12 +627,14 @@ async def hold_until_closed(stats, port, make_head, tail=b"x"):
         finally:
             if w is not None:
                 w.close()
+        await paced(cfg or {}, t_open)
 
 
 async def attack_forged_stall(cfg, stats):
     per = cfg.get("per_target", 64)
     tasks = [hold_until_closed(stats, port,
-                               lambda port=port: forged_peer_head(cfg, port, 1_000_000))
+                               lambda port=port: forged_peer_head(cfg, port, 1_000_000),
+                               cfg=cfg)
              for port in cfg["followers"] for _ in range(per)]
     await asyncio.gather(*tasks)
 
@@ -639,6 +670,7 @@ async def attack_idle_conns(cfg, stats):
     async def one(port):
         while True:
             w = None
+            t_open = time.monotonic()
             try:
                 r, w = await asyncio.open_connection("127.0.0.1", port)
                 stats.add("opened")
@@ -650,6 +682,7 @@ async def attack_idle_conns(cfg, stats):
             finally:
                 if w is not None:
                     w.close()
+            await paced(cfg, t_open)
 
     per = cfg.get("per_node", 1024)
     await asyncio.gather(*(one(p) for p in cfg["all"] for _ in range(per)))
@@ -662,18 +695,21 @@ async def attack_stalled_get(cfg, stats):
         return (f"GET /v1/jobs HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
                 f"Authorization: Bearer {token}\r\nContent-Length: 1000000\r\n\r\n").encode()
 
-    await asyncio.gather(*(hold_until_closed(stats, port, head)
+    await asyncio.gather(*(hold_until_closed(stats, port, head, cfg=cfg)
                            for _ in range(cfg.get("count", 256))))
 
 
-async def keepalive_loop(stats, port, make_request, pause_after_refusal):
-    """Sends a request, reads the answer, sends the next at once; a refusal (not 2xx)
-    waits `pause_after_refusal` seconds first. Reconnects when the server closes."""
+async def keepalive_loop(stats, port, make_request, pause_after_refusal, cap=None):
+    """Sends a request, reads the answer, sends the next at once (or when `cap`, a shared
+    RateCap, allows); a refusal (not 2xx) waits `pause_after_refusal` seconds first.
+    Reconnects when the server closes."""
     while True:
         w = None
         try:
             r, w = await asyncio.open_connection("127.0.0.1", port)
             while True:
+                if cap is not None:
+                    await cap.take()
                 w.write(make_request())
                 await w.drain()
                 status, keep = await read_response(r)
@@ -712,10 +748,11 @@ async def attack_idem_409(cfg, stats):
         {"owner": "team-a/holder", "ttl_ms": 3_600_000}, token)
     stats.add(f"setup_claim_{st}")
     req = {"owner": "team-a/squatter", "ttl_ms": 10000}
+    cap = RateCap(cfg.get("idem_rate", 0))
     await asyncio.gather(*(
         keepalive_loop(stats, port, lambda: json_request(
             port, "POST", f"/v1/jobs/{job}/claim", token, req,
-            extra=f"Idempotency-Key: {uuid.uuid4().hex}\r\n"), 0)
+            extra=f"Idempotency-Key: {uuid.uuid4().hex}\r\n"), 0, cap)
         for _ in range(cfg.get("loops", 16))))
 
 
@@ -755,6 +792,10 @@ def run_attacker(name, cfg_path):
     raise_fd_limit()
     with open(cfg_path) as f:
         cfg = json.load(f)
+    if cfg.get("attacker_cpu") == "idle":
+        # The attacker runs only when the nodes and the client leave a core free: as if
+        # it sent from another machine (its bytes still cost the nodes what they cost).
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     stats = Stats(cfg["stats_file"])
     signal.signal(signal.SIGTERM, lambda *_: (stats.flush(), os._exit(0)))
 
@@ -846,6 +887,9 @@ class Bench:
             "all": [ports[i] for i in self.cluster.ids],
             "tokens": {k: v for k, v in self.cluster.tokens.items() if k != "normal"},
             "stats_file": os.path.join(self.root, f"attacker-{name}.json"),
+            "pace_ms": self.args.pace_ms,
+            "idem_rate": self.args.idem_rate,
+            "attacker_cpu": self.args.attacker_cpu,
         }
         path = os.path.join(self.root, f"attacker-{name}-config.json")
         with open(path, "w") as f:
@@ -987,6 +1031,8 @@ class Bench:
                 "backlog": a.backlog,
                 "seconds": a.seconds, "loops": a.loops, "think_ms": a.think_ms,
                 "fresh_cluster": a.fresh_cluster, "serve_args": a.serve_arg,
+                "pace_ms": a.pace_ms, "idem_rate": a.idem_rate,
+                "attacker_cpu": a.attacker_cpu,
                 "load_before": uptime_text(), "cpus": os.cpu_count(),
                 "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
@@ -1163,6 +1209,17 @@ def parse_args(argv):
                    help="a new cluster (and baseline) per attack: no attack inherits another's "
                         "memory or state")
     p.add_argument("--keep", action="store_true", help="keep the temp dir (data, logs)")
+    p.add_argument("--pace-ms", type=float, default=100.0,
+                   help="a held-socket attack's slot opens at most one socket per this many "
+                        "ms (forged-stall, idle-conns, stalled-get); 0: reopen at once")
+    p.add_argument("--idem-rate", type=float, default=1150.0,
+                   help="idem-409's keyed requests/s, all loops together (the issue's 4,000 "
+                        "in 3.5 s); 0: as fast as they go")
+    p.add_argument("--flood", action="store_true",
+                   help="the stress mode: --pace-ms 0 --idem-rate 0")
+    p.add_argument("--attacker-cpu", choices=["shared", "idle"], default="shared",
+                   help="idle: the attacker runs under SCHED_IDLE, taking only CPU the "
+                        "cluster and client leave (as from another machine)")
     p.add_argument("--selftest", action="store_true")
     p.add_argument("--attacker", help=argparse.SUPPRESS)
     p.add_argument("--attacker-config", help=argparse.SUPPRESS)
@@ -1175,6 +1232,8 @@ def parse_args(argv):
         p.error("--bin is required")
     if a.seed is None:
         a.seed = random.SystemRandom().randrange(1 << 31)
+    if a.flood:
+        a.pace_ms, a.idem_rate = 0.0, 0.0
     return a
 
 

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand};
-use tokio::net::TcpListener;
 
 use crate::clock::SystemClock;
 use crate::peer_auth::PeerSecret;
@@ -347,9 +346,8 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         ),
         None => tracing::info!("no --tls-cert: clients and peers talk in plain HTTP"),
     }
-    let listener = TcpListener::bind(args.listen)
-        .await
-        .with_context(|| format!("binding {}", args.listen))?;
+    let listener =
+        crate::listener::bind(args.listen).with_context(|| format!("binding {}", args.listen))?;
     server::run(listener, cfg, shutdown_signal()).await
 }
 
@@ -389,7 +387,8 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
     let secret = dev_peer_secret(&dir)?;
     let mut nodes = Vec::new();
     for (id, addr) in &peers {
-        let listener = TcpListener::bind(addr).await.with_context(|| {
+        let sock: std::net::SocketAddr = addr.parse().context("a dev peer address")?;
+        let listener = crate::listener::bind(sock).with_context(|| {
             format!("binding {addr} (is another cluster running? try --base-port)")
         })?;
         let mut cfg = NodeConfig::new(*id, dir.join(id.to_string()), peers.clone());

@@ -172,6 +172,24 @@ struct Shared {
     raft_slots: Arc<Semaphore>,
 }
 
+/// The accept queue's length asked of the kernel (capped by `net.core.somaxconn`, 4096 on
+/// current kernels). tokio's (mio's) default, 128, overflowed under issue 17's connection flood:
+/// a client's SYN was dropped and retried a second later, its call's latency 1 s.
+pub const LISTEN_BACKLOG: u32 = 4096;
+
+/// Binds a listener for [`serve`] with [`LISTEN_BACKLOG`] (and `SO_REUSEADDR`, as tokio's
+/// `TcpListener::bind` sets, so a restarted node rebinds its port at once).
+pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
 /// Serves `app` on `listener` until `cancel` fires, then drains open connections for at
 /// most [`SHUTDOWN_DRAIN_MS`].
 pub async fn serve(
@@ -565,5 +583,29 @@ mod tests {
         assert_eq!(budget_of("/raftish"), Budget::Client);
         assert_eq!(budget_of("/healthz"), Budget::Exempt);
         assert_eq!(budget_of("/healthz/x"), Budget::Client);
+    }
+
+    /// 600 connections queue on a listener nobody accepts from: with mio's default
+    /// backlog (128) the rest would wait on SYN retransmits until connect gives up.
+    #[tokio::test]
+    async fn bind_keeps_a_long_accept_queue() {
+        let listener = bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut connects = JoinSet::new();
+        for _ in 0..600 {
+            connects.spawn(TcpStream::connect(addr));
+        }
+        let all = async {
+            let mut held = Vec::new();
+            while let Some(r) = connects.join_next().await {
+                held.push(r.unwrap().expect("connect"));
+            }
+            held
+        };
+        let held = tokio::time::timeout(Duration::from_secs(20), all)
+            .await
+            .expect("every connection is queued, none waits on a SYN retransmit");
+        assert_eq!(held.len(), 600);
+        drop(listener);
     }
 }

@@ -790,3 +790,50 @@ async fn leader_now(c: &TestCluster, ids: &[u64]) -> Result<u64, String> {
         _ => Err(format!("{leaders:?}")),
     }
 }
+
+/// Issue 17's refusal flood: a forger sending small forged appends back to back on one
+/// keep-alive connection gets each 401 only after the tarpit's delay, so one connection
+/// yields at most ~10 refusals a second (before: thousands, each costing the node CPU).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_forger_on_one_connection_gets_at_most_ten_refusals_a_second() {
+    use leasehold_node::api::PEER_REFUSAL_DELAY_MS;
+    use tokio::io::AsyncWriteExt;
+    let keys = tempfile::tempdir().unwrap();
+    let (_, secret) = new_secret(&keys, "secret");
+    let secrets = Arc::new(Mutex::new((1..=3).map(|id| (id, secret.clone())).collect()));
+    let c = cluster_with(secrets).await;
+    let leader = c.wait_for_leader().await;
+    let target = c.follower_of(leader);
+    let addr = c.addr(target);
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let body = [0u8; 16];
+    let window = Duration::from_secs(1);
+    let started = std::time::Instant::now();
+    let mut answers = 0u64;
+    while started.elapsed() < window {
+        let head = format!(
+            "POST {RAFT_APPEND_PATH} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: \
+             {BINCODE_CONTENT_TYPE}\r\n{PEER_AUTH_HEADER}: v2 t={} mac=00\r\n\
+             content-length: {}\r\n\r\n",
+            now_ms(),
+            body.len()
+        );
+        s.write_all(head.as_bytes()).await.unwrap();
+        s.write_all(&body).await.unwrap();
+        let r = common::read_raw_response(&mut s, LEADER_WAIT)
+            .await
+            .unwrap();
+        assert_eq!(r.status, 401, "a forged append is refused");
+        answers += 1;
+    }
+    let most = window.as_millis() as u64 / PEER_REFUSAL_DELAY_MS + 1;
+    assert!(
+        (1..=most).contains(&answers),
+        "{answers} refusals in {window:?} on one connection; the tarpit allows {most}"
+    );
+    assert_eq!(
+        refused_total(&c, target, "peer_auth_malformed").await,
+        answers
+    );
+    c.shutdown().await;
+}

@@ -40,6 +40,7 @@ pub const RETRY_AFTER_S: u64 = 1;
 
 pub use leader::LeaderOp;
 pub use membership::{validate_addr, CATCH_UP_WAIT as MEMBERSHIP_CATCH_UP_WAIT};
+pub use raft_rpc::PEER_REFUSAL_DELAY_MS;
 
 pub fn router(node: Arc<Node>) -> Router {
     Router::new()

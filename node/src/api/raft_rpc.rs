@@ -4,7 +4,8 @@
 //! Every request is admitted by the node's [`PeerGuard`](crate::peer_auth::PeerGuard) in
 //! two steps: its head (the header's MAC, time, target, replay window; `Content-Length`
 //! equal to the header's `len=`) before a byte of body is read, so a forged request costs
-//! one HMAC and no Raft slot; then, holding a slot, its body within [`body_deadline`],
+//! one HMAC and no Raft slot (and is answered after [`PEER_REFUSAL_DELAY_MS`]); then,
+//! holding a slot, its body within [`body_deadline`],
 //! checked against the header's SHA-256 and the cluster id, before a byte is decoded.
 //! Refused → api.md's error body, 401 `unauthenticated` or 403 `permission_denied`,
 //! counted in `/metrics` by reason and logged at most once per reason per interval.
@@ -36,6 +37,11 @@ const RAFT_BODY_BYTES_MAX: u64 = 64 * 1024 * 1024;
 /// An authenticated peer's body must arrive within this long plus
 /// [`RAFT_BODY_MIN_BYTES_PER_S`] for its length: bytes keep coming, or the slot is freed.
 pub const RAFT_BODY_DEADLINE_BASE_MS: u64 = 2_000;
+/// A request whose peer header is refused is answered this late (a tarpit): a forger
+/// flooding one keep-alive connection gets at most ten answers a second from it instead
+/// of thousands, each a refusal counted and (throttled) logged. A real peer refused (a
+/// wrong secret, a restart's stale stamps) was failing anyway; Raft retries it.
+pub const PEER_REFUSAL_DELAY_MS: u64 = 100;
 /// The slowest body transfer accepted (1 MiB/s: the 64 MiB limit in about a minute).
 pub const RAFT_BODY_MIN_BYTES_PER_S: u64 = 1024 * 1024;
 
@@ -87,10 +93,16 @@ async fn decode<T: DeserializeOwned>(
         header: header.as_deref(),
         content_length,
     };
-    let stamp = node.peer.check_head(&head).map_err(|e| {
-        let api = ApiError::new(ErrorCode::Unauthenticated, e.to_string());
-        refused(node, &path, e.refusal(), &api)
-    })?;
+    let stamp = match node.peer.check_head(&head) {
+        Ok(stamp) => stamp,
+        Err(e) => {
+            let api = ApiError::new(ErrorCode::Unauthenticated, e.to_string());
+            // A tarpit: a forger's connection gets at most one answer per delay, and
+            // waiting holds no slot, only this task.
+            tokio::time::sleep(Duration::from_millis(PEER_REFUSAL_DELAY_MS)).await;
+            return Err(refused(node, &path, e.refusal(), &api));
+        }
+    };
     // Only now, authenticated (or no secret), may the request hold one of the slots.
     let slot = take_raft_slot(&req).map_err(|_| {
         node.metrics.refused(Refused::InflightRaft);

@@ -6,10 +6,11 @@
 //! once the table is past its high-water mark ([`HIGH_WATER_PERCENT`]), a new
 //! connection is still accepted, and the table makes room by closing idle ones (no
 //! request in progress): every connection idle for [`PRESSURE_IDLE_MS`] and, while
-//! still past the mark, the *best victim* — one that never sent a request first (the
-//! oldest), else the one idle longest. An attacker holding idle sockets therefore only
-//! ever evicts its own; a peer link carries a heartbeat every 50 ms and is never the
-//! longest idle. A new connection is refused only when the table is full of connections
+//! still past the mark, the *best victim* — the one idle longest, where a connection
+//! that never sent a request counts its silence [`NEVER_SERVED_WEIGHT`] times. An
+//! attacker holding idle sockets therefore only ever evicts its own; a peer link carries
+//! a heartbeat every 50 ms and is never the longest idle; a client's new connection,
+//! about to send its first request, is not taken for a silent one. A new connection is refused only when the table is full of connections
 //! with a request in progress — load the in-flight budgets bound anyway.
 //!
 //! The per-source cap stops one address from owning the table. A source at its cap
@@ -34,6 +35,12 @@ pub const HIGH_WATER_PERCENT: usize = 75;
 /// Under pressure (past the high-water mark) a connection idle this long is closed: the
 /// keep-alive idle timeout shrinks from the header read timeout to this.
 pub const PRESSURE_IDLE_MS: u64 = 1_000;
+
+/// A connection that has not sent a request yet counts its silence this many times when a
+/// victim is chosen. Not "never served first": a client's brand-new connection, a
+/// millisecond from its first request, would then go before an attacker's keep-alive
+/// socket idle for 100 ms. Silent for a tenth of another's idle time, it goes first.
+pub const NEVER_SERVED_WEIGHT: u64 = 10;
 
 /// What the listener's service tells the table about a connection's requests.
 #[derive(Debug)]
@@ -67,12 +74,15 @@ impl Activity {
         self.in_flight.load(Ordering::SeqCst) == 0
     }
 
-    /// Lower sorts first as a victim: never served before served, then idle longest.
-    fn victim_rank(&self) -> (bool, u64) {
-        (
-            self.served.load(Ordering::Relaxed) > 0,
-            self.last_active_ms.load(Ordering::Relaxed),
-        )
+    /// Higher is the better victim: how long it has been idle, a silence since connecting
+    /// counted [`NEVER_SERVED_WEIGHT`] times.
+    fn victim_score(&self, now_ms: u64) -> u64 {
+        let idle = now_ms.saturating_sub(self.last_active_ms.load(Ordering::Relaxed));
+        if self.served.load(Ordering::Relaxed) == 0 {
+            idle.saturating_mul(NEVER_SERVED_WEIGHT)
+        } else {
+            idle
+        }
     }
 }
 
@@ -122,12 +132,20 @@ impl Table {
 
     /// Closes the best victim (see the module doc) among the idle connections, of
     /// `source` only when given; whether there was one.
-    fn evict_one(&mut self, source: Option<IpAddr>) -> bool {
+    fn evict_one(&mut self, source: Option<IpAddr>, now_ms: u64) -> bool {
         let victim = self
             .open
             .iter()
             .filter(|(_, e)| e.activity.is_idle() && source.is_none_or(|s| s == e.source))
-            .min_by_key(|(id, e)| (e.activity.victim_rank(), **id))
+            .max_by_key(|(id, e)| {
+                // Ties (same millisecond) go to the silent one, then the oldest.
+                let silent = e.activity.served.load(Ordering::Relaxed) == 0;
+                (
+                    e.activity.victim_score(now_ms),
+                    silent,
+                    std::cmp::Reverse(**id),
+                )
+            })
             .map(|(id, _)| *id);
         match victim.and_then(|id| self.remove(id)) {
             Some(e) => {
@@ -190,10 +208,11 @@ impl Conns {
     pub fn admit(self: &Arc<Self>, source: IpAddr) -> Result<Admitted, Refused> {
         let mut t = self.table.lock().expect("connection table lock");
         let mut evicted = 0;
+        let now_ms = self.epoch.elapsed().as_millis() as u64;
         // A source at its cap makes room among its own idle connections, so idle sockets
         // never lock out a client that shares the attacker's address (a NAT, one host).
         if t.by_source.get(&source).copied().unwrap_or(0) >= self.per_source {
-            if !t.evict_one(Some(source)) {
+            if !t.evict_one(Some(source), now_ms) {
                 return Err(Refused::ConnectionsPerSource);
             }
             evicted += 1;
@@ -202,7 +221,7 @@ impl Conns {
             let now = self.epoch.elapsed();
             let cutoff = now.saturating_sub(Duration::from_millis(PRESSURE_IDLE_MS));
             evicted += t.evict_idle_before(cutoff.as_millis() as u64);
-            while t.open.len() >= self.high_water && t.evict_one(None) {
+            while t.open.len() >= self.high_water && t.evict_one(None, now_ms) {
                 evicted += 1;
             }
         }
@@ -277,6 +296,30 @@ mod tests {
             "another source's idle link stays"
         );
         assert_eq!(conns.open(), 3);
+    }
+
+    #[test]
+    fn a_new_connection_is_not_taken_for_a_silent_one() {
+        let conns = Conns::new(100, 3);
+        let served = conns.admit(ip(2)).unwrap().guard;
+        served.activity.request_started();
+        served.activity.request_ended();
+        let fresh = conns.admit(ip(2)).unwrap().guard;
+        let silent = conns.admit(ip(2)).unwrap().guard;
+        // At 100 ms: the served one idle since 0, `fresh` connected at 95 ms (about to
+        // send its request), `silent` connected at 0 and never sent anything.
+        fresh.activity.last_active_ms.store(95, Ordering::Relaxed);
+        let mut t = conns.table.lock().unwrap();
+        assert!(t.evict_one(Some(ip(2)), 100));
+        assert!(silent.closing.is_cancelled(), "silent 100 ms: first");
+        assert!(t.evict_one(Some(ip(2)), 100));
+        assert!(
+            served.closing.is_cancelled() && !fresh.closing.is_cancelled(),
+            "idle 100 ms beats silent 5 ms (weighted 50)"
+        );
+        assert!(t.evict_one(Some(ip(2)), 100));
+        assert!(fresh.closing.is_cancelled());
+        assert!(!t.evict_one(Some(ip(2)), 100), "none left");
     }
 
     #[test]
