@@ -15,12 +15,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::{eventually, u64_of, Req, TestCluster, CATCH_UP_WAIT, LEADER_WAIT};
-use leasehold_node::raft::network::{BINCODE_CONTENT_TYPE, RAFT_APPEND_PATH};
 use leasehold_node::security::peer_auth::{
     self, ClusterId, PeerSecret, PEER_AUTH_HEADER, PEER_AUTH_WINDOW_MS,
 };
 use leasehold_node::server::{self, NodeConfig};
 use leasehold_node::types::TypeConfig;
+use leasehold_node::types::{BINCODE_CONTENT_TYPE, RAFT_APPEND_PATH};
 use leasehold_statemachine::{Command, Entry};
 use openraft::raft::AppendEntriesRequest;
 use openraft::{CommittedLeaderId, EntryPayload, LogId, Vote};

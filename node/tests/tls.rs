@@ -608,15 +608,8 @@ async fn every_guard_on_refuses_forgeries_and_strangers_and_serves_its_clients()
     };
     for id in c.ids.clone() {
         let r = http
-            .post(https_url(
-                &c,
-                id,
-                leasehold_node::raft::network::RAFT_APPEND_PATH,
-            ))
-            .header(
-                "content-type",
-                leasehold_node::raft::network::BINCODE_CONTENT_TYPE,
-            )
+            .post(https_url(&c, id, leasehold_node::types::RAFT_APPEND_PATH))
+            .header("content-type", leasehold_node::types::BINCODE_CONTENT_TYPE)
             .body(bincode::serialize(&forged).unwrap())
             .send()
             .await

@@ -1,5 +1,11 @@
 //! The `leasehold` command line: `serve` one node, or `dev` a local three-node cluster;
 //! `job`, `cluster` and `worker` are client commands (see `jobs` and `worker`).
+//!
+//! The folder is everything the binary does besides serving: [`jobs`] (`job …`,
+//! `cluster …`), [`worker`] (`worker run`), [`snapshot`] (`snapshot save|restore`),
+//! [`bench`] (the load generator, and `bench failover`). It is the top layer: it may
+//! import any folder (`server` to run a node, `http`'s header names, limits and parsers,
+//! `store` for restores, `security` for secrets and TLS), and only `main.rs` imports it.
 
 pub mod bench;
 pub mod jobs;
@@ -169,7 +175,7 @@ pub struct ServeArgs {
     /// Let web pages at ORIGIN (scheme://host[:port], exact; `*` is not allowed) call
     /// this node from a browser; repeat per origin. Other cross-origin browser requests
     /// are refused 403 (http/browser.rs).
-    #[arg(long = "allow-origin", value_parser = crate::http::browser::parse_allow_origin)]
+    #[arg(long = "allow-origin", value_parser = crate::security::browser::parse_allow_origin)]
     pub allow_origins: Vec<String>,
 }
 
@@ -183,7 +189,7 @@ pub struct DevArgs {
     #[arg(long, default_value_t = 7000)]
     pub base_port: u16,
     /// As `serve --allow-origin`: web origins whose pages may call the nodes.
-    #[arg(long = "allow-origin", value_parser = crate::http::browser::parse_allow_origin)]
+    #[arg(long = "allow-origin", value_parser = crate::security::browser::parse_allow_origin)]
     pub allow_origins: Vec<String>,
 }
 

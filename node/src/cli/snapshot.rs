@@ -49,18 +49,11 @@ use serde::Serialize;
 use tokio::io::{AsyncSeekExt, AsyncWriteExt};
 
 use crate::cli::jobs::{read_flag_file, CliError, ClientOpts, Output, EXIT_API, EXIT_UNAVAILABLE};
+use crate::http::{CLUSTER_ID_HEADER, SNAPSHOT_INDEX_HEADER};
 use crate::security::identity::{self, Identity};
 use crate::security::peer_auth::ClusterId;
 use crate::store::{LogStore, SnapshotFileError};
 use crate::types::{LogId, NodeId, SnapshotMeta, StoredMembership, Vote};
-
-/// Response headers of `GET /v1/cluster/snapshot` (`http/backup.rs`): the applied log
-/// index the image holds (its meta's `last_log_id`), that id's term, the number of jobs,
-/// and the id of the cluster it comes from (absent while the node has none).
-pub const SNAPSHOT_INDEX_HEADER: &str = "x-leasehold-snapshot-index";
-pub const SNAPSHOT_TERM_HEADER: &str = "x-leasehold-snapshot-term";
-pub const SNAPSHOT_JOBS_HEADER: &str = "x-leasehold-snapshot-jobs";
-pub const CLUSTER_ID_HEADER: &str = "x-leasehold-cluster-id";
 
 /// `restore` could not write the data dir (what it wrote is removed again).
 pub const EXIT_RESTORE_FAILED: i32 = 1;

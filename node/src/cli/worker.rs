@@ -95,7 +95,7 @@ pub async fn run(args: WorkerArgs) -> Result<(), CliError> {
         run.kill_grace_ms
             .unwrap_or_else(|| (run.ttl_ms / 5).min(2_000)),
     );
-    let shared = Arc::new(Shared {
+    let shared = Arc::new(WorkerState {
         client,
         owner,
         endpoints: args.opts.endpoints().join(","),
@@ -149,7 +149,7 @@ fn default_owner() -> String {
     format!("worker-{host}-{}", std::process::id())
 }
 
-struct Shared {
+struct WorkerState {
     client: Client,
     owner: String,
     endpoints: String,
@@ -172,7 +172,7 @@ enum Outcome {
     Shutdown,
 }
 
-impl Shared {
+impl WorkerState {
     /// Reserves one of the --max-jobs claims; false when all are used.
     fn reserve(&self) -> bool {
         let max = self.run.max_jobs.unwrap_or(u64::MAX);
@@ -425,7 +425,7 @@ fn result_of(job_id: &str, last_line: Option<String>) -> Option<serde_json::Valu
     }
 }
 
-/// How often [`Shared::kill`] re-reads the clock and looks whether a group whose leader
+/// How often [`WorkerState::kill`] re-reads the clock and looks whether a group whose leader
 /// exited still has members (an emptied group ends the grace early). Below the client's
 /// `CLOCK_STEP`, so the kill timer is as prompt after a suspend as the keep-alive.
 const GROUP_POLL: Duration = Duration::from_millis(20);

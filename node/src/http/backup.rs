@@ -36,11 +36,17 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 use super::{error_response, json_response, HOPS_HEADER};
-use crate::cli::snapshot::{
-    CLUSTER_ID_HEADER, SNAPSHOT_INDEX_HEADER, SNAPSHOT_JOBS_HEADER, SNAPSHOT_TERM_HEADER,
-};
 use crate::node::{Node, ProposeError, Route};
 use crate::types::{LogId, SnapshotMeta};
+
+/// Response headers of `GET /v1/cluster/snapshot`: the applied log index the image holds
+/// (its meta's `last_log_id`), that id's term, the number of jobs, and the id of the
+/// cluster it comes from (absent while the node has none). `leasehold snapshot save`
+/// (`cli/snapshot.rs`) reads them.
+pub const SNAPSHOT_INDEX_HEADER: &str = "x-leasehold-snapshot-index";
+pub const SNAPSHOT_TERM_HEADER: &str = "x-leasehold-snapshot-term";
+pub const SNAPSHOT_JOBS_HEADER: &str = "x-leasehold-snapshot-jobs";
+pub const CLUSTER_ID_HEADER: &str = "x-leasehold-cluster-id";
 
 /// Bytes per frame of the streamed body.
 const CHUNK_BYTES: usize = 256 * 1024;

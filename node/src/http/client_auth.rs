@@ -201,20 +201,17 @@ mod tests {
     /// Route paths the router names by constant.
     const PATH_CONSTS: [(&str, &str); 4] = [
         (
-            "crate::raft::network::RAFT_APPEND_PATH",
-            crate::raft::network::RAFT_APPEND_PATH,
+            "crate::types::RAFT_APPEND_PATH",
+            crate::types::RAFT_APPEND_PATH,
+        ),
+        ("crate::types::RAFT_VOTE_PATH", crate::types::RAFT_VOTE_PATH),
+        (
+            "crate::types::RAFT_PREVOTE_PATH",
+            crate::types::RAFT_PREVOTE_PATH,
         ),
         (
-            "crate::raft::network::RAFT_VOTE_PATH",
-            crate::raft::network::RAFT_VOTE_PATH,
-        ),
-        (
-            "crate::raft::network::RAFT_PREVOTE_PATH",
-            crate::raft::network::RAFT_PREVOTE_PATH,
-        ),
-        (
-            "crate::raft::network::RAFT_SNAPSHOT_PATH",
-            crate::raft::network::RAFT_SNAPSHOT_PATH,
+            "crate::types::RAFT_SNAPSHOT_PATH",
+            crate::types::RAFT_SNAPSHOT_PATH,
         ),
     ];
     const METHODS: [(&str, Method); 5] = [

@@ -25,12 +25,9 @@ use super::jobs::{inbound, parse_json};
 use super::leader::{on_leader, LeaderOp};
 use super::{error_response, json_response};
 use crate::node::{Node, ProposeError};
+use crate::raft::join::CATCH_UP_WAIT;
 use crate::types::{NodeId, RaftMetrics};
 
-/// Longest a new learner may take to catch up before it is promoted (bounded by the
-/// listener's request timeout, 45 s by default). Past it the node stays a learner and
-/// the same request, repeated, promotes it once it has caught up.
-pub const CATCH_UP_WAIT: Duration = Duration::from_secs(30);
 /// A learner this close to the leader's last log index counts as caught up.
 const CATCH_UP_LAG: u64 = 64;
 /// Longest a membership change (two entries, joint then uniform) may take to commit.

@@ -4,6 +4,14 @@
 //! validates with the state machine crate's code, then hands a [`LeaderOp`] to
 //! [`leader::on_leader`], which runs it here if this node leads, forwards the request
 //! verbatim to the leader if not, or waits out an election.
+//!
+//! The folder: [`listener`] (our accept loop and its limits), this file (the router, the
+//! header stamping, the error shape), one file per group of handlers (`jobs`, `ops`,
+//! `membership`, `backup`, `ui`, `raft_rpc`), `leader.rs` and `forward.rs` (run here,
+//! forward, or wait), and the middleware of the browser guard (`browser.rs`) and of
+//! client tokens (`client_auth.rs`), whose policies are in `security`. It may import
+//! `node`, `raft`, `store` and the lower layers (`security`, `time`, `telemetry`,
+//! `types`), never `server` or `cli`.
 
 mod backup;
 pub mod browser;
@@ -30,7 +38,7 @@ use leasehold_statemachine::{ApiError, ErrorBody, ErrorCode};
 use serde::Serialize;
 
 use crate::node::Node;
-use crate::telemetry::metrics::Route;
+use crate::telemetry::metrics::RouteLabel;
 
 pub const NODE_HEADER: &str = "x-leasehold-node";
 pub const LEADER_HEADER: &str = "x-leasehold-leader";
@@ -39,8 +47,11 @@ pub const IDEMPOTENCY_HEADER: &str = "idempotency-key";
 /// Seconds a client should wait before retrying a 503.
 pub const RETRY_AFTER_S: u64 = 1;
 
+pub use backup::{
+    CLUSTER_ID_HEADER, SNAPSHOT_INDEX_HEADER, SNAPSHOT_JOBS_HEADER, SNAPSHOT_TERM_HEADER,
+};
 pub use leader::LeaderOp;
-pub use membership::{validate_addr, CATCH_UP_WAIT as MEMBERSHIP_CATCH_UP_WAIT};
+pub use membership::validate_addr;
 
 pub fn router(node: Arc<Node>) -> Router {
     Router::new()
@@ -68,19 +79,10 @@ pub fn router(node: Arc<Node>) -> Router {
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::metrics))
-        .route(
-            crate::raft::network::RAFT_APPEND_PATH,
-            post(raft_rpc::append),
-        )
-        .route(crate::raft::network::RAFT_VOTE_PATH, post(raft_rpc::vote))
-        .route(
-            crate::raft::network::RAFT_PREVOTE_PATH,
-            post(raft_rpc::prevote),
-        )
-        .route(
-            crate::raft::network::RAFT_SNAPSHOT_PATH,
-            post(raft_rpc::snapshot),
-        )
+        .route(crate::types::RAFT_APPEND_PATH, post(raft_rpc::append))
+        .route(crate::types::RAFT_VOTE_PATH, post(raft_rpc::vote))
+        .route(crate::types::RAFT_PREVOTE_PATH, post(raft_rpc::prevote))
+        .route(crate::types::RAFT_SNAPSHOT_PATH, post(raft_rpc::snapshot))
         .fallback(unknown_route)
         // Inside `stamp_headers`, so a refusal carries the node headers and is counted.
         .layer(axum::middleware::from_fn_with_state(
@@ -132,24 +134,24 @@ async fn stamp_headers(State(node): State<Arc<Node>>, req: Request, next: Next) 
 
 /// The route label of a request: a fixed set keeps the metrics' cardinality bounded.
 /// A route added to the router but not here is counted as `other`.
-fn route_label(matched: Option<&str>) -> Route {
+fn route_label(matched: Option<&str>) -> RouteLabel {
     match matched {
-        Some("/v1/jobs") => Route::Jobs,
-        Some("/v1/jobs/{*rest}") => Route::Job,
-        Some("/v1/queues/{queue}/claim") => Route::QueueClaim,
-        Some("/v1/cluster") => Route::Cluster,
-        Some("/v1/cluster/digest") => Route::Digest,
-        Some("/v1/cluster/members") => Route::Members,
-        Some("/v1/cluster/rejections") => Route::Rejections,
-        Some("/v1/cluster/nodes") => Route::Nodes,
-        Some("/v1/cluster/nodes/{id}") => Route::Node,
-        Some("/v1/cluster/snapshot") => Route::Snapshot,
-        Some("/ui") | Some("/ui/") | Some("/ui/{*asset}") => Route::Ui,
-        Some("/healthz") => Route::Healthz,
-        Some("/readyz") => Route::Readyz,
-        Some("/metrics") => Route::Metrics,
-        Some(p) if p.starts_with("/raft/") => Route::Raft,
-        _ => Route::Other,
+        Some("/v1/jobs") => RouteLabel::Jobs,
+        Some("/v1/jobs/{*rest}") => RouteLabel::Job,
+        Some("/v1/queues/{queue}/claim") => RouteLabel::QueueClaim,
+        Some("/v1/cluster") => RouteLabel::Cluster,
+        Some("/v1/cluster/digest") => RouteLabel::Digest,
+        Some("/v1/cluster/members") => RouteLabel::Members,
+        Some("/v1/cluster/rejections") => RouteLabel::Rejections,
+        Some("/v1/cluster/nodes") => RouteLabel::Nodes,
+        Some("/v1/cluster/nodes/{id}") => RouteLabel::Node,
+        Some("/v1/cluster/snapshot") => RouteLabel::Snapshot,
+        Some("/ui") | Some("/ui/") | Some("/ui/{*asset}") => RouteLabel::Ui,
+        Some("/healthz") => RouteLabel::Healthz,
+        Some("/readyz") => RouteLabel::Readyz,
+        Some("/metrics") => RouteLabel::Metrics,
+        Some(p) if p.starts_with("/raft/") => RouteLabel::Raft,
+        _ => RouteLabel::Other,
     }
 }
 

@@ -48,7 +48,7 @@ pub fn body_deadline(len: u64) -> Duration {
 }
 
 /// A decoded request, with the Raft in-flight slot it holds until it is answered.
-struct Admitted<T> {
+struct AdmittedRpc<T> {
     rpc: T,
     _slot: Option<OwnedSemaphorePermit>,
 }
@@ -78,7 +78,7 @@ async fn decode<T: DeserializeOwned>(
     node: &Node,
     req: Request,
     replicates: bool,
-) -> Result<Admitted<T>, Response> {
+) -> Result<AdmittedRpc<T>, Response> {
     let path = req.uri().path().to_owned();
     let (header, content_length) = head_of(&req);
     let head = Head {
@@ -110,7 +110,7 @@ async fn decode<T: DeserializeOwned>(
         })?;
     let rpc = bincode::deserialize(&bytes)
         .map_err(|e| (StatusCode::BAD_REQUEST, format!("bad raft body: {e}")).into_response())?;
-    Ok(Admitted { rpc, _slot: slot })
+    Ok(AdmittedRpc { rpc, _slot: slot })
 }
 
 /// A slot of the listener's Raft budget (`http/listener/`), if one is free. Without a
@@ -172,7 +172,7 @@ fn encode<T: Serialize>(v: &T) -> Response {
             StatusCode::OK,
             [(
                 axum::http::header::CONTENT_TYPE,
-                crate::raft::network::BINCODE_CONTENT_TYPE,
+                crate::types::BINCODE_CONTENT_TYPE,
             )],
             b,
         )
@@ -191,11 +191,11 @@ fn joining_refusal(what: &str) -> Response {
 }
 
 pub async fn append(State(node): State<Arc<Node>>, req: Request) -> Response {
-    if crate::raft::join::refuses_replication(&node) {
+    if crate::raft::join::refuses_replication(&node.joining) {
         return joining_refusal("take replication");
     }
     match decode(&node, req, true).await {
-        Ok(Admitted { rpc, _slot }) => {
+        Ok(AdmittedRpc { rpc, _slot }) => {
             let res = node.raft.append_entries(rpc).await;
             // Accepted from a leader of at least our term: the election timer starts over
             // (`election.rs`). A stale leader's (HigherVote) does not count.
@@ -209,18 +209,18 @@ pub async fn append(State(node): State<Arc<Node>>, req: Request) -> Response {
 }
 
 pub async fn vote(State(node): State<Arc<Node>>, req: Request) -> Response {
-    if crate::raft::join::refuses_votes(&node) {
+    if crate::raft::join::refuses_votes(&node.joining) {
         // Read nothing: the candidate sees an error and counts no vote from here.
         return joining_refusal("vote");
     }
     match decode(&node, req, false).await {
-        Ok(Admitted { rpc, _slot }) => encode(&node.raft.vote(rpc).await),
+        Ok(AdmittedRpc { rpc, _slot }) => encode(&node.raft.vote(rpc).await),
         Err(r) => r,
     }
 }
 
 pub async fn snapshot(State(node): State<Arc<Node>>, req: Request) -> Response {
-    if crate::raft::join::refuses_replication(&node) {
+    if crate::raft::join::refuses_replication(&node.joining) {
         return joining_refusal("take replication");
     }
     match decode::<openraft::raft::InstallSnapshotRequest<crate::types::TypeConfig>>(
@@ -228,7 +228,7 @@ pub async fn snapshot(State(node): State<Arc<Node>>, req: Request) -> Response {
     )
     .await
     {
-        Ok(Admitted { rpc, _slot }) => {
+        Ok(AdmittedRpc { rpc, _slot }) => {
             let vote = rpc.vote;
             let res = node.raft.install_snapshot(rpc).await;
             // `Ok` also answers a stale leader whose vote was refused (with ours): that
@@ -245,11 +245,11 @@ pub async fn snapshot(State(node): State<Arc<Node>>, req: Request) -> Response {
 /// `POST /raft/prevote` (`election.rs`): answered from this node's log and timer, without
 /// touching Raft's state.
 pub async fn prevote(State(node): State<Arc<Node>>, req: Request) -> Response {
-    if crate::raft::join::refuses_votes(&node) {
+    if crate::raft::join::refuses_votes(&node.joining) {
         return joining_refusal("vote");
     }
     match decode::<PreVoteRequest>(&node, req, false).await {
-        Ok(Admitted { rpc, _slot }) => {
+        Ok(AdmittedRpc { rpc, _slot }) => {
             let state = node.raft.metrics().borrow().state;
             let resp = node.elector.answer(state, &rpc);
             let counter = if resp.granted {

@@ -133,7 +133,7 @@ struct MembersView {
 
 /// A member to ask: its id, its membership address, the address to dial, voter or not.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Target {
+struct MemberProbe {
     id: NodeId,
     addr: String,
     dial: String,
@@ -142,13 +142,13 @@ struct Target {
 
 /// Every member of this node's membership config, voters first, by id. `--peer-dial`
 /// addresses override the membership's for dialling (as for forwarding).
-fn targets(node: &Node) -> Vec<Target> {
+fn targets(node: &Node) -> Vec<MemberProbe> {
     let m = node.raft_metrics();
     let membership = m.membership_config.membership();
     let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
-    let mut all: Vec<Target> = membership
+    let mut all: Vec<MemberProbe> = membership
         .nodes()
-        .map(|(id, n)| Target {
+        .map(|(id, n)| MemberProbe {
             id: *id,
             addr: n.addr.clone(),
             dial: node.dial.get(id).unwrap_or(&n.addr).clone(),
@@ -171,7 +171,7 @@ fn health(status: Option<&Status>, leader_commit: Option<u64>) -> &'static str {
 }
 
 /// Joins the targets with what each answered into the view's members.
-fn assemble(targets: Vec<Target>, answers: Vec<Result<Status, String>>) -> Vec<Member> {
+fn assemble(targets: Vec<MemberProbe>, answers: Vec<Result<Status, String>>) -> Vec<Member> {
     let leader_commit = answers
         .iter()
         .flatten()
@@ -353,8 +353,8 @@ mod tests {
         }
     }
 
-    fn target(id: NodeId, voter: bool) -> Target {
-        Target {
+    fn target(id: NodeId, voter: bool) -> MemberProbe {
+        MemberProbe {
             id,
             addr: format!("a{id}"),
             dial: format!("a{id}"),

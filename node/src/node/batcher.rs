@@ -109,26 +109,26 @@ pub struct InFlight(std::sync::atomic::AtomicUsize);
 
 /// One commit in flight; leaving (or being dropped, if its request is abandoned) ends it.
 #[must_use]
-pub struct Slot<'a>(&'a InFlight);
+pub struct CommitSlot<'a>(&'a InFlight);
 
 impl InFlight {
     /// Enters only if no commit is in flight. Two requests may both see none and both
     /// enter: each then proposes its own entry, which costs batching, not correctness.
-    pub fn try_first(&self) -> Option<Slot<'_>> {
+    pub fn try_first(&self) -> Option<CommitSlot<'_>> {
         use std::sync::atomic::Ordering;
         self.0
             .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
             .ok()
-            .map(|_| Slot(self))
+            .map(|_| CommitSlot(self))
     }
 
-    pub fn enter(&self) -> Slot<'_> {
+    pub fn enter(&self) -> CommitSlot<'_> {
         self.0.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        Slot(self)
+        CommitSlot(self)
     }
 }
 
-impl Drop for Slot<'_> {
+impl Drop for CommitSlot<'_> {
     fn drop(&mut self) {
         self.0 .0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
     }

@@ -1,6 +1,11 @@
 //! [`Node`]: one running Leasehold server — its Raft handle, applied state, timekeeper —
 //! and the decisions a request needs: is this node the leader, whom to forward to, how a
 //! stamped entry is proposed.
+//!
+//! The folder: this file and [`batcher`] (group commit). Below `http`, above `raft`: it
+//! may import `raft`, `store` and the lower layers (`security`, `time`, `telemetry`,
+//! `types`), never `http`, `server` or `cli`. What a `raft` task needs of a node it gets
+//! as handles ([`Node::election_handles`], [`Node::join_handles`]), not as a `Node`.
 
 pub mod batcher;
 
@@ -13,6 +18,8 @@ use openraft::error::{CheckIsLeaderError, ClientWriteError, RaftError};
 use openraft::ServerState;
 
 use crate::node::batcher::Pending;
+use crate::raft::election::{ElectionHandles, Elector};
+use crate::raft::join::{JoinHandles, Joining};
 use crate::store::SmShared;
 use crate::telemetry::metrics::Metrics;
 use crate::time::timekeeper::Timekeeper;
@@ -52,7 +59,8 @@ pub struct Node {
     pub limits: Limits,
     /// Peers dialled at another address than the membership's (`serve --peer-dial`).
     pub dial: BTreeMap<NodeId, String>,
-    pub metrics: Metrics,
+    /// Shared with the election timer (`raft::election::ElectionHandles`).
+    pub metrics: Arc<Metrics>,
     /// Client for forwarding requests to the leader (pooled, shared).
     pub forward_http: reqwest::Client,
     /// `http` or, with `serve --tls-*`, `https`: the scheme of forwarded requests.
@@ -67,11 +75,11 @@ pub struct Node {
     /// Peer RPC: the secret, this node's cluster id, what `/raft/…` admits.
     pub peer: Arc<crate::security::peer_auth::PeerGuard>,
     /// Set while `serve --join` has not been added yet: the node refuses to vote.
-    pub joining: crate::raft::join::Joining,
+    pub joining: Arc<Joining>,
     /// Election timing and pre-vote (`election.rs`).
-    pub elector: Arc<crate::raft::election::Elector>,
-    /// What the browser guard admits (`http/browser.rs`: `--allow-origin`, Host names).
-    pub browser: crate::http::browser::BrowserPolicy,
+    pub elector: Arc<Elector>,
+    /// What the browser guard admits (`security/browser.rs`: `--allow-origin`, Host names).
+    pub browser: crate::security::browser::BrowserPolicy,
 }
 
 /// Where a request that needs the leader goes.
@@ -151,6 +159,27 @@ pub fn member_addrs(m: &RaftMetrics) -> BTreeMap<NodeId, String> {
 impl Node {
     pub fn raft_metrics(&self) -> RaftMetrics {
         self.raft.metrics().borrow().clone()
+    }
+
+    /// The handles the election timer runs on (`raft::election::run`).
+    pub fn election_handles(&self) -> ElectionHandles {
+        ElectionHandles {
+            id: self.id,
+            raft: self.raft.clone(),
+            elector: self.elector.clone(),
+            joining: self.joining.clone(),
+            metrics: self.metrics.clone(),
+        }
+    }
+
+    /// The handles the join task runs on (`raft::join::run`).
+    pub fn join_handles(&self) -> JoinHandles {
+        JoinHandles {
+            id: self.id,
+            joining: self.joining.clone(),
+            forward_http: self.forward_http.clone(),
+            peer_scheme: self.peer_scheme,
+        }
     }
 
     /// The leader as far as this node can tell: openraft's, unless this node is a

@@ -46,10 +46,11 @@ use serde::{Deserialize, Serialize};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::node::Node;
+use crate::raft::join::Joining;
 use crate::raft::network::Network;
 use crate::store::LogStore;
-use crate::types::{LogId, NodeId};
+use crate::telemetry::metrics::Metrics;
+use crate::types::{LogId, NodeId, Raft};
 
 /// `POST /raft/prevote`: would you vote for me if I stood now?
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -298,8 +299,20 @@ impl Elector {
     }
 }
 
+/// What the election timer uses of the running node: its shares of the node's handles
+/// (`node::Node::election_handles`), not the node itself, so `raft` never imports `node`.
+pub struct ElectionHandles {
+    pub id: NodeId,
+    pub raft: Raft,
+    pub elector: Arc<Elector>,
+    /// A joining node does not stand (`join::refuses_votes`).
+    pub joining: Arc<Joining>,
+    /// For `elections_started`.
+    pub metrics: Arc<Metrics>,
+}
+
 /// The election timer of a node: see the module docs. Runs until `cancel`.
-pub async fn run(node: Arc<Node>, mut network: Network, cancel: CancellationToken) {
+pub async fn run(node: ElectionHandles, mut network: Network, cancel: CancellationToken) {
     let elector = node.elector.clone();
     // openraft checks its timer every 1.5 heartbeats; a finer tick costs nothing here.
     let tick = Duration::from_millis(25);
@@ -331,7 +344,7 @@ pub async fn run(node: Arc<Node>, mut network: Network, cancel: CancellationToke
             continue;
         }
         elector.not_leading(&node.raft);
-        if crate::raft::join::refuses_votes(&node) || !is_voter {
+        if crate::raft::join::refuses_votes(&node.joining) || !is_voter {
             continue;
         }
         if elector.quiet_for() < elector.lease + timeout
@@ -349,7 +362,7 @@ pub async fn run(node: Arc<Node>, mut network: Network, cancel: CancellationToke
 
 /// One pre-vote round: true when a majority of the voters (this node included) would
 /// vote for it, so it may stand for election now.
-async fn pre_vote(node: &Node, network: &mut Network) -> bool {
+async fn pre_vote(node: &ElectionHandles, network: &mut Network) -> bool {
     // The other voters, listed only now that this node will ask them.
     let others: Vec<(NodeId, BasicNode)> = {
         let m = node.raft.metrics();
@@ -379,7 +392,7 @@ async fn pre_vote(node: &Node, network: &mut Network) -> bool {
 
 /// Asks `others` concurrently; true once `needed` of them granted.
 async fn ask(
-    node: &Node,
+    node: &ElectionHandles,
     network: &mut Network,
     others: Vec<(NodeId, BasicNode)>,
     needed: usize,

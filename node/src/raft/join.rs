@@ -25,10 +25,17 @@ use std::time::Duration;
 use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 
-use crate::node::Node;
+use crate::types::NodeId;
 
 /// The marker file of a join in progress.
 pub const JOINING_FILE: &str = "joining";
+
+/// Longest a new learner may take to catch up before it is promoted (bounded by the
+/// listener's request timeout, 45 s by default). Past it the node stays a learner and
+/// the same request, repeated, promotes it once it has caught up. Both sides of a join
+/// read it: `POST /v1/cluster/nodes` (`http/membership.rs`) waits this long, and the
+/// joining node's request waits for that answer.
+pub const CATCH_UP_WAIT: Duration = Duration::from_secs(30);
 
 /// What `serve --join` configures.
 #[derive(Debug, Clone)]
@@ -163,9 +170,31 @@ pub fn begin(
 const JOIN_RETRY_MIN: Duration = Duration::from_millis(500);
 const JOIN_RETRY_MAX: Duration = Duration::from_secs(5);
 
+/// What the join task uses of the running node: its shares of the node's handles
+/// (`node::Node::join_handles`), not the node itself, so `raft` never imports `node`.
+pub struct JoinHandles {
+    pub id: NodeId,
+    pub joining: Arc<Joining>,
+    /// The node's client for calls to other nodes (`--tls-*` included).
+    pub forward_http: reqwest::Client,
+    /// `http` or `https`.
+    pub peer_scheme: &'static str,
+}
+
+/// Sleeps the current backoff step and doubles it (up to `JOIN_RETRY_MAX`); false if
+/// the node stopped meanwhile.
+async fn pause(delay: &mut Duration, cancel: &CancellationToken) -> bool {
+    let d = *delay;
+    *delay = (d * 2).min(JOIN_RETRY_MAX);
+    tokio::select! {
+        _ = cancel.cancelled() => false,
+        _ = tokio::time::sleep(d) => true,
+    }
+}
+
 /// Runs until the cluster has added this node (or the node stops).
 pub async fn run(
-    node: Arc<Node>,
+    node: JoinHandles,
     join: Option<JoinConfig>,
     data_dir: PathBuf,
     advertised: String,
@@ -179,50 +208,10 @@ pub async fn run(
         );
         return;
     };
-    let mut delay = JOIN_RETRY_MIN;
-    let pause = |delay: &mut Duration| {
-        let d = *delay;
-        *delay = (d * 2).min(JOIN_RETRY_MAX);
-        let cancel = cancel.clone();
-        async move {
-            tokio::select! {
-                _ = cancel.cancelled() => false,
-                _ = tokio::time::sleep(d) => true,
-            }
-        }
-    };
-    if node.joining.stage() == Stage::Waiting {
-        loop {
-            match leader_membership(&node, &join).await {
-                Ok(m) if !m.names(node.id) => break,
-                Ok(m) => tracing::error!(
-                    id = node.id,
-                    leader = m.leader,
-                    "node {} is still a member of the cluster (the node whose data this one \
-                     replaces?): remove it first (leasehold cluster remove-node {}); \
-                     until then this node neither answers Raft nor votes",
-                    node.id,
-                    node.id
-                ),
-                Err(e) => {
-                    tracing::warn!(via = %join.via, error = %e, "cannot read the membership yet; retrying")
-                }
-            }
-            if !pause(&mut delay).await {
-                return;
-            }
-        }
-        if let Err(e) = write_marker(&data_dir, Stage::Admitted) {
-            tracing::error!(error = %e, "cannot record the join's progress; not joining");
-            return;
-        }
-        node.joining.set(Stage::Admitted);
-        tracing::info!(
-            id = node.id,
-            "not a member: accepting replication, asking to be added"
-        );
+    if node.joining.stage() == Stage::Waiting && !admit(&node, &join, &data_dir, &cancel).await {
+        return;
     }
-    delay = JOIN_RETRY_MIN;
+    let mut delay = JOIN_RETRY_MIN;
     loop {
         match request(&node, &join, &advertised).await {
             Ok(()) => break,
@@ -237,7 +226,7 @@ pub async fn run(
                 tracing::warn!(via = %join.via, error = %e, "join not done yet; retrying")
             }
         }
-        if !pause(&mut delay).await {
+        if !pause(&mut delay, &cancel).await {
             return;
         }
     }
@@ -249,6 +238,48 @@ pub async fn run(
         // Still safe: the node keeps refusing votes, and says why.
         Err(e) => tracing::error!(error = %e, "joined, but the join marker could not be removed"),
     }
+}
+
+/// Stage 1 (waiting): until the cluster's membership no longer names this node; then
+/// records the admission (marker first) and accepts replication. False if the node
+/// stopped or the marker could not be written.
+async fn admit(
+    node: &JoinHandles,
+    join: &JoinConfig,
+    data_dir: &Path,
+    cancel: &CancellationToken,
+) -> bool {
+    let mut delay = JOIN_RETRY_MIN;
+    loop {
+        match leader_membership(node, join).await {
+            Ok(m) if !m.names(node.id) => break,
+            Ok(m) => tracing::error!(
+                id = node.id,
+                leader = m.leader,
+                "node {} is still a member of the cluster (the node whose data this one \
+                 replaces?): remove it first (leasehold cluster remove-node {}); \
+                 until then this node neither answers Raft nor votes",
+                node.id,
+                node.id
+            ),
+            Err(e) => {
+                tracing::warn!(via = %join.via, error = %e, "cannot read the membership yet; retrying")
+            }
+        }
+        if !pause(&mut delay, cancel).await {
+            return false;
+        }
+    }
+    if let Err(e) = write_marker(data_dir, Stage::Admitted) {
+        tracing::error!(error = %e, "cannot record the join's progress; not joining");
+        return false;
+    }
+    node.joining.set(Stage::Admitted);
+    tracing::info!(
+        id = node.id,
+        "not a member: accepting replication, asking to be added"
+    );
+    true
 }
 
 /// The membership as the leader sees it (the leader is the one replicating to members).
@@ -269,7 +300,7 @@ impl LeaderView {
 }
 
 async fn get_cluster(
-    node: &Node,
+    node: &JoinHandles,
     join: &JoinConfig,
     addr: &str,
 ) -> anyhow::Result<serde_json::Value> {
@@ -288,7 +319,7 @@ async fn get_cluster(
 }
 
 /// Asks `--join`'s node who leads, then asks the leader for its membership.
-async fn leader_membership(node: &Node, join: &JoinConfig) -> anyhow::Result<LeaderView> {
+async fn leader_membership(node: &JoinHandles, join: &JoinConfig) -> anyhow::Result<LeaderView> {
     let via = get_cluster(node, join, &join.via).await?;
     let leader = via["leader_id"]
         .as_u64()
@@ -313,13 +344,13 @@ async fn leader_membership(node: &Node, join: &JoinConfig) -> anyhow::Result<Lea
 }
 
 /// One `POST /v1/cluster/nodes`; `Ok` once the cluster answers that this node is a voter.
-async fn request(node: &Node, join: &JoinConfig, advertised: &str) -> anyhow::Result<()> {
+async fn request(node: &JoinHandles, join: &JoinConfig, advertised: &str) -> anyhow::Result<()> {
     let url = format!("{}://{}/v1/cluster/nodes", node.peer_scheme, join.via);
     let body = serde_json::json!({ "id": node.id, "addr": advertised });
     let mut req = node
         .forward_http
         .post(&url)
-        .timeout(crate::http::MEMBERSHIP_CATCH_UP_WAIT + Duration::from_secs(15))
+        .timeout(CATCH_UP_WAIT + Duration::from_secs(15))
         .json(&body);
     if let Some(t) = &join.token {
         req = req.bearer_auth(t);
@@ -342,13 +373,13 @@ async fn request(node: &Node, join: &JoinConfig, advertised: &str) -> anyhow::Re
 }
 
 /// Whether this node answers Raft replication (append, snapshot) now.
-pub fn refuses_replication(node: &Node) -> bool {
-    node.joining.stage() == Stage::Waiting
+pub fn refuses_replication(joining: &Joining) -> bool {
+    joining.stage() == Stage::Waiting
 }
 
 /// Whether this node refuses vote requests now (every stage of a join).
-pub fn refuses_votes(node: &Node) -> bool {
-    node.joining.stage() != Stage::Member
+pub fn refuses_votes(joining: &Joining) -> bool {
+    joining.stage() != Stage::Member
 }
 
 #[cfg(test)]

@@ -24,14 +24,12 @@ use serde::Serialize;
 
 use crate::security::peer_auth::{PeerGuard, PEER_AUTH_HEADER};
 use crate::security::tls::NodeTls;
-use crate::types::{NodeId, TypeConfig};
+// The wire names live in `types`: the router and the token rules name them too.
+use crate::types::{
+    NodeId, TypeConfig, BINCODE_CONTENT_TYPE, RAFT_APPEND_PATH, RAFT_PREVOTE_PATH,
+    RAFT_SNAPSHOT_PATH, RAFT_VOTE_PATH,
+};
 
-pub const RAFT_APPEND_PATH: &str = "/raft/append";
-pub const RAFT_VOTE_PATH: &str = "/raft/vote";
-pub const RAFT_SNAPSHOT_PATH: &str = "/raft/snapshot";
-/// Pre-vote (`election.rs`): ours, not openraft's.
-pub const RAFT_PREVOTE_PATH: &str = "/raft/prevote";
-pub const BINCODE_CONTENT_TYPE: &str = "application/x-bincode";
 /// How long an idle pooled connection to a peer is kept.
 const PEER_POOL_IDLE: Duration = Duration::from_secs(60);
 /// Connecting to a live peer on a LAN takes well under this.

@@ -258,20 +258,10 @@ pub const ROUTES: &[RouteRule] = {
         rule("GET", "/healthz", Open, Shared),
         rule("GET", "/readyz", Open, Shared),
         rule("GET", "/metrics", Op(Read), Shared),
-        rule("POST", crate::raft::network::RAFT_APPEND_PATH, Open, Shared),
-        rule("POST", crate::raft::network::RAFT_VOTE_PATH, Open, Shared),
-        rule(
-            "POST",
-            crate::raft::network::RAFT_PREVOTE_PATH,
-            Open,
-            Shared,
-        ),
-        rule(
-            "POST",
-            crate::raft::network::RAFT_SNAPSHOT_PATH,
-            Open,
-            Shared,
-        ),
+        rule("POST", crate::types::RAFT_APPEND_PATH, Open, Shared),
+        rule("POST", crate::types::RAFT_VOTE_PATH, Open, Shared),
+        rule("POST", crate::types::RAFT_PREVOTE_PATH, Open, Shared),
+        rule("POST", crate::types::RAFT_SNAPSHOT_PATH, Open, Shared),
     ]
 };
 

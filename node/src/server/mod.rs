@@ -2,6 +2,9 @@
 //! peer list, serve HTTP, and run the leader loop that keeps cluster time.
 //!
 //! `start(listener, config)` takes a bound listener so tests can bind port 0.
+//!
+//! The wiring layer: it may import `http`, `node`, `raft`, `store` and the lower layers
+//! (`security`, `time`, `telemetry`, `types`); only `cli` (and tests) import it.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -17,10 +20,11 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::node::{Limits, Node};
+use crate::raft::election::Elector;
 use crate::raft::network::Network;
 use crate::security::peer_auth::{ClusterId, PeerGuard, PeerSecret};
-use crate::store::{LogStore, StateMachineStore};
-use crate::telemetry::metrics::Metrics;
+use crate::store::{LogStore, SmShared, StateMachineStore};
+use crate::telemetry::metrics::{leader_took_office, Metrics};
 use crate::time::clock::{SharedClock, SystemClock};
 use crate::time::timekeeper::Timekeeper;
 use crate::types::{NodeId, Raft};
@@ -174,6 +178,8 @@ fn raft_config(t: &RaftTuning) -> anyhow::Result<openraft::Config> {
     Ok(c.validate()?)
 }
 
+/// Starts a node on a bound `listener` (tests bind port 0): opens its storage and Raft,
+/// then serves and runs its tasks until [`RunningNode::shutdown`].
 pub async fn start(listener: TcpListener, cfg: NodeConfig) -> anyhow::Result<RunningNode> {
     let addr = listener.local_addr()?;
     let self_addr = cfg
@@ -181,9 +187,74 @@ pub async fn start(listener: TcpListener, cfg: NodeConfig) -> anyhow::Result<Run
         .get(&cfg.id)
         .with_context(|| format!("--peer list has no entry for this node's id {}", cfg.id))?;
     tracing::info!(id = cfg.id, %addr, advertised = %self_addr, "starting node");
+    let opened = open(&cfg).await?;
+    let joining = opened.stage != crate::raft::join::Stage::Member;
+    if joining {
+        tracing::info!("joining a cluster: this node does not vote until the cluster has added it");
+    } else if cfg.join.is_none() {
+        initialize_if_first(&opened.raft, &cfg, &opened.peer).await?;
+    }
+    let browser = crate::security::browser::BrowserPolicy::new(
+        crate::security::tls::peer_scheme(cfg.tls.as_deref()),
+        addr.ip().is_loopback(),
+        cfg.peers.values(),
+        &cfg.allow_origins,
+    )?;
+    let (proposals, proposal_rx) = crate::node::batcher::channel();
+    let node = Arc::new(Node {
+        id: cfg.id,
+        raft: opened.raft,
+        sm: opened.sm,
+        time: Arc::new(Timekeeper::new(cfg.clock.clone())),
+        limits: cfg.limits.clone(),
+        dial: cfg.dial.clone(),
+        metrics: Arc::new(Metrics::default()),
+        forward_http: forward_client(&cfg)?,
+        peer_scheme: crate::security::tls::peer_scheme(cfg.tls.as_deref()),
+        proposals,
+        commits_in_flight: Default::default(),
+        auth: cfg.auth.clone(),
+        peer: opened.peer,
+        joining: Arc::new(crate::raft::join::Joining::new(opened.stage)),
+        elector: opened.elector,
+        browser,
+    });
+    let cancel = CancellationToken::new();
+    let mut tasks = spawn_tasks(&node, listener, opened.network, proposal_rx, &cfg, &cancel);
+    if joining {
+        tasks.push(tokio::spawn(crate::raft::join::run(
+            node.join_handles(),
+            cfg.join.clone(),
+            cfg.data_dir.clone(),
+            self_addr.clone(),
+            cancel.clone(),
+        )));
+    }
+    Ok(RunningNode {
+        node,
+        addr,
+        cancel,
+        tasks,
+    })
+}
+
+/// What [`start`] opens before the node exists.
+struct Opened {
+    raft: Raft,
+    sm: Arc<SmShared>,
+    network: Network,
+    elector: Arc<Elector>,
+    peer: Arc<PeerGuard>,
+    /// Where a `serve --join` stands.
+    stage: crate::raft::join::Stage,
+}
+
+/// Opens the data dir (identity first), the two stores and Raft, and reads where a join
+/// stands.
+async fn open(cfg: &NodeConfig) -> anyhow::Result<Opened> {
     // Before anything else touches the dir: refuse another node's (or cluster's) data.
     let identity = crate::security::identity::open(&cfg.data_dir, cfg.id, cfg.cluster_id)?;
-    let peer = Arc::new(peer_guard(&cfg, identity.cluster_id));
+    let peer = Arc::new(peer_guard(cfg, identity.cluster_id));
     let log_store = LogStore::open(&cfg.data_dir.join("log"))
         .await
         .with_context(|| format!("opening the log in {}", cfg.data_dir.display()))?;
@@ -192,7 +263,7 @@ pub async fn start(listener: TcpListener, cfg: NodeConfig) -> anyhow::Result<Run
         .with_context(|| format!("opening the state machine in {}", cfg.data_dir.display()))?;
     let sm = sm_store.shared();
     let network = Network::new(cfg.dial.clone(), peer.clone()).with_tls(cfg.tls.clone());
-    let elector = Arc::new(crate::raft::election::Elector::new(
+    let elector = Arc::new(Elector::new(
         log_store.clone(),
         cfg.raft.election_timeout_min_ms,
         cfg.raft.election_timeout_max_ms,
@@ -211,39 +282,26 @@ pub async fn start(listener: TcpListener, cfg: NodeConfig) -> anyhow::Result<Run
         cfg.join.as_ref(),
         raft.is_initialized().await?,
     )?;
-    let joining = stage != crate::raft::join::Stage::Member;
-    if joining {
-        tracing::info!("joining a cluster: this node does not vote until the cluster has added it");
-    } else if cfg.join.is_none() {
-        initialize_if_first(&raft, &cfg, &peer).await?;
-    }
-
-    let browser = crate::http::browser::BrowserPolicy::new(
-        crate::security::tls::peer_scheme(cfg.tls.as_deref()),
-        addr.ip().is_loopback(),
-        cfg.peers.values(),
-        &cfg.allow_origins,
-    )?;
-    let (proposals, proposal_rx) = crate::node::batcher::channel();
-    let node = Arc::new(Node {
-        id: cfg.id,
+    Ok(Opened {
         raft,
         sm,
-        time: Arc::new(Timekeeper::new(cfg.clock.clone())),
-        limits: cfg.limits.clone(),
-        dial: cfg.dial.clone(),
-        metrics: Metrics::default(),
-        forward_http: forward_client(&cfg)?,
-        peer_scheme: crate::security::tls::peer_scheme(cfg.tls.as_deref()),
-        proposals,
-        commits_in_flight: Default::default(),
-        auth: cfg.auth.clone(),
-        peer,
-        joining: crate::raft::join::Joining::new(stage),
+        network,
         elector,
-        browser,
-    });
-    let cancel = CancellationToken::new();
+        peer,
+        stage,
+    })
+}
+
+/// Serves `listener` and starts the node's tasks: the batcher, the leader loop, the
+/// election timer and the leader-change counter (in this order).
+fn spawn_tasks(
+    node: &Arc<Node>,
+    listener: TcpListener,
+    network: Network,
+    proposal_rx: tokio::sync::mpsc::Receiver<crate::node::batcher::Pending>,
+    cfg: &NodeConfig,
+    cancel: &CancellationToken,
+) -> Vec<JoinHandle<()>> {
     let app = crate::http::router(node.clone());
     let server = tokio::spawn(crate::http::listener::serve(
         listener,
@@ -264,30 +322,13 @@ pub async fn start(listener: TcpListener, cfg: NodeConfig) -> anyhow::Result<Run
         cancel.clone(),
     ));
     let elections = tokio::spawn(crate::raft::election::run(
-        node.clone(),
+        node.election_handles(),
         network,
         cancel.clone(),
     ));
     let mut tasks = vec![server, leader, batcher, elections];
-    tasks.push(tokio::spawn(crate::telemetry::metrics::watch_leader(
-        node.clone(),
-        cancel.clone(),
-    )));
-    if joining {
-        tasks.push(tokio::spawn(crate::raft::join::run(
-            node.clone(),
-            cfg.join.clone(),
-            cfg.data_dir.clone(),
-            self_addr.clone(),
-            cancel.clone(),
-        )));
-    }
-    Ok(RunningNode {
-        node,
-        addr,
-        cancel,
-        tasks,
-    })
+    tasks.push(tokio::spawn(watch_leader(node.clone(), cancel.clone())));
+    tasks
 }
 
 /// The client that forwards requests to the leader (https with `--tls-*`, like Raft RPC).
@@ -370,6 +411,29 @@ pub async fn run(
     tracing::info!("shutting down");
     running.shutdown().await;
     Ok(())
+}
+
+/// Counts leader changes into `node.metrics.leader_changes` until `cancel`. openraft
+/// publishes its server metrics (vote, state, leader, membership) only when one changes,
+/// so this wakes once per change, not per log entry.
+pub async fn watch_leader(node: Arc<Node>, cancel: CancellationToken) {
+    let mut rx = node.raft.server_metrics();
+    let mut last = None;
+    loop {
+        let seen = {
+            let m = rx.borrow_and_update();
+            m.current_leader
+                .map(|leader| (m.vote.leader_id().get_term(), leader))
+        };
+        if leader_took_office(last, seen) {
+            node.metrics.leader_changes.fetch_add(1, Ordering::Relaxed);
+            last = seen;
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            changed = rx.changed() => if changed.is_err() { return },
+        }
+    }
 }
 
 /// Why the leader should write a tick now.

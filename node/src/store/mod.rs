@@ -32,7 +32,6 @@ pub use state_machine::{
     read_snapshot_file, write_snapshot_file, write_snapshot_to, BACKUPS_IN_FLIGHT_MAX,
 };
 pub use state_machine::{
-    AppliedState, SmShared, SnapshotBuilder, SnapshotFileError, SnapshotStats, StateMachineStore,
-    SNAPSHOT_FILE_V1,
+    AppliedState, SmShared, SnapshotBuilder, SnapshotFileError, StateMachineStore, SNAPSHOT_FILE_V1,
 };
 pub use wal::{frame_batches_for_fuzzing, replay_segment_for_fuzzing, WalOptions, WalStats};

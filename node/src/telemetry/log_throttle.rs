@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 pub const PEER_REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Default)]
-struct Slot {
+struct KeyWindow {
     last: Option<Instant>,
     suppressed: u64,
 }
@@ -23,7 +23,7 @@ struct Slot {
 #[derive(Debug)]
 pub struct LogThrottle {
     interval: Duration,
-    slots: Mutex<HashMap<&'static str, Slot>>,
+    slots: Mutex<HashMap<&'static str, KeyWindow>>,
 }
 
 impl LogThrottle {

@@ -16,20 +16,17 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use axum::http::Method;
 use leasehold_statemachine::{QueueStats, Stats};
-use tokio_util::sync::CancellationToken;
 
-use crate::node::Node;
-use crate::store::SnapshotStats;
 use crate::types::{NodeId, RaftMetrics};
 
 /// The route label of a request: a fixed set keeps the request families bounded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Route {
+pub enum RouteLabel {
     Jobs,
     Job,
     QueueClaim,
@@ -48,44 +45,44 @@ pub enum Route {
     Other,
 }
 
-impl Route {
-    pub const ALL: [Route; 16] = [
-        Route::Jobs,
-        Route::Job,
-        Route::QueueClaim,
-        Route::Cluster,
-        Route::Digest,
-        Route::Members,
-        Route::Rejections,
-        Route::Nodes,
-        Route::Node,
-        Route::Snapshot,
-        Route::Ui,
-        Route::Healthz,
-        Route::Readyz,
-        Route::Metrics,
-        Route::Raft,
-        Route::Other,
+impl RouteLabel {
+    pub const ALL: [RouteLabel; 16] = [
+        RouteLabel::Jobs,
+        RouteLabel::Job,
+        RouteLabel::QueueClaim,
+        RouteLabel::Cluster,
+        RouteLabel::Digest,
+        RouteLabel::Members,
+        RouteLabel::Rejections,
+        RouteLabel::Nodes,
+        RouteLabel::Node,
+        RouteLabel::Snapshot,
+        RouteLabel::Ui,
+        RouteLabel::Healthz,
+        RouteLabel::Readyz,
+        RouteLabel::Metrics,
+        RouteLabel::Raft,
+        RouteLabel::Other,
     ];
 
     pub fn label(self) -> &'static str {
         match self {
-            Route::Jobs => "/v1/jobs",
-            Route::Job => "/v1/jobs/{id}",
-            Route::QueueClaim => "/v1/queues/{queue}/claim",
-            Route::Cluster => "/v1/cluster",
-            Route::Digest => "/v1/cluster/digest",
-            Route::Members => "/v1/cluster/members",
-            Route::Rejections => "/v1/cluster/rejections",
-            Route::Nodes => "/v1/cluster/nodes",
-            Route::Node => "/v1/cluster/nodes/{id}",
-            Route::Snapshot => "/v1/cluster/snapshot",
-            Route::Ui => "/ui",
-            Route::Healthz => "/healthz",
-            Route::Readyz => "/readyz",
-            Route::Metrics => "/metrics",
-            Route::Raft => "/raft",
-            Route::Other => "other",
+            RouteLabel::Jobs => "/v1/jobs",
+            RouteLabel::Job => "/v1/jobs/{id}",
+            RouteLabel::QueueClaim => "/v1/queues/{queue}/claim",
+            RouteLabel::Cluster => "/v1/cluster",
+            RouteLabel::Digest => "/v1/cluster/digest",
+            RouteLabel::Members => "/v1/cluster/members",
+            RouteLabel::Rejections => "/v1/cluster/rejections",
+            RouteLabel::Nodes => "/v1/cluster/nodes",
+            RouteLabel::Node => "/v1/cluster/nodes/{id}",
+            RouteLabel::Snapshot => "/v1/cluster/snapshot",
+            RouteLabel::Ui => "/ui",
+            RouteLabel::Healthz => "/healthz",
+            RouteLabel::Readyz => "/readyz",
+            RouteLabel::Metrics => "/metrics",
+            RouteLabel::Raft => "/raft",
+            RouteLabel::Other => "other",
         }
     }
 }
@@ -182,14 +179,14 @@ impl Default for RouteCells {
 
 #[derive(Debug)]
 pub struct Metrics {
-    routes: [RouteCells; Route::ALL.len()],
+    routes: [RouteCells; RouteLabel::ALL.len()],
     /// (route, status) → count, for statuses not in [`STATUSES`].
-    other_statuses: Mutex<BTreeMap<(Route, u16), u64>>,
+    other_statuses: Mutex<BTreeMap<(RouteLabel, u16), u64>>,
     /// (command kind, outcome code) → count, as answered by this node's proposals.
     commands: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
     pub forwarded: AtomicU64,
     pub ticks: AtomicU64,
-    /// Leaders this node has seen take office (see [`watch_leader`]).
+    /// Leaders this node has seen take office (see `server::watch_leader`).
     pub leader_changes: AtomicU64,
     /// Pre-votes this node answered (`election.rs`), granted and refused.
     pub prevotes_granted: AtomicU64,
@@ -261,7 +258,7 @@ pub enum Refused {
     LongPollsPerCaller,
     /// 400: a GET, HEAD or DELETE declared a body (never read; the connection closes).
     BodyNotAllowed,
-    /// 403 or 404: a scoped token named a queue or job outside its scope (`crate::security::scope`;
+    /// 403 or 404: a scoped token named a queue or job outside its scope (`security/scope.rs`;
     /// counted by the handler, so these do reach `leasehold_requests_total`).
     Scope,
 }
@@ -407,6 +404,21 @@ pub struct Scrape {
     pub quorum_lost: u64,
 }
 
+/// Snapshot builds of this node since it started: the state-machine store records them,
+/// a scrape reads them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SnapshotStats {
+    pub builds: u64,
+    /// Size of the last snapshot file built, bytes.
+    pub last_bytes: u64,
+    /// Whole build (capture, encode, write, fsync) of the last one, ms.
+    pub last_build_ms: u64,
+    /// Of which applies were held off (capturing the records), ms.
+    pub last_capture_ms: u64,
+    /// Log index the last snapshot covers.
+    pub last_index: u64,
+}
+
 /// The queues exported one by one, and the rest summed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct QueueTop {
@@ -455,7 +467,7 @@ pub fn top_queues<'a>(
 
 impl Metrics {
     /// Counts one answered request and its latency (taken in `http::stamp_headers`).
-    pub fn request(&self, route: Route, method: &Method, status: u16, elapsed: Duration) {
+    pub fn request(&self, route: RouteLabel, method: &Method, status: u16, elapsed: Duration) {
         let cells = &self.routes[route as usize];
         match STATUSES.iter().position(|&s| s == status) {
             Some(i) => {
@@ -501,7 +513,7 @@ impl Metrics {
             "HTTP requests by route and status.",
         );
         let mut counts: BTreeMap<(&str, u16), u64> = BTreeMap::new();
-        for route in Route::ALL {
+        for route in RouteLabel::ALL {
             let cells = &self.routes[route as usize];
             for (status, n) in STATUSES.iter().zip(&cells.statuses) {
                 let n = n.load(Ordering::Relaxed);
@@ -528,7 +540,7 @@ impl Metrics {
             "histogram",
             "Time from receiving a request to its response head, by route and method.",
         );
-        for route in Route::ALL {
+        for route in RouteLabel::ALL {
             for (method, h) in METHODS.iter().zip(&self.routes[route as usize].latency) {
                 let (cumulative, sum_s) = h.read();
                 let count = *cumulative.last().expect("+Inf bucket");
@@ -875,29 +887,6 @@ pub fn leader_took_office(last: Option<(u64, NodeId)>, seen: Option<(u64, NodeId
     seen.is_some() && seen != last
 }
 
-/// Counts leader changes into `node.metrics.leader_changes` until `cancel`. openraft
-/// publishes its server metrics (vote, state, leader, membership) only when one changes,
-/// so this wakes once per change, not per log entry.
-pub async fn watch_leader(node: Arc<Node>, cancel: CancellationToken) {
-    let mut rx = node.raft.server_metrics();
-    let mut last = None;
-    loop {
-        let seen = {
-            let m = rx.borrow_and_update();
-            m.current_leader
-                .map(|leader| (m.vote.leader_id().get_term(), leader))
-        };
-        if leader_took_office(last, seen) {
-            node.metrics.leader_changes.fetch_add(1, Ordering::Relaxed);
-            last = seen;
-        }
-        tokio::select! {
-            _ = cancel.cancelled() => return,
-            changed = rx.changed() => if changed.is_err() { return },
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::collections::{BTreeSet, HashMap};
@@ -1121,12 +1110,17 @@ mod tests {
         let m = Metrics::default();
         let ms = Duration::from_millis;
         for (route, method, status, took) in [
-            (Route::Job, Method::POST, 200, ms(3)),
-            (Route::Job, Method::POST, 409, ms(1)),
-            (Route::Job, Method::GET, 200, Duration::from_micros(150)),
-            (Route::QueueClaim, Method::POST, 204, ms(30_000)),
-            (Route::QueueClaim, Method::POST, 200, ms(90_000)),
-            (Route::Other, Method::PUT, 418, ms(0)),
+            (RouteLabel::Job, Method::POST, 200, ms(3)),
+            (RouteLabel::Job, Method::POST, 409, ms(1)),
+            (
+                RouteLabel::Job,
+                Method::GET,
+                200,
+                Duration::from_micros(150),
+            ),
+            (RouteLabel::QueueClaim, Method::POST, 204, ms(30_000)),
+            (RouteLabel::QueueClaim, Method::POST, 200, ms(90_000)),
+            (RouteLabel::Other, Method::PUT, 418, ms(0)),
         ] {
             m.request(route, &method, status, took);
         }

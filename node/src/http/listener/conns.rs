@@ -76,7 +76,7 @@ impl Activity {
     }
 }
 
-struct Entry {
+struct ConnEntry {
     source: IpAddr,
     activity: Arc<Activity>,
     closing: CancellationToken,
@@ -85,12 +85,12 @@ struct Entry {
 #[derive(Default)]
 struct Table {
     next_id: u64,
-    open: HashMap<u64, Entry>,
+    open: HashMap<u64, ConnEntry>,
     by_source: HashMap<IpAddr, usize>,
 }
 
 impl Table {
-    fn remove(&mut self, id: u64) -> Option<Entry> {
+    fn remove(&mut self, id: u64) -> Option<ConnEntry> {
         let e = self.open.remove(&id)?;
         if let Some(n) = self.by_source.get_mut(&e.source) {
             *n -= 1;
@@ -220,7 +220,7 @@ impl Conns {
         let closing = CancellationToken::new();
         t.open.insert(
             id,
-            Entry {
+            ConnEntry {
                 source,
                 activity: activity.clone(),
                 closing: closing.clone(),

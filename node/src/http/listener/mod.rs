@@ -162,7 +162,7 @@ pub fn budget_of(path: &str) -> Budget {
 }
 
 /// What every connection of one listener shares.
-struct Shared {
+struct ListenerState {
     app: Router,
     /// For the `X-Leasehold-Node`/`-Leader` headers of the answers given here.
     node: Arc<Node>,
@@ -183,7 +183,7 @@ pub async fn serve(
     cancel: CancellationToken,
 ) {
     let conns = Conns::new(limits.max_connections, limits.max_connections_per_source);
-    let shared = Arc::new(Shared {
+    let shared = Arc::new(ListenerState {
         app,
         node,
         client_slots: Pool::new(limits.max_inflight, limits.max_inflight_per_caller),
@@ -237,6 +237,12 @@ pub async fn serve(
         };
     }
     drop(listener);
+    drain(tasks).await;
+}
+
+/// Waits at most [`SHUTDOWN_DRAIN_MS`] for the open connections to finish, then closes
+/// the rest.
+async fn drain(mut tasks: JoinSet<()>) {
     let drain = async { while tasks.join_next().await.is_some() {} };
     if tokio::time::timeout(Duration::from_millis(SHUTDOWN_DRAIN_MS), drain)
         .await
@@ -274,7 +280,7 @@ async fn serve_tls_connection(
     tcp: TcpStream,
     peer: SocketAddr,
     acceptor: TlsAcceptor,
-    shared: Arc<Shared>,
+    shared: Arc<ListenerState>,
     connection_slot: ConnGuard,
     cancel: CancellationToken,
 ) {
@@ -295,7 +301,7 @@ async fn serve_tls_connection(
 async fn serve_connection<IO>(
     io: IO,
     source: IpAddr,
-    shared: Arc<Shared>,
+    shared: Arc<ListenerState>,
     connection_slot: ConnGuard,
     cancel: CancellationToken,
 ) where
@@ -380,7 +386,11 @@ pub struct RaftSlots(pub Arc<Semaphore>);
 /// One request: refuse a body where none belongs, take an in-flight slot of its budget
 /// or answer 503 at once, then run the router under the budget's timeout. A Raft
 /// request takes its slot in its handler, once authenticated ([`RaftSlots`]).
-async fn handle(shared: &Shared, source: IpAddr, mut req: Request<Incoming>) -> Response<Body> {
+async fn handle(
+    shared: &ListenerState,
+    source: IpAddr,
+    mut req: Request<Incoming>,
+) -> Response<Body> {
     if declares_unwanted_body(&req) {
         shared.node.metrics.refused(Refused::BodyNotAllowed);
         return stamped(&shared.node, body_not_allowed(req.method()));
@@ -430,7 +440,7 @@ enum TakenSlot {
 
 /// A slot of `budget` for this request (`None` for the exempt `/healthz`), or why not.
 fn take_slot(
-    shared: &Shared,
+    shared: &ListenerState,
     source: IpAddr,
     req: &Request<Incoming>,
     budget: Budget,
