@@ -3,7 +3,7 @@
 //! An append is acknowledged to openraft (`LogFlushed`) only after its batch is written
 //! and fsynced. The fsync happens inline, on the Raft core's own task: openraft 0.9 waits
 //! for the append's flush before it replicates or answers anyway, so handing the write to
-//! another thread would only add two wake-ups to every write (see `wal.rs`).
+//! another thread would only add two wake-ups to every write (see `wal/mod.rs`).
 //!
 //! Group commit happens upstream: the batcher packs concurrent commands into one entry,
 //! and openraft hands over every entry accumulated meanwhile in one append.

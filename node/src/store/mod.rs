@@ -1,7 +1,7 @@
 //! Storage: the durable Raft log and the in-memory state machine with its snapshot file.
 //!
 //! openraft (storage-v2) splits storage in two, and so does this module:
-//! - [`LogStore`] (`log_store.rs`, on `wal.rs`): entries, vote, committed index and purge
+//! - [`LogStore`] (`log_store.rs`, on `wal/`): entries, vote, committed index and purge
 //!   point in Leasehold's own write-ahead log of preallocated segment files. An append is
 //!   acknowledged only once written and fsynced, inline on the Raft core's task.
 //! - [`StateMachineStore`] (`state_machine.rs`): the [`LeaseMachine`] in memory, rebuilt

@@ -41,27 +41,39 @@
 //!
 //! Every entry's location is indexed; the most recent entries (up to a byte budget) also
 //! stay decoded in memory for replication. Older ones are read back with `pread`.
+//!
+//! # Files
+//!
+//! - this file: [`Wal`] and its write path (append, vote, commit, truncate, purge, read,
+//!   new segments);
+//! - `format.rs`: the bytes above — names, headers, batches with their CRC, records;
+//! - `replay.rs`: [`Wal::open`] — the lock, replay, the torn-tail repair, damage;
+//! - `index.rs`: the in-memory index the other two keep.
+//!
+//! Imports only `types` of the crate: the log store (`store/log_store.rs`) is its one user.
 
-use std::collections::{BTreeMap, VecDeque};
-use std::fs::{self, File, OpenOptions, TryLockError};
+mod format;
+mod index;
+mod replay;
+
+use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use serde::{Deserialize, Serialize};
-
+use self::format::{
+    decode_record, push_batch, push_record, segment_path, Record, RecordRef, BATCH_HEAD,
+    HEADER_LEN, MAGIC, RECORD_HEAD,
+};
+use self::index::{Inner, Loc, Segment};
 use crate::types::{LogId, TypeConfig, Vote};
 
-pub type Entry = openraft::Entry<TypeConfig>;
+pub use self::format::frame_batches_for_fuzzing;
+pub use self::replay::replay_segment_for_fuzzing;
 
-const MAGIC: [u8; 8] = *b"LHWAL\0\0\x01";
-const HEADER_LEN: u64 = 16;
-const BATCH_HEAD: usize = 8;
-const RECORD_HEAD: usize = 4;
-/// No batch is larger: a length beyond this is corrupt, not a batch to allocate for.
-const MAX_BATCH_BYTES: u32 = 1 << 30;
+pub type Entry = openraft::Entry<TypeConfig>;
 
 /// Sizes of a [`Wal`].
 #[derive(Debug, Clone, Copy)]
@@ -105,51 +117,6 @@ pub struct WalStats {
     pub segments: u64,
 }
 
-/// The records of the log, encoded with bincode. Only ever add variants at the end.
-#[derive(Debug, Serialize, Deserialize)]
-enum Record {
-    Checkpoint {
-        vote: Option<Vote>,
-        committed: Option<LogId>,
-        purged: Option<LogId>,
-    },
-    Entry(Entry),
-    Vote(Vote),
-    Committed(LogId),
-    /// Removes every entry at or after this index.
-    Truncate(u64),
-    Purge(LogId),
-}
-
-/// [`Record`] borrowing its entry, so encoding does not clone it; bincode writes both the
-/// same way (tested).
-#[derive(Serialize)]
-enum RecordRef<'a> {
-    #[allow(dead_code)]
-    Checkpoint {
-        vote: Option<Vote>,
-        committed: Option<LogId>,
-        purged: Option<LogId>,
-    },
-    Entry(&'a Entry),
-}
-
-/// Where an entry's record is: its segment and its bytes there.
-#[derive(Debug, Clone, Copy)]
-struct Loc {
-    log_id: LogId,
-    seq: u64,
-    offset: u64,
-    len: u32,
-}
-
-struct Segment {
-    file: Arc<File>,
-    path: PathBuf,
-    /// The highest entry index written to this segment, if any.
-    max_index: Option<u64>,
-}
-
 /// The durable Raft log of one node. All methods take `&self`; writes are meant to come
 /// from one task (the Raft core), reads from any.
 pub struct Wal {
@@ -162,28 +129,6 @@ pub struct Wal {
     _lock: File,
 }
 
-struct Inner {
-    segments: BTreeMap<u64, Segment>,
-    /// The segment being written, and where the next batch goes in it.
-    active: u64,
-    pos: u64,
-    cap: u64,
-    vote: Option<Vote>,
-    committed: Option<LogId>,
-    purged: Option<LogId>,
-    /// Entries after the purge point, oldest first, contiguous.
-    locs: VecDeque<Loc>,
-    /// The newest entries, decoded: `cache[i]` is the entry of `locs[locs.len() -
-    /// cache.len() + i]`.
-    cache: VecDeque<(Entry, usize)>,
-    cached_bytes: usize,
-    /// Records written with the next batch: committed ids, truncations, purges.
-    pending: Vec<u8>,
-    /// Set by a failed write or fsync: after that the file's state is unknown (an fsync
-    /// error may have dropped dirty pages), so every later write fails too.
-    failed: Option<String>,
-}
-
 /// A framed batch, ready to be written outside the lock.
 struct Batch {
     file: Arc<File>,
@@ -192,46 +137,6 @@ struct Batch {
 }
 
 impl Wal {
-    /// Opens (or creates) the log in `dir` and replays it. Fails if another `Wal` holds
-    /// the directory, or if a segment is damaged (naming the file).
-    pub fn open(dir: &Path, opts: WalOptions) -> io::Result<Wal> {
-        fs::create_dir_all(dir)?;
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(dir.join("LOCK"))?;
-        match lock.try_lock() {
-            Ok(()) => {}
-            Err(TryLockError::WouldBlock) => {
-                return Err(io::Error::new(
-                    io::ErrorKind::WouldBlock,
-                    format!(
-                        "raft log {} is in use by another process (or another open log)",
-                        dir.display()
-                    ),
-                ))
-            }
-            Err(TryLockError::Error(e)) => return Err(e),
-        }
-        let mut inner = replay(dir, &opts)?;
-        if inner.segments.is_empty() {
-            let (seg, end) = create_segment(dir, 1, &opts, &inner)?;
-            inner.segments.insert(1, seg);
-            inner.active = 1;
-            inner.pos = end;
-            inner.cap = opts.segment_bytes;
-        }
-        Ok(Wal {
-            dir: dir.to_path_buf(),
-            opts,
-            state: Mutex::new(inner),
-            writes: AtomicU64::new(0),
-            syncs: AtomicU64::new(0),
-            _lock: lock,
-        })
-    }
-
     pub fn dir(&self) -> &Path {
         &self.dir
     }
@@ -515,159 +420,6 @@ impl Drop for Wal {
     }
 }
 
-impl Inner {
-    fn empty() -> Inner {
-        Inner {
-            segments: BTreeMap::new(),
-            active: 0,
-            pos: 0,
-            cap: 0,
-            vote: None,
-            committed: None,
-            purged: None,
-            locs: VecDeque::new(),
-            cache: VecDeque::new(),
-            cached_bytes: 0,
-            pending: Vec::new(),
-            failed: None,
-        }
-    }
-
-    fn last(&self) -> Option<LogId> {
-        self.locs.back().map(|l| l.log_id).or(self.purged)
-    }
-
-    fn check(&self) -> io::Result<()> {
-        match &self.failed {
-            None => Ok(()),
-            Some(why) => Err(io::Error::other(format!(
-                "the raft log failed earlier and takes no more writes: {why}"
-            ))),
-        }
-    }
-
-    fn fail(&mut self, e: io::Error, doing: &str) -> io::Error {
-        let msg = format!("{doing}: {e}");
-        self.failed.get_or_insert(msg.clone());
-        io::Error::new(e.kind(), msg)
-    }
-
-    fn push_entry(&mut self, loc: Loc, entry: Entry) {
-        let size = loc.len as usize + std::mem::size_of::<Entry>();
-        self.locs.push_back(loc);
-        self.cache.push_back((entry, size));
-        self.cached_bytes += size;
-    }
-
-    /// Drops the oldest cached entries beyond `budget` bytes (they stay readable from
-    /// disk), always keeping the newest.
-    fn evict(&mut self, budget: usize) {
-        while self.cached_bytes > budget && self.cache.len() > 1 {
-            if let Some((_, s)) = self.cache.pop_front() {
-                self.cached_bytes -= s;
-            }
-        }
-    }
-
-    fn truncate_from(&mut self, since: u64) {
-        while self.locs.back().is_some_and(|l| l.log_id.index >= since) {
-            self.locs.pop_back();
-            if let Some((_, s)) = self.cache.pop_back() {
-                self.cached_bytes -= s;
-            }
-        }
-    }
-
-    fn purge_upto(&mut self, upto: LogId) {
-        while self
-            .locs
-            .front()
-            .is_some_and(|l| l.log_id.index <= upto.index)
-        {
-            self.locs.pop_front();
-            if self.cache.len() > self.locs.len() {
-                if let Some((_, s)) = self.cache.pop_front() {
-                    self.cached_bytes -= s;
-                }
-            }
-        }
-        self.purged = Some(upto);
-    }
-
-    /// Closed segments every entry of which — and of every segment before — is purged.
-    fn deletable(&self) -> Vec<u64> {
-        let purged = self.purged.map(|p| p.index);
-        let mut out = Vec::new();
-        for (&seq, seg) in &self.segments {
-            if seq == self.active {
-                break;
-            }
-            match seg.max_index {
-                Some(max) if purged.is_none_or(|p| max > p) => break,
-                _ => out.push(seq),
-            }
-        }
-        out
-    }
-
-    fn checkpoint(&self) -> Record {
-        Record::Checkpoint {
-            vote: self.vote,
-            committed: self.committed,
-            purged: self.purged,
-        }
-    }
-}
-
-/// Appends `record` to `buf` with its length in front; on failure `buf` is left as it was.
-fn push_record<T: Serialize>(buf: &mut Vec<u8>, record: &T) -> io::Result<()> {
-    let at = buf.len();
-    buf.extend_from_slice(&[0; RECORD_HEAD]);
-    let encoded = bincode::serialize_into(&mut *buf, record)
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
-        .and_then(|()| {
-            u32::try_from(buf.len() - at - RECORD_HEAD)
-                .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "log record too large"))
-        });
-    match encoded {
-        Ok(len) => {
-            buf[at..at + RECORD_HEAD].copy_from_slice(&len.to_le_bytes());
-            Ok(())
-        }
-        Err(e) => {
-            buf.truncate(at);
-            Err(e)
-        }
-    }
-}
-
-fn decode_record(bytes: &[u8]) -> io::Result<Record> {
-    bincode::deserialize(bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
-}
-
-/// Appends `body` to `out` framed as a batch: its length, the CRC, the body.
-fn push_batch(out: &mut Vec<u8>, body: &[u8]) -> io::Result<()> {
-    let len = u32::try_from(body.len())
-        .ok()
-        .filter(|&l| l <= MAX_BATCH_BYTES)
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "log batch too large"))?;
-    out.extend_from_slice(&len.to_le_bytes());
-    out.extend_from_slice(&batch_crc(len, body).to_le_bytes());
-    out.extend_from_slice(body);
-    Ok(())
-}
-
-fn batch_crc(len: u32, body: &[u8]) -> u32 {
-    let mut h = crc32fast::Hasher::new();
-    h.update(&len.to_le_bytes());
-    h.update(body);
-    h.finalize()
-}
-
-fn segment_path(dir: &Path, seq: u64) -> PathBuf {
-    dir.join(format!("seg-{seq:020}.wal"))
-}
-
 /// Creates segment `seq`: header, a checkpoint batch of `st`, preallocated, fsynced with
 /// its directory entry, before anything else is written to it. Returns it and where the
 /// next batch goes in it.
@@ -700,293 +452,4 @@ fn create_segment(
         max_index: None,
     };
     Ok((seg, end))
-}
-
-fn damaged(path: &Path, offset: u64, what: &str) -> io::Error {
-    io::Error::new(
-        io::ErrorKind::InvalidData,
-        format!(
-            "raft log segment {} is damaged at byte {offset}: {what} (damaged file: {}; the node will not run on it: restore this node's data dir from a peer or a backup)",
-            path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default(),
-            path.display()
-        ),
-    )
-}
-
-/// Reads every segment in `dir` back into memory state; see the module docs for what is
-/// a torn tail and what is damage.
-fn replay(dir: &Path, opts: &WalOptions) -> io::Result<Inner> {
-    let mut seqs = Vec::new();
-    for e in fs::read_dir(dir)? {
-        let name = e?.file_name();
-        let name = name.to_string_lossy();
-        if let Some(seq) = name
-            .strip_prefix("seg-")
-            .and_then(|s| s.strip_suffix(".wal"))
-            .and_then(|s| s.parse::<u64>().ok())
-        {
-            seqs.push(seq);
-        }
-    }
-    seqs.sort_unstable();
-    // A segment is fsynced whole before anything is written to it, so a last segment of
-    // zeros was being created when the node stopped, and was never used.
-    let mut last_data = None;
-    while let Some(&seq) = seqs.last() {
-        let path = segment_path(dir, seq);
-        let data = fs::read(&path)?;
-        if data.iter().any(|&b| b != 0) {
-            last_data = Some(data); // read once: replayed below
-            break;
-        }
-        fs::remove_file(&path)?;
-        seqs.pop();
-    }
-    let mut st = Inner::empty();
-    let mut ends = BTreeMap::new();
-    for (n, &seq) in seqs.iter().enumerate() {
-        let is_last = n + 1 == seqs.len();
-        let path = segment_path(dir, seq);
-        let cached = if is_last { last_data.take() } else { None };
-        let data = match cached {
-            Some(data) => data,
-            None => fs::read(&path)?,
-        };
-        let header_ok = data.len() as u64 >= HEADER_LEN
-            && data[..8] == MAGIC
-            && data[8..16] == seq.to_le_bytes();
-        if !header_ok {
-            return Err(damaged(&path, 0, "not a Leasehold log segment header"));
-        }
-        let (pos, max_index) = scan_segment(&data, seq, is_last, &path, &mut st, opts)?;
-        let file = OpenOptions::new().read(true).write(true).open(&path)?;
-        if is_last {
-            // Cut a torn tail and re-extend: zeros past the end again, so that recovery
-            // next time cannot mistake old bytes for a batch.
-            if data[pos..].iter().any(|&b| b != 0) {
-                file.set_len(pos as u64)?;
-                file.set_len(opts.segment_bytes.max(pos as u64))?;
-                file.sync_all()?;
-            }
-        }
-        ends.insert(seq, (pos as u64, data.len() as u64));
-        st.segments.insert(
-            seq,
-            Segment {
-                file: Arc::new(file),
-                path,
-                max_index,
-            },
-        );
-    }
-    if let Some((&seq, &(pos, len))) = ends.last_key_value() {
-        st.active = seq;
-        st.pos = pos;
-        st.cap = opts.segment_bytes.max(len);
-    }
-    Ok(st)
-}
-
-/// Replays the batches of one segment (`data`, header included and checked by the
-/// caller) into `st`. Returns where its valid part ends and the highest entry index in
-/// it; see the module docs for what is a torn tail and what is damage.
-fn scan_segment(
-    data: &[u8],
-    seq: u64,
-    is_last: bool,
-    path: &Path,
-    st: &mut Inner,
-    opts: &WalOptions,
-) -> io::Result<(usize, Option<u64>)> {
-    let mut pos = HEADER_LEN as usize;
-    let mut max_index = None;
-    let mut first = true;
-    loop {
-        let rest = &data[pos..];
-        if rest.len() < BATCH_HEAD || rest[..BATCH_HEAD].iter().all(|&b| b == 0) {
-            break;
-        }
-        let len = u32::from_le_bytes(rest[0..4].try_into().unwrap_or_default());
-        let crc = u32::from_le_bytes(rest[4..8].try_into().unwrap_or_default());
-        let whole = len <= MAX_BATCH_BYTES && BATCH_HEAD + len as usize <= rest.len();
-        let body = whole.then(|| &rest[BATCH_HEAD..BATCH_HEAD + len as usize]);
-        let valid = body.filter(|b| batch_crc(len, b) == crc);
-        let Some(body) = valid else {
-            let end = if whole {
-                BATCH_HEAD + len as usize
-            } else {
-                rest.len()
-            };
-            if is_last && rest[end..].iter().all(|&b| b == 0) {
-                break; // a torn last write: cut below
-            }
-            return Err(damaged(path, pos as u64, "batch fails its checksum"));
-        };
-        let body_at = pos + BATCH_HEAD;
-        let mut r = 0;
-        while r < body.len() {
-            let bad = || damaged(path, (body_at + r) as u64, "malformed record");
-            let rlen = body
-                .get(r..r + RECORD_HEAD)
-                .map(|b| u32::from_le_bytes(b.try_into().unwrap_or_default()) as usize)
-                .ok_or_else(bad)?;
-            let bytes = body
-                .get(r + RECORD_HEAD..r + RECORD_HEAD + rlen)
-                .ok_or_else(bad)?;
-            let record = decode_record(bytes).map_err(|_| bad())?;
-            let is_checkpoint = matches!(record, Record::Checkpoint { .. });
-            if first != is_checkpoint {
-                return Err(bad());
-            }
-            first = false;
-            let loc = Loc {
-                log_id: LogId::default(),
-                seq,
-                offset: (body_at + r) as u64,
-                len: (RECORD_HEAD + rlen) as u32,
-            };
-            if let Record::Entry(e) = &record {
-                max_index = Some(e.log_id.index).max(max_index);
-            }
-            apply(st, record, loc, opts)
-                .map_err(|what| damaged(path, (body_at + r) as u64, &what))?;
-            r += RECORD_HEAD + rlen;
-        }
-        pos += BATCH_HEAD + len as usize;
-    }
-    Ok((pos, max_index))
-}
-
-/// Replays one record into `st`; an error is a record that contradicts the log.
-fn apply(st: &mut Inner, record: Record, loc: Loc, opts: &WalOptions) -> Result<(), String> {
-    match record {
-        Record::Checkpoint {
-            vote,
-            committed,
-            purged,
-        } => {
-            // A checkpoint is the state when its segment began, never behind the
-            // records before it.
-            if vote.is_some() {
-                st.vote = vote;
-            }
-            if committed.is_some() {
-                st.committed = committed;
-            }
-            if let Some(p) = purged {
-                if st.purged.is_none_or(|q| p > q) {
-                    st.purge_upto(p);
-                }
-            }
-        }
-        Record::Entry(e) => {
-            let index = e.log_id.index;
-            if st.purged.is_some_and(|p| index <= p.index) {
-                return Ok(());
-            }
-            if let Some(last) = st.locs.back().map(|l| l.log_id.index) {
-                if Some(index) != last.checked_add(1) {
-                    return Err(format!("entry {index} follows entry {last}"));
-                }
-            }
-            let loc = Loc {
-                log_id: e.log_id,
-                ..loc
-            };
-            st.push_entry(loc, e);
-            st.evict(opts.cache_bytes);
-        }
-        Record::Vote(v) => st.vote = Some(v),
-        Record::Committed(c) => st.committed = Some(c).max(st.committed),
-        Record::Truncate(since) => st.truncate_from(since),
-        Record::Purge(p) => {
-            if st.purged.is_none_or(|q| p > q) {
-                st.purge_upto(p);
-            }
-        }
-    }
-    Ok(())
-}
-
-/// For `fuzzing.rs`: replays `body` (the bytes after a segment's header) as the only
-/// segment of a log, the last one or not, and checks what comes back: entries contiguous
-/// and after the purge point, the cache a suffix of them. Returns the error a damaged
-/// segment gives; must never panic on any input.
-pub fn replay_segment_for_fuzzing(body: &[u8], is_last: bool) -> io::Result<WalState> {
-    let mut data = Vec::with_capacity(HEADER_LEN as usize + body.len());
-    data.extend_from_slice(&MAGIC);
-    data.extend_from_slice(&1u64.to_le_bytes());
-    data.extend_from_slice(body);
-    let mut st = Inner::empty();
-    let opts = WalOptions {
-        segment_bytes: 1 << 20,
-        cache_bytes: 4096,
-    };
-    scan_segment(&data, 1, is_last, Path::new("seg-fuzz.wal"), &mut st, &opts)?;
-    for (a, b) in st.locs.iter().zip(st.locs.iter().skip(1)) {
-        assert_eq!(a.log_id.index.checked_add(1), Some(b.log_id.index));
-    }
-    if let (Some(p), Some(first)) = (st.purged, st.locs.front()) {
-        assert!(
-            first.log_id.index > p.index,
-            "an entry at or below the purge point"
-        );
-    }
-    assert!(st.cache.len() <= st.locs.len());
-    let uncached = st.locs.len() - st.cache.len();
-    for ((entry, _), loc) in st.cache.iter().zip(st.locs.iter().skip(uncached)) {
-        assert_eq!(entry.log_id, loc.log_id);
-    }
-    Ok(WalState {
-        vote: st.vote,
-        committed: st.committed,
-        purged: st.purged,
-        last: st.last(),
-    })
-}
-
-/// For `fuzzing.rs`: reads `input` as `len (u32 LE) ++ body` pieces and frames each as a
-/// batch with its CRC filled in, so that fuzzing reaches the records behind the CRC.
-pub fn frame_batches_for_fuzzing(mut input: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(input.len() + input.len() / 2);
-    while input.len() >= 4 {
-        let want = u32::from_le_bytes([input[0], input[1], input[2], input[3]]) as usize;
-        let body = &input[4..4 + want.min(input.len() - 4)];
-        if push_batch(&mut out, body).is_err() {
-            break; // larger than any batch: no input gets there
-        }
-        input = &input[4 + body.len()..];
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn borrowed_records_encode_like_owned_ones() {
-        let entry = Entry {
-            log_id: LogId::new(openraft::CommittedLeaderId::new(3, 1), 7),
-            payload: openraft::EntryPayload::Blank,
-        };
-        let owned = bincode::serialize(&Record::Entry(entry.clone())).unwrap();
-        let borrowed = bincode::serialize(&RecordRef::Entry(&entry)).unwrap();
-        assert_eq!(owned, borrowed);
-        let cp = |vote| Record::Checkpoint {
-            vote,
-            committed: None,
-            purged: None,
-        };
-        let cp_ref = |vote| RecordRef::Checkpoint {
-            vote,
-            committed: None,
-            purged: None,
-        };
-        let v = Some(Vote::new_committed(2, 1));
-        assert_eq!(
-            bincode::serialize(&cp(v)).unwrap(),
-            bincode::serialize(&cp_ref(v)).unwrap()
-        );
-    }
 }
