@@ -2,34 +2,37 @@
 //!
 //! # Layout
 //!
-//! Folders by concern; arrows point one way, from the command line down to storage:
+//! Folders by concern, whose imports point one way, from the command line down to
+//! storage; below them, four lower layers that any folder may use:
 //!
 //! ```text
 //! cli -> server -> http -> node -> raft -> store
-//!                                          |
-//!        security, time, telemetry, types  <-+  (lower layers: anyone may use them)
+//!
+//! security -> telemetry -> time -> types        (used by any of the above)
 //! ```
 //!
 //! - [`cli`]: the `leasehold` command line — `serve`, `dev`, `job`, `cluster`,
-//!   `snapshot save|restore`, `worker run`, `bench`.
+//!   `snapshot save|restore`, `worker run`, `bench` (`main.rs` only calls it).
 //! - [`server`]: `start`/`run` a node — wires storage, Raft and HTTP; the leader loop.
 //! - [`http`]: the accept loop and its limits, the router, the handlers of api.md,
 //!   forwarding to the leader, Raft RPC endpoints, the browser guard and token check.
 //! - [`node`]: the running [`node::Node`] and its decisions (route, propose, linearize);
 //!   group commit.
-//! - [`raft`]: the Raft RPC client, pre-vote and check-quorum, `serve --join`.
+//! - [`raft`]: the Raft RPC client, pre-vote and check quorum, `serve --join`.
 //! - [`store`]: the durable log store (our own WAL) and the state-machine store.
-//! - [`security`]: client tokens and scopes, peer auth and its replay window, the data
-//!   dir's identity, TLS.
-//! - [`time`]: clocks and cluster time.
+//! - [`security`]: client tokens and scopes, the browser guard's rules, peer auth and
+//!   its replay window, the data dir's identity, TLS.
 //! - [`telemetry`]: Prometheus metrics, throttled logging.
-//! - [`types`]: the openraft type configuration.
-//! - [`fuzzing`]: fuzz entry points for every decoder of untrusted bytes (may import
-//!   anything it fuzzes).
+//! - [`time`]: clocks and cluster time.
+//! - [`types`]: the openraft type configuration and the Raft RPC wire names.
+//! - [`fuzzing`]: fuzz entry points for every decoder of untrusted bytes (it may import
+//!   anything it fuzzes; nothing imports it).
 //!
-//! A folder imports only from folders to its right in the picture above, or from the lower
-//! layers; the lower layers import only each other, downward (`security` -> `telemetry` ->
-//! `time` -> `types`). `node/tests/layout.rs` fails on any two-way import between folders.
+//! A module imports only from those to its right in the first row, or from the second
+//! row; the second row imports only to its own right. Where a lower layer needs
+//! something of a higher one, it gets a handle (the election timer runs on
+//! [`raft::election::ElectionHandles`], not on a `Node`). `node/tests/layout.rs` reads
+//! the sources and fails on an import against these arrows.
 
 pub mod cli;
 pub mod fuzzing;

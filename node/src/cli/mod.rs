@@ -3,9 +3,10 @@
 //!
 //! The folder is everything the binary does besides serving: [`jobs`] (`job …`,
 //! `cluster …`), [`worker`] (`worker run`), [`snapshot`] (`snapshot save|restore`),
-//! [`bench`] (the load generator, and `bench failover`). It is the top layer: it may
-//! import any folder (`server` to run a node, `http`'s header names, limits and parsers,
-//! `store` for restores, `security` for secrets and TLS), and only `main.rs` imports it.
+//! [`bench`](mod@bench) (the load generator, and `bench failover`). It is the top layer:
+//! it may import any folder (`server` to run a node, `http`'s header names, limits and
+//! parsers, `store` for restores, `security` for secrets and TLS), and only `main.rs`
+//! imports it.
 
 pub mod bench;
 pub mod jobs;
