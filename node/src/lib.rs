@@ -1,54 +1,47 @@
 //! The Leasehold server: a replicated, durable lease table behind an HTTP/JSON API.
 //!
 //! # Layout
-//! - [`server`]: `start`/`run` a node — storage, Raft, HTTP, the leader loop.
-//! - [`node`]: the running node and its decisions (route, propose, linearize).
-//! - [`batcher`]: group commit — concurrent commands packed into one log entry.
-//! - [`api`]: HTTP handlers of api.md and Raft RPC endpoints.
-//! - [`auth`]: client tokens (`serve --auth-file`): roles, routes, owner prefixes.
-//! - [`scope`]: tenant scopes of tokens (queues, job-id prefix, idempotency keys).
-//! - [`network`]: the Raft RPC client (HTTP + bincode).
-//! - [`peer_auth`]: peer RPC authentication (HMAC over the body) and the cluster-id check.
-//! - [`join`]: `serve --join` — a new node asks a cluster to add it.
-//! - [`identity`]: the data dir's identity file (node and cluster id) and its modes.
+//!
+//! Folders by concern, whose imports point one way, from the command line down to
+//! storage; below them, four lower layers that any folder may use:
+//!
+//! ```text
+//! cli -> server -> http -> node -> raft -> store
+//!
+//! security -> telemetry -> time -> types        (used by any of the above)
+//! ```
+//!
+//! - [`cli`]: the `leasehold` command line — `serve`, `dev`, `job`, `cluster`,
+//!   `snapshot save|restore`, `worker run`, `bench` (`main.rs` only calls it).
+//! - [`server`]: `start`/`run` a node — wires storage, Raft and HTTP; the leader loop.
+//! - [`http`]: the accept loop and its limits, the router, the handlers of api.md,
+//!   forwarding to the leader, Raft RPC endpoints, the browser guard and token check.
+//! - [`node`]: the running [`node::Node`] and its decisions (route, propose, linearize);
+//!   group commit.
+//! - [`raft`]: the Raft RPC client, pre-vote and check quorum, `serve --join`.
 //! - [`store`]: the durable log store (our own WAL) and the state-machine store.
-//! - [`timekeeper`]: cluster time — the leader's stamps.
-//! - [`clock`]: wall and monotonic clocks behind a trait (skewable in tests).
-//! - [`metrics`]: Prometheus counters.
-//! - [`listener`]: the accept loop — connection, header, in-flight and time limits.
-//! - [`tls`]: TLS for the listener and for peer calls (rustls, `ring`), mTLS.
-//! - [`fuzzing`]: fuzz entry points for every decoder of untrusted bytes.
-//! - [`types`]: the openraft type configuration.
-//! - [`cli`]: the `leasehold` command line (`serve`, `dev`, `bench`).
-//! - [`cli_jobs`]: `leasehold job …` and `leasehold cluster status`.
-//! - [`worker`]: `leasehold worker run`.
-//! - [`bench`]: the load generator behind `leasehold bench`.
-//! - [`backup`]: `leasehold snapshot save|restore`.
+//! - [`security`]: client tokens and scopes, the browser guard's rules, peer auth and
+//!   its replay window, the data dir's identity, TLS.
+//! - [`telemetry`]: Prometheus metrics, throttled logging.
+//! - [`time`]: clocks and cluster time.
+//! - [`types`]: the openraft type configuration and the Raft RPC wire names.
+//! - [`fuzzing`]: fuzz entry points for every decoder of untrusted bytes (it may import
+//!   anything it fuzzes; nothing imports it).
+//!
+//! A module imports only from those to its right in the first row, or from the second
+//! row; the second row imports only to its own right. Where a lower layer needs
+//! something of a higher one, it gets a handle (the election timer runs on
+//! [`raft::election::ElectionHandles`], not on a `Node`). `node/tests/layout.rs` reads
+//! the sources and fails on an import against these arrows.
 
-pub mod api;
-pub mod auth;
-pub mod backup;
-pub mod batcher;
-pub mod bench;
-pub mod bench_failover;
 pub mod cli;
-pub mod cli_jobs;
-pub mod clock;
-pub mod election;
 pub mod fuzzing;
-pub mod identity;
-pub mod join;
-pub mod listener;
-pub mod log_throttle;
-pub mod metrics;
-pub mod network;
+pub mod http;
 pub mod node;
-pub mod peer_auth;
-pub mod peer_replay;
-pub mod scope;
+pub mod raft;
+pub mod security;
 pub mod server;
 pub mod store;
-pub mod timekeeper;
-pub mod tls;
+pub mod telemetry;
+pub mod time;
 pub mod types;
-pub mod worker;

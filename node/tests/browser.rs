@@ -1,5 +1,6 @@
-//! The browser guard (issue 17 item 4, `api/browser.rs`) on an in-process three-node
-//! cluster on 127.0.0.1: what a hostile web page can send a `leasehold dev` cluster —
+//! The browser guard (issue 17 item 4; rules in `security/browser.rs`, middleware in
+//! `http/browser.rs`) on an in-process three-node cluster on 127.0.0.1: what a hostile
+//! web page can send a `leasehold dev` cluster —
 //! a `text/plain` or form POST (no preflight), a cross-origin fetch, a DNS-rebound
 //! request with a foreign `Host` — is refused on every node and changes nothing; a
 //! same-origin or `--allow-origin`ed request, a plain client without `Content-Type`,

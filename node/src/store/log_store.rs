@@ -3,13 +3,10 @@
 //! An append is acknowledged to openraft (`LogFlushed`) only after its batch is written
 //! and fsynced. The fsync happens inline, on the Raft core's own task: openraft 0.9 waits
 //! for the append's flush before it replicates or answers anyway, so handing the write to
-//! another thread would only add two wake-ups to every write (see `wal.rs`).
+//! another thread would only add two wake-ups to every write (see `wal/mod.rs`).
 //!
 //! Group commit happens upstream: the batcher packs concurrent commands into one entry,
 //! and openraft hands over every entry accumulated meanwhile in one append.
-//!
-//! A data dir written by an older build (raft-log chunks, `r-*.wal`) is converted on
-//! open (`legacy.rs`).
 
 use std::fmt;
 use std::fmt::Debug;
@@ -21,7 +18,6 @@ use std::sync::Arc;
 use openraft::storage::{LogFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::{AnyError, OptionalSend, StorageError, StorageIOError};
 
-use super::legacy::migrate_raft_log;
 use super::wal::{Wal, WalOptions, WalStats};
 use crate::types::{LogId, NodeId, TypeConfig, Vote};
 
@@ -53,21 +49,15 @@ impl LogStore {
     /// [`LogStore::open`] with explicit segment and cache sizes.
     pub async fn open_with(dir: &Path, opts: WalOptions) -> Result<LogStore, io::Error> {
         let owned = dir.to_path_buf();
-        let wal = tokio::task::spawn_blocking(move || {
-            if let Some(n) = migrate_raft_log(&owned, opts)? {
-                tracing::info!(dir = %owned.display(), entries = n,
-                    "converted the raft log from the older raft-log format");
-            }
-            Wal::open(&owned, opts)
-        })
-        .await
-        .map_err(io::Error::other)?
-        .map_err(|e| {
-            io::Error::new(
-                e.kind(),
-                format!("opening raft log in {}: {e}", dir.display()),
-            )
-        })?;
+        let wal = tokio::task::spawn_blocking(move || Wal::open(&owned, opts))
+            .await
+            .map_err(io::Error::other)?
+            .map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("opening raft log in {}: {e}", dir.display()),
+                )
+            })?;
         Ok(LogStore { wal: Arc::new(wal) })
     }
 

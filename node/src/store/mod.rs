@@ -1,10 +1,9 @@
 //! Storage: the durable Raft log and the in-memory state machine with its snapshot file.
 //!
 //! openraft (storage-v2) splits storage in two, and so does this module:
-//! - [`LogStore`] (`log_store.rs`, on `wal.rs`): entries, vote, committed index and purge
+//! - [`LogStore`] (`log_store.rs`, on `wal/`): entries, vote, committed index and purge
 //!   point in Leasehold's own write-ahead log of preallocated segment files. An append is
 //!   acknowledged only once written and fsynced, inline on the Raft core's task.
-//!   `legacy.rs` converts a log written by builds that used the `raft-log` crate.
 //! - [`StateMachineStore`] (`state_machine.rs`): the [`LeaseMachine`] in memory, rebuilt
 //!   on open from the latest snapshot file, after which openraft re-applies the log up to
 //!   the persisted committed index. [`SmShared`] is the read handle for the HTTP layer.
@@ -19,9 +18,12 @@
 //! <data>/sm/snapshot.tmp                only while a snapshot is being written
 //! ```
 //!
+//! The bottom of the server's layers: it may import only the lower layers (`telemetry`
+//! for its snapshot counts, `time` for the state machine's clock, `types`), never `raft`,
+//! `node`, `http`, `server` or `cli`.
+//!
 //! [`LeaseMachine`]: leasehold_statemachine::LeaseMachine
 
-mod legacy;
 mod log_store;
 pub mod rejections;
 mod state_machine;
@@ -32,7 +34,6 @@ pub use state_machine::{
     read_snapshot_file, write_snapshot_file, write_snapshot_to, BACKUPS_IN_FLIGHT_MAX,
 };
 pub use state_machine::{
-    AppliedState, SmShared, SnapshotBuilder, SnapshotFileError, SnapshotStats, StateMachineStore,
-    SNAPSHOT_FILE_V1,
+    AppliedState, SmShared, SnapshotBuilder, SnapshotFileError, StateMachineStore, SNAPSHOT_FILE_V1,
 };
 pub use wal::{frame_batches_for_fuzzing, replay_segment_for_fuzzing, WalOptions, WalStats};

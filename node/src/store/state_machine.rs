@@ -40,7 +40,8 @@ use openraft::{
 use tokio::sync::watch;
 
 use super::rejections::RecentRejections;
-use crate::clock::SharedClock;
+use crate::telemetry::metrics::SnapshotStats;
+use crate::time::clock::SharedClock;
 use crate::types::{LogId, NodeId, SnapshotMeta, StoredMembership, TypeConfig};
 
 type Entry = openraft::Entry<TypeConfig>;
@@ -116,20 +117,6 @@ pub struct SmShared {
 
 /// Backups one node encodes and streams at once; one more is answered 503.
 pub const BACKUPS_IN_FLIGHT_MAX: usize = 1;
-
-/// Snapshot builds of this node since it started.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SnapshotStats {
-    pub builds: u64,
-    /// Size of the last snapshot file built, bytes.
-    pub last_bytes: u64,
-    /// Whole build (capture, encode, write, fsync) of the last one, ms.
-    pub last_build_ms: u64,
-    /// Of which applies were held off (capturing the records), ms.
-    pub last_capture_ms: u64,
-    /// Log index the last snapshot covers.
-    pub last_index: u64,
-}
 
 impl SmShared {
     fn new(state: AppliedState, dir: PathBuf) -> Self {

@@ -1,0 +1,455 @@
+//! [`Wal`]: Leasehold's own write-ahead log for the Raft log — entries, vote, committed
+//! index and purge point — in preallocated segment files, written and fsynced inline.
+//!
+//! Why not a general-purpose WAL: a lone claim waits for two fsyncs in a row (the leader's,
+//! then a follower's), and at one client those were most of its latency. Two things make
+//! an fsync cheaper here than in a growing append-only file:
+//! - Segments are sized up front (`set_len`), so a write never changes the file's size and
+//!   `fdatasync` has no size update to journal: ~135 µs against ~200 µs on this machine's
+//!   ext4 (3,000 synced 300-byte writes each way).
+//! - The writer does `pwrite` + `fdatasync` itself, on the calling thread, instead of
+//!   handing the buffer to a flush thread and waiting to be woken: two thread wake-ups
+//!   fewer per write. The Raft core waits for an append's fsync before it replicates or
+//!   answers anyway (openraft 0.9), so nothing else was waiting to run.
+//!
+//! # On disk
+//!
+//! ```text
+//! <dir>/LOCK                  held (flock) while a Wal is open
+//! <dir>/seg-<seq, 20 digits>.wal
+//!     header: "LHWAL\0\0\x01" ++ seq (u64 LE)                       16 bytes
+//!     batch*: len (u32 LE) ++ crc32 (u32 LE) ++ body                 one pwrite each
+//!        body: record*: rlen (u32 LE) ++ bincode(Record)
+//!     zeros up to the segment's preallocated size
+//! ```
+//!
+//! Every write is one batch; its CRC covers its length and body. The first batch of each
+//! segment starts with a [`Record::Checkpoint`] of the vote, committed id and purge point,
+//! so a segment that is deleted (all its entries purged) takes nothing with it.
+//!
+//! # Recovery
+//!
+//! Segments are replayed in order. A batch header of zeros ends a segment. A batch that
+//! fails its CRC is a **torn tail** — cut off — only if it is in the last segment and
+//! every byte after it is zero: a crash can only tear the last write, and nothing is ever
+//! written past it. Anything else is **damage**, and opening fails naming the file,
+//! because cutting there would silently drop acknowledged entries. After replay the last
+//! segment is cut to its valid length and re-extended, so the bytes past the end are
+//! zeros again before anything new is written.
+//!
+//! # Memory
+//!
+//! Every entry's location is indexed; the most recent entries (up to a byte budget) also
+//! stay decoded in memory for replication. Older ones are read back with `pread`.
+//!
+//! # Files
+//!
+//! - this file: [`Wal`] and its write path (append, vote, commit, truncate, purge, read,
+//!   new segments);
+//! - `format.rs`: the bytes above — names, headers, batches with their CRC, records;
+//! - `replay.rs`: [`Wal::open`] — the lock, replay, the torn-tail repair, damage;
+//! - `index.rs`: the in-memory index the other two keep.
+//!
+//! Imports only `types` of the crate: the log store (`store/log_store.rs`) is its one user.
+
+mod format;
+mod index;
+mod replay;
+
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use self::format::{
+    decode_record, push_batch, push_record, segment_path, Record, RecordRef, BATCH_HEAD,
+    HEADER_LEN, MAGIC, RECORD_HEAD,
+};
+use self::index::{Inner, Loc, Segment};
+use crate::types::{LogId, TypeConfig, Vote};
+
+pub use self::format::frame_batches_for_fuzzing;
+pub use self::replay::replay_segment_for_fuzzing;
+
+pub type Entry = openraft::Entry<TypeConfig>;
+
+/// Sizes of a [`Wal`].
+#[derive(Debug, Clone, Copy)]
+pub struct WalOptions {
+    /// Preallocated size of a segment. A batch that does not fit starts a new one (a
+    /// batch larger than a whole segment gets a segment of its own, grown to fit).
+    pub segment_bytes: u64,
+    /// Bytes of decoded entries kept in memory, newest first.
+    pub cache_bytes: usize,
+}
+
+impl Default for WalOptions {
+    fn default() -> Self {
+        WalOptions {
+            // Sparse until written, so the size is a bound on how much a closed segment
+            // holds, not disk space taken up front. A segment is deleted once every entry
+            // in it is purged: smaller gives space back sooner, larger rotates less.
+            segment_bytes: 32 * 1024 * 1024,
+            // Several seconds of entries at full load; a larger cache only adds to a
+            // node's memory (a 1 M-job node peaked at 1.07 GB RSS with 128 MiB).
+            cache_bytes: 32 * 1024 * 1024,
+        }
+    }
+}
+
+/// What the log holds, as a replayed or running log sees it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WalState {
+    pub vote: Option<Vote>,
+    pub committed: Option<LogId>,
+    pub purged: Option<LogId>,
+    /// The last entry, or the purge point when no entry is left after it.
+    pub last: Option<LogId>,
+}
+
+/// Counters: how many batches were written and how many of them were fsynced.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WalStats {
+    pub writes: u64,
+    pub syncs: u64,
+    pub segments: u64,
+}
+
+/// The durable Raft log of one node. All methods take `&self`; writes are meant to come
+/// from one task (the Raft core), reads from any.
+pub struct Wal {
+    dir: PathBuf,
+    opts: WalOptions,
+    state: Mutex<Inner>,
+    writes: AtomicU64,
+    syncs: AtomicU64,
+    // Held for the life of the Wal: another process opening the same directory fails.
+    _lock: File,
+}
+
+/// A framed batch, ready to be written outside the lock.
+struct Batch {
+    file: Arc<File>,
+    offset: u64,
+    bytes: Vec<u8>,
+}
+
+impl Wal {
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn lock(&self) -> io::Result<MutexGuard<'_, Inner>> {
+        self.state
+            .lock()
+            .map_err(|_| io::Error::other("raft log lock poisoned by a panic"))
+    }
+
+    pub fn state(&self) -> io::Result<WalState> {
+        let st = self.lock()?;
+        Ok(WalState {
+            vote: st.vote,
+            committed: st.committed,
+            purged: st.purged,
+            last: st.last(),
+        })
+    }
+
+    pub fn stats(&self) -> WalStats {
+        let segments = self.lock().map(|st| st.segments.len() as u64).unwrap_or(0);
+        WalStats {
+            writes: self.writes.load(Ordering::Relaxed),
+            syncs: self.syncs.load(Ordering::Relaxed),
+            segments,
+        }
+    }
+
+    /// Appends entries after the last one and returns once they are on disk. Entries at
+    /// or below the purge point are skipped: a snapshot already holds them.
+    pub fn append(&self, entries: impl IntoIterator<Item = Entry>) -> io::Result<()> {
+        let write = {
+            let mut st = self.lock()?;
+            st.check()?;
+            // The last batch is on disk by now, so its entries may leave the cache; the
+            // ones staged below stay until the next write, in case a reader wants them
+            // before their bytes are written.
+            st.evict(self.opts.cache_bytes);
+            let kept = st.pending.len();
+            let mut body = std::mem::take(&mut st.pending);
+            let mut staged = Vec::new();
+            let mut next = st.last().and_then(|l| l.index.checked_add(1));
+            let purged = st.purged.map(|p| p.index);
+            for entry in entries {
+                let index = entry.log_id.index;
+                if purged.is_some_and(|p| index <= p) {
+                    continue;
+                }
+                let follows = !st.locs.is_empty() || !staged.is_empty();
+                let at = body.len();
+                let pushed = if follows && next != Some(index) {
+                    Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!(
+                            "append of log index {index}: the log ends at {:?}; truncate first",
+                            st.last()
+                        ),
+                    ))
+                } else {
+                    push_record(&mut body, &RecordRef::Entry(&entry))
+                };
+                if let Err(e) = pushed {
+                    // Nothing of this append happened; what was pending still is.
+                    body.truncate(kept);
+                    st.pending = body;
+                    return Err(e);
+                }
+                staged.push((entry, at, body.len() - at));
+                next = index.checked_add(1);
+            }
+            if staged.is_empty() && body.is_empty() {
+                return Ok(());
+            }
+            let write = self.stage(&mut st, body)?;
+            let batch_start = write.offset + BATCH_HEAD as u64;
+            for (entry, at, len) in staged {
+                let loc = Loc {
+                    log_id: entry.log_id,
+                    seq: st.active,
+                    offset: batch_start + at as u64,
+                    len: len as u32,
+                };
+                st.push_entry(loc, entry);
+            }
+            let active = st.active;
+            let last = st.locs.back().map(|l| l.log_id.index);
+            if let Some(seg) = st.segments.get_mut(&active) {
+                seg.max_index = last.max(seg.max_index);
+            }
+            write
+        };
+        self.run(write)
+    }
+
+    /// Stores the vote and returns once it is on disk.
+    pub fn save_vote(&self, vote: &Vote) -> io::Result<()> {
+        let write = {
+            let mut st = self.lock()?;
+            st.check()?;
+            push_record(&mut st.pending, &Record::Vote(*vote))?;
+            let body = std::mem::take(&mut st.pending);
+            self.stage(&mut st, body)?
+        };
+        self.run(write)?;
+        self.lock()?.vote = Some(*vote);
+        Ok(())
+    }
+
+    /// Records the committed id with the next write, not on its own: one lost in a crash
+    /// only means a restarted node re-applies less before a leader tells it more.
+    pub fn save_committed(&self, committed: LogId) -> io::Result<()> {
+        let mut st = self.lock()?;
+        st.check()?;
+        if st.committed.is_some_and(|c| c >= committed) {
+            return Ok(());
+        }
+        push_record(&mut st.pending, &Record::Committed(committed))?;
+        st.committed = Some(committed);
+        Ok(())
+    }
+
+    /// Removes every entry at or after `since`. Recorded with the next write: the entries
+    /// removed were never committed, so if a crash undoes this they come back as
+    /// conflicting entries, which the leader truncates again.
+    pub fn truncate(&self, since: u64) -> io::Result<()> {
+        let mut st = self.lock()?;
+        st.check()?;
+        let Some(last) = st.last() else { return Ok(()) };
+        if since > last.index || st.locs.is_empty() {
+            return Ok(());
+        }
+        push_record(&mut st.pending, &Record::Truncate(since))?;
+        st.truncate_from(since);
+        Ok(())
+    }
+
+    /// Forgets every entry up to and including `upto` (a snapshot holds them). Segments
+    /// that then hold only purged entries are deleted — after the purge record is on
+    /// disk, so a crash can never leave a gap between the purge point and the entries.
+    pub fn purge(&self, upto: LogId) -> io::Result<()> {
+        let (write, doomed) = {
+            let mut st = self.lock()?;
+            st.check()?;
+            if st.purged.is_some_and(|p| p >= upto) {
+                return Ok(());
+            }
+            push_record(&mut st.pending, &Record::Purge(upto))?;
+            st.purge_upto(upto);
+            let doomed: Vec<u64> = st.deletable();
+            if doomed.is_empty() {
+                return Ok(());
+            }
+            let body = std::mem::take(&mut st.pending);
+            let write = self.stage(&mut st, body)?;
+            let doomed: Vec<PathBuf> = doomed
+                .into_iter()
+                .filter_map(|seq| st.segments.remove(&seq).map(|s| s.path))
+                .collect();
+            (write, doomed)
+        };
+        self.run(write)?;
+        for path in doomed {
+            fs::remove_file(&path)?;
+        }
+        Ok(())
+    }
+
+    /// Entries with indexes in `[start, end)` that the log still holds.
+    pub fn read(&self, start: u64, end: u64) -> io::Result<Vec<Entry>> {
+        let mut out: Vec<Option<Entry>> = Vec::new();
+        let mut from_disk = Vec::new();
+        {
+            let st = self.lock()?;
+            let Some(first) = st.locs.front().map(|l| l.log_id.index) else {
+                return Ok(Vec::new());
+            };
+            let lo = start.max(first);
+            let hi = end.min(first.saturating_add(st.locs.len() as u64));
+            if lo >= hi {
+                return Ok(Vec::new());
+            }
+            let cached_from = first + (st.locs.len() - st.cache.len()) as u64;
+            for i in lo..hi {
+                if i >= cached_from {
+                    out.push(Some(st.cache[(i - cached_from) as usize].0.clone()));
+                } else {
+                    let loc = st.locs[(i - first) as usize];
+                    let file = st
+                        .segments
+                        .get(&loc.seq)
+                        .map(|s| s.file.clone())
+                        .ok_or_else(|| io::Error::other("log segment of a live entry is gone"))?;
+                    from_disk.push((out.len(), loc, file));
+                    out.push(None);
+                }
+            }
+        }
+        for (at, loc, file) in from_disk {
+            let mut buf = vec![0u8; loc.len as usize];
+            file.read_exact_at(&mut buf, loc.offset)?;
+            match decode_record(&buf[RECORD_HEAD..])? {
+                Record::Entry(e) if e.log_id == loc.log_id => out[at] = Some(e),
+                _ => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("log entry {} does not read back", loc.log_id),
+                    ))
+                }
+            }
+        }
+        Ok(out.into_iter().flatten().collect())
+    }
+
+    /// Writes records still waiting for a write (committed ids, truncations) and fsyncs.
+    pub fn flush(&self) -> io::Result<()> {
+        let write = {
+            let mut st = self.lock()?;
+            st.check()?;
+            if st.pending.is_empty() {
+                return Ok(());
+            }
+            let body = std::mem::take(&mut st.pending);
+            self.stage(&mut st, body)?
+        };
+        self.run(write)
+    }
+
+    /// Frames `body` as a batch at the write position, starting a new segment first if
+    /// it does not fit in this one.
+    fn stage(&self, st: &mut Inner, body: Vec<u8>) -> io::Result<Batch> {
+        // `body` holds the pending records too: failing here loses them, so the log takes
+        // no more writes after it.
+        self.frame(st, body)
+            .map_err(|e| st.fail(e, "staging a raft log write"))
+    }
+
+    fn frame(&self, st: &mut Inner, body: Vec<u8>) -> io::Result<Batch> {
+        let need = (BATCH_HEAD + body.len()) as u64;
+        if st.pos + need > st.cap {
+            let seq = st.active + 1;
+            let (seg, end) = create_segment(&self.dir, seq, &self.opts, st)?;
+            st.segments.insert(seq, seg);
+            st.active = seq;
+            st.pos = end;
+            st.cap = self.opts.segment_bytes.max(st.pos + need);
+        }
+        let mut bytes = Vec::with_capacity(BATCH_HEAD + body.len());
+        push_batch(&mut bytes, &body)?;
+        let seg = &st.segments[&st.active];
+        let write = Batch {
+            file: seg.file.clone(),
+            offset: st.pos,
+            bytes,
+        };
+        st.pos += need;
+        Ok(write)
+    }
+
+    /// Writes a staged batch and fsyncs it.
+    fn run(&self, write: Batch) -> io::Result<()> {
+        let res = write
+            .file
+            .write_all_at(&write.bytes, write.offset)
+            .and_then(|()| {
+                self.writes.fetch_add(1, Ordering::Relaxed);
+                self.syncs.fetch_add(1, Ordering::Relaxed);
+                write.file.sync_data()
+            });
+        res.map_err(|e| match self.lock() {
+            Ok(mut st) => st.fail(e, "writing the raft log"),
+            Err(p) => p,
+        })
+    }
+}
+
+impl Drop for Wal {
+    fn drop(&mut self) {
+        // Best effort: what is pending only ever makes a restart re-apply less.
+        let _ = self.flush();
+    }
+}
+
+/// Creates segment `seq`: header, a checkpoint batch of `st`, preallocated, fsynced with
+/// its directory entry, before anything else is written to it. Returns it and where the
+/// next batch goes in it.
+fn create_segment(
+    dir: &Path,
+    seq: u64,
+    opts: &WalOptions,
+    st: &Inner,
+) -> io::Result<(Segment, u64)> {
+    let path = segment_path(dir, seq);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&path)?;
+    let mut body = Vec::new();
+    push_record(&mut body, &st.checkpoint())?;
+    let mut bytes = Vec::with_capacity(HEADER_LEN as usize + BATCH_HEAD + body.len());
+    bytes.extend_from_slice(&MAGIC);
+    bytes.extend_from_slice(&seq.to_le_bytes());
+    push_batch(&mut bytes, &body)?;
+    file.write_all_at(&bytes, 0)?;
+    let end = bytes.len() as u64;
+    file.set_len(opts.segment_bytes.max(end))?;
+    file.sync_all()?;
+    File::open(dir)?.sync_all()?;
+    let seg = Segment {
+        file: Arc::new(file),
+        path,
+        max_index: None,
+    };
+    Ok((seg, end))
+}
