@@ -144,7 +144,7 @@ impl ProcCluster {
             .tempdir()
             .expect("creating the cluster's temp dir");
         let peer_secret = root.path().join("peer-secret");
-        leasehold_node::peer_auth::PeerSecret::write_new_file(&peer_secret)
+        leasehold_node::security::peer_auth::PeerSecret::write_new_file(&peer_secret)
             .expect("writing the peer secret");
         let ids: Vec<u64> = (1..=opts.nodes.len() as u64).collect();
         let mut nodes = BTreeMap::new();

@@ -1,4 +1,4 @@
-//! Check quorum (issue 16, item 2; `node/src/election.rs`) on real `leasehold serve`
+//! Check quorum (issue 16, item 2; `node/src/raft/election.rs`) on real `leasehold serve`
 //! processes with `serve`'s default timing (heartbeat 50 ms, election timeout 100–200 ms,
 //! so a leader's lease is 200 ms).
 //!

@@ -1,4 +1,4 @@
-//! Pre-vote (`node/src/election.rs`) on real `leasehold serve` processes with `serve`'s
+//! Pre-vote (`node/src/raft/election.rs`) on real `leasehold serve` processes with `serve`'s
 //! default timing: a follower cut off from the others does not raise its term while it is
 //! away, and does not depose the leader when it comes back.
 //!

@@ -8,7 +8,7 @@
 
 use leasehold_statemachine::{limits, LeaseMachine};
 
-use crate::api::jobs::{self, Action};
+use crate::http::jobs::{self, Action};
 use crate::node::Limits;
 use crate::types::{SnapshotMeta, TypeConfig};
 
@@ -70,7 +70,7 @@ pub fn client_request(route: u8, input: &[u8]) {
     }
 }
 
-/// Decodes a Raft RPC body as `/raft/…` does (see `api/raft_rpc.rs`):
+/// Decodes a Raft RPC body as `/raft/…` does (see `http/raft_rpc.rs`):
 /// 0 AppendEntries, 1 Vote, 2 InstallSnapshot, 3 a snapshot's meta, 4 a pre-vote.
 pub fn raft_rpc(kind: u8, body: &[u8]) {
     use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
@@ -79,7 +79,7 @@ pub fn raft_rpc(kind: u8, body: &[u8]) {
         1 => drop(decode_raft::<VoteRequest<u64>>(body)),
         2 => drop(decode_raft::<InstallSnapshotRequest<TypeConfig>>(body)),
         3 => drop(decode_raft::<SnapshotMeta>(body)),
-        _ => drop(decode_raft::<crate::election::PreVoteRequest>(body)),
+        _ => drop(decode_raft::<crate::raft::election::PreVoteRequest>(body)),
     }
 }
 
@@ -87,7 +87,7 @@ fn decode_raft<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, bincode
     bincode::deserialize(body)
 }
 
-/// Replays bytes as a Raft log segment, as a node does on open (`store/wal.rs`). The first
+/// Replays bytes as a Raft log segment, as a node does on open (`store/wal/`). The first
 /// byte picks: bit 0, the last segment (a torn tail is cut) or an earlier one (damage is
 /// an error); bit 1, the rest is read as `len ++ body` pieces framed with correct CRCs,
 /// so that the record decoding behind the CRC is reached too.

@@ -1,54 +1,44 @@
 //! The Leasehold server: a replicated, durable lease table behind an HTTP/JSON API.
 //!
 //! # Layout
-//! - [`server`]: `start`/`run` a node — storage, Raft, HTTP, the leader loop.
-//! - [`node`]: the running node and its decisions (route, propose, linearize).
-//! - [`batcher`]: group commit — concurrent commands packed into one log entry.
-//! - [`api`]: HTTP handlers of api.md and Raft RPC endpoints.
-//! - [`auth`]: client tokens (`serve --auth-file`): roles, routes, owner prefixes.
-//! - [`scope`]: tenant scopes of tokens (queues, job-id prefix, idempotency keys).
-//! - [`network`]: the Raft RPC client (HTTP + bincode).
-//! - [`peer_auth`]: peer RPC authentication (HMAC over the body) and the cluster-id check.
-//! - [`join`]: `serve --join` — a new node asks a cluster to add it.
-//! - [`identity`]: the data dir's identity file (node and cluster id) and its modes.
+//!
+//! Folders by concern; arrows point one way, from the command line down to storage:
+//!
+//! ```text
+//! cli -> server -> http -> node -> raft -> store
+//!                                          |
+//!        security, time, telemetry, types  <-+  (lower layers: anyone may use them)
+//! ```
+//!
+//! - [`cli`]: the `leasehold` command line — `serve`, `dev`, `job`, `cluster`,
+//!   `snapshot save|restore`, `worker run`, `bench`.
+//! - [`server`]: `start`/`run` a node — wires storage, Raft and HTTP; the leader loop.
+//! - [`http`]: the accept loop and its limits, the router, the handlers of api.md,
+//!   forwarding to the leader, Raft RPC endpoints, the browser guard and token check.
+//! - [`node`]: the running [`node::Node`] and its decisions (route, propose, linearize);
+//!   group commit.
+//! - [`raft`]: the Raft RPC client, pre-vote and check-quorum, `serve --join`.
 //! - [`store`]: the durable log store (our own WAL) and the state-machine store.
-//! - [`timekeeper`]: cluster time — the leader's stamps.
-//! - [`clock`]: wall and monotonic clocks behind a trait (skewable in tests).
-//! - [`metrics`]: Prometheus counters.
-//! - [`listener`]: the accept loop — connection, header, in-flight and time limits.
-//! - [`tls`]: TLS for the listener and for peer calls (rustls, `ring`), mTLS.
-//! - [`fuzzing`]: fuzz entry points for every decoder of untrusted bytes.
+//! - [`security`]: client tokens and scopes, peer auth and its replay window, the data
+//!   dir's identity, TLS.
+//! - [`time`]: clocks and cluster time.
+//! - [`telemetry`]: Prometheus metrics, throttled logging.
 //! - [`types`]: the openraft type configuration.
-//! - [`cli`]: the `leasehold` command line (`serve`, `dev`, `bench`).
-//! - [`cli_jobs`]: `leasehold job …` and `leasehold cluster status`.
-//! - [`worker`]: `leasehold worker run`.
-//! - [`bench`]: the load generator behind `leasehold bench`.
-//! - [`backup`]: `leasehold snapshot save|restore`.
+//! - [`fuzzing`]: fuzz entry points for every decoder of untrusted bytes (may import
+//!   anything it fuzzes).
+//!
+//! A folder imports only from folders to its right in the picture above, or from the lower
+//! layers; the lower layers import only each other, downward (`security` -> `telemetry` ->
+//! `time` -> `types`). `node/tests/layout.rs` fails on any two-way import between folders.
 
-pub mod api;
-pub mod auth;
-pub mod backup;
-pub mod batcher;
-pub mod bench;
-pub mod bench_failover;
 pub mod cli;
-pub mod cli_jobs;
-pub mod clock;
-pub mod election;
 pub mod fuzzing;
-pub mod identity;
-pub mod join;
-pub mod listener;
-pub mod log_throttle;
-pub mod metrics;
-pub mod network;
+pub mod http;
 pub mod node;
-pub mod peer_auth;
-pub mod peer_replay;
-pub mod scope;
+pub mod raft;
+pub mod security;
 pub mod server;
 pub mod store;
-pub mod timekeeper;
-pub mod tls;
+pub mod telemetry;
+pub mod time;
 pub mod types;
-pub mod worker;

@@ -1,4 +1,4 @@
-//! The `leasehold` binary: parses the command line and runs it (see `cli.rs`).
+//! The `leasehold` binary: parses the command line and runs it (see `cli/mod.rs`).
 
 fn main() -> anyhow::Result<()> {
     leasehold_node::cli::main()

@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 use tokio::process::Command as Process;
 
 /// `snapshot restore`'s default generation raise (2^32).
-const RAISE: u64 = leasehold_node::backup::RAISE_GENERATIONS_DEFAULT;
+const RAISE: u64 = leasehold_node::cli::snapshot::RAISE_GENERATIONS_DEFAULT;
 
 /// Bound on one run of the binary.
 const CMD_WAIT: Duration = Duration::from_secs(60);
@@ -572,7 +572,7 @@ async fn a_backup_needs_an_admin_token() {
     let t = tempfile::tempdir().unwrap();
     let auth_path = t.path().join("auth.toml");
     std::fs::write(&auth_path, AUTH_FILE).unwrap();
-    let policy = Arc::new(leasehold_node::auth::AuthPolicy::load(&auth_path).unwrap());
+    let policy = Arc::new(leasehold_node::security::auth::AuthPolicy::load(&auth_path).unwrap());
     let c = TestCluster::start_with(move |cfg| cfg.auth = Some(policy.clone())).await;
     let leader = eventually("a leader", common::LEADER_WAIT, || async {
         c.node(1)

@@ -1,4 +1,4 @@
-//! The browser guard (issue 17 item 4, `api/browser.rs`) on an in-process three-node
+//! The browser guard (issue 17 item 4, `http/browser.rs`) on an in-process three-node
 //! cluster on 127.0.0.1: what a hostile web page can send a `leasehold dev` cluster —
 //! a `text/plain` or form POST (no preflight), a cross-origin fetch, a DNS-rebound
 //! request with a foreign `Host` — is refused on every node and changes nothing; a

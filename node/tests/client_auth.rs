@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{eventually, u64_of, Req, Resp, TestCluster, LEADER_WAIT};
-use leasehold_node::auth::AuthPolicy;
+use leasehold_node::security::auth::AuthPolicy;
 use serde_json::{json, Value};
 use tokio::process::Command;
 

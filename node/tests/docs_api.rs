@@ -12,7 +12,7 @@ use std::path::Path;
 
 use axum::http::Method;
 use clap::CommandFactory;
-use leasehold_node::auth::{self, Need, Operation, Requirement, ROUTES};
+use leasehold_node::security::auth::{self, Need, Operation, Requirement, ROUTES};
 use leasehold_statemachine::ErrorCode;
 
 /// The served part of `docs/api.md`.

@@ -356,7 +356,7 @@ fn raft_seeds() -> Vec<Vec<u8>> {
         data: sample_machine().snapshot(),
         done: true,
     };
-    let prevote = leasehold_node::election::PreVoteRequest {
+    let prevote = leasehold_node::raft::election::PreVoteRequest {
         candidate: 2,
         last_log_id: Some(log_id(2, 6)),
     };

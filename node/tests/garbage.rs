@@ -222,7 +222,7 @@ fn client_garbage(rng: &mut StdRng) -> Vec<Garbage> {
         r#"{"owner":"w-1","generation":1}"#,
     ));
     // An oversized head.
-    let big_header = "h".repeat(leasehold_node::listener::MAX_HEADER_BYTES + 10);
+    let big_header = "h".repeat(leasehold_node::http::listener::MAX_HEADER_BYTES + 10);
     out.push(request(
         "GET",
         b"/v1/cluster",

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{eventually, read_raw_response, refused_in, Req, Resp, TestCluster, LEADER_WAIT};
-use leasehold_node::auth::AuthPolicy;
+use leasehold_node::security::auth::AuthPolicy;
 use serde_json::json;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpSocket, TcpStream};

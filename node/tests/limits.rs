@@ -131,14 +131,14 @@ async fn a_slow_client_is_cut_off_while_others_are_served() {
 async fn oversized_heads_get_431() {
     let c = cluster().await;
     let addr = c.addr(1);
-    let big = "a".repeat(leasehold_node::listener::MAX_HEADER_BYTES + 1);
+    let big = "a".repeat(leasehold_node::http::listener::MAX_HEADER_BYTES + 1);
     let req = format!("GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\nx-big: {big}\r\n\r\n");
     let r = raw_request(addr, req.as_bytes(), RESPONSE_WAIT)
         .await
         .expect("an answer to an oversized head");
     assert_eq!(r.status, 431, "oversized header: {r:?}");
 
-    let many: String = (0..=leasehold_node::listener::MAX_HEADERS)
+    let many: String = (0..=leasehold_node::http::listener::MAX_HEADERS)
         .map(|i| format!("x-h{i}: v\r\n"))
         .collect();
     let req = format!("GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\n{many}\r\n");
@@ -148,7 +148,7 @@ async fn oversized_heads_get_431() {
     assert_eq!(r.status, 431, "too many headers: {r:?}");
 
     // Just under both limits is fine.
-    let fine: String = (0..leasehold_node::listener::MAX_HEADERS - 2)
+    let fine: String = (0..leasehold_node::http::listener::MAX_HEADERS - 2)
         .map(|i| format!("x-h{i}: v\r\n"))
         .collect();
     let req = format!("GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\n{fine}\r\n");

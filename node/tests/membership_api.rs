@@ -9,7 +9,7 @@ mod common;
 use std::sync::Arc;
 
 use common::{Req, TestCluster};
-use leasehold_node::auth::AuthPolicy;
+use leasehold_node::security::auth::AuthPolicy;
 use serde_json::{json, Value};
 
 fn members(v: &Value) -> (Vec<u64>, Vec<u64>) {

@@ -15,8 +15,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::{eventually, u64_of, Req, TestCluster, CATCH_UP_WAIT, LEADER_WAIT};
-use leasehold_node::network::{BINCODE_CONTENT_TYPE, RAFT_APPEND_PATH};
-use leasehold_node::peer_auth::{
+use leasehold_node::raft::network::{BINCODE_CONTENT_TYPE, RAFT_APPEND_PATH};
+use leasehold_node::security::peer_auth::{
     self, ClusterId, PeerSecret, PEER_AUTH_HEADER, PEER_AUTH_WINDOW_MS,
 };
 use leasehold_node::server::{self, NodeConfig};
@@ -392,7 +392,7 @@ async fn leasehold(args: &[String]) -> std::process::Output {
 async fn serve_refuses_a_data_dir_of_another_node_id_naming_the_file_and_both_ids() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    leasehold_node::identity::open(&data, 2, None).unwrap();
+    leasehold_node::security::identity::open(&data, 2, None).unwrap();
     let out = leasehold(&[
         "serve".into(),
         "--id=3".into(),
@@ -406,7 +406,7 @@ async fn serve_refuses_a_data_dir_of_another_node_id_naming_the_file_and_both_id
         !out.status.success(),
         "serve started on node 2's data dir: {stderr}"
     );
-    let file = data.join(leasehold_node::identity::IDENTITY_FILE);
+    let file = data.join(leasehold_node::security::identity::IDENTITY_FILE);
     for needle in ["node 2", "node 3", &file.display().to_string()] {
         assert!(stderr.contains(needle), "{needle:?} not in: {stderr}");
     }
@@ -525,8 +525,8 @@ async fn every_node_records_the_cluster_id_in_a_private_identity_file() {
     for &id in &c.ids {
         use std::os::unix::fs::PermissionsExt;
         let dir = c.data_dir(id);
-        let stored = leasehold_node::identity::load(&dir.join("identity")).unwrap();
-        let want = leasehold_node::identity::Identity {
+        let stored = leasehold_node::security::identity::load(&dir.join("identity")).unwrap();
+        let want = leasehold_node::security::identity::Identity {
             cluster_id: Some(cluster),
             node_id: id,
         };

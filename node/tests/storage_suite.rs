@@ -7,8 +7,8 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use leasehold_node::clock::{SharedClock, SystemClock};
 use leasehold_node::store::{LogStore, SnapshotFileError, StateMachineStore, WalOptions};
+use leasehold_node::time::clock::{SharedClock, SystemClock};
 use leasehold_node::types::{LogId, NodeId, TypeConfig, Vote};
 use leasehold_statemachine::{Command, ErrorCode, Outcome};
 use openraft::storage::{RaftLogReader, RaftLogStorage, RaftLogStorageExt, RaftStateMachine};

@@ -17,7 +17,7 @@ mod common;
 use std::time::Duration;
 
 use common::TestCluster;
-use leasehold_node::batcher::Pending;
+use leasehold_node::node::batcher::Pending;
 use leasehold_statemachine::{Command, Outcome};
 use openraft::ServerState;
 use serde_json::json;

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{eventually, TestCluster, LEADER_WAIT};
-use leasehold_node::tls::{NodeTls, TlsFiles};
+use leasehold_node::security::tls::{NodeTls, TlsFiles};
 use rcgen::{
     BasicConstraints, Certificate, CertificateParams, ExtendedKeyUsagePurpose, IsCa, KeyPair,
 };
@@ -335,7 +335,7 @@ async fn a_tls_cluster_replicates_forwards_and_serves_the_client_and_the_cli() {
     .await;
     assert_eq!(
         out.status.code(),
-        Some(leasehold_node::cli_jobs::EXIT_USAGE),
+        Some(leasehold_node::cli::jobs::EXIT_USAGE),
         "https without --tls-ca is a usage error"
     );
     assert!(
@@ -371,11 +371,11 @@ async fn with_client_auth_only_certified_clients_and_peers_get_in() {
         .await;
     let err = r.expect_err("a client without a certificate was answered");
     assert!(
-        leasehold_node::tls::chain(&err)
+        leasehold_node::security::tls::chain(&err)
             .to_lowercase()
             .contains("certificate"),
         "{}",
-        leasehold_node::tls::chain(&err)
+        leasehold_node::security::tls::chain(&err)
     );
     let r = uncertified
         .post(https_url(&c, leader, "/raft/vote"))
@@ -417,7 +417,7 @@ async fn with_client_auth_only_certified_clients_and_peers_get_in() {
     let out = leasehold(&base).await;
     assert_eq!(
         out.status.code(),
-        Some(leasehold_node::cli_jobs::EXIT_UNAVAILABLE),
+        Some(leasehold_node::cli::jobs::EXIT_UNAVAILABLE),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
@@ -459,8 +459,8 @@ async fn serve_refuses_a_key_of_another_certificate_naming_the_files() {
 /// it 200; the CLI works over https with the CA and a token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_guard_on_refuses_forgeries_and_strangers_and_serves_its_clients() {
-    use leasehold_node::auth::AuthPolicy;
-    use leasehold_node::peer_auth::PeerSecret;
+    use leasehold_node::security::auth::AuthPolicy;
+    use leasehold_node::security::peer_auth::PeerSecret;
 
     let pki = Pki::new();
     let secret = PeerSecret::write_new_file(&pki.dir.path().join("peer-secret")).unwrap();
@@ -608,10 +608,14 @@ async fn every_guard_on_refuses_forgeries_and_strangers_and_serves_its_clients()
     };
     for id in c.ids.clone() {
         let r = http
-            .post(https_url(&c, id, leasehold_node::network::RAFT_APPEND_PATH))
+            .post(https_url(
+                &c,
+                id,
+                leasehold_node::raft::network::RAFT_APPEND_PATH,
+            ))
             .header(
                 "content-type",
-                leasehold_node::network::BINCODE_CONTENT_TYPE,
+                leasehold_node::raft::network::BINCODE_CONTENT_TYPE,
             )
             .body(bincode::serialize(&forged).unwrap())
             .send()

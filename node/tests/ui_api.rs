@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{eventually, u64_of, Req, TestCluster};
-use leasehold_node::auth::AuthPolicy;
+use leasehold_node::security::auth::AuthPolicy;
 use serde_json::{json, Value};
 
 /// Bound on "every node agrees" / "a replica applied it".

@@ -40,7 +40,7 @@ use openraft::{
 use tokio::sync::watch;
 
 use super::rejections::RecentRejections;
-use crate::clock::SharedClock;
+use crate::time::clock::SharedClock;
 use crate::types::{LogId, NodeId, SnapshotMeta, StoredMembership, TypeConfig};
 
 type Entry = openraft::Entry<TypeConfig>;

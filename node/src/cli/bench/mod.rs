@@ -1,0 +1,405 @@
+//! `leasehold bench`: drives a running cluster through the public HTTP API only and
+//! prints one JSON object per run, with the fields of the etcd harness in
+//! `../shared/bench/etcd` so the two can be compared side by side.
+//!
+//! A cycle is claim → renew → complete on a fresh job id; claim mode only claims.
+//! Workers spread round-robin over the endpoints (`all`) or all go to one (`leader`).
+
+pub mod failover;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use clap::{Args, ValueEnum};
+use serde_json::{json, Value};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Mode {
+    /// claim → renew → complete on a fresh job id.
+    Cycle,
+    /// Claim a fresh job id (created by the claim).
+    Claim,
+    /// Submit a fresh job into `--queue` (to load a queue for `claim-next`).
+    Submit,
+    /// Claim the next claimable job of `--queue`; an empty queue counts as an error.
+    ClaimNext,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Cycle => "cycle",
+            Mode::Claim => "claim",
+            Mode::Submit => "submit",
+            Mode::ClaimNext => "claim-next",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Target {
+    All,
+    Leader,
+}
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    pub sub: Option<BenchCmd>,
+    /// Comma-separated node addresses (host:port, http://host:port or https://host:port).
+    #[arg(
+        long,
+        env = "LEASEHOLD_ENDPOINTS",
+        default_value = "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003"
+    )]
+    pub endpoints: String,
+    #[arg(long, value_enum, default_value_t = Mode::Cycle)]
+    pub mode: Mode,
+    #[arg(long, default_value_t = 1)]
+    pub concurrency: usize,
+    /// Timed cycles (claims in claim mode).
+    #[arg(long, default_value_t = 2000)]
+    pub cycles: u64,
+    #[arg(long, default_value_t = 10_000)]
+    pub ttl_ms: u64,
+    #[arg(long, value_enum, default_value_t = Target::All)]
+    pub target: Target,
+    /// Stop the timed part after this long even if cycles remain.
+    #[arg(long, default_value_t = 60)]
+    pub max_secs: u64,
+    /// Tokio threads of the load generator: 1 (default) runs every client on one
+    /// thread, as the etcd harness's `etcdbench` does (`--threads 1`), so both systems
+    /// are driven by the same kind of client.
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// The queue of `submit` and `claim-next`.
+    #[arg(long, default_value = "bench")]
+    pub queue: String,
+    /// Bearer token for nodes started with `--auth-file` (a worker's or admin's).
+    #[arg(long, env = crate::cli::jobs::TOKEN_ENV, hide_env_values = true)]
+    pub token: Option<String>,
+    /// The CA certificate (PEM) of the nodes' certificates, for https:// endpoints.
+    #[arg(long, env = crate::cli::jobs::TLS_CA_ENV)]
+    pub tls_ca: Option<std::path::PathBuf>,
+    /// Client certificate and key (PEM) for nodes started with `--tls-client-auth`.
+    #[arg(long, env = "LEASEHOLD_TLS_CLIENT_CERT", requires = "tls_client_key")]
+    pub tls_client_cert: Option<std::path::PathBuf>,
+    #[arg(long, env = "LEASEHOLD_TLS_CLIENT_KEY", requires = "tls_client_cert")]
+    pub tls_client_key: Option<std::path::PathBuf>,
+}
+
+/// The CA (the only root trusted) and the client identity, when given.
+fn with_tls(
+    mut b: reqwest::ClientBuilder,
+    args: &BenchArgs,
+) -> anyhow::Result<reqwest::ClientBuilder> {
+    let read = |flag: &str, p: &std::path::Path| {
+        std::fs::read(p).with_context(|| format!("{flag} {}", p.display()))
+    };
+    if let Some(ca) = &args.tls_ca {
+        b = b.tls_built_in_root_certs(false);
+        for c in reqwest::Certificate::from_pem_bundle(&read("--tls-ca", ca)?)
+            .with_context(|| format!("--tls-ca {}", ca.display()))?
+        {
+            b = b.add_root_certificate(c);
+        }
+    }
+    if let (Some(cert), Some(key)) = (&args.tls_client_cert, &args.tls_client_key) {
+        let mut pem = read("--tls-client-cert", cert)?;
+        pem.push(b'\n');
+        pem.extend(read("--tls-client-key", key)?);
+        b = b.identity(reqwest::Identity::from_pem(&pem).with_context(|| {
+            format!(
+                "--tls-client-cert {} / --tls-client-key {}",
+                cert.display(),
+                key.display()
+            )
+        })?);
+    }
+    Ok(b)
+}
+
+/// `Authorization: Bearer <token>` on every bench request, when a token is given.
+fn auth_headers(token: Option<&str>) -> anyhow::Result<reqwest::header::HeaderMap> {
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Some(t) = token.map(str::trim).filter(|t| !t.is_empty()) {
+        let mut v = reqwest::header::HeaderValue::from_str(&format!("Bearer {t}"))
+            .context("--token is not a valid header value")?;
+        v.set_sensitive(true);
+        headers.insert(reqwest::header::AUTHORIZATION, v);
+    }
+    Ok(headers)
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum BenchCmd {
+    /// Start a three-node cluster, SIGKILL its leader under load, report the gaps (JSON).
+    Failover(crate::cli::bench::failover::FailoverArgs),
+}
+
+fn base_url(e: &str) -> String {
+    let e = e.trim().trim_end_matches('/');
+    if e.starts_with("http://") || e.starts_with("https://") {
+        e.to_owned()
+    } else {
+        format!("http://{e}")
+    }
+}
+
+#[derive(Default)]
+struct Samples {
+    claim: Vec<f64>,
+    renew: Vec<f64>,
+    complete: Vec<f64>,
+    cycle: Vec<f64>,
+    errors: u64,
+}
+
+struct Shared {
+    http: reqwest::Client,
+    urls: Vec<String>,
+    mode: Mode,
+    ttl_ms: u64,
+    queue: String,
+    /// Job ids of a phase start with `bench-{run}-`, so phases never share a job.
+    run: AtomicU64,
+    next: AtomicU64,
+}
+
+async fn post(s: &Shared, url: &str, path: &str, body: Value) -> anyhow::Result<(Value, f64)> {
+    let t = Instant::now();
+    let resp = s
+        .http
+        .post(format!("{url}{path}"))
+        .json(&body)
+        .send()
+        .await?;
+    let status = resp.status();
+    let v: Value = resp.json().await.unwrap_or(Value::Null);
+    if status == reqwest::StatusCode::NO_CONTENT {
+        bail!("{path}: 204, nothing to claim");
+    }
+    if !status.is_success() {
+        bail!("{path}: {status} {v}");
+    }
+    Ok((v, t.elapsed().as_secs_f64() * 1000.0))
+}
+
+/// One cycle (or claim) on a fresh job; latencies go into `out`.
+async fn one(
+    s: &Shared,
+    url: &str,
+    worker: usize,
+    k: u64,
+    out: &mut Samples,
+) -> anyhow::Result<()> {
+    let t = Instant::now();
+    let job = format!("bench-{}-{worker}-{k}", s.run.load(Ordering::Relaxed));
+    let owner = format!("w{worker}");
+    match s.mode {
+        Mode::Submit => {
+            let body = json!({"id": job, "queue": s.queue});
+            let (_, ms) = post(s, url, "/v1/jobs", body).await?;
+            out.claim.push(ms);
+            return Ok(());
+        }
+        Mode::ClaimNext => {
+            let path = format!("/v1/queues/{}/claim", s.queue);
+            let body = json!({"owner": owner, "ttl_ms": s.ttl_ms});
+            let (_, ms) = post(s, url, &path, body).await?;
+            out.claim.push(ms);
+            return Ok(());
+        }
+        Mode::Cycle | Mode::Claim => {}
+    }
+    let (lease, ms) = post(
+        s,
+        url,
+        &format!("/v1/jobs/{job}/claim"),
+        json!({"owner": owner, "ttl_ms": s.ttl_ms}),
+    )
+    .await?;
+    out.claim.push(ms);
+    if s.mode == Mode::Cycle {
+        let generation = lease["generation"]
+            .as_u64()
+            .context("lease without generation")?;
+        let body = json!({"owner": owner, "generation": generation});
+        let (_, ms) = post(s, url, &format!("/v1/jobs/{job}/renew"), body.clone()).await?;
+        out.renew.push(ms);
+        let (_, ms) = post(s, url, &format!("/v1/jobs/{job}/complete"), body).await?;
+        out.complete.push(ms);
+        out.cycle.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    Ok(())
+}
+
+async fn worker(s: Arc<Shared>, worker: usize, budget: u64, deadline: Option<Instant>) -> Samples {
+    let url = s.urls[worker % s.urls.len()].clone();
+    let mut out = Samples::default();
+    loop {
+        let k = s.next.fetch_add(1, Ordering::Relaxed);
+        if k >= budget || deadline.is_some_and(|d| Instant::now() >= d) {
+            return out;
+        }
+        if let Err(e) = one(&s, &url, worker, k, &mut out).await {
+            out.errors += 1;
+            if out.errors <= 3 {
+                eprintln!("bench: worker {worker}: {e:#}");
+            }
+        }
+    }
+}
+
+async fn phase(
+    s: &Arc<Shared>,
+    run: u64,
+    concurrency: usize,
+    budget: u64,
+    deadline: Option<Instant>,
+) -> Samples {
+    s.run.store(run, Ordering::Relaxed);
+    s.next.store(0, Ordering::Relaxed);
+    let tasks: Vec<_> = (0..concurrency)
+        .map(|w| tokio::spawn(worker(s.clone(), w, budget, deadline)))
+        .collect();
+    let mut all = Samples::default();
+    for t in tasks {
+        let mut r = t.await.expect("bench worker panicked");
+        all.claim.append(&mut r.claim);
+        all.renew.append(&mut r.renew);
+        all.complete.append(&mut r.complete);
+        all.cycle.append(&mut r.cycle);
+        all.errors += r.errors;
+    }
+    all
+}
+
+fn summary(mut v: Vec<f64>) -> Value {
+    if v.is_empty() {
+        return Value::Null;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let q = |p: f64| v[((v.len() - 1) as f64 * p).round() as usize];
+    let r = |x: f64| (x * 1000.0).round() / 1000.0;
+    json!({"p50_ms": r(q(0.5)), "p99_ms": r(q(0.99)), "max_ms": r(q(1.0)), "n": v.len()})
+}
+
+/// The highest term any endpoint reports (elections between two reads = its growth).
+async fn max_term(http: &reqwest::Client, urls: &[String]) -> Option<u64> {
+    let mut best = None;
+    for u in urls {
+        if let Ok(r) = http.get(format!("{u}/v1/cluster")).send().await {
+            let v: Value = r.json().await.unwrap_or(Value::Null);
+            if let Some(t) = v["term"].as_u64() {
+                best = best.max(Some(t));
+            }
+        }
+    }
+    best
+}
+
+async fn find_leader(http: &reqwest::Client, urls: &[String]) -> anyhow::Result<String> {
+    for u in urls {
+        if let Ok(r) = http.get(format!("{u}/v1/cluster")).send().await {
+            let v: Value = r.json().await.unwrap_or(Value::Null);
+            if let (Some(l), Some(nodes)) = (v["leader_id"].as_u64(), v["nodes"].as_object()) {
+                if let Some(addr) = nodes.get(&l.to_string()).and_then(Value::as_str) {
+                    // Node addresses are host:port: the leader speaks what `u` speaks.
+                    if u.starts_with("https://") {
+                        return Ok(format!("https://{addr}"));
+                    }
+                    return Ok(base_url(addr));
+                }
+            }
+        }
+    }
+    bail!("no node named a leader")
+}
+
+pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
+    if let Some(BenchCmd::Failover(a)) = args.sub {
+        return crate::cli::bench::failover::run(a).await;
+    }
+    let http = reqwest::Client::builder()
+        .default_headers(auth_headers(args.token.as_deref())?)
+        .tcp_nodelay(true)
+        .pool_max_idle_per_host(1024)
+        .timeout(Duration::from_secs(10));
+    let http = with_tls(http, &args)?.build()?;
+    let mut urls: Vec<String> = args
+        .endpoints
+        .split(',')
+        .filter(|e| !e.trim().is_empty())
+        .map(base_url)
+        .collect();
+    if urls.is_empty() {
+        bail!("--endpoints is empty");
+    }
+    let all_urls = urls.clone();
+    if args.target == Target::Leader {
+        urls = vec![find_leader(&http, &urls).await?];
+    }
+    let run_id = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_millis() as u64;
+    let s = Arc::new(Shared {
+        http,
+        urls,
+        mode: args.mode,
+        ttl_ms: args.ttl_ms,
+        queue: args.queue.clone(),
+        run: AtomicU64::new(0),
+        next: AtomicU64::new(0),
+    });
+    // Untimed warm-up: 10% of the timed count, at least 50, at most 300, bounded in time.
+    let warm = (args.cycles / 10).clamp(50, 300);
+    let warm_deadline = Instant::now() + Duration::from_secs(args.max_secs.min(15));
+    phase(&s, run_id + 1, args.concurrency, warm, Some(warm_deadline)).await;
+    let term_before = max_term(&s.http, &all_urls).await;
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs(args.max_secs);
+    let r = phase(&s, run_id, args.concurrency, args.cycles, Some(deadline)).await;
+    let secs = start.elapsed().as_secs_f64();
+    let term_after = max_term(&s.http, &all_urls).await;
+    // Each election starts a new term: 0 means no leader change during the timed part.
+    let elections = match (term_before, term_after) {
+        (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+        _ => None,
+    };
+    let done = if args.mode == Mode::Cycle {
+        r.cycle.len()
+    } else {
+        r.claim.len()
+    } as u64;
+    let mut lat = serde_json::Map::new();
+    // Submit latencies are kept in the claim samples; reported under their own name.
+    let first = if args.mode == Mode::Submit {
+        "submit"
+    } else {
+        "claim"
+    };
+    lat.insert(first.into(), summary(r.claim));
+    if args.mode == Mode::Cycle {
+        lat.insert("renew".into(), summary(r.renew));
+        lat.insert("complete".into(), summary(r.complete));
+        lat.insert("cycle".into(), summary(r.cycle));
+    }
+    let out = json!({
+        "system": "leasehold",
+        "mode": args.mode.name(),
+        "target": match args.target { Target::All => "all", Target::Leader => "leader" },
+        "concurrency": args.concurrency,
+        "cycles_done": done,
+        "errors": r.errors,
+        "secs": (secs * 1000.0).round() / 1000.0,
+        "per_sec": ((done as f64 / secs) * 10.0).round() / 10.0,
+        "lat": lat,
+        "elections": elections,
+    });
+    println!("{out}");
+    Ok(())
+}

@@ -1,0 +1,545 @@
+//! `leasehold job …` and `leasehold cluster status`: api.md calls from the command line,
+//! through [`leasehold_client::Client`].
+//!
+//! Output: `--output table` (default) prints a human-readable view; `--output json`
+//! prints exactly one api.md object (a Job, a Lease, the `GET /v1/jobs` page object
+//! `{"jobs":[…],"next_page_token":…}`, or the `GET /v1/cluster` object). `job delete`
+//! prints nothing in JSON mode (the API answers 204 with no body).
+//!
+//! Errors print one line to stderr, `error: <code>: <message>`, and exit with
+//! [`EXIT_API`] for api.md errors, [`EXIT_USAGE`] for bad arguments, [`EXIT_UNAVAILABLE`]
+//! when no node answered or the outcome of a write is unknown.
+
+use std::path::{Path, PathBuf};
+
+use clap::{Args, Subcommand, ValueEnum};
+use leasehold_client::{
+    Client, ClusterStatus, Error, ErrorCode, Job, JobPage, JobState, ListJobs, NewJob,
+};
+use serde::Serialize;
+use serde_json::Value;
+
+/// api.md error (the store or the client's validation answered with an error code).
+pub const EXIT_API: i32 = 1;
+/// Bad command-line usage (clap uses 2 too).
+pub const EXIT_USAGE: i32 = 2;
+/// No node could serve the call, the outcome of a write is unknown, or the answer did
+/// not follow api.md.
+pub const EXIT_UNAVAILABLE: i32 = 3;
+
+/// The default endpoints: the `leasehold dev` cluster.
+pub const DEFAULT_ENDPOINTS: &str = "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    Table,
+    Json,
+}
+
+/// Flags shared by every client-side subcommand.
+#[derive(Debug, Clone, Args)]
+pub struct ClientOpts {
+    /// Nodes to talk to, comma-separated HOST:PORT (plain HTTP) or https://HOST:PORT.
+    #[arg(
+        long,
+        global = true,
+        env = "LEASEHOLD_ENDPOINTS",
+        default_value = DEFAULT_ENDPOINTS,
+        value_delimiter = ','
+    )]
+    pub endpoints: Vec<String>,
+    /// Output format.
+    #[arg(long, global = true, value_enum, default_value_t = Output::Table)]
+    pub output: Output,
+    /// Bearer token for nodes started with `--auth-file` (prefer the environment
+    /// variable: a flag shows in `ps`).
+    #[arg(long, global = true, env = TOKEN_ENV, hide_env_values = true)]
+    pub token: Option<String>,
+    /// The CA certificate (PEM) that signs the nodes' certificates: needed for
+    /// `https://HOST:PORT` endpoints, and the only root trusted for them.
+    #[arg(long, global = true, env = TLS_CA_ENV)]
+    pub tls_ca: Option<PathBuf>,
+    /// A client certificate (PEM) for nodes started with `--tls-client-auth` (mTLS);
+    /// needs --tls-client-key.
+    #[arg(
+        long,
+        global = true,
+        env = "LEASEHOLD_TLS_CLIENT_CERT",
+        requires = "tls_client_key"
+    )]
+    pub tls_client_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-client-cert.
+    #[arg(
+        long,
+        global = true,
+        env = "LEASEHOLD_TLS_CLIENT_KEY",
+        requires = "tls_client_cert"
+    )]
+    pub tls_client_key: Option<PathBuf>,
+}
+
+/// The environment variable every client command reads its token from.
+pub const TOKEN_ENV: &str = "LEASEHOLD_TOKEN";
+/// The environment variable every client command reads its CA file from.
+pub const TLS_CA_ENV: &str = "LEASEHOLD_TLS_CA";
+
+/// Reads a file a flag names; the error names the flag and the file.
+pub fn read_flag_file(flag: &str, path: &Path) -> Result<Vec<u8>, CliError> {
+    std::fs::read(path).map_err(|e| CliError::usage(format!("{flag} {}: {e}", path.display())))
+}
+
+impl ClientOpts {
+    pub fn endpoints(&self) -> Vec<String> {
+        self.endpoints
+            .iter()
+            .map(|e| e.trim().to_owned())
+            .filter(|e| !e.is_empty())
+            .collect()
+    }
+
+    /// The token, surrounding whitespace trimmed (`$(cat file)` keeps no newline, but
+    /// an exported file may); an empty one is none.
+    pub fn token(&self) -> Option<&str> {
+        self.token
+            .as_deref()
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+    }
+
+    pub fn client(&self) -> Result<Client, CliError> {
+        let mut builder = Client::builder(self.endpoints());
+        if let Some(t) = self.token() {
+            builder = builder.token(t);
+        }
+        if let Some(path) = &self.tls_ca {
+            builder = builder.ca_cert_pem(read_flag_file("--tls-ca", path)?);
+        }
+        if let (Some(cert), Some(key)) = (&self.tls_client_cert, &self.tls_client_key) {
+            builder = builder.identity_pem(
+                &read_flag_file("--tls-client-cert", cert)?,
+                &read_flag_file("--tls-client-key", key)?,
+            );
+        }
+        builder.build().map_err(CliError::from)
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct JobArgs {
+    #[command(flatten)]
+    pub opts: ClientOpts,
+    #[command(subcommand)]
+    pub command: JobCmd,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum JobCmd {
+    /// Create a job (POST /v1/jobs).
+    Submit {
+        /// Job id (generated by the store when absent).
+        #[arg(long)]
+        id: Option<String>,
+        #[arg(long)]
+        queue: Option<String>,
+        /// Any JSON value.
+        #[arg(long)]
+        payload: Option<String>,
+        #[arg(long)]
+        max_attempts: Option<u64>,
+    },
+    /// Show one job.
+    Get { id: String },
+    /// List jobs (one page).
+    List {
+        #[arg(long)]
+        queue: Option<String>,
+        /// pending, leased, completed or failed.
+        #[arg(long, value_parser = parse_state)]
+        state: Option<JobState>,
+        /// Page size, 1–1000 (store default 100).
+        #[arg(long)]
+        limit: Option<usize>,
+        /// Continue from a previous page's next_page_token.
+        #[arg(long)]
+        page_token: Option<String>,
+    },
+    /// Claim a lease on a job (created if absent).
+    Claim {
+        id: String,
+        #[arg(long)]
+        owner: String,
+        #[arg(long)]
+        ttl_ms: u64,
+    },
+    /// Renew a lease.
+    Renew {
+        id: String,
+        #[arg(long)]
+        owner: String,
+        #[arg(long)]
+        generation: u64,
+        #[arg(long)]
+        ttl_ms: Option<u64>,
+    },
+    /// Complete a leased job.
+    Complete {
+        id: String,
+        #[arg(long)]
+        owner: String,
+        #[arg(long)]
+        generation: u64,
+        /// Any JSON value.
+        #[arg(long)]
+        result: Option<String>,
+    },
+    /// Release a lease (the job goes back to pending).
+    Release {
+        id: String,
+        #[arg(long)]
+        owner: String,
+        #[arg(long)]
+        generation: u64,
+    },
+    /// Delete a job.
+    Delete { id: String },
+}
+
+#[derive(Debug, Args)]
+pub struct ClusterArgs {
+    #[command(flatten)]
+    pub opts: ClientOpts,
+    #[command(subcommand)]
+    pub command: ClusterCmd,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ClusterCmd {
+    /// Members, leader, term, indexes and cluster time (GET /v1/cluster).
+    Status,
+    /// Add node ID at ADDR (HOST:PORT): a learner, promoted to voter once it has caught up.
+    /// Start the node first (`serve --join` adds itself instead).
+    AddNode { id: u64, addr: String },
+    /// Remove node ID (the leader too: it steps down once the change commits).
+    RemoveNode { id: u64 },
+}
+
+fn parse_state(s: &str) -> Result<JobState, String> {
+    JobState::parse(s).ok_or_else(|| {
+        format!("unknown state {s:?}: expected pending, leased, completed or failed")
+    })
+}
+
+/// A failure of a CLI command: the one line to print and the exit code.
+#[derive(Debug)]
+pub struct CliError {
+    pub code: i32,
+    pub message: String,
+}
+
+impl CliError {
+    pub fn usage(message: impl Into<String>) -> CliError {
+        CliError {
+            code: EXIT_USAGE,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<Error> for CliError {
+    fn from(e: Error) -> Self {
+        let code = match &e {
+            Error::Api { .. } => EXIT_API,
+            Error::Config(_) => EXIT_USAGE,
+            _ => EXIT_UNAVAILABLE,
+        };
+        let mut message = one_line(&e.to_string());
+        if let Some(hint) = auth_hint(e.code()) {
+            message.push_str(hint);
+        }
+        CliError { code, message }
+    }
+}
+
+/// What to do about a 401/403, appended to the store's own message.
+fn auth_hint(code: Option<ErrorCode>) -> Option<&'static str> {
+    match code? {
+        ErrorCode::Unauthenticated => {
+            Some(" (the cluster requires a token: pass --token or set LEASEHOLD_TOKEN)")
+        }
+        ErrorCode::PermissionDenied => {
+            Some(" (the token's role or owner prefix does not allow this call)")
+        }
+        _ => None,
+    }
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Prints `error: …` and returns the exit code.
+pub fn report(result: Result<(), CliError>) -> i32 {
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("error: {}", e.message);
+            e.code
+        }
+    }
+}
+
+pub fn parse_json_arg(flag: &str, text: &str) -> Result<Value, CliError> {
+    // Before serde, whose recursion limit would answer a vaguer "not valid JSON".
+    leasehold_statemachine::limits::validate_json_depth(&format!("--{flag}"), text)
+        .map_err(|e| CliError::usage(e.message))?;
+    serde_json::from_str(text)
+        .map_err(|e| CliError::usage(format!("--{flag} is not valid JSON: {e}")))
+}
+
+fn print_json<T: Serialize>(v: &T) -> Result<(), CliError> {
+    let text = serde_json::to_string(v).map_err(|e| CliError {
+        code: EXIT_UNAVAILABLE,
+        message: format!("encoding the output: {e}"),
+    })?;
+    println!("{text}");
+    Ok(())
+}
+
+fn opt<T: std::fmt::Display>(v: &Option<T>) -> String {
+    v.as_ref().map_or_else(|| "-".to_owned(), |v| v.to_string())
+}
+
+fn print_job(job: &Job) {
+    println!("id:             {}", job.id);
+    println!("queue:          {}", job.queue);
+    println!("state:          {}", job.state.as_str());
+    println!("owner:          {}", opt(&job.owner));
+    println!("generation:     {}", job.generation);
+    println!("lease_until_ms: {}", opt(&job.lease_until_ms));
+    println!("attempts:       {}", job.attempts);
+    println!("max_attempts:   {}", opt(&job.max_attempts));
+    println!("payload:        {}", opt(&job.payload));
+    println!("result:         {}", opt(&job.result));
+    println!("created_ms:     {}", job.created_ms);
+    println!("updated_ms:     {}", job.updated_ms);
+    println!("log_index:      {}", job.log_index);
+}
+
+fn print_lease(l: &leasehold_statemachine::Lease) {
+    println!("job_id:          {}", l.job_id);
+    println!("owner:           {}", l.owner);
+    println!("generation:      {}", l.generation);
+    println!("lease_until_ms:  {}", l.lease_until_ms);
+    println!("ttl_ms:          {}", l.ttl_ms);
+    println!("cluster_time_ms: {}", l.cluster_time_ms);
+    println!("log_index:       {}", l.log_index);
+}
+
+fn print_page(page: &JobPage) {
+    println!(
+        "{:<32} {:<12} {:<10} {:<16} {:>10} {:>8}",
+        "ID", "QUEUE", "STATE", "OWNER", "GENERATION", "ATTEMPTS"
+    );
+    for j in &page.jobs {
+        println!(
+            "{:<32} {:<12} {:<10} {:<16} {:>10} {:>8}",
+            j.id,
+            j.queue,
+            j.state.as_str(),
+            opt(&j.owner),
+            j.generation,
+            j.attempts
+        );
+    }
+    if let Some(t) = &page.next_page_token {
+        println!("(more: --page-token {t})");
+    }
+}
+
+fn print_cluster(s: &ClusterStatus) {
+    println!("node_id:         {}", s.node_id);
+    println!("leader_id:       {}", opt(&s.leader_id));
+    println!("term:            {}", s.term);
+    println!("commit_index:    {}", s.commit_index);
+    println!("applied_index:   {}", s.applied_index);
+    println!("cluster_time_ms: {}", s.cluster_time_ms);
+    if let Some(c) = &s.cluster_id {
+        println!("cluster_id:      {c}");
+    }
+    let ids = |v: &[u64]| v.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
+    println!("voters:          {}", ids(&s.voters));
+    println!("learners:        {}", ids(&s.learners));
+    for (id, addr) in &s.nodes {
+        let role = if Some(id.as_str()) == s.leader_id.map(|l| l.to_string()).as_deref() {
+            " (leader)"
+        } else {
+            ""
+        };
+        println!("  node {id}: {addr}{role}");
+    }
+}
+
+pub async fn run_job(args: JobArgs) -> Result<(), CliError> {
+    let client = args.opts.client()?;
+    let json = args.opts.output == Output::Json;
+    match args.command {
+        JobCmd::Submit {
+            id,
+            queue,
+            payload,
+            max_attempts,
+        } => {
+            let mut nj = NewJob::new();
+            if let Some(id) = id {
+                nj = nj.id(id);
+            }
+            if let Some(q) = queue {
+                nj = nj.queue(q);
+            }
+            if let Some(p) = payload {
+                nj = nj.payload(parse_json_arg("payload", &p)?);
+            }
+            if let Some(n) = max_attempts {
+                nj = nj.max_attempts(n);
+            }
+            let job = client.submit(&nj).await?;
+            show_job(&job, json)
+        }
+        JobCmd::Get { id } => show_job(&client.get_job(&id).await?, json),
+        JobCmd::List {
+            queue,
+            state,
+            limit,
+            page_token,
+        } => {
+            let q = ListJobs {
+                queue,
+                state,
+                limit,
+                page_token,
+            };
+            let page = client.list_jobs(&q).await?;
+            if json {
+                print_json(&page)
+            } else {
+                print_page(&page);
+                Ok(())
+            }
+        }
+        JobCmd::Claim { id, owner, ttl_ms } => {
+            let lease = client.claim(&id, &owner, ttl_ms).await?;
+            show_lease(&lease.wire(), json)
+        }
+        JobCmd::Renew {
+            id,
+            owner,
+            generation,
+            ttl_ms,
+        } => {
+            let lease = client.renew(&id, &owner, generation, ttl_ms).await?;
+            show_lease(&lease.wire(), json)
+        }
+        JobCmd::Complete {
+            id,
+            owner,
+            generation,
+            result,
+        } => {
+            let result = result.map(|r| parse_json_arg("result", &r)).transpose()?;
+            let job = client.complete(&id, &owner, generation, result).await?;
+            show_job(&job, json)
+        }
+        JobCmd::Release {
+            id,
+            owner,
+            generation,
+        } => show_job(&client.release(&id, &owner, generation).await?, json),
+        JobCmd::Delete { id } => {
+            client.delete_job(&id).await?;
+            if !json {
+                println!("deleted {id}");
+            }
+            Ok(())
+        }
+    }
+}
+
+pub async fn run_cluster(args: ClusterArgs) -> Result<(), CliError> {
+    let client = args.opts.client()?;
+    match args.command {
+        ClusterCmd::Status => {
+            let s = client.cluster_status().await?;
+            if args.opts.output == Output::Json {
+                print_json(&s)
+            } else {
+                print_cluster(&s);
+                Ok(())
+            }
+        }
+        ClusterCmd::AddNode { id, addr } => {
+            crate::http::validate_addr(&addr).map_err(CliError::usage)?;
+            let m = client.add_node(id, &addr).await?;
+            show_membership(&m, args.opts.output == Output::Json)
+        }
+        ClusterCmd::RemoveNode { id } => {
+            let m = client.remove_node(id).await?;
+            show_membership(&m, args.opts.output == Output::Json)
+        }
+    }
+}
+
+fn show_membership(m: &leasehold_client::Membership, json: bool) -> Result<(), CliError> {
+    if json {
+        return print_json(m);
+    }
+    let ids = |v: &[u64]| v.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
+    println!("voters:   {}", ids(&m.voters));
+    println!("learners: {}", ids(&m.learners));
+    for (id, addr) in &m.nodes {
+        println!("  node {id}: {addr}");
+    }
+    Ok(())
+}
+
+fn show_job(job: &Job, json: bool) -> Result<(), CliError> {
+    if json {
+        print_json(job)
+    } else {
+        print_job(job);
+        Ok(())
+    }
+}
+
+fn show_lease(l: &leasehold_statemachine::Lease, json: bool) -> Result<(), CliError> {
+    if json {
+        print_json(l)
+    } else {
+        print_lease(l);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use leasehold_statemachine::limits::JSON_DEPTH_MAX;
+
+    fn nested(depth: usize) -> String {
+        format!("{}{}", "[".repeat(depth), "]".repeat(depth))
+    }
+
+    #[test]
+    fn a_payload_nested_past_json_depth_max_is_a_usage_error() {
+        assert!(parse_json_arg("payload", &nested(JSON_DEPTH_MAX)).is_ok());
+        let e = parse_json_arg("payload", &nested(JSON_DEPTH_MAX + 1)).unwrap_err();
+        assert_eq!(e.code, EXIT_USAGE);
+        assert!(
+            e.message.contains("--payload is nested 65"),
+            "{}",
+            e.message
+        );
+        // Past serde's own recursion limit too: the same clear message.
+        let e = parse_json_arg("result", &nested(32_000)).unwrap_err();
+        assert!(e.message.contains("JSON_DEPTH_MAX"), "{}", e.message);
+    }
+}

@@ -1,0 +1,802 @@
+//! The `leasehold` command line: `serve` one node, or `dev` a local three-node cluster;
+//! `job`, `cluster` and `worker` are client commands (see `jobs` and `worker`).
+
+pub mod bench;
+pub mod jobs;
+pub mod snapshot;
+pub mod worker;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::{Args, Parser, Subcommand};
+use tokio::net::TcpListener;
+
+use crate::security::peer_auth::PeerSecret;
+use crate::server::{self, NodeConfig};
+use crate::time::clock::SystemClock;
+use crate::types::NodeId;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "leasehold",
+    version,
+    about = "Expiring, fenced leases on jobs, replicated by Raft"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Cmd {
+    /// Run one node of a cluster.
+    Serve(ServeArgs),
+    /// Run a local three-node cluster in this process (Ctrl-C stops it).
+    Dev(DevArgs),
+    /// Measure a running cluster through the public API (one JSON line per run).
+    Bench(crate::cli::bench::BenchArgs),
+    /// Submit, inspect, claim, renew, complete, release and delete jobs.
+    Job(crate::cli::jobs::JobArgs),
+    /// Inspect the cluster.
+    Cluster(crate::cli::jobs::ClusterArgs),
+    /// Run a command per job of a queue, under a kept-alive, fenced lease.
+    Worker(crate::cli::worker::WorkerArgs),
+    /// Back up a cluster's state to a file, or seed a new cluster's data dir from one.
+    Snapshot(crate::cli::snapshot::SnapshotArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// This node's id; must appear in the --peer list.
+    #[arg(long)]
+    pub id: NodeId,
+    /// Address to listen on (HTTP API and Raft RPC).
+    #[arg(long)]
+    pub listen: SocketAddr,
+    /// Where the log, vote and snapshots live.
+    #[arg(long)]
+    pub data_dir: PathBuf,
+    /// A voter of the initial cluster as ID=HOST:PORT; repeat for each (this node too).
+    /// With --join, only this node's own entry (the address others reach it at).
+    #[arg(long = "peer", value_parser = parse_peer, required = true)]
+    pub peers: Vec<(NodeId, String)>,
+    /// Join a running cluster through any of its nodes (HOST:PORT) instead of forming
+    /// one: an empty data dir asks to be added (learner, then voter once caught up) and
+    /// does not vote until it is. Ignored once the data dir is a member.
+    #[arg(long)]
+    pub join: Option<String>,
+    /// File holding an admin token for --join, when the cluster has --auth-file.
+    #[arg(long, requires = "join")]
+    pub join_token_file: Option<PathBuf>,
+    /// Dial peer ID at HOST:PORT instead of its --peer address (a proxy in front of it,
+    /// a NAT); repeat per peer. Raft RPC and forwarded requests to that peer go there.
+    #[arg(long = "peer-dial", value_parser = parse_peer)]
+    pub peer_dial: Vec<(NodeId, String)>,
+    /// Narrow the accepted TTL range (api.md allows 100–3,600,000 ms).
+    #[arg(long, default_value_t = leasehold_statemachine::limits::TTL_MS_MIN)]
+    pub ttl_ms_min: u64,
+    #[arg(long, default_value_t = leasehold_statemachine::limits::TTL_MS_MAX)]
+    pub ttl_ms_max: u64,
+    /// Raft heartbeat interval.
+    #[arg(long, default_value_t = crate::server::SERVE_HEARTBEAT_MS)]
+    pub heartbeat_ms: u64,
+    /// Raft election timeout range (a random value in [min, max] per election).
+    #[arg(long, default_value_t = crate::server::SERVE_ELECTION_TIMEOUT_MIN_MS)]
+    pub election_timeout_min_ms: u64,
+    #[arg(long, default_value_t = crate::server::SERVE_ELECTION_TIMEOUT_MAX_MS)]
+    pub election_timeout_max_ms: u64,
+    /// TEST ONLY: add this many ms to the node's wall clock.
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+    pub clock_offset_ms: i64,
+    /// TEST ONLY: run the node's monotonic clock at this rate (1.003 = 0.3% fast).
+    #[arg(long, default_value_t = 1.0)]
+    pub clock_rate: f64,
+    /// Client requests in flight at once; past it, 503 `unavailable` + Retry-After at
+    /// once (load shedding, no queue). /raft/… has its own budget, --max-inflight-raft.
+    #[arg(long, default_value_t = crate::http::listener::MAX_INFLIGHT)]
+    pub max_inflight: usize,
+    /// Raft RPC requests in flight at once (kept apart so client load cannot starve it).
+    #[arg(long, default_value_t = crate::http::listener::MAX_INFLIGHT_RAFT)]
+    pub max_inflight_raft: usize,
+    /// Open connections at most. Past 75 % of it, idle connections are closed to make
+    /// room (those that never sent a request first, then the longest idle, and any idle
+    /// for 1 s); a new connection is closed at once only if none is idle.
+    #[arg(long, default_value_t = crate::http::listener::MAX_CONNECTIONS)]
+    pub max_connections: usize,
+    /// Open connections from one source address at most; past it a new one from that
+    /// address is closed at once.
+    #[arg(long, default_value_t = crate::http::listener::MAX_CONNECTIONS_PER_SOURCE)]
+    pub max_connections_per_source: usize,
+    /// Client requests one caller (its token with --auth-file, else its address) may have
+    /// in flight; past it, 503 + Retry-After for that caller only.
+    #[arg(long, default_value_t = crate::http::listener::MAX_INFLIGHT_PER_CALLER)]
+    pub max_inflight_per_caller: usize,
+    /// Claim-next requests waiting (`wait_ms` > 0) at once: a budget of their own, apart
+    /// from --max-inflight; past it, 503 + Retry-After.
+    #[arg(long, default_value_t = crate::http::listener::MAX_LONG_POLLS)]
+    pub max_long_polls: usize,
+    /// Waiting claim-next requests one caller may have at once.
+    #[arg(long, default_value_t = crate::http::listener::MAX_LONG_POLLS_PER_CALLER)]
+    pub max_long_polls_per_caller: usize,
+    /// Longest a client request may take, body upload included: past it, 504 `timeout`
+    /// (a write may still apply). Keep it above 30 s, the longest queue-claim wait.
+    #[arg(long, default_value_t = crate::http::listener::REQUEST_TIMEOUT_MS)]
+    pub request_timeout_ms: u64,
+    /// A request head must arrive whole within this long (slow clients), which is also
+    /// how long an idle kept-alive connection stays open.
+    #[arg(long, default_value_t = crate::http::listener::HEADER_READ_TIMEOUT_MS)]
+    pub header_read_timeout_ms: u64,
+    /// TOML file of client tokens (`[[token]]` with `token`, `role` = admin|worker|reader,
+    /// optional `owner_prefix`, `queues`, `job_prefix`); every client call but /healthz
+    /// and /readyz then needs `Authorization: Bearer <token>`. Give every node the same
+    /// file. Without it the client API is open.
+    #[arg(long)]
+    pub auth_file: Option<PathBuf>,
+    /// File holding the secret shared by all nodes (at least 32 bytes, e.g.
+    /// `openssl rand -hex 32`; not world-readable). Every Raft RPC is signed with it and
+    /// unsigned ones are refused. Without it peer RPC is unauthenticated.
+    #[arg(long)]
+    pub peer_secret_file: Option<PathBuf>,
+    /// The cluster (32 hex digits, `GET /v1/cluster` shows it) this data dir must belong
+    /// to: refuse to start if it belongs to another; a new data dir takes it.
+    #[arg(long)]
+    pub cluster_id: Option<crate::security::peer_auth::ClusterId>,
+    /// This node's certificate chain (PEM, leaf first): serve the client API and Raft RPC
+    /// over TLS, and call peers over https. Needs --tls-key and --tls-ca. It must name the
+    /// host of this node's --peer address (a DNS name or an IP SAN).
+    #[arg(long, requires_all = ["tls_key", "tls_ca"])]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM: PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// The CA (PEM) that signs the nodes' certificates: the only root peer calls trust.
+    #[arg(long, requires = "tls_cert")]
+    pub tls_ca: Option<PathBuf>,
+    /// Async runtime threads (default: one per CPU core). Nodes that share a machine's
+    /// cores (several nodes per host) may want fewer each. Fsyncs and snapshot encoding
+    /// have threads of their own either way.
+    #[arg(long)]
+    pub worker_threads: Option<usize>,
+    /// mTLS: every connection must present a certificate signed by --tls-ca at the
+    /// handshake — peers' and clients' alike, since they share the listener. Nodes
+    /// present their own --tls-cert.
+    #[arg(long, requires = "tls_cert")]
+    pub tls_client_auth: bool,
+    /// Let web pages at ORIGIN (scheme://host[:port], exact; `*` is not allowed) call
+    /// this node from a browser; repeat per origin. Other cross-origin browser requests
+    /// are refused 403 (http/browser.rs).
+    #[arg(long = "allow-origin", value_parser = crate::http::browser::parse_allow_origin)]
+    pub allow_origins: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct DevArgs {
+    /// Data directory for the three nodes (default: a new temporary directory, removed
+    /// on exit). With --dir the data is kept and a later run resumes that cluster.
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// The nodes listen on 127.0.0.1:BASE+1 … BASE+3.
+    #[arg(long, default_value_t = 7000)]
+    pub base_port: u16,
+    /// As `serve --allow-origin`: web origins whose pages may call the nodes.
+    #[arg(long = "allow-origin", value_parser = crate::http::browser::parse_allow_origin)]
+    pub allow_origins: Vec<String>,
+}
+
+/// `ID=HOST:PORT`, as `--peer` takes it (`serve`, `snapshot restore`).
+pub(crate) fn parse_peer(s: &str) -> Result<(NodeId, String), String> {
+    let (id, addr) = s.split_once('=').ok_or("expected ID=HOST:PORT")?;
+    let id = id.parse().map_err(|_| format!("bad node id {id:?}"))?;
+    if addr.is_empty() || !addr.contains(':') {
+        return Err(format!("bad address {addr:?}: expected HOST:PORT"));
+    }
+    Ok((id, addr.to_owned()))
+}
+
+impl ServeArgs {
+    fn listener_limits(&self) -> anyhow::Result<crate::http::listener::ListenerLimits> {
+        let counts = [
+            self.max_inflight,
+            self.max_inflight_raft,
+            self.max_connections,
+            self.max_connections_per_source,
+            self.max_inflight_per_caller,
+            self.max_long_polls,
+            self.max_long_polls_per_caller,
+        ];
+        if counts.contains(&0) {
+            bail!(
+                "--max-inflight, --max-inflight-raft, --max-connections, \
+                 --max-connections-per-source, --max-inflight-per-caller, --max-long-polls \
+                 and --max-long-polls-per-caller must be at least 1"
+            );
+        }
+        if self.request_timeout_ms == 0 || self.header_read_timeout_ms == 0 {
+            bail!("--request-timeout-ms and --header-read-timeout-ms must be at least 1");
+        }
+        Ok(crate::http::listener::ListenerLimits {
+            max_inflight: self.max_inflight,
+            max_inflight_raft: self.max_inflight_raft,
+            max_connections: self.max_connections,
+            max_connections_per_source: self.max_connections_per_source,
+            max_inflight_per_caller: self.max_inflight_per_caller,
+            max_long_polls: self.max_long_polls,
+            max_long_polls_per_caller: self.max_long_polls_per_caller,
+            request_timeout: Duration::from_millis(self.request_timeout_ms),
+            header_read_timeout: Duration::from_millis(self.header_read_timeout_ms),
+            ..Default::default()
+        })
+    }
+
+    pub fn node_config(&self) -> anyhow::Result<NodeConfig> {
+        let mut peers = BTreeMap::new();
+        for (id, addr) in &self.peers {
+            if peers.insert(*id, addr.clone()).is_some() {
+                bail!("--peer lists node {id} twice");
+            }
+        }
+        if !peers.contains_key(&self.id) {
+            bail!("--peer must list this node's own id {}", self.id);
+        }
+        if !(self.clock_rate > 0.0 && self.clock_rate.is_finite()) {
+            bail!("--clock-rate must be a positive number");
+        }
+        let mut cfg = NodeConfig::new(self.id, self.data_dir.clone(), peers);
+        cfg.listener = self.listener_limits()?;
+        for (id, addr) in &self.peer_dial {
+            if !cfg.peers.contains_key(id) {
+                bail!("--peer-dial names node {id}, which --peer does not list");
+            }
+            if cfg.dial.insert(*id, addr.clone()).is_some() {
+                bail!("--peer-dial lists node {id} twice");
+            }
+        }
+        cfg.clock = SystemClock::skewed(self.clock_offset_ms, self.clock_rate).shared();
+        cfg.limits.ttl_ms_min = self.ttl_ms_min;
+        cfg.limits.ttl_ms_max = self.ttl_ms_max;
+        cfg.raft.heartbeat_ms = self.heartbeat_ms;
+        cfg.raft.election_timeout_min_ms = self.election_timeout_min_ms;
+        cfg.raft.election_timeout_max_ms = self.election_timeout_max_ms;
+        if let Some(path) = &self.auth_file {
+            cfg.auth = Some(std::sync::Arc::new(
+                crate::security::auth::AuthPolicy::load(path)?,
+            ));
+        }
+        if let Some(path) = &self.peer_secret_file {
+            cfg.peer_secret = Some(PeerSecret::read_file(path)?);
+        }
+        cfg.cluster_id = self.cluster_id;
+        cfg.tls = self.tls()?;
+        cfg.join = self.join_config(&cfg)?;
+        cfg.allow_origins = self.allow_origins.clone();
+        Ok(cfg)
+    }
+
+    fn join_config(
+        &self,
+        cfg: &NodeConfig,
+    ) -> anyhow::Result<Option<crate::raft::join::JoinConfig>> {
+        let Some(via) = &self.join else {
+            return Ok(None);
+        };
+        crate::http::validate_addr(via).map_err(|e| anyhow::anyhow!("--join: {e}"))?;
+        if cfg.peers.len() != 1 {
+            bail!(
+                "with --join, --peer names only this node (ID=HOST:PORT, the address the                  cluster reaches it at); the cluster's members come from the cluster"
+            );
+        }
+        let token = match &self.join_token_file {
+            None => None,
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("--join-token-file {}", path.display()))?;
+                let t = text.trim();
+                if t.is_empty() || !t.bytes().all(|b| b.is_ascii_graphic()) {
+                    bail!(
+                        "--join-token-file {}: expected one token of visible ASCII",
+                        path.display()
+                    );
+                }
+                Some(t.to_owned())
+            }
+        };
+        Ok(Some(crate::raft::join::JoinConfig {
+            via: via.clone(),
+            token,
+        }))
+    }
+
+    /// The TLS setup, every file read and checked now: a bad one stops `serve` with an
+    /// error naming it.
+    fn tls(&self) -> anyhow::Result<Option<std::sync::Arc<crate::security::tls::NodeTls>>> {
+        let (Some(cert), Some(key), Some(ca)) = (&self.tls_cert, &self.tls_key, &self.tls_ca)
+        else {
+            // clap's `requires` already refused a partial set.
+            return Ok(None);
+        };
+        let files = crate::security::tls::TlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+            ca: ca.clone(),
+            client_auth: self.tls_client_auth,
+        };
+        let tls =
+            crate::security::tls::NodeTls::load(&files).context("--tls-cert/--tls-key/--tls-ca")?;
+        Ok(Some(std::sync::Arc::new(tls)))
+    }
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("installing the SIGTERM handler");
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    // Before any file is created: the data dir is private (0700 dirs, 0600 files).
+    crate::security::identity::restrict_umask();
+    let cfg = args.node_config()?;
+    log_client_auth(&cfg, args.auth_file.as_deref());
+    match &cfg.tls {
+        Some(t) => tracing::info!(
+            client_auth = t.client_auth(),
+            "serving TLS; peers are called over https"
+        ),
+        None => tracing::info!("no --tls-cert: clients and peers talk in plain HTTP"),
+    }
+    let listener = TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("binding {}", args.listen))?;
+    server::run(listener, cfg, shutdown_signal()).await
+}
+
+/// Says whether the client API is open, and warns about a token file others can read.
+fn log_client_auth(cfg: &NodeConfig, path: Option<&std::path::Path>) {
+    let (Some(policy), Some(path)) = (&cfg.auth, path) else {
+        tracing::warn!(
+            "no --auth-file: any client that reaches this node may read and write every job"
+        );
+        return;
+    };
+    tracing::info!(tokens = policy.len(), file = %path.display(), "client calls need a token");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        const GROUP_OR_OTHER: u32 = 0o077;
+        if let Ok(m) = std::fs::metadata(path) {
+            if m.permissions().mode() & GROUP_OR_OTHER != 0 {
+                tracing::warn!(file = %path.display(), "the auth file is readable by others; chmod 600 it");
+            }
+        }
+    }
+}
+
+pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
+    let (dir, _temp) = match &args.dir {
+        Some(d) => (d.clone(), None),
+        None => {
+            let t = tempdir_for_dev()?;
+            (t.path().to_path_buf(), Some(t))
+        }
+    };
+    crate::security::identity::restrict_umask();
+    let peers: BTreeMap<NodeId, String> = (1..=3u64)
+        .map(|i| (i, format!("127.0.0.1:{}", args.base_port + i as u16)))
+        .collect();
+    let secret = dev_peer_secret(&dir)?;
+    let mut nodes = Vec::new();
+    for (id, addr) in &peers {
+        let listener = TcpListener::bind(addr).await.with_context(|| {
+            format!("binding {addr} (is another cluster running? try --base-port)")
+        })?;
+        let mut cfg = NodeConfig::new(*id, dir.join(id.to_string()), peers.clone());
+        cfg.raft = crate::server::RaftTuning::fast();
+        cfg.peer_secret = Some(secret.clone());
+        cfg.allow_origins = args.allow_origins.clone();
+        nodes.push(server::start(listener, cfg).await?);
+    }
+    let leader = wait_for_leader(&nodes[0].node, Duration::from_secs(20)).await?;
+    print_dev_banner(&dir, &peers, leader, args.dir.is_none());
+    shutdown_signal().await;
+    eprintln!("stopping the dev cluster…");
+    for n in nodes {
+        n.shutdown().await;
+    }
+    Ok(())
+}
+
+/// `dev`'s peer secret: `<dir>/peer-secret` (0600), generated on the first run and kept
+/// with the data, so a resumed `--dir` cluster keeps its secret.
+fn dev_peer_secret(dir: &std::path::Path) -> anyhow::Result<PeerSecret> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let path = dir.join(DEV_PEER_SECRET_FILE);
+    if path.exists() {
+        return Ok(PeerSecret::read_file(&path)?);
+    }
+    Ok(PeerSecret::write_new_file(&path)?)
+}
+
+/// The secret file `dev` writes in its directory.
+pub const DEV_PEER_SECRET_FILE: &str = "peer-secret";
+
+/// A directory that removes itself on drop, without a tempfile dependency in the binary.
+struct DevDir(PathBuf);
+
+impl DevDir {
+    fn path(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for DevDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn tempdir_for_dev() -> anyhow::Result<DevDir> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .subsec_nanos();
+    let p = std::env::temp_dir().join(format!("leasehold-dev-{}-{nanos}", std::process::id()));
+    std::fs::create_dir_all(&p)?;
+    Ok(DevDir(p))
+}
+
+async fn wait_for_leader(node: &crate::node::Node, limit: Duration) -> anyhow::Result<NodeId> {
+    let mut m = node.raft.metrics();
+    let waited = tokio::time::timeout(limit, async {
+        loop {
+            if let Some(l) = m.borrow().current_leader {
+                return l;
+            }
+            if m.changed().await.is_err() {
+                return 0;
+            }
+        }
+    })
+    .await;
+    match waited {
+        Ok(0) | Err(_) => bail!("no leader was elected within {limit:?}"),
+        Ok(l) => Ok(l),
+    }
+}
+
+fn print_dev_banner(
+    dir: &std::path::Path,
+    peers: &BTreeMap<NodeId, String>,
+    leader: NodeId,
+    temporary: bool,
+) {
+    println!("Leasehold dev cluster is up (leader: node {leader}).");
+    for (id, addr) in peers {
+        println!("  node {id}: http://{addr}");
+    }
+    let kept = if temporary {
+        " (temporary, removed on exit)"
+    } else {
+        ""
+    };
+    println!("  data: {}{kept}", dir.display());
+    println!(
+        "  peer secret: {} (Raft RPC is signed with it)",
+        dir.join(DEV_PEER_SECRET_FILE).display()
+    );
+    let first = peers.values().next().expect("three peers");
+    println!();
+    println!("Claim a job (any node answers):");
+    println!(
+        "  curl -s -X POST http://{first}/v1/jobs/invoice-42/claim -H 'Content-Type: application/json' -d '{{\"owner\":\"worker-a\",\"ttl_ms\":10000}}'"
+    );
+    println!("Cluster status:");
+    println!("  curl -s http://{first}/v1/cluster");
+    println!("Live dashboard (members, jobs, rejections):");
+    println!("  http://{first}/ui");
+    println!();
+    println!("Ctrl-C stops the cluster.");
+}
+
+pub fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn"));
+    use std::io::IsTerminal;
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+/// `serve --worker-threads`, checked.
+fn worker_threads(cmd: &Cmd) -> anyhow::Result<Option<usize>> {
+    match cmd {
+        Cmd::Serve(ServeArgs {
+            worker_threads: Some(0),
+            ..
+        }) => bail!("--worker-threads must be at least 1"),
+        Cmd::Serve(a) => Ok(a.worker_threads),
+        _ => Ok(None),
+    }
+}
+
+/// The whole `leasehold` binary: parses the command line and runs it. A library function
+/// so other crates' test binaries (cluster-tests) can be the same program.
+pub fn main() -> anyhow::Result<()> {
+    use crate::cli::jobs as cli_jobs;
+    let args = Cli::parse();
+    // Client commands print one line per error and nothing else on stderr: no logging.
+    let client_cmd = matches!(
+        args.command,
+        Cmd::Job(_) | Cmd::Cluster(_) | Cmd::Snapshot(_)
+    );
+    if !client_cmd {
+        init_tracing();
+    }
+    let mut builder = match &args.command {
+        // One thread, like the etcd harness's load generator (`bench --threads`).
+        Cmd::Bench(b) if b.threads <= 1 => tokio::runtime::Builder::new_current_thread(),
+        Cmd::Bench(b) => {
+            let mut builder = tokio::runtime::Builder::new_multi_thread();
+            builder.worker_threads(b.threads);
+            builder
+        }
+        _ => {
+            let mut builder = tokio::runtime::Builder::new_multi_thread();
+            if let Some(n) = worker_threads(&args.command)? {
+                builder.worker_threads(n);
+            }
+            builder
+        }
+    };
+    let rt = builder.enable_all().build()?;
+    rt.block_on(async move {
+        match args.command {
+            Cmd::Serve(a) => serve(a).await,
+            Cmd::Dev(a) => dev(a).await,
+            Cmd::Bench(a) => crate::cli::bench::run(a).await,
+            Cmd::Job(a) => std::process::exit(cli_jobs::report(cli_jobs::run_job(a).await)),
+            Cmd::Cluster(a) => std::process::exit(cli_jobs::report(cli_jobs::run_cluster(a).await)),
+            Cmd::Worker(a) => {
+                std::process::exit(cli_jobs::report(crate::cli::worker::run(a).await))
+            }
+            Cmd::Snapshot(a) => {
+                std::process::exit(cli_jobs::report(crate::cli::snapshot::run(a).await))
+            }
+        }
+    })
+}
+
+/// `serve` as node 1 of a test cluster (one `--peer`, its own) plus `extra`: the parser
+/// the test modules below share.
+#[cfg(test)]
+fn parse_serve<S: AsRef<str>>(extra: &[S]) -> Result<ServeArgs, clap::Error> {
+    let mut argv: Vec<String> = [
+        "leasehold",
+        "serve",
+        "--id=1",
+        "--listen=127.0.0.1:7001",
+        "--data-dir=/tmp/x",
+        "--peer=1=127.0.0.1:7001",
+    ]
+    .map(String::from)
+    .to_vec();
+    argv.extend(extra.iter().map(|s| s.as_ref().to_owned()));
+    match Cli::try_parse_from(argv)?.command {
+        Cmd::Serve(a) => Ok(a),
+        _ => unreachable!("parsed a serve command"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn serve_args(extra: &[&str]) -> Result<ServeArgs, clap::Error> {
+        let mut argv = vec!["--peer=2=127.0.0.1:7002"];
+        argv.extend_from_slice(extra);
+        parse_serve(&argv)
+    }
+
+    #[test]
+    fn worker_threads_default_to_the_runtime_default_and_zero_is_refused() {
+        let threads = |extra: &[&str]| worker_threads(&Cmd::Serve(serve_args(extra).unwrap()));
+        assert_eq!(threads(&[]).unwrap(), None);
+        assert_eq!(threads(&["--worker-threads=1"]).unwrap(), Some(1));
+        let e = threads(&["--worker-threads=0"]).unwrap_err().to_string();
+        assert!(e.contains("at least 1"), "{e}");
+        assert!(serve_args(&["--worker-threads=-1"]).is_err());
+    }
+
+    #[test]
+    fn peer_dial_overrides_where_a_peer_is_dialled() {
+        let cfg = serve_args(&["--peer-dial=2=127.0.0.1:9002"])
+            .unwrap()
+            .node_config()
+            .unwrap();
+        assert_eq!(cfg.dial.get(&2).map(String::as_str), Some("127.0.0.1:9002"));
+        assert_eq!(
+            cfg.peers[&2], "127.0.0.1:7002",
+            "the membership address is kept"
+        );
+    }
+
+    #[test]
+    fn peer_dial_must_name_a_listed_peer_once() {
+        let unknown = serve_args(&["--peer-dial=3=127.0.0.1:9003"]).unwrap();
+        let err = unknown.node_config().unwrap_err().to_string();
+        assert!(err.contains("node 3"), "{err}");
+        let twice = serve_args(&[
+            "--peer-dial=2=127.0.0.1:9002",
+            "--peer-dial=2=127.0.0.1:9003",
+        ])
+        .unwrap();
+        assert!(twice
+            .node_config()
+            .unwrap_err()
+            .to_string()
+            .contains("twice"));
+        assert!(
+            serve_args(&["--peer-dial=2"]).is_err(),
+            "a malformed value is refused"
+        );
+    }
+
+    #[test]
+    fn auth_file_is_loaded_and_its_errors_name_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tokens.toml");
+        let flag = format!("--auth-file={}", path.display());
+        std::fs::write(&path, "[[token]]\ntoken = \"t\"\nrole = \"reader\"\n").unwrap();
+        let cfg = serve_args(&[&flag]).unwrap().node_config().unwrap();
+        assert_eq!(cfg.auth.map(|p| p.len()), Some(1));
+        assert!(serve_args(&[])
+            .unwrap()
+            .node_config()
+            .unwrap()
+            .auth
+            .is_none());
+        std::fs::write(&path, "[[token]]\ntoken = \"t\"\nrole = \"root\"\n").unwrap();
+        let err = serve_args(&[&flag]).unwrap().node_config().unwrap_err();
+        let err = format!("{err:#}");
+        assert!(
+            err.contains("tokens.toml") && err.contains("entry 1"),
+            "{err}"
+        );
+    }
+}
+
+#[cfg(test)]
+mod peer_secret_tests {
+    use super::*;
+
+    fn serve_args(extra: &[&str]) -> ServeArgs {
+        parse_serve(extra).unwrap()
+    }
+
+    #[test]
+    fn dev_writes_a_private_secret_once_and_reuses_it() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let first = dev_peer_secret(dir.path()).unwrap();
+        let path = dir.path().join(DEV_PEER_SECRET_FILE);
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            text.len() >= crate::security::peer_auth::PEER_SECRET_BYTES_MIN,
+            "{text}"
+        );
+        dev_peer_secret(dir.path()).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            text,
+            "kept on a resumed run"
+        );
+        drop(first);
+    }
+
+    #[test]
+    fn peer_secret_and_cluster_id_flags_reach_the_node_config() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s");
+        PeerSecret::write_new_file(&path).unwrap();
+        let id = "00112233445566778899aabbccddeeff";
+        let cfg = serve_args(&[
+            &format!("--peer-secret-file={}", path.display()),
+            &format!("--cluster-id={id}"),
+        ])
+        .node_config()
+        .unwrap();
+        assert!(cfg.peer_secret.is_some());
+        assert_eq!(cfg.cluster_id.map(|c| c.to_string()).as_deref(), Some(id));
+        let cfg = serve_args(&[]).node_config().unwrap();
+        assert!(cfg.peer_secret.is_none() && cfg.cluster_id.is_none());
+        let missing = serve_args(&["--peer-secret-file=/nonexistent/s"]).node_config();
+        assert!(missing.unwrap_err().to_string().contains("/nonexistent/s"));
+        let bad = Cli::try_parse_from([
+            "leasehold",
+            "serve",
+            "--id=1",
+            "--listen=127.0.0.1:1",
+            "--data-dir=/x",
+            "--peer=1=a:1",
+            "--cluster-id=xyz",
+        ]);
+        assert!(bad.is_err(), "a malformed --cluster-id is refused");
+    }
+}
+
+#[cfg(test)]
+mod tls_flag_tests {
+    use super::*;
+
+    fn serve_args(extra: &[String]) -> Result<ServeArgs, clap::Error> {
+        parse_serve(extra)
+    }
+
+    /// A CA and a node certificate for 127.0.0.1 in `dir`: the three flags' values.
+    fn tls_flags(dir: &std::path::Path) -> Vec<String> {
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca = ca_params.self_signed(&ca_key).unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".into()])
+            .unwrap()
+            .signed_by(&key, &ca, &ca_key)
+            .unwrap();
+        let files = [
+            ("cert", cert.pem()),
+            ("key", key.serialize_pem()),
+            ("ca", ca.pem()),
+        ];
+        files
+            .into_iter()
+            .map(|(name, pem)| {
+                let path = dir.join(format!("{name}.pem"));
+                std::fs::write(&path, pem).unwrap();
+                format!("--tls-{name}={}", path.display())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn tls_flags_reach_the_node_config() {
+        let dir = tempfile::tempdir().unwrap();
+        let flags = tls_flags(dir.path());
+        let cfg = serve_args(&flags).unwrap().node_config().unwrap();
+        assert!(cfg.tls.as_ref().is_some_and(|t| !t.client_auth()));
+        let mut mtls = flags.clone();
+        mtls.push("--tls-client-auth".into());
+        let cfg = serve_args(&mtls).unwrap().node_config().unwrap();
+        assert!(cfg.tls.as_ref().is_some_and(|t| t.client_auth()));
+        let plain = serve_args(&[]).unwrap().node_config().unwrap();
+        assert!(plain.tls.is_none());
+    }
+
+    #[test]
+    fn a_partial_tls_flag_set_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let flags = tls_flags(dir.path());
+        for missing in 0..flags.len() {
+            let mut partial = flags.clone();
+            partial.remove(missing);
+            assert!(serve_args(&partial).is_err(), "without {}", flags[missing]);
+        }
+        assert!(serve_args(&["--tls-client-auth".into()]).is_err());
+    }
+}

@@ -1,0 +1,288 @@
+//! Client tokens on the HTTP API (the policy is `crate::security::auth`).
+//!
+//! [`check_token`] runs on every route of every node, before the handler reads a body:
+//! it authenticates `Authorization: Bearer <token>` and checks the route's operation,
+//! then hands the [`Caller`] to the handler as a request extension. A write handler
+//! checks the parsed command once more with [`check_command`] (its operation and the
+//! owner prefix) before proposing or forwarding it. A follower so refuses a request
+//! itself; when it forwards one, the `Authorization` header goes along (`forward.rs`) and
+//! the leader checks it again, so every node must be given the same auth file.
+
+use std::sync::Arc;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
+use axum::http::HeaderValue;
+use axum::middleware::Next;
+use axum::response::Response;
+use leasehold_statemachine::{limits, ApiError, Command, ErrorCode};
+
+use super::error_response;
+use crate::node::Node;
+use crate::security::auth::{requirement, Caller, Denied, Requirement, ScopeRule};
+use crate::security::scope::{OutOfScope, Scope};
+use crate::telemetry::metrics::Refused;
+use leasehold_statemachine::limits::scoped_idempotency_key;
+
+/// RFC 6750 §3: a 401 names the scheme; `invalid_token` when a token was sent.
+const CHALLENGE: &str = "Bearer realm=\"leasehold\"";
+const CHALLENGE_INVALID: &str = "Bearer realm=\"leasehold\", error=\"invalid_token\"";
+
+/// The middleware: without an auth file, or on an open route, a no-op.
+pub async fn check_token(State(node): State<Arc<Node>>, mut req: Request, next: Next) -> Response {
+    let Some(policy) = node.auth.as_deref() else {
+        return next.run(req).await;
+    };
+    let matched = req.extensions().get::<MatchedPath>().map(|m| m.as_str());
+    let (op, rule) = match requirement(req.method(), matched, req.uri().path()) {
+        Requirement::Open => return next.run(req).await,
+        Requirement::Token(op, rule) => (op, rule),
+        Requirement::Unlisted => {
+            tracing::error!(path = ?matched, "a route missing from auth::ROUTES was refused");
+            return refuse(&Denied::Unlisted);
+        }
+    };
+    let header = req.headers().get(AUTHORIZATION).map(HeaderValue::as_bytes);
+    match policy.check(header, op) {
+        Ok(caller) if rule == ScopeRule::UnscopedOnly && caller.scope.is_scoped() => {
+            node.metrics.refused(Refused::Scope);
+            refuse(&Denied::Scope {
+                caller: caller.label.clone(),
+                scope: caller.scope.to_string(),
+                why: OutOfScope::EveryTenant,
+            })
+        }
+        Ok(caller) => {
+            req.extensions_mut().insert(caller);
+            next.run(req).await
+        }
+        Err(denied) => refuse(&denied),
+    }
+}
+
+/// api.md's error body, 401 with a `WWW-Authenticate` challenge or 403.
+pub fn refuse(denied: &Denied) -> Response {
+    tracing::debug!(%denied, "client request refused");
+    let mut resp = error_response(&denied.to_api());
+    let challenge = match denied {
+        Denied::Missing => Some(CHALLENGE),
+        Denied::Malformed | Denied::Unknown => Some(CHALLENGE_INVALID),
+        Denied::Role { .. } | Denied::Owner { .. } | Denied::Scope { .. } | Denied::Unlisted => {
+            None
+        }
+    };
+    if let Some(c) = challenge {
+        resp.headers_mut()
+            .insert(WWW_AUTHENTICATE, HeaderValue::from_static(c));
+    }
+    resp
+}
+
+/// The caller [`check_token`] authenticated, if auth is on.
+pub fn caller_of(req: &Request) -> Option<Arc<Caller>> {
+    req.extensions().get::<Arc<Caller>>().cloned()
+}
+
+/// A parsed write against its caller: operation, owner prefix and scope (403 on
+/// refusal; a scope refusal is counted). Without an auth file everything passes; with
+/// one, a missing caller fails closed.
+pub fn check_command(node: &Node, caller: Option<&Caller>, cmd: &Command) -> Result<(), ApiError> {
+    match (&node.auth, caller) {
+        (None, _) => Ok(()),
+        (Some(_), None) => Err(Denied::Missing.to_api()),
+        (Some(_), Some(c)) => c.check_command(cmd).map_err(|d| {
+            if matches!(d, Denied::Scope { .. }) {
+                node.metrics.refused(Refused::Scope);
+            }
+            d.to_api()
+        }),
+    }
+}
+
+/// The scope a request is held to: `None` without an auth file or for an unscoped token.
+pub fn scope_of<'a>(node: &Node, caller: Option<&'a Caller>) -> Option<&'a Scope> {
+    node.auth.as_ref()?;
+    caller.map(|c| &c.scope).filter(|s| s.is_scoped())
+}
+
+/// The Idempotency-Key to propose: with an auth file, the client's key in its token's
+/// namespace (`"<scope> <key>"`), so tokens never share a remembered reply. Built once,
+/// by the node that builds the command: a follower forwards the client's own header and
+/// the leader's handler rewrites it.
+pub fn proposed_key(
+    node: &Node,
+    caller: Option<&Caller>,
+    key: Option<String>,
+) -> Result<Option<String>, ApiError> {
+    let Some(key) = key else { return Ok(None) };
+    match (&node.auth, caller) {
+        (None, _) => Ok(Some(key)),
+        (Some(_), None) => Err(Denied::Missing.to_api()),
+        (Some(_), Some(c)) => scoped_idempotency_key(&c.key_scope, &key).map(Some),
+    }
+}
+
+/// On the leader, before proposing: a command naming a job by id must name a job the
+/// caller's scope holds by its stored queue (a claim of a missing job creates it in the
+/// default queue). Otherwise 404 as for a missing job, so a tenant learns nothing of
+/// another's jobs. The id itself was checked with the command ([`check_command`]).
+pub fn check_stored_job(node: &Node, scope: Option<&Scope>, cmd: &Command) -> Result<(), ApiError> {
+    let Some(scope) = scope.filter(|s| s.queues.is_some()) else {
+        return Ok(());
+    };
+    let job_id = match cmd {
+        Command::Claim { job_id, .. }
+        | Command::Renew { job_id, .. }
+        | Command::Complete { job_id, .. }
+        | Command::Release { job_id, .. }
+        | Command::Delete { job_id } => job_id,
+        _ => return Ok(()),
+    };
+    let queue = node.sm.read(|s| s.machine.job(job_id, 0).map(|j| j.queue));
+    let held = match (&queue, cmd) {
+        (Some(q), _) => scope.queue_ok(q),
+        (None, Command::Claim { .. }) => scope.queue_ok(limits::QUEUE_DEFAULT),
+        // The state machine answers 404 itself.
+        (None, _) => true,
+    };
+    if held {
+        Ok(())
+    } else {
+        Err(hidden_job(node, job_id))
+    }
+}
+
+/// The 404 of a job the caller's scope does not hold: the same as for a missing job
+/// (the state machine's message), counted as a scope refusal.
+pub fn hidden_job(node: &Node, job_id: &str) -> ApiError {
+    node.metrics.refused(Refused::Scope);
+    ApiError::new(ErrorCode::NotFound, format!("job {job_id} not found"))
+}
+
+/// A list's `queue=` against the caller's scope (403, counted).
+pub fn check_list_queue(
+    node: &Node,
+    caller: Option<&Caller>,
+    queue: Option<&str>,
+) -> Result<(), ApiError> {
+    let (Some(c), Some(q)) = (caller, queue) else {
+        return Ok(());
+    };
+    match scope_of(node, Some(c)).map(|s| s.check_queue(q)) {
+        Some(Err(why)) => {
+            node.metrics.refused(Refused::Scope);
+            Err(c.out_of_scope(why).to_api())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// A GET of one job by id: an id outside the scope is 403 (it says nothing about
+/// which jobs exist); the stored job's queue is checked where it is read.
+pub fn check_job_id(node: &Node, caller: Option<&Caller>, id: &str) -> Result<(), ApiError> {
+    let Some(c) = caller else { return Ok(()) };
+    match scope_of(node, Some(c)).map(|s| s.check_id(id)) {
+        Some(Err(why)) => {
+            node.metrics.refused(Refused::Scope);
+            Err(c.out_of_scope(why).to_api())
+        }
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::Method;
+
+    use crate::security::auth::{route_rule, ROUTES};
+
+    /// The router's source: `http::router` registers its routes there.
+    const ROUTER_SOURCE: &str = include_str!("mod.rs");
+    /// Route paths the router names by constant.
+    const PATH_CONSTS: [(&str, &str); 4] = [
+        (
+            "crate::raft::network::RAFT_APPEND_PATH",
+            crate::raft::network::RAFT_APPEND_PATH,
+        ),
+        (
+            "crate::raft::network::RAFT_VOTE_PATH",
+            crate::raft::network::RAFT_VOTE_PATH,
+        ),
+        (
+            "crate::raft::network::RAFT_PREVOTE_PATH",
+            crate::raft::network::RAFT_PREVOTE_PATH,
+        ),
+        (
+            "crate::raft::network::RAFT_SNAPSHOT_PATH",
+            crate::raft::network::RAFT_SNAPSHOT_PATH,
+        ),
+    ];
+    const METHODS: [(&str, Method); 5] = [
+        ("get(", Method::GET),
+        ("post(", Method::POST),
+        ("delete(", Method::DELETE),
+        ("put(", Method::PUT),
+        ("patch(", Method::PATCH),
+    ];
+
+    /// `(method, path)` of every `.route(…)` call in `router()`, read from its source
+    /// (axum's Router does not list its routes).
+    fn router_routes() -> Vec<(Method, String)> {
+        let start = ROUTER_SOURCE
+            .find("pub fn router(")
+            .expect("router() in mod.rs");
+        let body = &ROUTER_SOURCE[start..];
+        let body = &body[..body
+            .find(".fallback(")
+            .expect("router() ends in a fallback")];
+        let mut routes = Vec::new();
+        for call in body.split(".route(").skip(1) {
+            let (path_arg, handlers) = call.split_once(',').expect("route(path, handlers)");
+            let path_arg = path_arg.trim();
+            let path = match path_arg.strip_prefix('"').and_then(|p| p.strip_suffix('"')) {
+                Some(p) => p.to_owned(),
+                None => PATH_CONSTS
+                    .iter()
+                    .find(|(name, _)| *name == path_arg)
+                    .unwrap_or_else(|| panic!("add {path_arg} to PATH_CONSTS"))
+                    .1
+                    .to_owned(),
+            };
+            let before_ok =
+                |i: usize| i == 0 || !handlers.as_bytes()[i - 1].is_ascii_alphanumeric();
+            let mut found = 0;
+            for (token, method) in &METHODS {
+                for (i, _) in handlers.match_indices(token) {
+                    if before_ok(i) && !handlers[..i].ends_with("::jobs::") {
+                        routes.push((method.clone(), path.clone()));
+                        found += 1;
+                    }
+                }
+            }
+            assert!(found > 0, "no method found for route {path}: {handlers}");
+        }
+        routes
+    }
+
+    #[test]
+    fn every_route_of_the_router_is_in_the_route_table() {
+        let routes = router_routes();
+        assert!(routes.len() >= 20, "parsed too few routes: {routes:?}");
+        for (method, path) in &routes {
+            assert!(
+                route_rule(method, path).is_some(),
+                "{method} {path} is served but not in auth::ROUTES: decide its role and scope"
+            );
+        }
+        for r in ROUTES {
+            assert!(
+                routes
+                    .iter()
+                    .any(|(m, p)| m.as_str() == r.method && p == r.path),
+                "auth::ROUTES lists {} {}, which the router does not serve",
+                r.method,
+                r.path
+            );
+        }
+    }
+}

@@ -1,0 +1,569 @@
+//! Our own accept loop in place of `axum::serve`, so that every resource a client can tie
+//! up is bounded (issue 7 part 4, issue 17 items 2 and 6):
+//!
+//! | what | limit | past it |
+//! |---|---|---|
+//! | open connections | [`MAX_CONNECTIONS`]; past [`conns::HIGH_WATER_PERCENT`] of it, idle ones are evicted | the new connection is closed at once, only if none is idle |
+//! | open connections from one source address | [`MAX_CONNECTIONS_PER_SOURCE`] | the new connection is closed at once |
+//! | request head (slow loris) and keep-alive idle time | [`HEADER_READ_TIMEOUT_MS`]; under pressure [`conns::PRESSURE_IDLE_MS`] | connection closed |
+//! | request head size / header count | [`MAX_HEADER_BYTES`] / [`MAX_HEADERS`] | 431, connection closed |
+//! | a body on GET, HEAD or DELETE | none is read | 400 `invalid_argument` at once, connection closed |
+//! | client requests in flight | [`MAX_INFLIGHT`] | 503 `unavailable` + `Retry-After`, at once |
+//! | … of one caller (token, else source address; a member's address uncapped without auth) | [`MAX_INFLIGHT_PER_CALLER`] | 503 + `Retry-After`, at once |
+//! | claim-next waits (`wait_ms` > 0), a separate budget | [`MAX_LONG_POLLS`], per caller [`MAX_LONG_POLLS_PER_CALLER`] | 503 + `Retry-After`, at once |
+//! | `/raft/…` requests in flight | [`MAX_INFLIGHT_RAFT`], a separate budget, taken only once the request's peer-auth header is verified (`http/raft_rpc.rs`) | 503, at once |
+//! | one client request, body upload included | [`REQUEST_TIMEOUT_MS`] | 504 `timeout` |
+//! | one `/raft/…` request | [`RAFT_REQUEST_TIMEOUT_MS`] | 504 |
+//!
+//! Every refusal is counted in `leasehold_listener_refused_total{reason}` (`Refused`).
+//!
+//! Peers share this port with clients (Raft RPC, and a follower forwarding a client's
+//! write to the leader). They are kept reachable by eviction rather than by a second
+//! `--peer-listen` port: a port of its own would need every peer address and the
+//! membership API to carry two addresses, while an evicting table already leaves a new
+//! connection room whenever some connection is idle, and an attacker's idle sockets are
+//! always evicted before a peer's busy link (listener/conns.rs says how). The per-source
+//! cap and the per-caller slots (listener/slots.rs) keep one address or one token from
+//! owning the table or a budget; peers on one host with the attacker are protected by
+//! the eviction, not by the per-source cap.
+//!
+//! Body sizes are bounded by each handler (`http::read_body`, `RAFT_BODY_BYTES_MAX`); a
+//! Raft body must also arrive within its own deadline (`http::raft_rpc::body_deadline`).
+//!
+//! Nothing waits in a queue here: a request over its in-flight budget is answered 503 at
+//! once, so a burst turns into fast retries with the same `Idempotency-Key`, never into
+//! unbounded memory or latency. Raft traffic has its own budget, so client load can never
+//! starve heartbeats and appends (and cost this node its leadership).
+//!
+//! A request cut off by its timeout is answered 504 `timeout` and not 503: if it was a
+//! write, it may already have been proposed, and an entry that reached Raft may still
+//! commit and apply after the answer — its outcome is unknown, exactly api.md's 504. A
+//! retry with the same `Idempotency-Key` gets the real answer.
+//!
+//! [`serve_connection`] is generic over the byte stream so that TLS can wrap the accepted
+//! `TcpStream` (a tokio-rustls acceptor) before hyper sees it.
+
+use std::convert::Infallible;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{HeaderValue, Request, Response};
+use axum::Router;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use leasehold_statemachine::{ApiError, ErrorCode};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+
+use self::conns::{Activity, Admitted, ConnGuard, Conns};
+use self::slots::{CallerKey, Full, HeldSlot, Pool};
+use crate::http::{LEADER_HEADER, NODE_HEADER};
+use crate::node::Node;
+use crate::telemetry::metrics::Refused;
+
+pub mod conns;
+pub mod slots;
+
+/// Open connections at most. Past [`conns::HIGH_WATER_PERCENT`] of it idle connections
+/// are evicted to make room; a new connection is closed at once only when none is idle.
+pub const MAX_CONNECTIONS: usize = 1024;
+/// Open connections from one source address at most: a quarter of the table, so one
+/// address cannot own it, with room for a host running several nodes and their clients.
+pub const MAX_CONNECTIONS_PER_SOURCE: usize = 256;
+/// A request head must arrive whole within this long of the connection becoming ready
+/// for it — on a new connection, and after each response on a kept-alive one, so this is
+/// also the keep-alive idle timeout (hyper starts the timer when it starts reading a head).
+pub const HEADER_READ_TIMEOUT_MS: u64 = 10_000;
+/// Largest request head (request line + headers) read, in bytes; hyper's floor is 8 KiB.
+pub const MAX_HEADER_BYTES: usize = 16 * 1024;
+/// Most headers in one request.
+pub const MAX_HEADERS: usize = 64;
+/// Client requests (everything but `/raft/…` and `/healthz`) in flight at once.
+pub const MAX_INFLIGHT: usize = 256;
+/// Client requests one caller (token, or source address without one) may have in
+/// flight: a quarter of [`MAX_INFLIGHT`], so one token never takes every slot.
+pub const MAX_INFLIGHT_PER_CALLER: usize = 64;
+/// Claim-next requests waiting (`wait_ms > 0`) at once: their own budget, apart from
+/// [`MAX_INFLIGHT`], since each may hold its request for 30 s.
+pub const MAX_LONG_POLLS: usize = 512;
+/// Claim-next waits one caller may have at once: a quarter of [`MAX_LONG_POLLS`].
+pub const MAX_LONG_POLLS_PER_CALLER: usize = 128;
+/// `/raft/…` requests in flight at once: a separate budget client load cannot use.
+pub const MAX_INFLIGHT_RAFT: usize = 64;
+/// Longest a client request may take, reading its body included. Above the longest
+/// legitimate one: a queue claim's `wait_ms` (30 s) plus a write's timeout (5 s).
+pub const REQUEST_TIMEOUT_MS: u64 = 45_000;
+/// Longest a `/raft/…` request may take (a 64 MiB snapshot chunk on a slow link).
+pub const RAFT_REQUEST_TIMEOUT_MS: u64 = 120_000;
+/// On shutdown, how long open connections get to finish their requests.
+pub const SHUTDOWN_DRAIN_MS: u64 = 5_000;
+
+/// The limits of one listener; `Default` is the constants above.
+#[derive(Debug, Clone)]
+pub struct ListenerLimits {
+    pub max_connections: usize,
+    pub max_connections_per_source: usize,
+    pub header_read_timeout: Duration,
+    pub max_header_bytes: usize,
+    pub max_headers: usize,
+    pub max_inflight: usize,
+    pub max_inflight_per_caller: usize,
+    pub max_long_polls: usize,
+    pub max_long_polls_per_caller: usize,
+    pub max_inflight_raft: usize,
+    pub request_timeout: Duration,
+    pub raft_request_timeout: Duration,
+}
+
+impl Default for ListenerLimits {
+    fn default() -> Self {
+        ListenerLimits {
+            max_connections: MAX_CONNECTIONS,
+            max_connections_per_source: MAX_CONNECTIONS_PER_SOURCE,
+            header_read_timeout: Duration::from_millis(HEADER_READ_TIMEOUT_MS),
+            max_header_bytes: MAX_HEADER_BYTES,
+            max_headers: MAX_HEADERS,
+            max_inflight: MAX_INFLIGHT,
+            max_inflight_per_caller: MAX_INFLIGHT_PER_CALLER,
+            max_long_polls: MAX_LONG_POLLS,
+            max_long_polls_per_caller: MAX_LONG_POLLS_PER_CALLER,
+            max_inflight_raft: MAX_INFLIGHT_RAFT,
+            request_timeout: Duration::from_millis(REQUEST_TIMEOUT_MS),
+            raft_request_timeout: Duration::from_millis(RAFT_REQUEST_TIMEOUT_MS),
+        }
+    }
+}
+
+/// Which in-flight budget a request draws from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Budget {
+    Client,
+    Raft,
+    /// `/healthz`: answers "the process serves" without touching Raft, so load never
+    /// makes a live node look dead.
+    Exempt,
+}
+
+/// The budget of a request path (a pure decision, tested below).
+pub fn budget_of(path: &str) -> Budget {
+    if path.starts_with("/raft/") {
+        Budget::Raft
+    } else if path == "/healthz" {
+        Budget::Exempt
+    } else {
+        Budget::Client
+    }
+}
+
+/// What every connection of one listener shares.
+struct Shared {
+    app: Router,
+    /// For the `X-Leasehold-Node`/`-Leader` headers of the answers given here.
+    node: Arc<Node>,
+    limits: ListenerLimits,
+    client_slots: Arc<Pool>,
+    long_polls: Arc<Pool>,
+    raft_slots: Arc<Semaphore>,
+}
+
+/// Serves `app` on `listener` until `cancel` fires, then drains open connections for at
+/// most [`SHUTDOWN_DRAIN_MS`].
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    node: Arc<Node>,
+    limits: ListenerLimits,
+    tls: Option<TlsAcceptor>,
+    cancel: CancellationToken,
+) {
+    let conns = Conns::new(limits.max_connections, limits.max_connections_per_source);
+    let shared = Arc::new(Shared {
+        app,
+        node,
+        client_slots: Pool::new(limits.max_inflight, limits.max_inflight_per_caller),
+        long_polls: Pool::new(limits.max_long_polls, limits.max_long_polls_per_caller),
+        raft_slots: Arc::new(Semaphore::new(limits.max_inflight_raft)),
+        limits,
+    });
+    let mut tasks = JoinSet::new();
+    loop {
+        let accepted = tokio::select! {
+            _ = cancel.cancelled() => break,
+            accepted = listener.accept() => accepted,
+            // Reap finished connections so the set stays as small as the open ones.
+            Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
+        };
+        let (tcp, peer) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                // EMFILE and friends: back off briefly rather than spin.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Some(permit) = admit(&conns, &shared.node, peer) else {
+            drop(tcp);
+            continue;
+        };
+        // Without TCP_NODELAY a response written in two parts waits for the peer's
+        // delayed ACK (~40 ms) before its second part: that capped a replication round
+        // at ~40 ms.
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::warn!(error = %e, "could not set TCP_NODELAY");
+        }
+        match &tls {
+            Some(acceptor) => tasks.spawn(serve_tls_connection(
+                tcp,
+                peer,
+                acceptor.clone(),
+                shared.clone(),
+                permit,
+                cancel.clone(),
+            )),
+            None => tasks.spawn(serve_connection(
+                tcp,
+                peer.ip(),
+                shared.clone(),
+                permit,
+                cancel.clone(),
+            )),
+        };
+    }
+    drop(listener);
+    let drain = async { while tasks.join_next().await.is_some() {} };
+    if tokio::time::timeout(Duration::from_millis(SHUTDOWN_DRAIN_MS), drain)
+        .await
+        .is_err()
+    {
+        tracing::warn!("connections still open after the shutdown drain: closing them");
+        tasks.abort_all();
+    }
+}
+
+/// A place in the connection table for a connection from `peer`, counting what was
+/// evicted for it or why it is refused. Refusals log at debug: anyone can make them.
+fn admit(conns: &Arc<Conns>, node: &Node, peer: SocketAddr) -> Option<ConnGuard> {
+    match conns.admit(peer.ip()) {
+        Ok(Admitted { guard, evicted }) => {
+            for _ in 0..evicted {
+                node.metrics.refused(Refused::IdleEvicted);
+            }
+            Some(guard)
+        }
+        Err(why) => {
+            node.metrics.refused(why);
+            tracing::debug!(%peer, ?why, "connection limit reached: closing a new connection");
+            None
+        }
+    }
+}
+
+/// The TLS step (`serve --tls-*`, tls.rs): the handshake, in the connection's own task
+/// and bounded by the header read timeout (a client that never finishes its handshake is
+/// a slow client like any other), then HTTP on the decrypted stream. A failed handshake —
+/// plain HTTP to this port, a certificate of another CA, no client certificate under
+/// mTLS — closes the connection before any HTTP is parsed.
+async fn serve_tls_connection(
+    tcp: TcpStream,
+    peer: SocketAddr,
+    acceptor: TlsAcceptor,
+    shared: Arc<Shared>,
+    connection_slot: ConnGuard,
+    cancel: CancellationToken,
+) {
+    let handshake = tokio::time::timeout(shared.limits.header_read_timeout, acceptor.accept(tcp));
+    let accepted = tokio::select! {
+        r = handshake => r,
+        _ = cancel.cancelled() => return,
+    };
+    match accepted {
+        Ok(Ok(tls)) => serve_connection(tls, peer.ip(), shared, connection_slot, cancel).await,
+        // Debug, not warn: anyone can make these, as often as they can connect.
+        Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+    }
+}
+
+/// Serves HTTP/1 on one connection, whatever carries its bytes (TCP or TLS).
+async fn serve_connection<IO>(
+    io: IO,
+    source: IpAddr,
+    shared: Arc<Shared>,
+    connection_slot: ConnGuard,
+    cancel: CancellationToken,
+) where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let limits = &shared.limits;
+    let activity = connection_slot.activity.clone();
+    let service = {
+        let shared = shared.clone();
+        hyper::service::service_fn(move |req: Request<Incoming>| {
+            let shared = shared.clone();
+            let in_progress = InProgress::start(activity.clone());
+            async move {
+                let resp = handle(&shared, source, req).await;
+                drop(in_progress);
+                Ok::<_, Infallible>(resp)
+            }
+        })
+    };
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .max_buf_size(limits.max_header_bytes.max(HYPER_BUF_MIN))
+        .max_headers(limits.max_headers);
+    let conn = builder.serve_connection(TokioIo::new(io), service);
+    tokio::pin!(conn);
+    let result = tokio::select! {
+        r = conn.as_mut() => r,
+        _ = cancel.cancelled() => {
+            // Finish the request in progress, then close.
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+        _ = connection_slot.closing.cancelled() => {
+            // Evicted while idle: close, giving a request that raced in a moment.
+            conn.as_mut().graceful_shutdown();
+            let grace = Duration::from_millis(EVICTED_GRACE_MS);
+            tokio::time::timeout(grace, conn).await.unwrap_or(Ok(()))
+        }
+    };
+    if let Err(e) = result {
+        // Timeouts, oversized heads and clients that hang up: normal operating events.
+        tracing::debug!(error = %e, "connection ended with an error");
+    }
+}
+
+/// How long an evicted connection may finish a request that started as it was picked.
+const EVICTED_GRACE_MS: u64 = 200;
+
+/// A request in progress on a connection, for the connection table's idea of idle;
+/// ended on drop, so a request cut off by its connection's end still ends.
+struct InProgress(Arc<Activity>);
+
+impl InProgress {
+    fn start(activity: Arc<Activity>) -> InProgress {
+        activity.request_started();
+        InProgress(activity)
+    }
+}
+
+impl Drop for InProgress {
+    fn drop(&mut self) {
+        self.0.request_ended();
+    }
+}
+
+/// hyper refuses a read buffer under 8 KiB (it panics).
+const HYPER_BUF_MIN: usize = 8 * 1024;
+
+// The defaults leave room for the longest legitimate request (a queue claim's longest
+// wait plus a write's 5 s timeout), and are ones hyper accepts.
+const _: () = assert!(REQUEST_TIMEOUT_MS > leasehold_statemachine::limits::WAIT_MS_MAX + 5_000);
+const _: () = assert!(MAX_HEADER_BYTES >= HYPER_BUF_MIN);
+
+/// The Raft budget, handed to `/raft/…` handlers in the request's extensions: they take
+/// a slot only once the request's header has authenticated it (`http/raft_rpc.rs`), so a
+/// sender without the peer secret never holds one.
+#[derive(Clone)]
+pub struct RaftSlots(pub Arc<Semaphore>);
+
+/// One request: refuse a body where none belongs, take an in-flight slot of its budget
+/// or answer 503 at once, then run the router under the budget's timeout. A Raft
+/// request takes its slot in its handler, once authenticated ([`RaftSlots`]).
+async fn handle(shared: &Shared, source: IpAddr, mut req: Request<Incoming>) -> Response<Body> {
+    if declares_unwanted_body(&req) {
+        shared.node.metrics.refused(Refused::BodyNotAllowed);
+        return stamped(&shared.node, body_not_allowed(req.method()));
+    }
+    let budget = budget_of(req.uri().path());
+    let timeout = match budget {
+        Budget::Raft => shared.limits.raft_request_timeout,
+        _ => shared.limits.request_timeout,
+    };
+    let _slot = match take_slot(shared, source, &req, budget) {
+        Ok(slot) => slot,
+        Err(why) => {
+            shared.node.metrics.refused(why);
+            return stamped(&shared.node, overloaded(why));
+        }
+    };
+    match &_slot {
+        Some(TakenSlot::Client(held)) => {
+            req.extensions_mut().insert(held.clone());
+        }
+        None if budget == Budget::Raft => {
+            req.extensions_mut()
+                .insert(RaftSlots(shared.raft_slots.clone()));
+        }
+        None => {}
+    }
+    let mut app = shared.app.clone();
+    let call = tower_service::Service::call(&mut app, req);
+    match tokio::time::timeout(timeout, call).await {
+        Ok(Ok(resp)) => resp,
+        Ok(Err(never)) => match never {},
+        Err(_) => {
+            shared.node.metrics.refused(match budget {
+                Budget::Raft => Refused::RaftRequestTimeout,
+                _ => Refused::RequestTimeout,
+            });
+            timed_out(&shared.node, timeout)
+        }
+    }
+}
+
+/// The slot a request holds for its whole life.
+enum TakenSlot {
+    /// A client request's, fair per caller; a handler may move it to the long polls.
+    Client(HeldSlot),
+}
+
+/// A slot of `budget` for this request (`None` for the exempt `/healthz`), or why not.
+fn take_slot(
+    shared: &Shared,
+    source: IpAddr,
+    req: &Request<Incoming>,
+    budget: Budget,
+) -> Result<Option<TakenSlot>, Refused> {
+    match budget {
+        Budget::Exempt => Ok(None),
+        // Taken by the handler once the peer-auth header verifies (`RaftSlots`).
+        Budget::Raft => Ok(None),
+        Budget::Client => {
+            let key = caller_key(&shared.node, source, req);
+            match shared.client_slots.try_take(&key) {
+                Ok(slot) => Ok(Some(TakenSlot::Client(HeldSlot::new(
+                    key,
+                    slot,
+                    shared.long_polls.clone(),
+                )))),
+                Err(Full::Total) => Err(Refused::Inflight),
+                Err(Full::Caller) => Err(Refused::InflightPerCaller),
+            }
+        }
+    }
+}
+
+/// Who a client request counts against: with an auth file, the token entry its
+/// `Authorization` names (two entries of one `name` share a key); else, or without a
+/// valid token, its source address. A follower's forward carries the client's token,
+/// so behind auth the leader counts the client, not the follower. Without an auth file
+/// a forward carries nothing to tell its client by, so a member's address is not capped
+/// ([`CallerKey::Member`]): else every client of a follower would share one caller's
+/// share on the leader.
+fn caller_key(node: &Node, source: IpAddr, req: &Request<Incoming>) -> CallerKey {
+    let header = req
+        .headers()
+        .get(axum::http::header::AUTHORIZATION)
+        .map(HeaderValue::as_bytes);
+    match (node.auth.as_deref(), header) {
+        (Some(policy), Some(h)) => match policy.authenticate(Some(h)) {
+            Ok(caller) => CallerKey::Token(caller.label.clone()),
+            Err(_) => CallerKey::Source(source),
+        },
+        (Some(_), None) => CallerKey::Source(source),
+        (None, _) if is_member_address(node, source) => CallerKey::Member,
+        (None, _) => CallerKey::Source(source),
+    }
+}
+
+/// Whether `ip` is the address of a cluster member (as the membership or `--peer-dial`
+/// names it; only IP literals count, nothing is resolved per request).
+fn is_member_address(node: &Node, ip: IpAddr) -> bool {
+    let members = crate::node::member_addrs(&node.raft.metrics().borrow());
+    members
+        .values()
+        .chain(node.dial.values())
+        .filter_map(|a| a.parse::<std::net::SocketAddr>().ok())
+        .any(|a| a.ip() == ip)
+}
+
+/// A GET, HEAD or DELETE that declares a body (a `Content-Length` above 0, or chunked):
+/// no route of these methods reads one, and waiting for it would hold a slot.
+fn declares_unwanted_body(req: &Request<Incoming>) -> bool {
+    use hyper::body::Body as _;
+    let bodiless = matches!(
+        *req.method(),
+        axum::http::Method::GET | axum::http::Method::HEAD | axum::http::Method::DELETE
+    );
+    bodiless && !req.body().is_end_stream()
+}
+
+/// 400 at once, and the connection closes after it: the body is never read, so the
+/// connection cannot carry another request.
+fn body_not_allowed(method: &axum::http::Method) -> Response<Body> {
+    let mut resp = crate::http::error_response(&ApiError::new(
+        ErrorCode::InvalidArgument,
+        format!("a {method} request carries no body"),
+    ));
+    resp.headers_mut().insert(
+        axum::http::header::CONNECTION,
+        HeaderValue::from_static("close"),
+    );
+    resp
+}
+
+/// 504 `timeout`: the request ran past its budget's timeout.
+fn timed_out(node: &Node, timeout: Duration) -> Response<Body> {
+    stamped(
+        node,
+        crate::http::error_response(&ApiError::new(
+            ErrorCode::Timeout,
+            format!(
+                "the request did not finish within {} ms; if it was a write its outcome \
+                 is unknown: retry with the same Idempotency-Key",
+                timeout.as_millis()
+            ),
+        )),
+    )
+}
+
+/// api.md: every response carries `X-Leasehold-Node` and, when known, the leader — also
+/// the ones given here, outside the router.
+fn stamped(node: &Node, mut resp: Response<Body>) -> Response<Body> {
+    let h = resp.headers_mut();
+    h.insert(NODE_HEADER, HeaderValue::from(node.id));
+    let leader = node.known_leader(&node.raft.metrics().borrow());
+    if let Some(l) = leader {
+        h.insert(LEADER_HEADER, HeaderValue::from(l));
+    }
+    resp
+}
+
+/// 503 `unavailable` (with `Retry-After`, `http::error_response`) naming the limit.
+pub fn overloaded(why: Refused) -> Response<Body> {
+    let what = match why {
+        Refused::InflightRaft => "this node is at its limit of concurrent Raft requests",
+        Refused::InflightPerCaller => "this caller is at its limit of concurrent requests",
+        _ => "this node is at its limit of concurrent requests",
+    };
+    crate::http::error_response(&ApiError::new(
+        ErrorCode::Unavailable,
+        format!("{what}: retry later"),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn raft_traffic_has_its_own_budget() {
+        assert_eq!(budget_of("/raft/append"), Budget::Raft);
+        assert_eq!(budget_of("/raft/vote"), Budget::Raft);
+        assert_eq!(budget_of("/v1/jobs"), Budget::Client);
+        assert_eq!(budget_of("/raftish"), Budget::Client);
+        assert_eq!(budget_of("/healthz"), Budget::Exempt);
+        assert_eq!(budget_of("/healthz/x"), Budget::Client);
+    }
+}

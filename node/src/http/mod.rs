@@ -1,0 +1,204 @@
+//! The HTTP API of api.md, plus Raft RPC under `/raft/…`, on one listener.
+//!
+//! Every handler reads its own body (so size and JSON errors get api.md's error shape),
+//! validates with the state machine crate's code, then hands a [`LeaderOp`] to
+//! [`leader::on_leader`], which runs it here if this node leads, forwards the request
+//! verbatim to the leader if not, or waits out an election.
+
+mod backup;
+pub mod browser;
+mod client_auth;
+mod forward;
+pub(crate) mod jobs;
+mod leader;
+pub mod listener;
+mod membership;
+mod ops;
+mod raft_rpc;
+mod ui;
+
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use leasehold_statemachine::{ApiError, ErrorBody, ErrorCode};
+use serde::Serialize;
+
+use crate::node::Node;
+use crate::telemetry::metrics::Route;
+
+pub const NODE_HEADER: &str = "x-leasehold-node";
+pub const LEADER_HEADER: &str = "x-leasehold-leader";
+pub const HOPS_HEADER: &str = "x-leasehold-hops";
+pub const IDEMPOTENCY_HEADER: &str = "idempotency-key";
+/// Seconds a client should wait before retrying a 503.
+pub const RETRY_AFTER_S: u64 = 1;
+
+pub use leader::LeaderOp;
+pub use membership::{validate_addr, CATCH_UP_WAIT as MEMBERSHIP_CATCH_UP_WAIT};
+
+pub fn router(node: Arc<Node>) -> Router {
+    Router::new()
+        .route("/v1/jobs", post(jobs::submit).get(jobs::list))
+        .route(
+            "/v1/jobs/{*rest}",
+            get(jobs::get_job)
+                .post(jobs::job_action)
+                .delete(jobs::delete_job),
+        )
+        .route("/v1/queues/{queue}/claim", post(jobs::claim_next))
+        .route("/v1/cluster", get(ops::cluster))
+        .route("/v1/cluster/digest", get(ops::digest))
+        .route("/v1/cluster/members", get(ui::members))
+        .route("/v1/cluster/rejections", get(ui::rejections))
+        .route("/v1/cluster/nodes", post(membership::add))
+        .route(
+            "/v1/cluster/nodes/{id}",
+            axum::routing::delete(membership::remove),
+        )
+        .route("/v1/cluster/snapshot", get(backup::snapshot))
+        .route("/ui", get(ui::page))
+        .route("/ui/", get(ui::page))
+        .route("/ui/{*asset}", get(ui::asset))
+        .route("/healthz", get(ops::healthz))
+        .route("/readyz", get(ops::readyz))
+        .route("/metrics", get(ops::metrics))
+        .route(
+            crate::raft::network::RAFT_APPEND_PATH,
+            post(raft_rpc::append),
+        )
+        .route(crate::raft::network::RAFT_VOTE_PATH, post(raft_rpc::vote))
+        .route(
+            crate::raft::network::RAFT_PREVOTE_PATH,
+            post(raft_rpc::prevote),
+        )
+        .route(
+            crate::raft::network::RAFT_SNAPSHOT_PATH,
+            post(raft_rpc::snapshot),
+        )
+        .fallback(unknown_route)
+        // Inside `stamp_headers`, so a refusal carries the node headers and is counted.
+        .layer(axum::middleware::from_fn_with_state(
+            node.clone(),
+            client_auth::check_token,
+        ))
+        // Before the token check (a hostile page is refused with or without one), inside
+        // `stamp_headers` for the same reason as it.
+        .layer(axum::middleware::from_fn_with_state(
+            node.clone(),
+            browser::guard,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            node.clone(),
+            stamp_headers,
+        ))
+        // Handlers read bodies themselves, with api.md's limits and error shape.
+        .layer(DefaultBodyLimit::disable())
+        .with_state(node)
+}
+
+async fn unknown_route() -> Response {
+    error_response(&ApiError::new(ErrorCode::NotFound, "no such route"))
+}
+
+/// Adds `X-Leasehold-Node`/`X-Leasehold-Leader` to every response, and counts and times
+/// it (up to the response head: a streamed body is not waited for).
+async fn stamp_headers(State(node): State<Arc<Node>>, req: Request, next: Next) -> Response {
+    let started = std::time::Instant::now();
+    let route = route_label(req.extensions().get::<MatchedPath>().map(|p| p.as_str()));
+    let method = req.method().clone();
+    let mut resp = next.run(req).await;
+    let status = resp.status().as_u16();
+    node.metrics
+        .request(route, &method, status, started.elapsed());
+    let h = resp.headers_mut();
+    h.insert(NODE_HEADER, HeaderValue::from(node.id));
+    let leader = node.known_leader(&node.raft.metrics().borrow());
+    match leader {
+        Some(l) => {
+            h.insert(LEADER_HEADER, HeaderValue::from(l));
+        }
+        None => {
+            h.remove(LEADER_HEADER);
+        }
+    }
+    resp
+}
+
+/// The route label of a request: a fixed set keeps the metrics' cardinality bounded.
+/// A route added to the router but not here is counted as `other`.
+fn route_label(matched: Option<&str>) -> Route {
+    match matched {
+        Some("/v1/jobs") => Route::Jobs,
+        Some("/v1/jobs/{*rest}") => Route::Job,
+        Some("/v1/queues/{queue}/claim") => Route::QueueClaim,
+        Some("/v1/cluster") => Route::Cluster,
+        Some("/v1/cluster/digest") => Route::Digest,
+        Some("/v1/cluster/members") => Route::Members,
+        Some("/v1/cluster/rejections") => Route::Rejections,
+        Some("/v1/cluster/nodes") => Route::Nodes,
+        Some("/v1/cluster/nodes/{id}") => Route::Node,
+        Some("/v1/cluster/snapshot") => Route::Snapshot,
+        Some("/ui") | Some("/ui/") | Some("/ui/{*asset}") => Route::Ui,
+        Some("/healthz") => Route::Healthz,
+        Some("/readyz") => Route::Readyz,
+        Some("/metrics") => Route::Metrics,
+        Some(p) if p.starts_with("/raft/") => Route::Raft,
+        _ => Route::Other,
+    }
+}
+
+pub fn json_response<T: Serialize>(status: StatusCode, value: &T) -> Response {
+    match serde_json::to_vec(value) {
+        Ok(body) => (
+            status,
+            [(axum::http::header::CONTENT_TYPE, "application/json")],
+            body,
+        )
+            .into_response(),
+        Err(e) => error_response(&ApiError::new(ErrorCode::Internal, e.to_string())),
+    }
+}
+
+pub fn error_response(err: &ApiError) -> Response {
+    let status =
+        StatusCode::from_u16(err.code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut resp = json_response(status, &ErrorBody { error: err.clone() });
+    if err.code == ErrorCode::Unavailable {
+        resp.headers_mut().insert(
+            axum::http::header::RETRY_AFTER,
+            HeaderValue::from(RETRY_AFTER_S),
+        );
+    }
+    resp
+}
+
+/// Reads a body of at most `limit` bytes; past it, 413 `payload_too_large`.
+pub async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
+    axum::body::to_bytes(body, limit).await.map_err(|e| {
+        if e.into_inner().is::<http_body_util::LengthLimitError>() {
+            ApiError::new(
+                ErrorCode::PayloadTooLarge,
+                format!("request body exceeds {limit} bytes"),
+            )
+        } else {
+            ApiError::new(
+                ErrorCode::InvalidArgument,
+                "could not read the request body",
+            )
+        }
+    })
+}
+
+pub fn hops(headers: &HeaderMap) -> u32 {
+    headers
+        .get(HOPS_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}

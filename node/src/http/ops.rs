@@ -1,0 +1,175 @@
+//! Cluster status and operations endpoints: `/v1/cluster`, `/healthz`, `/readyz`,
+//! `/metrics`. They answer from this node's own view and never forward.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+use super::json_response;
+use crate::node::Node;
+
+#[derive(Debug, Serialize)]
+pub(super) struct ClusterView {
+    pub(super) node_id: u64,
+    pub(super) leader_id: Option<u64>,
+    pub(super) term: u64,
+    pub(super) voters: Vec<u64>,
+    pub(super) learners: Vec<u64>,
+    pub(super) nodes: BTreeMap<String, String>,
+    pub(super) commit_index: u64,
+    pub(super) applied_index: u64,
+    pub(super) cluster_time_ms: u64,
+    /// Added to api.md's fields: this node's Raft role.
+    pub(super) state: String,
+    /// Added to api.md's fields: the cluster's id (32 hex digits), null until this node
+    /// initialized the cluster or was first replicated to.
+    pub(super) cluster_id: Option<String>,
+}
+
+async fn committed_index(node: &Node) -> u64 {
+    node.raft
+        .with_raft_state(|s| s.committed.map_or(0, |l| l.index))
+        .await
+        .unwrap_or(0)
+}
+
+pub async fn cluster(State(node): State<Arc<Node>>) -> Response {
+    json_response(StatusCode::OK, &cluster_view(&node).await)
+}
+
+/// The membership as `/v1/cluster` lists it: voters, learners, id → address.
+pub(super) fn member_lists(
+    m: &crate::types::RaftMetrics,
+) -> (Vec<u64>, Vec<u64>, BTreeMap<String, String>) {
+    let membership = m.membership_config.membership();
+    (
+        membership.voter_ids().collect(),
+        membership.learner_ids().collect(),
+        membership
+            .nodes()
+            .map(|(id, n)| (id.to_string(), n.addr.clone()))
+            .collect(),
+    )
+}
+
+/// This node's own view of the cluster (`GET /v1/cluster`; the dashboard's members list
+/// uses it for the node itself).
+pub(super) async fn cluster_view(node: &Node) -> ClusterView {
+    let m = node.raft_metrics();
+    let (voters, learners, nodes) = member_lists(&m);
+    ClusterView {
+        node_id: node.id,
+        leader_id: node.known_leader(&m),
+        term: m.current_term,
+        voters,
+        learners,
+        nodes,
+        commit_index: committed_index(node).await,
+        applied_index: m.last_applied.map_or(0, |l| l.index),
+        cluster_time_ms: node.cluster_time_ms(),
+        state: format!("{:?}", m.state),
+        cluster_id: node.peer.cluster_id().map(|c| c.to_string()),
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct DigestView {
+    node_id: u64,
+    applied_index: u64,
+    /// FNV-1a of this replica's state-machine snapshot, hex; equal on every replica
+    /// that applied the same log.
+    digest: String,
+    jobs: u64,
+}
+
+/// This replica's state fingerprint, from its own applied state (never forwarded).
+pub async fn digest(State(node): State<Arc<Node>>) -> Response {
+    let id = node.id;
+    // Encoding a large table takes a while: off the runtime, applies held off only
+    // while the records are captured.
+    let (applied_index, jobs, source) = node
+        .sm
+        .read_long(|s| {
+            let index = s.last_applied.map_or(0, |l| l.index);
+            (index, s.machine.stats().jobs, s.machine.snapshot_source())
+        })
+        .await;
+    let digest = tokio::task::spawn_blocking(move || source.digest()).await;
+    match digest {
+        Ok(d) => json_response(
+            StatusCode::OK,
+            &DigestView {
+                node_id: id,
+                applied_index,
+                digest: format!("{d:016x}"),
+                jobs,
+            },
+        ),
+        Err(e) => super::error_response(&leasehold_statemachine::ApiError::new(
+            leasehold_statemachine::ErrorCode::Internal,
+            format!("digest failed: {e}"),
+        )),
+    }
+}
+
+pub async fn healthz() -> Response {
+    (StatusCode::OK, "ok\n").into_response()
+}
+
+/// Ready: a leader is known and this node has applied all it knows to be committed.
+pub async fn readyz(State(node): State<Arc<Node>>) -> Response {
+    let m = node.raft_metrics();
+    let applied = m.last_applied.map_or(0, |l| l.index);
+    let committed = committed_index(&node).await;
+    let leader = node.known_leader(&m);
+    let ready = leader.is_some() && applied >= committed;
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    let body = serde_json::json!({
+        "ready": ready, "leader_id": leader,
+        "applied_index": applied, "commit_index": committed,
+    });
+    json_response(status, &body)
+}
+
+pub async fn metrics(State(node): State<Arc<Node>>) -> Response {
+    // Raft's metrics (the applied index) before the commit index: read in this order,
+    // applied never exceeds commit in one scrape.
+    let raft = node.raft_metrics();
+    let commit_index = committed_index(&node).await;
+    let (stats, queues, last_grace_ms) = node.sm.read(|s| {
+        let top = crate::telemetry::metrics::top_queues(
+            s.machine.queue_stats(),
+            crate::telemetry::metrics::QUEUES_EXPORTED_MAX,
+        );
+        (s.machine.stats(), top, s.machine.last_grace_ms())
+    });
+    let scrape = crate::telemetry::metrics::Scrape {
+        known_leader: node.known_leader(&raft),
+        quorum_lost: node.elector.deposals(),
+        raft,
+        commit_index,
+        cluster_time_ms: node.cluster_time_ms(),
+        stats,
+        queues,
+        last_grace_ms,
+        snapshots: *node.sm.snapshots.lock().expect("snapshot stats lock"),
+    };
+    let text = node.metrics.render(&scrape);
+    (
+        StatusCode::OK,
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4",
+        )],
+        text,
+    )
+        .into_response()
+}

@@ -1,0 +1,266 @@
+//! Server side of Raft RPC: bincode request in, bincode `Result<Response, RaftError>`
+//! out, so the caller sees the peer's Raft error typed (see `network.rs`).
+//!
+//! Every request is admitted by the node's [`PeerGuard`](crate::security::peer_auth::PeerGuard) in
+//! two steps: its head (the header's MAC, time, target, replay window; `Content-Length`
+//! equal to the header's `len=`) before a byte of body is read, so a forged request costs
+//! one HMAC and no Raft slot; then, holding a slot, its body within [`body_deadline`],
+//! checked against the header's SHA-256 and the cluster id, before a byte is decoded.
+//! Refused → api.md's error body, 401 `unauthenticated` or 403 `permission_denied`,
+//! counted in `/metrics` by reason and logged at most once per reason per interval.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use openraft::error::RaftError;
+use openraft::raft::AppendEntriesResponse;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use super::{error_response, read_body};
+use crate::http::listener::RaftSlots;
+use crate::node::Node;
+use crate::raft::election::PreVoteRequest;
+use crate::security::peer_auth::{Head, PeerAuthError, PEER_AUTH_HEADER};
+use crate::telemetry::metrics::Refused;
+use crate::types::NodeId;
+use leasehold_statemachine::{ApiError, ErrorCode};
+use tokio::sync::{OwnedSemaphorePermit, TryAcquireError};
+
+/// Raft bodies carry log batches and snapshot chunks; bounded all the same.
+const RAFT_BODY_BYTES_MAX: u64 = 64 * 1024 * 1024;
+/// An authenticated peer's body must arrive within this long plus
+/// [`RAFT_BODY_MIN_BYTES_PER_S`] for its length: bytes keep coming, or the slot is freed.
+pub const RAFT_BODY_DEADLINE_BASE_MS: u64 = 2_000;
+/// The slowest body transfer accepted (1 MiB/s: the 64 MiB limit in about a minute).
+pub const RAFT_BODY_MIN_BYTES_PER_S: u64 = 1024 * 1024;
+
+/// How long a body of `len` bytes may take to arrive.
+pub fn body_deadline(len: u64) -> Duration {
+    Duration::from_millis(
+        RAFT_BODY_DEADLINE_BASE_MS
+            .saturating_add(len.saturating_mul(1000) / RAFT_BODY_MIN_BYTES_PER_S),
+    )
+}
+
+/// A decoded request, with the Raft in-flight slot it holds until it is answered.
+struct Admitted<T> {
+    rpc: T,
+    _slot: Option<OwnedSemaphorePermit>,
+}
+
+/// The head's header value and `Content-Length` (none if not a plain number).
+fn head_of(req: &Request) -> (Option<String>, Option<u64>) {
+    let header = req.headers().get(PEER_AUTH_HEADER).map(|h| {
+        h.to_str()
+            .map_or_else(|_| "(not visible ASCII)".to_owned(), str::to_owned)
+    });
+    let chunked = req
+        .headers()
+        .contains_key(axum::http::header::TRANSFER_ENCODING);
+    let length = req
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse().ok())
+        .filter(|_| !chunked);
+    (header, length)
+}
+
+/// Checks the head (MAC, time, target, replay, length: nothing of the body is read for a
+/// request that fails), takes a Raft slot, reads the body within its deadline, checks it
+/// against the header and the cluster id, then decodes. `replicates`: AppendEntries or
+/// InstallSnapshot, the RPCs from which a fresh node adopts its cluster id.
+async fn decode<T: DeserializeOwned>(
+    node: &Node,
+    req: Request,
+    replicates: bool,
+) -> Result<Admitted<T>, Response> {
+    let path = req.uri().path().to_owned();
+    let (header, content_length) = head_of(&req);
+    let head = Head {
+        method: req.method().as_str(),
+        path: &path,
+        header: header.as_deref(),
+        content_length,
+    };
+    let stamp = node.peer.check_head(&head).map_err(|e| {
+        let api = ApiError::new(ErrorCode::Unauthenticated, e.to_string());
+        refused(node, &path, e.refusal(), &api)
+    })?;
+    // Only now, authenticated (or no secret), may the request hold one of the slots.
+    let slot = take_raft_slot(&req).map_err(|_| {
+        node.metrics.refused(Refused::InflightRaft);
+        crate::http::listener::overloaded(Refused::InflightRaft)
+    })?;
+    let bytes = read_raft_body(node, req.into_body(), content_length).await?;
+    let fresh = node.raft.metrics().borrow().last_log_index.is_none();
+    node.peer
+        .admit(stamp.as_ref(), &bytes, replicates, fresh)
+        .await
+        .map_err(|e| {
+            let why = match e.code {
+                ErrorCode::PermissionDenied => Refused::PeerCluster,
+                _ => Refused::PeerAuthBodyDigest,
+            };
+            refused(node, &path, why, &e)
+        })?;
+    let rpc = bincode::deserialize(&bytes)
+        .map_err(|e| (StatusCode::BAD_REQUEST, format!("bad raft body: {e}")).into_response())?;
+    Ok(Admitted { rpc, _slot: slot })
+}
+
+/// A slot of the listener's Raft budget (`http/listener/`), if one is free. Without a
+/// listener in front (no budget in the request), none is needed.
+fn take_raft_slot(req: &Request) -> Result<Option<OwnedSemaphorePermit>, TryAcquireError> {
+    match req.extensions().get::<RaftSlots>() {
+        Some(RaftSlots(slots)) => slots.clone().try_acquire_owned().map(Some),
+        None => Ok(None),
+    }
+}
+
+/// The body, exactly `Content-Length` bytes (checked against `len=` already), within
+/// [`body_deadline`] of it.
+async fn read_raft_body(
+    node: &Node,
+    body: axum::body::Body,
+    content_length: Option<u64>,
+) -> Result<Bytes, Response> {
+    // No secret and no header: the length is still required, and bounded.
+    let len = content_length.ok_or_else(|| {
+        let e = PeerAuthError::Length {
+            len: 0,
+            content_length: None,
+        };
+        error_response(&ApiError::new(ErrorCode::InvalidArgument, e.to_string()))
+    })?;
+    if len > RAFT_BODY_BYTES_MAX {
+        let msg = format!("request body exceeds {RAFT_BODY_BYTES_MAX} bytes");
+        return Err(error_response(&ApiError::new(
+            ErrorCode::PayloadTooLarge,
+            msg,
+        )));
+    }
+    let deadline = body_deadline(len);
+    match tokio::time::timeout(deadline, read_body(body, len as usize)).await {
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(e)) => Err(error_response(&e)),
+        Err(_) => {
+            node.metrics.refused(Refused::RaftBodyTimeout);
+            let msg = format!(
+                "the {len}-byte Raft body did not arrive within {} ms",
+                deadline.as_millis()
+            );
+            Err(error_response(&ApiError::new(ErrorCode::Timeout, msg)))
+        }
+    }
+}
+
+/// Counts the refusal, logs it (throttled), answers it.
+fn refused(node: &Node, path: &str, why: Refused, e: &ApiError) -> Response {
+    node.metrics.refused(why);
+    node.peer.log_refusal(path, why, &e.message);
+    error_response(e)
+}
+
+fn encode<T: Serialize>(v: &T) -> Response {
+    match bincode::serialize(v) {
+        Ok(b) => (
+            StatusCode::OK,
+            [(
+                axum::http::header::CONTENT_TYPE,
+                crate::raft::network::BINCODE_CONTENT_TYPE,
+            )],
+            b,
+        )
+            .into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
+/// A node waiting to join answers no Raft RPC (see `join.rs`).
+fn joining_refusal(what: &str) -> Response {
+    let e = leasehold_statemachine::ApiError::new(
+        leasehold_statemachine::ErrorCode::Unavailable,
+        format!("this node is joining the cluster and does not {what} until it has been added"),
+    );
+    error_response(&e)
+}
+
+pub async fn append(State(node): State<Arc<Node>>, req: Request) -> Response {
+    if crate::raft::join::refuses_replication(&node) {
+        return joining_refusal("take replication");
+    }
+    match decode(&node, req, true).await {
+        Ok(Admitted { rpc, _slot }) => {
+            let res = node.raft.append_entries(rpc).await;
+            // Accepted from a leader of at least our term: the election timer starts over
+            // (`election.rs`). A stale leader's (HigherVote) does not count.
+            if matches!(&res, Ok(r) if !matches!(r, AppendEntriesResponse::HigherVote(_))) {
+                node.elector.heard_from_leader();
+            }
+            encode(&res)
+        }
+        Err(r) => r,
+    }
+}
+
+pub async fn vote(State(node): State<Arc<Node>>, req: Request) -> Response {
+    if crate::raft::join::refuses_votes(&node) {
+        // Read nothing: the candidate sees an error and counts no vote from here.
+        return joining_refusal("vote");
+    }
+    match decode(&node, req, false).await {
+        Ok(Admitted { rpc, _slot }) => encode(&node.raft.vote(rpc).await),
+        Err(r) => r,
+    }
+}
+
+pub async fn snapshot(State(node): State<Arc<Node>>, req: Request) -> Response {
+    if crate::raft::join::refuses_replication(&node) {
+        return joining_refusal("take replication");
+    }
+    match decode::<openraft::raft::InstallSnapshotRequest<crate::types::TypeConfig>>(
+        &node, req, true,
+    )
+    .await
+    {
+        Ok(Admitted { rpc, _slot }) => {
+            let vote = rpc.vote;
+            let res = node.raft.install_snapshot(rpc).await;
+            // `Ok` also answers a stale leader whose vote was refused (with ours): that
+            // is no contact with a current leader.
+            if matches!(&res, Ok(r) if crate::raft::election::snapshot_accepted(&vote, &r.vote)) {
+                node.elector.heard_from_leader();
+            }
+            encode(&res)
+        }
+        Err(r) => r,
+    }
+}
+
+/// `POST /raft/prevote` (`election.rs`): answered from this node's log and timer, without
+/// touching Raft's state.
+pub async fn prevote(State(node): State<Arc<Node>>, req: Request) -> Response {
+    if crate::raft::join::refuses_votes(&node) {
+        return joining_refusal("vote");
+    }
+    match decode::<PreVoteRequest>(&node, req, false).await {
+        Ok(Admitted { rpc, _slot }) => {
+            let state = node.raft.metrics().borrow().state;
+            let resp = node.elector.answer(state, &rpc);
+            let counter = if resp.granted {
+                &node.metrics.prevotes_granted
+            } else {
+                tracing::debug!(candidate = rpc.candidate, reason = %resp.reason, "pre-vote refused");
+                &node.metrics.prevotes_refused
+            };
+            counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            encode(&Ok::<_, RaftError<NodeId>>(resp))
+        }
+        Err(r) => r,
+    }
+}

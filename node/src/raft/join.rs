@@ -1,0 +1,387 @@
+//! `serve --join ADDR`: a new, empty node asks a running cluster to add it.
+//!
+//! A node started with `--join` on a data dir Raft has never initialized records the
+//! join in the marker file `<data-dir>/joining` (fsynced) and goes through two stages:
+//!
+//! 1. **waiting**: it answers no Raft RPC at all. It asks the cluster's leader (found
+//!    through `ADDR`, any node) for the membership and waits until its id is not in it.
+//!    An empty data dir may belong to a node that lost its disk while still a member: a
+//!    leader that remembers what that node had acknowledged would see its log go back,
+//!    and the node must not vote with its votes forgotten. The operator removes the old
+//!    member (`leasehold cluster remove-node ID`); the log says so.
+//! 2. **admitted** (marker rewritten first): it accepts replication but still refuses to
+//!    vote, and posts `{"id","addr"}` to `POST /v1/cluster/nodes` (a follower forwards
+//!    it), which adds it as a learner, waits for it to catch up and promotes it. Retried
+//!    until the node is a voter; then the marker is removed and it votes like any voter.
+//!
+//! A restart keeps the stage (the marker says which), `--join` or not; a node that was
+//! already admitted counts a membership naming it a voter as its own join done.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio_util::sync::CancellationToken;
+
+use crate::node::Node;
+
+/// The marker file of a join in progress.
+pub const JOINING_FILE: &str = "joining";
+
+/// What `serve --join` configures.
+#[derive(Debug, Clone)]
+pub struct JoinConfig {
+    /// `HOST:PORT` of any node of the cluster to join.
+    pub via: String,
+    /// An admin token (`--join-token-file`), when the cluster has `--auth-file`.
+    pub token: Option<String>,
+}
+
+/// Where a join stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// Not joining: a member like any other (or a node of the initial cluster).
+    Member,
+    /// Waiting until the cluster does not name this node: no Raft RPC answered.
+    Waiting,
+    /// Not a member when admitted: replication accepted, votes refused.
+    Admitted,
+}
+
+impl Stage {
+    fn marker_text(self) -> &'static str {
+        match self {
+            Stage::Member => "",
+            Stage::Waiting => "waiting\n",
+            Stage::Admitted => "admitted\n",
+        }
+    }
+}
+
+/// The join stage, shared by the join task and the Raft RPC handlers.
+#[derive(Debug)]
+pub struct Joining(AtomicU8);
+
+impl Joining {
+    pub fn new(stage: Stage) -> Joining {
+        let j = Joining(AtomicU8::new(0));
+        j.set(stage);
+        j
+    }
+
+    pub fn stage(&self) -> Stage {
+        match self.0.load(Ordering::Acquire) {
+            1 => Stage::Waiting,
+            2 => Stage::Admitted,
+            _ => Stage::Member,
+        }
+    }
+
+    fn set(&self, stage: Stage) {
+        let v = match stage {
+            Stage::Member => 0,
+            Stage::Waiting => 1,
+            Stage::Admitted => 2,
+        };
+        self.0.store(v, Ordering::Release);
+    }
+}
+
+pub fn marker_path(data_dir: &Path) -> PathBuf {
+    data_dir.join(JOINING_FILE)
+}
+
+/// Writes the marker durably (write a temp file, fsync, rename, fsync the directory).
+fn write_marker(data_dir: &Path, stage: Stage) -> anyhow::Result<()> {
+    use std::io::Write;
+    let path = marker_path(data_dir);
+    let tmp = data_dir.join(format!("{JOINING_FILE}.tmp"));
+    let mut f =
+        std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    f.write_all(stage.marker_text().as_bytes())
+        .and_then(|()| f.sync_all())
+        .with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, &path).with_context(|| format!("renaming to {}", path.display()))?;
+    sync_dir(data_dir)
+}
+
+fn read_marker(data_dir: &Path) -> anyhow::Result<Option<Stage>> {
+    let path = marker_path(data_dir);
+    match std::fs::read_to_string(&path) {
+        Ok(t) if t.trim() == "admitted" => Ok(Some(Stage::Admitted)),
+        // Anything else (an empty file from a crash mid-write included): start over
+        // at the cautious stage.
+        Ok(_) => Ok(Some(Stage::Waiting)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+}
+
+fn remove_marker(data_dir: &Path) -> anyhow::Result<()> {
+    let path = marker_path(data_dir);
+    match std::fs::remove_file(&path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("removing {}", path.display())),
+    }
+    sync_dir(data_dir)
+}
+
+fn sync_dir(dir: &Path) -> anyhow::Result<()> {
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .with_context(|| format!("syncing the directory {}", dir.display()))
+}
+
+/// Decides at startup where this node stands: with `--join` on a data dir Raft has never
+/// initialized it starts a join (writing the marker); a marker left by an earlier run
+/// means that join is still in progress, `--join` or not.
+pub fn begin(
+    data_dir: &Path,
+    join: Option<&JoinConfig>,
+    initialized: bool,
+) -> anyhow::Result<Stage> {
+    if let Some(stage) = read_marker(data_dir)? {
+        return Ok(stage);
+    }
+    match (join, initialized) {
+        (Some(_), false) => {
+            write_marker(data_dir, Stage::Waiting)?;
+            Ok(Stage::Waiting)
+        }
+        (Some(_), true) => {
+            tracing::info!("this data dir is already a member of a cluster: --join is ignored");
+            Ok(Stage::Member)
+        }
+        (None, _) => Ok(Stage::Member),
+    }
+}
+
+/// Steps of the retry backoff, then every `JOIN_RETRY_MAX`.
+const JOIN_RETRY_MIN: Duration = Duration::from_millis(500);
+const JOIN_RETRY_MAX: Duration = Duration::from_secs(5);
+
+/// Runs until the cluster has added this node (or the node stops).
+pub async fn run(
+    node: Arc<Node>,
+    join: Option<JoinConfig>,
+    data_dir: PathBuf,
+    advertised: String,
+    cancel: CancellationToken,
+) {
+    let Some(join) = join else {
+        tracing::error!(
+            file = %marker_path(&data_dir).display(),
+            "an earlier run started joining a cluster and did not finish; restart with \
+             --join ADDR to finish (until then this node does not vote)"
+        );
+        return;
+    };
+    let mut delay = JOIN_RETRY_MIN;
+    let pause = |delay: &mut Duration| {
+        let d = *delay;
+        *delay = (d * 2).min(JOIN_RETRY_MAX);
+        let cancel = cancel.clone();
+        async move {
+            tokio::select! {
+                _ = cancel.cancelled() => false,
+                _ = tokio::time::sleep(d) => true,
+            }
+        }
+    };
+    if node.joining.stage() == Stage::Waiting {
+        loop {
+            match leader_membership(&node, &join).await {
+                Ok(m) if !m.names(node.id) => break,
+                Ok(m) => tracing::error!(
+                    id = node.id,
+                    leader = m.leader,
+                    "node {} is still a member of the cluster (the node whose data this one \
+                     replaces?): remove it first (leasehold cluster remove-node {}); \
+                     until then this node neither answers Raft nor votes",
+                    node.id,
+                    node.id
+                ),
+                Err(e) => {
+                    tracing::warn!(via = %join.via, error = %e, "cannot read the membership yet; retrying")
+                }
+            }
+            if !pause(&mut delay).await {
+                return;
+            }
+        }
+        if let Err(e) = write_marker(&data_dir, Stage::Admitted) {
+            tracing::error!(error = %e, "cannot record the join's progress; not joining");
+            return;
+        }
+        node.joining.set(Stage::Admitted);
+        tracing::info!(
+            id = node.id,
+            "not a member: accepting replication, asking to be added"
+        );
+    }
+    delay = JOIN_RETRY_MIN;
+    loop {
+        match request(&node, &join, &advertised).await {
+            Ok(()) => break,
+            Err(e) => {
+                // A voter already: our own earlier request went through (admitted nodes
+                // were not members when admitted).
+                if let Ok(m) = leader_membership(&node, &join).await {
+                    if m.voter_at(node.id, &advertised) {
+                        break;
+                    }
+                }
+                tracing::warn!(via = %join.via, error = %e, "join not done yet; retrying")
+            }
+        }
+        if !pause(&mut delay).await {
+            return;
+        }
+    }
+    match remove_marker(&data_dir) {
+        Ok(()) => {
+            node.joining.set(Stage::Member);
+            tracing::info!(id = node.id, "joined the cluster as a voter");
+        }
+        // Still safe: the node keeps refusing votes, and says why.
+        Err(e) => tracing::error!(error = %e, "joined, but the join marker could not be removed"),
+    }
+}
+
+/// The membership as the leader sees it (the leader is the one replicating to members).
+struct LeaderView {
+    leader: u64,
+    voters: Vec<u64>,
+    nodes: std::collections::BTreeMap<String, String>,
+}
+
+impl LeaderView {
+    fn names(&self, id: u64) -> bool {
+        self.nodes.contains_key(&id.to_string())
+    }
+
+    fn voter_at(&self, id: u64, addr: &str) -> bool {
+        self.voters.contains(&id) && self.nodes.get(&id.to_string()).is_some_and(|a| a == addr)
+    }
+}
+
+async fn get_cluster(
+    node: &Node,
+    join: &JoinConfig,
+    addr: &str,
+) -> anyhow::Result<serde_json::Value> {
+    let url = format!("{}://{addr}/v1/cluster", node.peer_scheme);
+    let mut req = node.forward_http.get(&url).timeout(Duration::from_secs(5));
+    if let Some(t) = &join.token {
+        req = req.bearer_auth(t);
+    }
+    let resp = req.send().await.with_context(|| format!("GET {url}"))?;
+    let status = resp.status();
+    let text = resp.text().await.unwrap_or_default();
+    if !status.is_success() {
+        anyhow::bail!("GET {url} answered {status}: {}", text.trim());
+    }
+    serde_json::from_str(&text).with_context(|| format!("GET {url}: not JSON"))
+}
+
+/// Asks `--join`'s node who leads, then asks the leader for its membership.
+async fn leader_membership(node: &Node, join: &JoinConfig) -> anyhow::Result<LeaderView> {
+    let via = get_cluster(node, join, &join.via).await?;
+    let leader = via["leader_id"]
+        .as_u64()
+        .context("the cluster has no leader right now")?;
+    let view = if via["node_id"].as_u64() == Some(leader) {
+        via
+    } else {
+        let addr = via["nodes"][leader.to_string()]
+            .as_str()
+            .context("the leader has no address")?
+            .to_owned();
+        get_cluster(node, join, &addr).await?
+    };
+    if view["leader_id"].as_u64() != Some(leader) || view["node_id"].as_u64() != Some(leader) {
+        anyhow::bail!("leadership is changing");
+    }
+    Ok(LeaderView {
+        leader,
+        voters: serde_json::from_value(view["voters"].clone()).context("voters")?,
+        nodes: serde_json::from_value(view["nodes"].clone()).context("nodes")?,
+    })
+}
+
+/// One `POST /v1/cluster/nodes`; `Ok` once the cluster answers that this node is a voter.
+async fn request(node: &Node, join: &JoinConfig, advertised: &str) -> anyhow::Result<()> {
+    let url = format!("{}://{}/v1/cluster/nodes", node.peer_scheme, join.via);
+    let body = serde_json::json!({ "id": node.id, "addr": advertised });
+    let mut req = node
+        .forward_http
+        .post(&url)
+        .timeout(crate::http::MEMBERSHIP_CATCH_UP_WAIT + Duration::from_secs(15))
+        .json(&body);
+    if let Some(t) = &join.token {
+        req = req.bearer_auth(t);
+    }
+    let resp = req.send().await.context("calling the cluster")?;
+    let status = resp.status();
+    let text = resp.text().await.unwrap_or_default();
+    if !status.is_success() {
+        anyhow::bail!("{url} answered {status}: {}", text.trim());
+    }
+    let view: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("{url}: not JSON: {text}"))?;
+    let is_voter = view["voters"]
+        .as_array()
+        .is_some_and(|v| v.iter().any(|x| x.as_u64() == Some(node.id)));
+    if !is_voter {
+        anyhow::bail!("{url} answered {status} but this node is not a voter: {text}");
+    }
+    Ok(())
+}
+
+/// Whether this node answers Raft replication (append, snapshot) now.
+pub fn refuses_replication(node: &Node) -> bool {
+    node.joining.stage() == Stage::Waiting
+}
+
+/// Whether this node refuses vote requests now (every stage of a join).
+pub fn refuses_votes(node: &Node) -> bool {
+    node.joining.stage() != Stage::Member
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_join_starts_only_on_an_uninitialized_dir_and_survives_restarts() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = JoinConfig {
+            via: "127.0.0.1:7001".into(),
+            token: None,
+        };
+        assert_eq!(begin(dir.path(), None, false).unwrap(), Stage::Member);
+        assert_eq!(begin(dir.path(), Some(&j), true).unwrap(), Stage::Member);
+        assert!(!marker_path(dir.path()).exists());
+        assert_eq!(begin(dir.path(), Some(&j), false).unwrap(), Stage::Waiting);
+        assert!(marker_path(dir.path()).exists());
+        // A restart before the join finished keeps the stage, with or without --join.
+        assert_eq!(begin(dir.path(), Some(&j), true).unwrap(), Stage::Waiting);
+        write_marker(dir.path(), Stage::Admitted).unwrap();
+        assert_eq!(begin(dir.path(), None, true).unwrap(), Stage::Admitted);
+        // A marker cut short by a crash: back to the cautious stage.
+        std::fs::write(marker_path(dir.path()), "").unwrap();
+        assert_eq!(begin(dir.path(), None, true).unwrap(), Stage::Waiting);
+        remove_marker(dir.path()).unwrap();
+        assert_eq!(begin(dir.path(), None, true).unwrap(), Stage::Member);
+    }
+
+    #[test]
+    fn the_stage_flag_round_trips() {
+        for s in [Stage::Member, Stage::Waiting, Stage::Admitted] {
+            assert_eq!(Joining::new(s).stage(), s);
+        }
+    }
+}

@@ -1,0 +1,14 @@
+//! Raft glue around openraft: how nodes talk and how a node joins.
+//!
+//! - [`network`]: the Raft RPC client (HTTP + bincode, signed by peer auth), the
+//!   wiped-follower guard.
+//! - [`election`]: our own pre-vote and check-quorum (openraft's election timer is off).
+//! - [`join`]: `serve --join` — a new node asks a running cluster to add it.
+//!
+//! May import: `store`, and the lower layers (`security`, `time`, `telemetry`, `types`).
+//! Never `node`, `http`, `server` or `cli`: what it needs from a running node comes in as
+//! arguments or small handles.
+
+pub mod election;
+pub mod join;
+pub mod network;

@@ -1,0 +1,1150 @@
+//! Client authentication and authorization (`serve --auth-file`, issue 7 part 2, issue
+//! 17 item 7): the token file, the role table, the route table ([`ROUTES`]: which route
+//! needs what, and how it treats a scoped token), and the owner-prefix and scope rules —
+//! as pure functions, tested here. Scopes themselves are `crate::security::scope`; the HTTP glue
+//! is `http::client_auth`.
+//!
+//! ```toml
+//! [[token]]
+//! token = "s3cr3t-a"
+//! role = "worker"          # admin | worker | reader
+//! owner_prefix = "team-a/" # optional: every `owner` this token sends starts with it
+//! queues = ["team-a", "team-a-*"] # optional: the queues it may touch
+//! job_prefix = "team-a/"   # optional: the job ids it may touch
+//! name = "team-a workers"  # optional: names the token in logs and 403 messages
+//! ```
+//!
+//! Every route of `http::router` is listed in [`ROUTES`] with a [`Need`] and a
+//! [`ScopeRule`], and a unit test reads the router to keep it so; a route the router
+//! serves and the table does not list is refused to everyone. A [`ScopeRule`] has no
+//! default: adding api.md's "Version 1.1" routes (history, events, batches, cancel)
+//! means deciding for each what a scoped token may see — `Job` for a job's history,
+//! `Command` for cancel and for each item of a batch, `UnscopedOnly` for a stream of
+//! every tenant's events until it can be filtered — and enforcing it in the handler as
+//! the existing rules are.
+//!
+//! Only SHA-256 digests of the tokens are kept, and a presented token's digest is
+//! compared with every entry's in constant time ([`subtle`]), so neither the response
+//! time nor a memory dump tells an attacker how much of a guess was right.
+//!
+//! The role is checked twice: by route before the body is read (so a refused request
+//! costs no parsing), and by the parsed command together with its owners, before anything
+//! is proposed or forwarded (so a request that fails auth changes nothing).
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use axum::http::Method;
+use leasehold_statemachine::{limits, ApiError, Command, ErrorCode};
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use crate::security::scope::{OutOfScope, QueuePattern, Scope, QUEUE_PATTERNS_MAX};
+
+/// An auth file larger than this is refused (it is a short list of tokens).
+pub const AUTH_FILE_BYTES_MAX: u64 = 1 << 20;
+/// Most `[[token]]` entries in one file: authentication compares against every entry.
+pub const TOKENS_MAX: usize = 10_000;
+/// Longest token accepted in the file (it travels in an HTTP header).
+pub const TOKEN_BYTES_MAX: usize = 4_096;
+/// Longest optional `name` of an entry.
+pub const TOKEN_NAME_BYTES_MAX: usize = 128;
+/// The auth scheme of `Authorization: Bearer <token>` (RFC 6750).
+pub const BEARER_SCHEME: &str = "Bearer";
+
+/// What a token may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Everything.
+    Admin,
+    /// Submit, claim (by id and from a queue), renew, complete, release, and every read.
+    Worker,
+    /// Reads only: jobs, lists, cluster status, digest, metrics.
+    Reader,
+}
+
+impl Role {
+    pub const ALL: [Role; 3] = [Role::Admin, Role::Worker, Role::Reader];
+
+    pub fn parse(s: &str) -> Option<Role> {
+        Role::ALL.into_iter().find(|r| r.as_str() == s)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Admin => "admin",
+            Role::Worker => "worker",
+            Role::Reader => "reader",
+        }
+    }
+
+    /// The role table. Listed per role, not "all but", so a new operation is denied to
+    /// workers and readers until someone decides otherwise.
+    pub fn allows(self, op: Operation) -> bool {
+        use Operation::*;
+        match self {
+            Role::Admin => true,
+            Role::Worker => matches!(
+                op,
+                Read | Submit | Claim | ClaimNext | Renew | Complete | Release
+            ),
+            Role::Reader => op == Read,
+        }
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a request does, as far as permissions go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    /// Any GET: jobs, lists, cluster status, digest, metrics.
+    Read,
+    Submit,
+    Claim,
+    ClaimNext,
+    Renew,
+    Complete,
+    Release,
+    Delete,
+    /// Cluster administration: membership changes, snapshot download (admin only).
+    Manage,
+    /// A command no client sends (tick, batch): admin only, never reached by the API.
+    Internal,
+}
+
+impl Operation {
+    pub const ALL: [Operation; 10] = [
+        Operation::Read,
+        Operation::Submit,
+        Operation::Claim,
+        Operation::ClaimNext,
+        Operation::Renew,
+        Operation::Complete,
+        Operation::Release,
+        Operation::Delete,
+        Operation::Manage,
+        Operation::Internal,
+    ];
+
+    /// The operation a parsed command performs.
+    pub fn of_command(cmd: &Command) -> Operation {
+        match cmd {
+            Command::Submit { .. } => Operation::Submit,
+            Command::Claim { .. } => Operation::Claim,
+            Command::ClaimNext { .. } => Operation::ClaimNext,
+            Command::Renew { .. } => Operation::Renew,
+            Command::Complete { .. } => Operation::Complete,
+            Command::Release { .. } => Operation::Release,
+            Command::Delete { .. } => Operation::Delete,
+            Command::Tick | Command::Batch(_) => Operation::Internal,
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Operation::Read => "read",
+            Operation::Submit => "submit jobs",
+            Operation::Claim => "claim jobs",
+            Operation::ClaimNext => "claim from queues",
+            Operation::Renew => "renew leases",
+            Operation::Complete => "complete jobs",
+            Operation::Release => "release leases",
+            Operation::Delete => "delete jobs",
+            Operation::Manage => "administer the cluster",
+            Operation::Internal => "propose internal commands",
+        }
+    }
+}
+
+impl fmt::Display for Operation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.describe())
+    }
+}
+
+/// What a route asks of the caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Requirement {
+    /// No token: `/healthz` and `/readyz` (probes carry no credentials and these reveal
+    /// no job data), the dashboard's assets, and `/raft/…`, which peer authentication
+    /// guards instead.
+    Open,
+    /// A known token whose role allows this operation, within the route's scope rule.
+    Token(Operation, ScopeRule),
+    /// A route the router serves but [`ROUTES`] does not list: refused to everyone, so a
+    /// new route is closed until someone decides its role and scope.
+    Unlisted,
+}
+
+/// What a route needs of the token's role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    Open,
+    Op(Operation),
+    /// `POST /v1/jobs/{id}/<action>`: the operation of the action ([`JOB_ACTIONS`]).
+    JobAction,
+}
+
+/// How a route treats a scoped token ([`crate::security::scope`]). Every route states one: there
+/// is no default, so a new route (api.md's "Version 1.1": history, events, batches,
+/// cancel) cannot be added to [`ROUTES`] without deciding what a tenant sees of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScopeRule {
+    /// No job data, the same answer for every token: cluster status, membership,
+    /// health, metrics, the dashboard's assets, Raft.
+    Shared,
+    /// A write: the parsed command's queue and job id must be in scope
+    /// ([`Caller::check_command`]), and a job named by id must be held by the token on
+    /// the leader (its stored queue) — else 404 as if it did not exist.
+    Command,
+    /// One job by id: the id must be in scope (403), the stored job held (404).
+    Job,
+    /// A list: a `queue=` must be in scope (403); the page holds only held jobs.
+    List,
+    /// Refused to scoped tokens (403): the answer holds every tenant's jobs (the
+    /// snapshot download).
+    UnscopedOnly,
+}
+
+/// One route of `http::router`, as the router writes its path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RouteRule {
+    /// `GET` also covers `HEAD` (axum serves both).
+    pub method: &'static str,
+    pub path: &'static str,
+    pub need: Need,
+    pub scope: ScopeRule,
+}
+
+const fn rule(method: &'static str, path: &'static str, need: Need, scope: ScopeRule) -> RouteRule {
+    RouteRule {
+        method,
+        path,
+        need,
+        scope,
+    }
+}
+
+/// Every route of `http::router`: its role and its scope rule. A unit test in
+/// `http::client_auth` checks that every route of the router is listed here.
+pub const ROUTES: &[RouteRule] = {
+    use Need::{JobAction, Op, Open};
+    use Operation::*;
+    use ScopeRule::*;
+    &[
+        rule("POST", "/v1/jobs", Op(Submit), Command),
+        rule("GET", "/v1/jobs", Op(Read), List),
+        rule("GET", "/v1/jobs/{*rest}", Op(Read), Job),
+        rule("POST", "/v1/jobs/{*rest}", JobAction, Command),
+        rule("DELETE", "/v1/jobs/{*rest}", Op(Delete), Command),
+        rule("POST", "/v1/queues/{queue}/claim", Op(ClaimNext), Command),
+        rule("GET", "/v1/cluster", Op(Read), Shared),
+        rule("GET", "/v1/cluster/digest", Op(Read), Shared),
+        rule("GET", "/v1/cluster/members", Op(Read), Shared),
+        rule("GET", "/v1/cluster/rejections", Op(Read), Shared),
+        rule("POST", "/v1/cluster/nodes", Op(Manage), Shared),
+        rule("DELETE", "/v1/cluster/nodes/{id}", Op(Manage), Shared),
+        rule("GET", "/v1/cluster/snapshot", Op(Manage), UnscopedOnly),
+        rule("GET", "/ui", Open, Shared),
+        rule("GET", "/ui/", Open, Shared),
+        rule("GET", "/ui/{*asset}", Open, Shared),
+        rule("GET", "/healthz", Open, Shared),
+        rule("GET", "/readyz", Open, Shared),
+        rule("GET", "/metrics", Op(Read), Shared),
+        rule("POST", crate::raft::network::RAFT_APPEND_PATH, Open, Shared),
+        rule("POST", crate::raft::network::RAFT_VOTE_PATH, Open, Shared),
+        rule(
+            "POST",
+            crate::raft::network::RAFT_PREVOTE_PATH,
+            Open,
+            Shared,
+        ),
+        rule(
+            "POST",
+            crate::raft::network::RAFT_SNAPSHOT_PATH,
+            Open,
+            Shared,
+        ),
+    ]
+};
+
+/// The [`ROUTES`] entry of a matched route.
+pub fn route_rule(method: &Method, matched: &str) -> Option<&'static RouteRule> {
+    let method = if *method == Method::HEAD {
+        "GET"
+    } else {
+        method.as_str()
+    };
+    ROUTES
+        .iter()
+        .find(|r| r.path == matched && r.method == method)
+}
+
+/// `POST /v1/jobs/{id}/<suffix>` → operation (the handler splits the same way).
+const JOB_ACTIONS: [(&str, Operation); 4] = [
+    ("/claim", Operation::Claim),
+    ("/renew", Operation::Renew),
+    ("/complete", Operation::Complete),
+    ("/release", Operation::Release),
+];
+
+/// Which route needs what: `matched` is the router's path pattern (`None`: no route
+/// matched, the fallback answers 404), `path` the raw path. An unmatched path, or a
+/// listed path under a method it does not serve (the router answers 405), needs a token
+/// of any role: an unknown route answers only a caller who could use a known one.
+pub fn requirement(method: &Method, matched: Option<&str>, path: &str) -> Requirement {
+    let Some(matched) = matched else {
+        return Requirement::Token(Operation::Read, ScopeRule::Shared);
+    };
+    let Some(rule) = route_rule(method, matched) else {
+        if ROUTES.iter().any(|r| r.path == matched) {
+            return Requirement::Token(Operation::Read, ScopeRule::Shared);
+        }
+        return Requirement::Unlisted;
+    };
+    let op = match rule.need {
+        Need::Open => return Requirement::Open,
+        Need::Op(op) => op,
+        Need::JobAction => job_action(path),
+    };
+    Requirement::Token(op, rule.scope)
+}
+
+fn job_action(path: &str) -> Operation {
+    match JOB_ACTIONS.iter().find(|(s, _)| path.ends_with(s)) {
+        Some((_, op)) => *op,
+        // A POST on no known action: the handler answers 404.
+        None => Operation::Read,
+    }
+}
+
+/// An authenticated caller: what its token entry grants.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    /// The entry's `name`, or `token entry N`: never the token itself.
+    pub label: String,
+    pub role: Role,
+    pub owner_prefix: Option<String>,
+    /// The queues and job ids it may touch (`crate::security::scope`).
+    pub scope: Scope,
+    /// Its idempotency keys' namespace ([`crate::security::scope::key_scope`]).
+    pub key_scope: String,
+}
+
+impl Caller {
+    pub fn check_operation(&self, op: Operation) -> Result<(), Denied> {
+        if self.role.allows(op) {
+            Ok(())
+        } else {
+            Err(Denied::Role {
+                caller: self.label.clone(),
+                role: self.role,
+                op,
+            })
+        }
+    }
+
+    /// A parsed command: its operation, every owner it names against the prefix, and
+    /// every queue and job id it names against the scope.
+    pub fn check_command(&self, cmd: &Command) -> Result<(), Denied> {
+        self.check_operation(Operation::of_command(cmd))?;
+        self.check_scope(cmd)
+            .map_err(|why| self.out_of_scope(why))?;
+        self.check_owners(cmd)
+    }
+
+    /// The refusal of a request outside this caller's scope.
+    pub fn out_of_scope(&self, why: OutOfScope) -> Denied {
+        Denied::Scope {
+            caller: self.label.clone(),
+            scope: self.scope.to_string(),
+            why,
+        }
+    }
+
+    fn check_scope(&self, cmd: &Command) -> Result<(), OutOfScope> {
+        let scope = &self.scope;
+        match cmd {
+            Command::Submit { id, queue, .. } => scope.check_submit(id.as_deref(), queue),
+            Command::ClaimNext { queue, .. } => scope.check_claim_from(queue),
+            Command::Claim { job_id, .. }
+            | Command::Renew { job_id, .. }
+            | Command::Complete { job_id, .. }
+            | Command::Release { job_id, .. }
+            | Command::Delete { job_id } => scope.check_id(job_id),
+            Command::Batch(items) => items.iter().try_for_each(|i| self.check_scope(&i.command)),
+            Command::Tick => Ok(()),
+        }
+    }
+
+    fn check_owners(&self, cmd: &Command) -> Result<(), Denied> {
+        let Some(prefix) = &self.owner_prefix else {
+            return Ok(());
+        };
+        match command_owners(cmd)
+            .into_iter()
+            .find(|o| !o.starts_with(prefix))
+        {
+            None => Ok(()),
+            Some(owner) => Err(Denied::Owner {
+                caller: self.label.clone(),
+                prefix: prefix.clone(),
+                owner: owner.to_owned(),
+            }),
+        }
+    }
+}
+
+/// Every `owner` a command acts as.
+fn command_owners(cmd: &Command) -> Vec<&str> {
+    match cmd {
+        Command::Claim { owner, .. }
+        | Command::ClaimNext { owner, .. }
+        | Command::Renew { owner, .. }
+        | Command::Complete { owner, .. }
+        | Command::Release { owner, .. } => vec![owner.as_str()],
+        Command::Batch(items) => items
+            .iter()
+            .flat_map(|i| command_owners(&i.command))
+            .collect(),
+        Command::Submit { .. } | Command::Delete { .. } | Command::Tick => vec![],
+    }
+}
+
+/// Why a request was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Denied {
+    #[error("this node requires a client token: send `Authorization: Bearer <token>`")]
+    Missing,
+    #[error("the Authorization header is not `Bearer <token>`")]
+    Malformed,
+    #[error("unknown token")]
+    Unknown,
+    #[error("{caller} (role {role}) may not {op}")]
+    Role {
+        caller: String,
+        role: Role,
+        op: Operation,
+    },
+    #[error("{caller} may only act as owners starting with {prefix:?}, not as {owner:?}")]
+    Owner {
+        caller: String,
+        prefix: String,
+        owner: String,
+    },
+    #[error("{caller} is scoped to {scope}: {why}")]
+    Scope {
+        caller: String,
+        scope: String,
+        why: OutOfScope,
+    },
+    #[error("this route is not in the node's route table (auth::ROUTES): refused")]
+    Unlisted,
+}
+
+impl Denied {
+    /// 401: no usable token. Otherwise 403: a known token that lacks the permission.
+    pub fn is_unauthenticated(&self) -> bool {
+        matches!(self, Denied::Missing | Denied::Malformed | Denied::Unknown)
+    }
+
+    pub fn to_api(&self) -> ApiError {
+        let code = if self.is_unauthenticated() {
+            ErrorCode::Unauthenticated
+        } else {
+            ErrorCode::PermissionDenied
+        };
+        ApiError::new(code, self.to_string())
+    }
+}
+
+type TokenDigest = [u8; 32];
+
+fn digest(token: &str) -> TokenDigest {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+struct Grant {
+    digest: TokenDigest,
+    caller: Arc<Caller>,
+}
+
+/// The tokens of an auth file. `Debug` shows the grants, never the digests.
+pub struct AuthPolicy {
+    grants: Vec<Grant>,
+}
+
+impl fmt::Debug for AuthPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let callers: Vec<&Caller> = self.grants.iter().map(|g| &*g.caller).collect();
+        f.debug_struct("AuthPolicy")
+            .field("grants", &callers)
+            .finish()
+    }
+}
+
+impl AuthPolicy {
+    /// The caller an `Authorization` header value names.
+    pub fn authenticate(&self, authorization: Option<&[u8]>) -> Result<Arc<Caller>, Denied> {
+        let token = bearer_token(authorization.ok_or(Denied::Missing)?)?;
+        let presented = digest(token);
+        // Every entry is compared, whatever matched: the time taken says nothing about
+        // which entry (if any) matched.
+        let mut found = None;
+        for g in &self.grants {
+            if bool::from(g.digest.ct_eq(&presented)) {
+                found = Some(&g.caller);
+            }
+        }
+        found.cloned().ok_or(Denied::Unknown)
+    }
+
+    /// Authentication, then the route's operation.
+    pub fn check(
+        &self,
+        authorization: Option<&[u8]>,
+        op: Operation,
+    ) -> Result<Arc<Caller>, Denied> {
+        let caller = self.authenticate(authorization)?;
+        caller.check_operation(op)?;
+        Ok(caller)
+    }
+
+    pub fn len(&self) -> usize {
+        self.grants.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.grants.is_empty()
+    }
+
+    /// Reads and validates an auth file.
+    pub fn load(path: &Path) -> Result<AuthPolicy, AuthFileError> {
+        let fail = |problem| AuthFileError {
+            path: path.to_path_buf(),
+            problem,
+        };
+        let text = read_bounded(path).map_err(fail)?;
+        AuthPolicy::parse(&text).map_err(fail)
+    }
+
+    /// Parses and validates the text of an auth file.
+    pub fn parse(text: &str) -> Result<AuthPolicy, AuthProblem> {
+        let file: FileRepr =
+            toml::from_str(text).map_err(|e| AuthProblem::Syntax(e.to_string()))?;
+        if file.token.is_empty() {
+            return Err(AuthProblem::NoTokens);
+        }
+        if file.token.len() > TOKENS_MAX {
+            return Err(AuthProblem::TooManyTokens(file.token.len()));
+        }
+        let mut grants: Vec<Grant> = Vec::with_capacity(file.token.len());
+        for (i, table) in file.token.into_iter().enumerate() {
+            let number = i + 1;
+            let grant = EntryRepr::from_table(table)
+                .and_then(|entry| entry.into_grant(number))
+                .map_err(|message| AuthProblem::Entry { number, message })?;
+            if let Some(first) = grants.iter().position(|g| g.digest == grant.digest) {
+                return Err(AuthProblem::Entry {
+                    number,
+                    message: format!("the same token as entry {}", first + 1),
+                });
+            }
+            grants.push(grant);
+        }
+        Ok(AuthPolicy { grants })
+    }
+}
+
+/// `Bearer <token>`: the scheme is case-insensitive (RFC 7235 §2.1), the token is one
+/// non-empty run of visible characters.
+fn bearer_token(value: &[u8]) -> Result<&str, Denied> {
+    let value = std::str::from_utf8(value).map_err(|_| Denied::Malformed)?;
+    let (scheme, rest) = value.split_once(' ').ok_or(Denied::Malformed)?;
+    if !scheme.eq_ignore_ascii_case(BEARER_SCHEME) {
+        return Err(Denied::Malformed);
+    }
+    let token = rest.trim_matches(' ');
+    if token.is_empty() || !token.bytes().all(is_token_byte) {
+        return Err(Denied::Malformed);
+    }
+    Ok(token)
+}
+
+/// Visible ASCII, no space: what a header carries unchanged.
+fn is_token_byte(b: u8) -> bool {
+    b.is_ascii_graphic()
+}
+
+fn read_bounded(path: &Path) -> Result<String, AuthProblem> {
+    let io = |e: std::io::Error| AuthProblem::Read(e.to_string());
+    let len = std::fs::metadata(path).map_err(io)?.len();
+    if len > AUTH_FILE_BYTES_MAX {
+        return Err(AuthProblem::TooLarge(len));
+    }
+    std::fs::read_to_string(path).map_err(io)
+}
+
+/// An auth file that cannot be used, naming the file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("auth file {}: {problem}", path.display())]
+pub struct AuthFileError {
+    pub path: PathBuf,
+    pub problem: AuthProblem,
+}
+
+/// What is wrong with an auth file (entries are numbered from 1, in file order).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AuthProblem {
+    #[error("{0}")]
+    Read(String),
+    #[error("{0} bytes, more than the {AUTH_FILE_BYTES_MAX} allowed")]
+    TooLarge(u64),
+    #[error("{0}")]
+    Syntax(String),
+    #[error("no [[token]] entries: every client would be refused")]
+    NoTokens,
+    #[error("{0} [[token]] entries, more than the {TOKENS_MAX} allowed")]
+    TooManyTokens(usize),
+    #[error("[[token]] entry {number}: {message}")]
+    Entry { number: usize, message: String },
+}
+
+/// Entries stay tables at first, so that an entry's unknown or mistyped key is reported
+/// with the entry's number (the TOML error alone gives only a line).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileRepr {
+    #[serde(default)]
+    token: Vec<toml::Table>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EntryRepr {
+    token: String,
+    role: String,
+    owner_prefix: Option<String>,
+    queues: Option<Vec<String>>,
+    job_prefix: Option<String>,
+    name: Option<String>,
+}
+
+impl EntryRepr {
+    fn from_table(table: toml::Table) -> Result<EntryRepr, String> {
+        EntryRepr::deserialize(toml::Value::Table(table)).map_err(|e| one_line(&e.to_string()))
+    }
+
+    fn into_grant(self, number: usize) -> Result<Grant, String> {
+        check_token_text(&self.token)?;
+        let role = Role::parse(&self.role).ok_or_else(|| {
+            format!(
+                "unknown role {:?} (expected admin, worker or reader)",
+                self.role
+            )
+        })?;
+        if let Some(p) = &self.owner_prefix {
+            check_owner_prefix(p)?;
+        }
+        let scope = parse_scope(self.queues.as_deref(), self.job_prefix)?;
+        let label = match self.name {
+            Some(n) if n.is_empty() || n.len() > TOKEN_NAME_BYTES_MAX => {
+                return Err(format!("name must be 1-{TOKEN_NAME_BYTES_MAX} bytes"));
+            }
+            Some(n) => format!("token {n:?}"),
+            None => format!("token entry {number}"),
+        };
+        let digest = digest(&self.token);
+        Ok(Grant {
+            digest,
+            caller: Arc::new(Caller {
+                label,
+                role,
+                owner_prefix: self.owner_prefix,
+                scope,
+                key_scope: crate::security::scope::key_scope(&digest),
+            }),
+        })
+    }
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Messages never quote the token: the error may end up in a log.
+fn check_token_text(token: &str) -> Result<(), String> {
+    if token.is_empty() {
+        return Err("token is empty".into());
+    }
+    if token.len() > TOKEN_BYTES_MAX {
+        return Err(format!("token is longer than {TOKEN_BYTES_MAX} bytes"));
+    }
+    if !token.bytes().all(is_token_byte) {
+        return Err("token must be visible ASCII without spaces (it is sent in a header)".into());
+    }
+    Ok(())
+}
+
+/// `queues` and `job_prefix` of an entry.
+fn parse_scope(queues: Option<&[String]>, job_prefix: Option<String>) -> Result<Scope, String> {
+    let queues = match queues {
+        None => None,
+        Some([]) => return Err("queues is empty: leave it out to allow every queue".into()),
+        Some(qs) if qs.len() > QUEUE_PATTERNS_MAX => {
+            return Err(format!("more than {QUEUE_PATTERNS_MAX} queues"));
+        }
+        Some(qs) => Some(
+            qs.iter()
+                .map(|q| QueuePattern::parse(q))
+                .collect::<Result<Vec<_>, _>>()?,
+        ),
+    };
+    if let Some(p) = &job_prefix {
+        if p.is_empty() {
+            return Err("job_prefix is empty: leave it out to allow every job id".into());
+        }
+        limits::validate_job_id(p).map_err(|e| format!("job_prefix {p:?}: {}", e.message))?;
+    }
+    Ok(Scope { queues, job_prefix })
+}
+
+/// A prefix is itself a valid owner (api.md's characters), so some owner can match it.
+fn check_owner_prefix(prefix: &str) -> Result<(), String> {
+    if prefix.is_empty() {
+        return Err("owner_prefix is empty: leave it out to allow every owner".into());
+    }
+    limits::validate_owner(prefix).map_err(|e| format!("owner_prefix {prefix:?}: {}", e.message))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use leasehold_statemachine::BatchItem;
+
+    const FILE: &str = r#"
+        [[token]]
+        token = "adm"
+        role = "admin"
+
+        [[token]]
+        token = "wrk-a"
+        role = "worker"
+        owner_prefix = "team-a/"
+        name = "team a"
+
+        [[token]]
+        token = "rdr"
+        role = "reader"
+    "#;
+
+    fn policy() -> AuthPolicy {
+        AuthPolicy::parse(FILE).unwrap()
+    }
+
+    fn bearer(t: &str) -> Vec<u8> {
+        format!("Bearer {t}").into_bytes()
+    }
+
+    fn problem(text: &str) -> String {
+        match AuthPolicy::parse(text) {
+            Err(e) => e.to_string(),
+            Ok(p) => panic!("parsed {p:?} from {text}"),
+        }
+    }
+
+    #[test]
+    fn role_table() {
+        use Operation::*;
+        // (operation, admin, worker, reader)
+        let table = [
+            (Read, true, true, true),
+            (Submit, true, true, false),
+            (Claim, true, true, false),
+            (ClaimNext, true, true, false),
+            (Renew, true, true, false),
+            (Complete, true, true, false),
+            (Release, true, true, false),
+            (Delete, true, false, false),
+            (Manage, true, false, false),
+            (Internal, true, false, false),
+        ];
+        assert_eq!(
+            table.len(),
+            Operation::ALL.len(),
+            "every operation is listed"
+        );
+        for (op, admin, worker, reader) in table {
+            assert_eq!(Role::Admin.allows(op), admin, "admin {op:?}");
+            assert_eq!(Role::Worker.allows(op), worker, "worker {op:?}");
+            assert_eq!(Role::Reader.allows(op), reader, "reader {op:?}");
+        }
+    }
+
+    #[test]
+    fn routes_need_what_the_role_table_names() {
+        use Operation::*;
+        use ScopeRule::*;
+        let (t, open, unlisted) = (Requirement::Token, Requirement::Open, Requirement::Unlisted);
+        let (get, post, del) = (Method::GET, Method::POST, Method::DELETE);
+        let job = Some("/v1/jobs/{*rest}");
+        let cases = [
+            (&get, Some("/healthz"), "/healthz", open),
+            (&get, Some("/readyz"), "/readyz", open),
+            (&post, Some("/raft/append"), "/raft/append", open),
+            (&get, Some("/raft/append"), "/raft/append", t(Read, Shared)),
+            (&get, Some("/metrics"), "/metrics", t(Read, Shared)),
+            (&get, Some("/v1/cluster"), "/v1/cluster", t(Read, Shared)),
+            (&get, Some("/v1/jobs"), "/v1/jobs", t(Read, List)),
+            (&post, Some("/v1/jobs"), "/v1/jobs", t(Submit, Command)),
+            (&get, job, "/v1/jobs/a/claim", t(Read, Job)),
+            (&Method::HEAD, job, "/v1/jobs/a", t(Read, Job)),
+            (&post, job, "/v1/jobs/a/b/claim", t(Claim, Command)),
+            (&post, job, "/v1/jobs/a/renew", t(Renew, Command)),
+            (&post, job, "/v1/jobs/a/complete", t(Complete, Command)),
+            (&post, job, "/v1/jobs/a/release", t(Release, Command)),
+            (&post, job, "/v1/jobs/a", t(Read, Command)),
+            (&del, job, "/v1/jobs/a", t(Delete, Command)),
+            (
+                &post,
+                Some("/v1/queues/{queue}/claim"),
+                "/v1/queues/q/claim",
+                t(ClaimNext, Command),
+            ),
+            (
+                &Method::PUT,
+                Some("/v1/queues/{queue}/claim"),
+                "/",
+                t(Read, Shared),
+            ),
+            (&get, None, "/nope", t(Read, Shared)),
+            (&get, None, "/%68ealthz", t(Read, Shared)),
+            (&get, Some("/ui"), "/ui", open),
+            (&get, Some("/ui/{*asset}"), "/ui/app.js", open),
+            (&post, Some("/ui"), "/ui", t(Read, Shared)),
+            (&get, Some("/v1/cluster/rejections"), "/", t(Read, Shared)),
+            (&post, Some("/v1/cluster/nodes"), "/", t(Manage, Shared)),
+            (&del, Some("/v1/cluster/nodes/{id}"), "/", t(Manage, Shared)),
+            (
+                &get,
+                Some("/v1/cluster/snapshot"),
+                "/",
+                t(Manage, UnscopedOnly),
+            ),
+            // A route the router serves and the table does not list is closed to all.
+            (
+                &get,
+                Some("/v1/jobs/{id}/history"),
+                "/v1/jobs/a/history",
+                unlisted,
+            ),
+            (&post, Some("/v1/batches"), "/v1/batches", unlisted),
+        ];
+        for (method, matched, path, want) in cases {
+            assert_eq!(requirement(method, matched, path), want, "{method} {path}");
+        }
+    }
+
+    #[test]
+    fn the_route_table_lists_each_route_once() {
+        for (i, r) in ROUTES.iter().enumerate() {
+            assert!(
+                ROUTES[..i]
+                    .iter()
+                    .all(|o| (o.method, o.path) != (r.method, r.path)),
+                "{} {} twice",
+                r.method,
+                r.path
+            );
+        }
+    }
+
+    #[test]
+    fn scoped_entries_parse_and_bad_scopes_name_the_entry() {
+        let p = AuthPolicy::parse(
+            "[[token]]\ntoken = \"t\"\nrole = \"worker\"\nqueues = [\"team-a\", \"team-a-*\"]\njob_prefix = \"team-a/\"\n",
+        )
+        .unwrap();
+        let c = p.authenticate(Some(&bearer("t"))).unwrap();
+        assert!(c.scope.queue_ok("team-a") && c.scope.queue_ok("team-a-x"));
+        assert!(!c.scope.queue_ok("team-ab") && !c.scope.queue_ok("team-b"));
+        assert!(c.scope.id_ok("team-a/1") && !c.scope.id_ok("team-b/1"));
+        assert_eq!(c.key_scope.len(), crate::security::scope::KEY_SCOPE_HEX_LEN);
+        let unscoped = policy().authenticate(Some(&bearer("wrk-a"))).unwrap();
+        assert!(!unscoped.scope.is_scoped());
+        let entry = |body: &str| format!("[[token]]\ntoken = \"b\"\nrole = \"worker\"\n{body}\n");
+        let cases = [
+            ("queues = []", "entry 1: queues is empty"),
+            ("queues = [\"*\"]", "matches every queue"),
+            ("queues = [\"a*b\"]", "queue pattern \"a*b\""),
+            ("queues = [\"Team\"]", "queue pattern \"Team\""),
+            ("queues = \"team-a\"", "entry 1: invalid type"),
+            ("job_prefix = \"\"", "entry 1: job_prefix is empty"),
+            ("job_prefix = \"a b\"", "job_prefix \"a b\""),
+        ];
+        for (body, want) in cases {
+            let got = problem(&entry(body));
+            assert!(got.contains(want), "{want:?} not in {got:?}");
+        }
+    }
+
+    #[test]
+    fn scoped_commands_name_only_queues_and_ids_in_scope() {
+        let p = AuthPolicy::parse(
+            "[[token]]\ntoken = \"t\"\nrole = \"admin\"\nqueues = [\"team-a\"]\njob_prefix = \"a/\"\n",
+        )
+        .unwrap();
+        let c = p.authenticate(Some(&bearer("t"))).unwrap();
+        let submit = |id: Option<&str>, queue: &str| Command::Submit {
+            id: id.map(Into::into),
+            queue: queue.into(),
+            payload: None,
+            max_attempts: None,
+        };
+        let next = |queue: &str| Command::ClaimNext {
+            queue: queue.into(),
+            owner: "o".into(),
+            ttl_ms: 1_000,
+        };
+        let del = |id: &str| Command::Delete { job_id: id.into() };
+        let claim = |id: &str| Command::Claim {
+            job_id: id.into(),
+            owner: "o".into(),
+            ttl_ms: 1_000,
+        };
+        let ok = [
+            submit(Some("a/1"), "team-a"),
+            next("team-a"),
+            claim("a/1"),
+            del("a/2"),
+        ];
+        for cmd in ok {
+            assert!(c.check_command(&cmd).is_ok(), "{cmd:?}");
+        }
+        let refused = [
+            submit(Some("b/1"), "team-a"),
+            submit(Some("a/1"), "team-b"),
+            submit(None, "team-a"),
+            next("team-b"),
+            claim("b/1"),
+            del("b/1"),
+        ];
+        for cmd in refused {
+            let e = c.check_command(&cmd).unwrap_err();
+            assert!(matches!(e, Denied::Scope { .. }), "{cmd:?}: {e:?}");
+            assert_eq!(e.to_api().code, ErrorCode::PermissionDenied);
+            assert!(e.to_string().contains("scoped to queues [team-a]"), "{e}");
+        }
+    }
+
+    #[test]
+    fn tokens_authenticate_to_their_entry() {
+        let p = policy();
+        assert_eq!(p.len(), 3);
+        let w = p.authenticate(Some(&bearer("wrk-a"))).unwrap();
+        assert_eq!(w.role, Role::Worker);
+        assert_eq!(w.owner_prefix.as_deref(), Some("team-a/"));
+        assert_eq!(w.label, "token \"team a\"");
+        let r = p.authenticate(Some(b"bearer   rdr ")).unwrap();
+        assert_eq!((r.role, r.label.as_str()), (Role::Reader, "token entry 3"));
+    }
+
+    #[test]
+    fn missing_malformed_and_unknown_tokens_are_unauthenticated() {
+        let p = policy();
+        let cases: [(Option<&[u8]>, Denied); 7] = [
+            (None, Denied::Missing),
+            (Some(b"adm"), Denied::Malformed),
+            (Some(b"Basic adm"), Denied::Malformed),
+            (Some(b"Bearer "), Denied::Malformed),
+            (Some(b"Bearer a b"), Denied::Malformed),
+            (Some(b"Bearer \xff"), Denied::Malformed),
+            (Some(b"Bearer adm2"), Denied::Unknown),
+        ];
+        for (header, want) in cases {
+            let got = p.authenticate(header).unwrap_err();
+            assert_eq!(got, want, "{header:?}");
+            assert!(got.is_unauthenticated());
+            assert_eq!(got.to_api().code, ErrorCode::Unauthenticated);
+        }
+    }
+
+    #[test]
+    fn a_known_token_lacking_the_role_is_permission_denied() {
+        let p = policy();
+        let e = p.check(Some(&bearer("rdr")), Operation::Claim).unwrap_err();
+        assert!(!e.is_unauthenticated());
+        assert_eq!(e.to_api().code, ErrorCode::PermissionDenied);
+        assert!(e.to_string().contains("reader"), "{e}");
+        assert!(p.check(Some(&bearer("rdr")), Operation::Read).is_ok());
+        assert!(p.check(Some(&bearer("wrk-a")), Operation::Delete).is_err());
+        assert!(p.check(Some(&bearer("adm")), Operation::Delete).is_ok());
+    }
+
+    fn claim(owner: &str) -> Command {
+        Command::Claim {
+            job_id: "j".into(),
+            owner: owner.into(),
+            ttl_ms: 1_000,
+        }
+    }
+
+    #[test]
+    fn owner_prefix_applies_to_every_owner_of_a_command() {
+        let p = policy();
+        let w = p.authenticate(Some(&bearer("wrk-a"))).unwrap();
+        assert!(w.check_command(&claim("team-a/x")).is_ok());
+        assert!(w.check_command(&claim("team-a/")).is_ok());
+        for owner in ["team-b/x", "team-a", "TEAM-A/x", "xteam-a/"] {
+            let e = w.check_command(&claim(owner)).unwrap_err();
+            assert!(matches!(e, Denied::Owner { .. }), "{owner}: {e:?}");
+            assert_eq!(e.to_api().code, ErrorCode::PermissionDenied);
+        }
+        let renew = Command::Renew {
+            job_id: "j".into(),
+            owner: "team-b/x".into(),
+            generation: 1,
+            ttl_ms: None,
+        };
+        assert!(w.check_command(&renew).is_err());
+        let batch = Command::Batch(vec![
+            BatchItem {
+                idempotency_key: None,
+                command: claim("team-a/1"),
+            },
+            BatchItem {
+                idempotency_key: None,
+                command: claim("team-b/2"),
+            },
+        ]);
+        // A batch is internal (never sent by a client); the admin is not prefix-bound.
+        assert!(p
+            .authenticate(Some(&bearer("adm")))
+            .unwrap()
+            .check_command(&batch)
+            .is_ok());
+        let submit = Command::Submit {
+            id: None,
+            queue: "default".into(),
+            payload: None,
+            max_attempts: None,
+        };
+        assert!(w.check_command(&submit).is_ok(), "a submit names no owner");
+        let reader = p.authenticate(Some(&bearer("rdr"))).unwrap();
+        assert!(reader.check_command(&claim("any")).is_err());
+    }
+
+    #[test]
+    fn prefix_bound_admins_are_bound_too() {
+        let p = AuthPolicy::parse(
+            "[[token]]\ntoken = \"t\"\nrole = \"admin\"\nowner_prefix = \"ops/\"\n",
+        )
+        .unwrap();
+        let a = p.authenticate(Some(&bearer("t"))).unwrap();
+        assert!(a.check_command(&claim("ops/1")).is_ok());
+        assert!(a.check_command(&claim("dev/1")).is_err());
+    }
+
+    #[test]
+    fn parse_errors_name_the_entry() {
+        let entry = |body: &str| {
+            format!("[[token]]\ntoken = \"a\"\nrole = \"admin\"\n\n[[token]]\n{body}\n")
+        };
+        let cases = [
+            (
+                entry("token = \"b\"\nrole = \"wroker\""),
+                "entry 2: unknown role \"wroker\"",
+            ),
+            (
+                entry("token = \"\"\nrole = \"reader\""),
+                "entry 2: token is empty",
+            ),
+            (
+                entry("token = \"a\"\nrole = \"reader\""),
+                "entry 2: the same token as entry 1",
+            ),
+            (
+                entry("token = \"b c\"\nrole = \"reader\""),
+                "entry 2: token must be visible ASCII",
+            ),
+            (
+                entry("token = \"b\"\nrole = \"reader\"\nowner_prefix = \"\""),
+                "entry 2: owner_prefix is empty",
+            ),
+            (
+                entry("token = \"b\"\nrole = \"reader\"\nowner_prefix = \"a b\""),
+                "entry 2: owner_prefix \"a b\"",
+            ),
+            (
+                entry("token = \"b\"\nrole = \"reader\"\nname = \"\""),
+                "entry 2: name must be",
+            ),
+        ];
+        for (text, want) in cases {
+            let got = problem(&text);
+            assert!(got.contains(want), "{want:?} not in {got:?}");
+            assert!(!got.contains("\"b\""), "a token was quoted: {got}");
+        }
+    }
+
+    #[test]
+    fn unknown_keys_missing_keys_and_empty_files_are_refused() {
+        let cases = [
+            (
+                "[[token]]\ntoken = \"a\"\nrole = \"admin\"\nrol = \"x\"\n",
+                "entry 1: unknown field `rol`",
+            ),
+            ("[[tokens]]\ntoken = \"a\"\nrole = \"admin\"\n", "tokens"),
+            (
+                "[[token]]\ntoken = \"a\"\n",
+                "entry 1: missing field `role`",
+            ),
+            (
+                "[[token]]\ntoken = 5\nrole = \"admin\"\n",
+                "entry 1: invalid type",
+            ),
+            ("", "no [[token]] entries"),
+            ("[[token]\n", "TOML"),
+        ];
+        for (text, want) in cases {
+            let got = problem(text);
+            assert!(
+                got.to_lowercase().contains(&want.to_lowercase()),
+                "{want:?} not in {got:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn load_names_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("auth.toml");
+        let missing = AuthPolicy::load(&path).unwrap_err().to_string();
+        assert!(missing.contains("auth.toml"), "{missing}");
+        std::fs::write(&path, "[[token]]\ntoken = \"a\"\nrole = \"boss\"\n").unwrap();
+        let bad = AuthPolicy::load(&path).unwrap_err().to_string();
+        assert!(
+            bad.contains("auth.toml") && bad.contains("entry 1") && bad.contains("boss"),
+            "{bad}"
+        );
+        std::fs::write(&path, FILE).unwrap();
+        assert_eq!(AuthPolicy::load(&path).unwrap().len(), 3);
+    }
+
+    #[test]
+    fn debug_output_never_shows_tokens_or_digests() {
+        let shown = format!("{:?}", policy());
+        assert!(
+            !shown.contains("wrk-a") && !shown.contains("digest"),
+            "{shown}"
+        );
+        assert!(shown.contains("team a"), "{shown}");
+    }
+}

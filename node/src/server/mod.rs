@@ -1,0 +1,486 @@
+//! Starting and stopping a node: open storage, start Raft, form the cluster from the
+//! peer list, serve HTTP, and run the leader loop that keeps cluster time.
+//!
+//! `start(listener, config)` takes a bound listener so tests can bind port 0.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use leasehold_statemachine::{Command, Outcome};
+use openraft::{BasicNode, ServerState, SnapshotPolicy};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::node::{Limits, Node};
+use crate::raft::network::Network;
+use crate::security::peer_auth::{ClusterId, PeerGuard, PeerSecret};
+use crate::store::{LogStore, StateMachineStore};
+use crate::telemetry::metrics::Metrics;
+use crate::time::clock::{SharedClock, SystemClock};
+use crate::time::timekeeper::Timekeeper;
+use crate::types::{NodeId, Raft};
+
+/// Raft timing. `Default` is the conservative setting the in-process tests use (dozens of
+/// nodes share one test process there); `serve` and `dev` run [`RaftTuning::fast`].
+#[derive(Debug, Clone)]
+pub struct RaftTuning {
+    pub heartbeat_ms: u64,
+    pub election_timeout_min_ms: u64,
+    pub election_timeout_max_ms: u64,
+    /// Take a snapshot (and purge the log) after this many entries.
+    pub snapshot_every_logs: u64,
+    /// Entries kept in the log behind a snapshot, so a briefly lagging follower catches
+    /// up from the log rather than by a whole snapshot.
+    pub logs_kept_after_snapshot: u64,
+}
+
+impl RaftTuning {
+    /// What `serve` and `dev` run. A follower asks for a pre-vote (`election.rs`) once it
+    /// has heard nothing from a leader for the leader lease (the maximum election timeout)
+    /// plus its own election timeout (drawn from the range for each attempt), and stands
+    /// with a majority. 50 / 100–200 ms puts a new leader in place ~0.35–0.45 s after a
+    /// crash (before pre-vote, ~0.8–1.3 s when the first candidate's log was behind the
+    /// other follower's). An election still needs ≥ 300 ms of silence from the leader —
+    /// six heartbeats: no leader change in 60 s runs of 64 clients on this 2-core box
+    /// (`leasehold bench` reports `elections`). 150–300 ms, the previous default, gave a
+    /// write gap of ~0.56 s (straddling the 600 ms target), and 1.5–2 s with the
+    /// conservative setting.
+    pub fn fast() -> Self {
+        RaftTuning {
+            heartbeat_ms: SERVE_HEARTBEAT_MS,
+            election_timeout_min_ms: SERVE_ELECTION_TIMEOUT_MIN_MS,
+            election_timeout_max_ms: SERVE_ELECTION_TIMEOUT_MAX_MS,
+            ..RaftTuning::default()
+        }
+    }
+}
+
+/// `serve`'s default Raft timing (see [`RaftTuning::fast`]).
+pub const SERVE_HEARTBEAT_MS: u64 = 50;
+pub const SERVE_ELECTION_TIMEOUT_MIN_MS: u64 = 100;
+pub const SERVE_ELECTION_TIMEOUT_MAX_MS: u64 = 200;
+
+impl Default for RaftTuning {
+    fn default() -> Self {
+        RaftTuning {
+            heartbeat_ms: 100,
+            election_timeout_min_ms: 500,
+            election_timeout_max_ms: 1000,
+            snapshot_every_logs: 20_000,
+            logs_kept_after_snapshot: 5_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    pub id: NodeId,
+    pub data_dir: PathBuf,
+    /// Every voter of the initial cluster (this node included): id → `host:port`.
+    pub peers: BTreeMap<NodeId, String>,
+    /// Peers this node dials at another address than the one in the membership (a
+    /// proxy, a NAT): Raft RPC and forwarded requests to them go there.
+    pub dial: BTreeMap<NodeId, String>,
+    pub clock: SharedClock,
+    pub limits: Limits,
+    pub raft: RaftTuning,
+    /// While leases are live, the leader writes a tick when no entry was applied for this
+    /// long, so followers' basis of cluster time stays fresh for a failover.
+    pub tick_interval_ms: u64,
+    /// Client tokens (`serve --auth-file`); `None` leaves the client API open.
+    pub auth: Option<Arc<crate::security::auth::AuthPolicy>>,
+    /// The shared peer secret (`serve --peer-secret-file`); `None`: peer RPC is
+    /// unauthenticated (a loud warning at startup).
+    pub peer_secret: Option<PeerSecret>,
+    /// `serve --cluster-id`: the cluster this data dir must belong to (adopted when the
+    /// dir has none yet).
+    pub cluster_id: Option<ClusterId>,
+    /// Connection, header, in-flight and time limits of the HTTP listener.
+    pub listener: crate::http::listener::ListenerLimits,
+    /// `serve --tls-cert/--tls-key/--tls-ca`: the listener serves TLS and peers are
+    /// called over https (`tls.rs`); `None`: plain HTTP.
+    pub tls: Option<Arc<crate::security::tls::NodeTls>>,
+    /// `serve --join`: ask this cluster to add this node instead of forming one from
+    /// `peers` (which then lists only this node).
+    pub join: Option<crate::raft::join::JoinConfig>,
+    /// `serve/dev --allow-origin`: web origins whose pages may call this node
+    /// (`http/browser.rs`); checked when the node starts.
+    pub allow_origins: Vec<String>,
+}
+
+impl NodeConfig {
+    pub fn new(id: NodeId, data_dir: PathBuf, peers: BTreeMap<NodeId, String>) -> Self {
+        NodeConfig {
+            id,
+            data_dir,
+            peers,
+            dial: BTreeMap::new(),
+            clock: SystemClock::new().shared(),
+            limits: Limits::default(),
+            raft: RaftTuning::default(),
+            tick_interval_ms: 250,
+            auth: None,
+            peer_secret: None,
+            cluster_id: None,
+            listener: Default::default(),
+            tls: None,
+            join: None,
+            allow_origins: Vec::new(),
+        }
+    }
+}
+
+/// A node that is serving; dropping it does not stop it, `shutdown` does.
+pub struct RunningNode {
+    pub node: Arc<Node>,
+    pub addr: std::net::SocketAddr,
+    cancel: CancellationToken,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl RunningNode {
+    /// Stops serving, stops Raft, and waits for both.
+    pub async fn shutdown(self) {
+        self.cancel.cancel();
+        for t in self.tasks {
+            let _ = t.await;
+        }
+        let _ = self.node.raft.shutdown().await;
+    }
+
+    pub fn cancel_token(&self) -> CancellationToken {
+        self.cancel.clone()
+    }
+}
+
+fn raft_config(t: &RaftTuning) -> anyhow::Result<openraft::Config> {
+    let c = openraft::Config {
+        cluster_name: "leasehold".into(),
+        heartbeat_interval: t.heartbeat_ms,
+        election_timeout_min: t.election_timeout_min_ms,
+        election_timeout_max: t.election_timeout_max_ms,
+        snapshot_policy: SnapshotPolicy::LogsSinceLast(t.snapshot_every_logs),
+        max_in_snapshot_log_to_keep: t.logs_kept_after_snapshot,
+        // Elections start from `election.rs`, after a pre-vote; openraft's own timer would
+        // stand without asking.
+        enable_elect: false,
+        ..Default::default()
+    };
+    Ok(c.validate()?)
+}
+
+pub async fn start(listener: TcpListener, cfg: NodeConfig) -> anyhow::Result<RunningNode> {
+    let addr = listener.local_addr()?;
+    let self_addr = cfg
+        .peers
+        .get(&cfg.id)
+        .with_context(|| format!("--peer list has no entry for this node's id {}", cfg.id))?;
+    tracing::info!(id = cfg.id, %addr, advertised = %self_addr, "starting node");
+    // Before anything else touches the dir: refuse another node's (or cluster's) data.
+    let identity = crate::security::identity::open(&cfg.data_dir, cfg.id, cfg.cluster_id)?;
+    let peer = Arc::new(peer_guard(&cfg, identity.cluster_id));
+    let log_store = LogStore::open(&cfg.data_dir.join("log"))
+        .await
+        .with_context(|| format!("opening the log in {}", cfg.data_dir.display()))?;
+    let sm_store = StateMachineStore::open(&cfg.data_dir.join("sm"), cfg.clock.clone())
+        .await
+        .with_context(|| format!("opening the state machine in {}", cfg.data_dir.display()))?;
+    let sm = sm_store.shared();
+    let network = Network::new(cfg.dial.clone(), peer.clone()).with_tls(cfg.tls.clone());
+    let elector = Arc::new(crate::raft::election::Elector::new(
+        log_store.clone(),
+        cfg.raft.election_timeout_min_ms,
+        cfg.raft.election_timeout_max_ms,
+    ));
+    let raft = Raft::new(
+        cfg.id,
+        Arc::new(raft_config(&cfg.raft)?),
+        network.clone(),
+        log_store,
+        sm_store,
+    )
+    .await
+    .context("starting raft")?;
+    let stage = crate::raft::join::begin(
+        &cfg.data_dir,
+        cfg.join.as_ref(),
+        raft.is_initialized().await?,
+    )?;
+    let joining = stage != crate::raft::join::Stage::Member;
+    if joining {
+        tracing::info!("joining a cluster: this node does not vote until the cluster has added it");
+    } else if cfg.join.is_none() {
+        initialize_if_first(&raft, &cfg, &peer).await?;
+    }
+
+    let browser = crate::http::browser::BrowserPolicy::new(
+        crate::security::tls::peer_scheme(cfg.tls.as_deref()),
+        addr.ip().is_loopback(),
+        cfg.peers.values(),
+        &cfg.allow_origins,
+    )?;
+    let (proposals, proposal_rx) = crate::node::batcher::channel();
+    let node = Arc::new(Node {
+        id: cfg.id,
+        raft,
+        sm,
+        time: Arc::new(Timekeeper::new(cfg.clock.clone())),
+        limits: cfg.limits.clone(),
+        dial: cfg.dial.clone(),
+        metrics: Metrics::default(),
+        forward_http: forward_client(&cfg)?,
+        peer_scheme: crate::security::tls::peer_scheme(cfg.tls.as_deref()),
+        proposals,
+        commits_in_flight: Default::default(),
+        auth: cfg.auth.clone(),
+        peer,
+        joining: crate::raft::join::Joining::new(stage),
+        elector,
+        browser,
+    });
+    let cancel = CancellationToken::new();
+    let app = crate::http::router(node.clone());
+    let server = tokio::spawn(crate::http::listener::serve(
+        listener,
+        app,
+        node.clone(),
+        cfg.listener.clone(),
+        cfg.tls.as_ref().map(|t| t.acceptor()),
+        cancel.clone(),
+    ));
+    let batcher = tokio::spawn(crate::node::batcher::run(
+        node.clone(),
+        proposal_rx,
+        cancel.clone(),
+    ));
+    let leader = tokio::spawn(leader_loop(
+        node.clone(),
+        cfg.tick_interval_ms,
+        cancel.clone(),
+    ));
+    let elections = tokio::spawn(crate::raft::election::run(
+        node.clone(),
+        network,
+        cancel.clone(),
+    ));
+    let mut tasks = vec![server, leader, batcher, elections];
+    tasks.push(tokio::spawn(crate::telemetry::metrics::watch_leader(
+        node.clone(),
+        cancel.clone(),
+    )));
+    if joining {
+        tasks.push(tokio::spawn(crate::raft::join::run(
+            node.clone(),
+            cfg.join.clone(),
+            cfg.data_dir.clone(),
+            self_addr.clone(),
+            cancel.clone(),
+        )));
+    }
+    Ok(RunningNode {
+        node,
+        addr,
+        cancel,
+        tasks,
+    })
+}
+
+/// The client that forwards requests to the leader (https with `--tls-*`, like Raft RPC).
+fn forward_client(cfg: &NodeConfig) -> anyhow::Result<reqwest::Client> {
+    let b = reqwest::Client::builder()
+        .tcp_nodelay(true)
+        .connect_timeout(Duration::from_millis(500))
+        // Drop a pooled connection before the leader's listener closes it as idle
+        // (the same --header-read-timeout-ms everywhere): reusing one the server is
+        // closing fails the forwarded request.
+        .pool_idle_timeout(cfg.listener.header_read_timeout / 2);
+    let b = match &cfg.tls {
+        Some(tls) => tls.peer_client(b),
+        None => b,
+    };
+    Ok(b.build()?)
+}
+
+fn peer_guard(cfg: &NodeConfig, cluster_id: Option<ClusterId>) -> PeerGuard {
+    if cfg.peer_secret.is_none() {
+        tracing::warn!(
+            id = cfg.id,
+            "PEER RPC IS UNAUTHENTICATED: started without --peer-secret-file, so anyone who \
+             can reach this port can send Raft messages and rewrite the lease table"
+        );
+    }
+    match cluster_id {
+        Some(c) => tracing::info!(cluster_id = %c, "cluster id"),
+        None => {
+            tracing::info!("no cluster id yet: adopting the first cluster that replicates here")
+        }
+    }
+    PeerGuard::new(
+        cfg.id,
+        cfg.peer_secret.clone(),
+        cfg.clock.clone(),
+        cfg.data_dir.clone(),
+        cluster_id,
+    )
+}
+
+/// Only the lowest id of the peer list initializes, and only a node that never was
+/// initialized: a restarted node rejoins with what it has on disk. The cluster id is
+/// fixed (and on disk) before the cluster exists, so every RPC of the cluster carries it.
+async fn initialize_if_first(
+    raft: &Raft,
+    cfg: &NodeConfig,
+    peer: &PeerGuard,
+) -> anyhow::Result<()> {
+    let lowest = *cfg.peers.keys().next().expect("peers has this node");
+    if cfg.id != lowest || raft.is_initialized().await? {
+        return Ok(());
+    }
+    peer.ensure_cluster_id().await?;
+    let members: BTreeMap<NodeId, BasicNode> = cfg
+        .peers
+        .iter()
+        .map(|(id, addr)| (*id, BasicNode::new(addr)))
+        .collect();
+    tracing::info!(?members, "initializing a new cluster");
+    match raft.initialize(members).await {
+        Ok(()) => Ok(()),
+        // Another start raced us to it, or a vote already exists: nothing to do.
+        Err(openraft::error::RaftError::APIError(e)) => {
+            tracing::warn!(error = %e, "initialize refused");
+            Ok(())
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Runs a node until `shutdown` resolves.
+pub async fn run(
+    listener: TcpListener,
+    cfg: NodeConfig,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let running = start(listener, cfg).await?;
+    shutdown.await;
+    tracing::info!("shutting down");
+    running.shutdown().await;
+    Ok(())
+}
+
+/// Why the leader should write a tick now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TickReason {
+    /// First stamped entry of a new term: applies the failover grace at once and makes
+    /// the term ready for client writes.
+    NewTerm,
+    /// Leases are live and nothing was applied for a while: keep cluster time fresh.
+    KeepTime,
+}
+
+/// The leader loop's decision, as a pure function.
+pub fn decide_tick(
+    is_leader: bool,
+    term: u64,
+    ready_term: u64,
+    live_leases: bool,
+    since_last_stamp_ms: Option<u64>,
+    tick_interval_ms: u64,
+) -> Option<TickReason> {
+    if !is_leader {
+        return None;
+    }
+    if ready_term < term {
+        return Some(TickReason::NewTerm);
+    }
+    let stale = since_last_stamp_ms.is_none_or(|ms| ms >= tick_interval_ms);
+    (live_leases && stale).then_some(TickReason::KeepTime)
+}
+
+const LEADER_LOOP_STEP: Duration = Duration::from_millis(50);
+
+async fn leader_loop(node: Arc<Node>, tick_interval_ms: u64, cancel: CancellationToken) {
+    let metrics = node.raft.metrics();
+    loop {
+        // A fixed step, not a wait on metrics: openraft republishes them on every report.
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(LEADER_LOOP_STEP) => {}
+        }
+        let (is_leader, term) = {
+            let m = metrics.borrow();
+            // A leader deposed by check quorum writes nothing: its ticks could not
+            // commit, and each would stamp on a line the cluster may not follow.
+            (
+                m.state == ServerState::Leader
+                    && m.current_leader == Some(node.id)
+                    && !node.elector.deposed(),
+                m.current_term,
+            )
+        };
+        let (live, last_stamp) = node
+            .sm
+            .read(|s| (s.machine.next_expiry_ms().is_some(), s.last_stamp));
+        let mono = node.time.clock().mono_ms();
+        let since = last_stamp.map(|(_, at)| mono.saturating_sub(at));
+        let Some(reason) = decide_tick(
+            is_leader,
+            term,
+            node.time.ready_term(),
+            live,
+            since,
+            tick_interval_ms,
+        ) else {
+            continue;
+        };
+        if reason == TickReason::NewTerm && node.linearize().await.is_err() {
+            // No quorum confirmed yet: the next step tries again.
+            continue;
+        }
+        match node.propose_stamped(term, Command::Tick, None).await {
+            Ok(Ok(Outcome::Ticked)) => {
+                node.metrics.ticks.fetch_add(1, Ordering::Relaxed);
+                if reason == TickReason::NewTerm {
+                    tracing::info!(
+                        term,
+                        "leader ready: first stamped entry of the term applied"
+                    );
+                    node.time.mark_ready(term);
+                }
+            }
+            other => tracing::debug!(?other, "tick not applied"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_term_ticks_first() {
+        assert_eq!(
+            decide_tick(true, 5, 4, false, Some(0), 250),
+            Some(TickReason::NewTerm)
+        );
+    }
+
+    #[test]
+    fn followers_never_tick() {
+        assert_eq!(decide_tick(false, 5, 4, true, None, 250), None);
+    }
+
+    #[test]
+    fn ticks_only_while_leases_live_and_time_is_stale() {
+        assert_eq!(
+            decide_tick(true, 5, 5, true, Some(300), 250),
+            Some(TickReason::KeepTime)
+        );
+        assert_eq!(decide_tick(true, 5, 5, true, Some(100), 250), None);
+        assert_eq!(decide_tick(true, 5, 5, false, Some(10_000), 250), None);
+    }
+}
