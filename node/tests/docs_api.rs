@@ -1,8 +1,8 @@
 //! The API reference against the code: `docs/api.md` must document every error code
 //! with its status (`ErrorCode::ALL`), every route of the node's route table
-//! (`auth::ROUTES`), every action of `POST /v1/jobs/{id}/…`, and every `serve` and `dev`
-//! flag (the clap definition). Each test reads the code's own table, so a new route,
-//! code or flag fails here until the reference describes it. Only the part of the page
+//! (`security::auth::ROUTES`), every action of `POST /v1/jobs/{id}/…`, and every
+//! `serve` and `dev` flag (the clap definition). Each test reads the code's own table,
+//! so a new route, code or flag fails here until the reference describes it. Only the part of the page
 //! before "Version 1.1 (planned)" counts: that section describes routes not served yet.
 //!
 //! Uses the node crate's public tables, clap and the state machine's `ErrorCode`; starts
