@@ -1,4 +1,4 @@
-//! [`Client`]: every call of api.md as a method, with local validation (the node's own
+//! [`Client`]: every call of docs/api.md as a method, with local validation (the node's own
 //! code, from `leasehold_statemachine`), request encoding and typed answers.
 //!
 //! Writes get a fresh `Idempotency-Key` per logical call, kept across its retries (see
@@ -101,7 +101,7 @@ impl NewJob {
 pub struct ListJobs {
     pub queue: Option<String>,
     pub state: Option<JobState>,
-    /// Page size, 1–1000 (api.md); the node's default (100) when absent.
+    /// Page size, 1–1000 (docs/api.md); the node's default (100) when absent.
     pub limit: Option<usize>,
     pub page_token: Option<String>,
 }
@@ -144,10 +144,12 @@ pub struct ClusterStatus {
     pub commit_index: u64,
     pub applied_index: u64,
     pub cluster_time_ms: u64,
-    /// Not in api.md: the node's Raft role, when the node reports it.
+    /// Added to the first contract (docs/api-additions.md): the node's Raft role, when
+    /// the node reports it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<String>,
-    /// Not in api.md: the cluster's id (32 hex digits), when the node reports it.
+    /// Added to the first contract: the cluster's id (32 hex digits), when the node
+    /// reports it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster_id: Option<String>,
 }
@@ -166,7 +168,7 @@ pub struct Membership {
 /// How long the server may take to add a node: its catch-up wait (30 s) and a commit.
 const ADD_NODE_WAIT: Duration = Duration::from_secs(40);
 
-/// A JSON value as the raw text the wire types carry, checked against api.md's 64 KiB.
+/// A JSON value as the raw text the wire types carry, checked against docs/api.md's 64 KiB.
 fn raw(value: Option<&Value>) -> Result<Option<Box<RawValue>>, Error> {
     let Some(v) = value else { return Ok(None) };
     let raw = serde_json::value::to_raw_value(v)
@@ -188,8 +190,8 @@ fn encode_component(s: &str) -> String {
 }
 
 /// `/v1/jobs/{id}` with the id validated and encoded as ONE path segment (`/` → `%2F`;
-/// the node decodes after splitting off the action, api.md ids may contain `/`). The ids
-/// `.` and `..` are valid per api.md but are dot-segments that every URL parser removes
+/// the node decodes after splitting off the action, docs/api.md ids may contain `/`). The ids
+/// `.` and `..` are valid per docs/api.md but are dot-segments that every URL parser removes
 /// (also when written `%2E`), so no HTTP client can address them: refused here.
 fn job_path(id: &str) -> Result<String, Error> {
     limits::validate_job_id(id)?;

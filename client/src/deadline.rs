@@ -1,4 +1,4 @@
-//! The worker's own lease deadline, on the client's local clock (design.md,
+//! The worker's own lease deadline, on the client's local clock (docs/design.md,
 //! "Client-side safety"; `CLOCK_BOOTTIME` on Linux, see `clock`):
 //!
 //! ```text
@@ -20,7 +20,7 @@ use crate::clock::LocalInstant;
 ///
 /// 1 % is far above real quartz drift (tens of ppm) and covers a VM clock or a node run
 /// with a skewed rate in tests; 100 ms covers scheduling delay on a loaded host. A TTL
-/// close to the margin leaves little or no time: with `ttl_ms = 100` (api.md's minimum)
+/// close to the margin leaves little or no time: with `ttl_ms = 100` (docs/api.md's minimum)
 /// the default deadline is the send instant itself — lower the margin for tiny TTLs.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DeadlinePolicy {
@@ -80,7 +80,7 @@ mod tests {
     #[test]
     fn deadline_is_never_after_the_earliest_store_expiry() {
         // The store's expiry is at least sent + ttl; the deadline must come before it for
-        // every TTL api.md allows, and by at least the margin.
+        // every TTL docs/api.md allows, and by at least the margin.
         let p = DeadlinePolicy::default();
         let sent = LocalInstant::from_origin(Duration::from_secs(1_000));
         for ttl_ms in [100, 101, 250, 1_000, 2_000, 60_000, 3_600_000] {

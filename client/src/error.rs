@@ -1,4 +1,4 @@
-//! The client's error type: api.md's error codes 1:1, plus the outcomes only a client
+//! The client's error type: docs/api.md's error codes 1:1, plus the outcomes only a client
 //! sees — no node could serve the call, or a write may or may not have been applied.
 //!
 //! The line that matters most is between [`Error::Unavailable`] and
@@ -13,7 +13,7 @@ use leasehold_statemachine::{ApiError, ErrorCode, Job};
 /// Everything a call can fail with.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum Error {
-    /// The store answered with one of api.md's error codes — or the client refused the
+    /// The store answered with one of docs/api.md's error codes — or the client refused the
     /// request before sending it, with the code and message the store would have used
     /// (the validation code is shared with the node, `leasehold_statemachine::limits`).
     ///
@@ -39,7 +39,7 @@ pub enum Error {
     #[error("outcome unknown after {attempts} attempt(s): {last}")]
     OutcomeUnknown { attempts: u32, last: String },
 
-    /// A response that does not follow api.md: an unparseable body, an unexpected status.
+    /// A response that does not follow docs/api.md: an unparseable body, an unexpected status.
     #[error("unexpected response (HTTP {status}): {message}")]
     Protocol { status: u16, message: String },
 
@@ -60,7 +60,7 @@ impl From<ApiError> for Error {
 }
 
 impl Error {
-    /// The api.md error code, for [`Error::Api`].
+    /// The docs/api.md error code, for [`Error::Api`].
     pub fn code(&self) -> Option<ErrorCode> {
         match self {
             Error::Api { code, .. } => Some(*code),

@@ -1,6 +1,6 @@
 //! [`FenceGate`]: what the destination of a worker's external writes embeds so that a
 //! worker that lost its lease cannot overwrite the work of the one that has it
-//! (design.md invariant 4; Kleppmann, "How to do distributed locking", fencing tokens).
+//! (docs/design.md invariant 4; Kleppmann, "How to do distributed locking", fencing tokens).
 //!
 //! Per resource the gate keeps the highest token it has accepted and refuses lower ones.
 //! An equal token is accepted: it is the same holder writing again. Before that it
@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FenceConfig {
     /// How long an accepted write's key is remembered. Default 10 minutes, the store's
-    /// own idempotency window (api.md), so a worker retrying against both sees the same.
+    /// own idempotency window (docs/api.md), so a worker retrying against both sees the same.
     pub dedup_window: Duration,
     /// At most this many keys are remembered; past it the oldest are forgotten early.
     /// Default 100,000.
@@ -71,7 +71,7 @@ pub enum Admit<R> {
 ///
 /// # Example
 ///
-/// The worked example of design.md: worker A holds generation 7, stalls, and B claims
+/// The worked example of docs/design.md: worker A holds generation 7, stalls, and B claims
 /// generation 8 and writes; A's late write is refused, B's retry is deduplicated.
 ///
 /// ```

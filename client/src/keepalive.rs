@@ -4,7 +4,7 @@
 //! [`CancellationToken`] when the local deadline passes without a successful renew, or
 //! when the store answers that the lease is gone (`stale_lease`, `lease_expired`,
 //! `job_completed`…). That token is the worker's signal to stop producing effects:
-//! design.md invariant 3, "a worker that cannot renew must stop before its lease can have
+//! docs/design.md invariant 3, "a worker that cannot renew must stop before its lease can have
 //! expired on the store", holds because the deadline comes before the earliest store
 //! expiry (see `deadline`).
 //!

@@ -101,7 +101,7 @@ impl Lease {
         self.inner.generation
     }
 
-    /// Same as [`Lease::token`], under api.md's name.
+    /// Same as [`Lease::token`], under docs/api.md's name.
     pub fn generation(&self) -> u64 {
         self.inner.generation
     }
@@ -149,7 +149,7 @@ impl Lease {
         self.client.clock().now() < self.deadline()
     }
 
-    /// The latest api.md Lease object the store returned for this lease.
+    /// The latest docs/api.md Lease object the store returned for this lease.
     pub fn wire(&self) -> leasehold_statemachine::Lease {
         self.state().wire
     }

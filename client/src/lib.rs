@@ -18,8 +18,11 @@
 //! the job to someone else, and that every write it makes carries a fencing token a
 //! destination can check ([`fence::FenceGate`]).
 //!
+//! The HTTP API this crate speaks is documented, route by route, in the repository's
+//! `docs/api.md`; the protocol and its guarantees in `docs/design.md`.
+//!
 //! # Layout
-//! - [`client`]: [`Client`] — every api.md call as a method, local validation, decoding.
+//! - [`client`]: [`Client`] — every docs/api.md call as a method, local validation, decoding.
 //! - `transport`: one logical call — attempts across endpoints, one `Idempotency-Key`.
 //! - [`retry`]: the retry decisions as pure functions (judge, rotation, backoff).
 //! - [`config`]: [`Config`] and [`ClientBuilder`]: timeouts, retries, deadline policy,
@@ -31,7 +34,7 @@
 //! - [`lease`]: [`Lease`] — token, deadline, renew, complete, release.
 //! - [`keepalive`]: [`KeepAlive`], [`LeaseCtx`], [`run_leased`] — background renewal and
 //!   the cancellation signal.
-//! - [`error`]: [`Error`] — api.md's codes 1:1, unavailable, outcome unknown.
+//! - [`error`]: [`Error`] — docs/api.md's codes 1:1, unavailable, outcome unknown.
 //! - [`fence`]: [`fence::FenceGate`], for destinations; `fence::http` (feature
 //!   `fence-http`) is a fenced HTTP destination built on it.
 

@@ -7,7 +7,7 @@
 //! it names a node this client knows, is tried first, but only once per pass: a stale hint
 //! (every follower still naming a dead leader) must not pin the client to a dead node.
 //! Only between passes does the client wait: jittered exponential backoff, and at least
-//! the largest `Retry-After` of the pass (api.md: 503 → "retry after Retry-After").
+//! the largest `Retry-After` of the pass (docs/api.md: 503 → "retry after Retry-After").
 
 use std::time::Duration;
 
@@ -65,7 +65,7 @@ pub(crate) enum Verdict {
     },
 }
 
-/// api.md's availability errors: 503 (not applied; retry after `Retry-After`) and 504
+/// docs/api.md's availability errors: 503 (not applied; retry after `Retry-After`) and 504
 /// (proposed, outcome unknown; retry with the same key). A 502 can only come from
 /// something between us and the node, which may have passed the request on: unknown too.
 pub(crate) fn judge(attempt: Attempt) -> Verdict {

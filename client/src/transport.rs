@@ -94,7 +94,7 @@ impl Call {
 }
 
 /// 128 random bits as 32 hex digits: unique per logical call without coordination, and
-/// within api.md's 1–128 visible ASCII bytes.
+/// within docs/api.md's 1–128 visible ASCII bytes.
 pub fn new_idempotency_key() -> String {
     format!("{:032x}", rand::random::<u128>())
 }

@@ -1,10 +1,10 @@
-//! The history checker: the invariants of design.md ("Invariants a history must
+//! The history checker: the invariants of docs/design.md ("Invariants a history must
 //! satisfy") checked over one [`RunRecord`], as a pure function — no IO, no clock — so a
 //! recorded run can be re-checked offline and every rule is tested on hand-made histories.
 //!
 //! Vocabulary: an op is *acked* when its outcome is [`Outcome::Ok`]. An `Unknown` op may
 //! or may not have taken effect, so no rule treats it as failed, and no rule requires it
-//! to have happened (design.md, house style "Unknown is not absent"). Ops may come in any
+//! to have happened (docs/design.md, house style "Unknown is not absent"). Ops may come in any
 //! order; the checker sorts what it needs. Rules are per job unless said otherwise.
 
 use std::collections::{BTreeMap, HashMap};
@@ -21,45 +21,45 @@ const SUMMARY_VIOLATIONS_MAX: usize = 20;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ViolationKind {
-    /// Two acked claims of one job were granted the same generation (design.md: "each
+    /// Two acked claims of one job were granted the same generation (docs/design.md: "each
     /// granted once").
     GenerationGrantedTwice,
     /// Acked claims `a`, `b` with `a.complete < b.invoke` but `a.generation >
-    /// b.generation` (design.md: generations 1, 2, 3… in order). Gaps are fine — an
+    /// b.generation` (docs/design.md: generations 1, 2, 3… in order). Gaps are fine — an
     /// unknown claim may have consumed a generation — and equal generations are
     /// [`Self::GenerationGrantedTwice`].
     GenerationOrder,
     /// An acked renew/complete/release with generation `g`, invoked after an acked claim
-    /// of the same job with a generation above `g` was answered (design.md: "no renew,
+    /// of the same job with a generation above `g` was answered (docs/design.md: "no renew,
     /// complete or release succeeds with a generation older than one already granted").
     StaleSuccess,
-    /// More than one acked complete of a job (design.md: "at most one successful
+    /// More than one acked complete of a job (docs/design.md: "at most one successful
     /// completion per job").
     CompletedTwice,
     /// An acked claim/renew/complete/release invoked after an acked complete of the job
-    /// was answered (design.md: "nothing succeeds on it afterwards").
+    /// was answered (docs/design.md: "nothing succeeds on it afterwards").
     SuccessAfterCompletion,
     /// A worker still believed it held generation `ga` after another worker's claim of a
-    /// higher generation was answered (design.md: "real-time mutual exclusion").
+    /// higher generation was answered (docs/design.md: "real-time mutual exclusion").
     OverlappingLeases,
     /// The final state lacks an acked claim's generation: the job is missing or its
-    /// generation is lower (design.md: "the latest acknowledged generation [is] visible").
+    /// generation is lower (docs/design.md: "the latest acknowledged generation [is] visible").
     LostClaim,
     /// An acked complete of generation `g`, but the final job is not `completed` at `g`
-    /// (design.md: "every acknowledged completion [is] visible").
+    /// (docs/design.md: "every acknowledged completion [is] visible").
     LostCompletion,
     /// The final job is `completed` at generation `g`, but no complete of `g` was acked
     /// or unknown: nobody asked for it.
     UnexplainedCompletion,
-    /// Replicas report different `(applied_index, digest)` after healing (design.md:
+    /// Replicas report different `(applied_index, digest)` after healing (docs/design.md:
     /// acknowledged writes are "visible on every node").
     ReplicasDiverge,
     /// The destination accepted, for one resource, a token below one it had already
-    /// accepted (design.md: "tokens in non-decreasing order per job").
+    /// accepted (docs/design.md: "tokens in non-decreasing order per job").
     DestinationOrder,
-    /// The destination accepted one idempotency key twice (design.md: "no duplicate").
+    /// The destination accepted one idempotency key twice (docs/design.md: "no duplicate").
     DestinationDuplicate,
-    /// Cluster time ran ahead of real time (design.md, "Never faster than real time";
+    /// Cluster time ran ahead of real time (docs/design.md, "Never faster than real time";
     /// issue 16 item 1): acked claim/renew answers `a`, `b` whose `cluster_time_ms`
     /// differ by more than the real time from `a`'s send to `b`'s answer allows (see
     /// [`Checker::cluster_time`]). Leases would expire before their holders' deadlines.

@@ -83,7 +83,7 @@ pub struct Op {
     /// Write: the write's idempotency key (unique per effect).
     pub key: Option<String>,
     /// Claim/renew `Ok`: the answer's `cluster_time_ms`, the store time at which the
-    /// granting entry was applied (api.md). Absent in histories recorded before it was.
+    /// granting entry was applied (docs/api.md). Absent in histories recorded before it was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster_time_ms: Option<u64>,
 }

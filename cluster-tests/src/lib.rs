@@ -1,6 +1,6 @@
 //! Black-box chaos tests of Leasehold: real `leasehold serve` processes behind fault
 //! proxies, workers recording every operation, and a checker of the invariants of
-//! `design.md` over the recorded history.
+//! `docs/design.md` over the recorded history.
 //!
 //! - [`history`]: the recorded operations and the run's final observations;
 //! - [`checker`]: the invariants, checked over a [`history::RunRecord`];

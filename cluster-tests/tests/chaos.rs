@@ -88,7 +88,7 @@ async fn wait_new_leader(c: &Chaos, old: u64) -> u64 {
     }
 }
 
-/// design.md's worked example with a real process: the worker claims, is SIGSTOPped past
+/// docs/design.md's worked example with a real process: the worker claims, is SIGSTOPped past
 /// its lease, another worker claims and writes; the frozen one wakes up and — without
 /// looking at its own deadline — writes and completes: the destination refuses the write
 /// (stale token), the cluster refuses the completion (stale lease).

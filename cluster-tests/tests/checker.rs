@@ -1,6 +1,6 @@
 //! The history checker on hand-made histories: one good history exercising every kind of
 //! op (renews, writes, unknowns, generation gaps, releases, the final state) with no
-//! violation, one bad history per invariant of design.md that must be caught, and the
+//! violation, one bad history per invariant of docs/design.md that must be caught, and the
 //! "unknown is not failed" cases that must not be.
 //!
 //! Times are in ms from an arbitrary monotonic origin; histories are built with
@@ -293,7 +293,7 @@ fn the_checker_sorts_its_inputs() {
     assert_clean(&h);
 }
 
-/// design.md's worked example: A holds generation 7 and pauses; after expiry B claims 8;
+/// docs/design.md's worked example: A holds generation 7 and pauses; after expiry B claims 8;
 /// A wakes up and completes with 7. The store must refuse.
 #[test]
 fn a_stale_completion_that_succeeded_is_caught() {

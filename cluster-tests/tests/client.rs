@@ -1,6 +1,6 @@
 //! The client against a real three-node cluster (in-process `server::start` nodes on
-//! loopback) and a real fenced destination: the calls of api.md, rotation past a dead
-//! endpoint, design.md's worked example end to end, the keep-alive's cancellation when
+//! loopback) and a real fenced destination: the calls of docs/api.md, rotation past a dead
+//! endpoint, docs/design.md's worked example end to end, the keep-alive's cancellation when
 //! every node is gone, and a claim whose answer was lost being retried without a second
 //! generation.
 
@@ -142,7 +142,7 @@ async fn rotates_past_a_dead_first_endpoint() {
     cluster.shutdown().await;
 }
 
-/// design.md's worked example: A claims generation N and stalls; after expiry B claims
+/// docs/design.md's worked example: A claims generation N and stalls; after expiry B claims
 /// N+1 and writes; A's completion is a typed `stale_lease`, and A's delayed write to the
 /// destination is refused there too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

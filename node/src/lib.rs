@@ -14,7 +14,7 @@
 //! - [`cli`]: the `leasehold` command line — `serve`, `dev`, `job`, `cluster`,
 //!   `snapshot save|restore`, `worker run`, `bench` (`main.rs` only calls it).
 //! - [`server`]: `start`/`run` a node — wires storage, Raft and HTTP; the leader loop.
-//! - [`http`]: the accept loop and its limits, the router, the handlers of api.md,
+//! - [`http`]: the accept loop and its limits, the router, the handlers of docs/api.md,
 //!   forwarding to the leader, Raft RPC endpoints, the browser guard and token check.
 //! - [`node`]: the running [`node::Node`] and its decisions (route, propose, linearize);
 //!   group commit.

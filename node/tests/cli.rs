@@ -96,7 +96,7 @@ async fn submit_get_claim_complete_and_errors() {
     assert_eq!(got.id, "cli-1");
     assert_eq!(got.state, JobState::Pending);
 
-    // The Lease object, as api.md spells it.
+    // The Lease object, as docs/api.md spells it.
     let lease: Value = json_of(
         &c,
         &[

@@ -160,7 +160,7 @@ async fn settled_digest(c: &TestCluster) -> (u64, String) {
     .await
 }
 
-/// A 401 with api.md's body and a Bearer challenge.
+/// A 401 with docs/api.md's body and a Bearer challenge.
 #[track_caller]
 fn assert_401(r: &Resp) {
     r.err(401, "unauthenticated");
@@ -168,7 +168,7 @@ fn assert_401(r: &Resp) {
     assert!(challenge.starts_with("Bearer"), "{}: {challenge:?}", r.what);
 }
 
-/// A 403 with api.md's body (no challenge: the token itself is fine).
+/// A 403 with docs/api.md's body (no challenge: the token itself is fine).
 #[track_caller]
 fn assert_403(r: &Resp) {
     r.err(403, "permission_denied");

@@ -51,7 +51,7 @@ async fn claim_renew_complete_through_a_follower() {
         .find(|i| *i != leader && *i != f)
         .unwrap();
 
-    // GET /v1/cluster on every node: api.md's fields, one view of the membership.
+    // GET /v1/cluster on every node: docs/api.md's fields, one view of the membership.
     for id in c.ids.clone() {
         let v = c.get(id, "/v1/cluster").await.ok(200);
         assert_eq!(u64_of(&v, "node_id"), id, "{v}");
@@ -1366,7 +1366,7 @@ async fn paging_filters_and_claim_next() {
 
 // ---- 9 -----------------------------------------------------------------------------------
 
-/// api.md: "a node restarted on its old --data-dir rejoins with all it had committed" —
+/// docs/api.md: "a node restarted on its old --data-dir rejoins with all it had committed" —
 /// here all three at once; the cluster forms again without a second `initialize`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn whole_cluster_restart_keeps_everything() {
@@ -1474,10 +1474,10 @@ async fn whole_cluster_restart_keeps_everything() {
 }
 
 /// A linearizable GET judged a lease expired; then the whole cluster restarts. Cluster
-/// time resumes from the last *persisted* stamp (design.md: "while the whole cluster is
+/// time resumes from the last *persisted* stamp (docs/design.md: "while the whole cluster is
 /// down, cluster time stands still"), which is older than the time the read was judged
 /// at — so the expiry a client already observed must not be undone, and the holder must
-/// not be able to renew a lease the store already reported expired (api.md: "An expired
+/// not be able to renew a lease the store already reported expired (docs/api.md: "An expired
 /// lease is never renewed"; "GET reads are linearizable").
 ///
 /// Ticks are made rare (`tick_interval_ms`) so the window is the whole TTL and the result

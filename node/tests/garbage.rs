@@ -25,7 +25,7 @@ const SEED_DEFAULT: u64 = 7;
 /// Random-byte bodies per route and node.
 const RANDOM_BODIES: usize = 8;
 const RESPONSE_WAIT: Duration = Duration::from_secs(20);
-/// A client body just over api.md's 1 MiB, and a Raft body over its 64 MiB.
+/// A client body just over docs/api.md's 1 MiB, and a Raft body over its 64 MiB.
 const CLIENT_BODY_HUGE: usize = 1024 * 1024 + 1;
 const RAFT_BODY_HUGE: usize = 64 * 1024 * 1024 + 1;
 

@@ -1,5 +1,5 @@
 //! `POST /v1/cluster/nodes` and `DELETE /v1/cluster/nodes/{id}` on an in-process
-//! three-node cluster: bad input gets api.md's error shape and changes nothing, a voter
+//! three-node cluster: bad input gets docs/api.md's error shape and changes nothing, a voter
 //! cannot be added again, an address cannot be taken twice, and only admin tokens may
 //! change the membership. (Growing and shrinking a live cluster of real processes with
 //! workers holding leases is cluster-tests/tests/membership.rs.)

@@ -107,7 +107,7 @@ fn item_command<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Command, D::Er
 }
 
 impl Command {
-    /// Checks every name and limit of api.md.
+    /// Checks every name and limit of docs/api.md.
     pub fn validate(&self) -> Result<(), ApiError> {
         match self {
             Command::Submit {

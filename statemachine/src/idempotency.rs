@@ -31,7 +31,7 @@
 //!    would be the same caller, and a 1/8 cap would only shorten everyone's window.
 //!
 //! Why every entry is accounted at its full size rather than stored compactly (a shared
-//! payload, or a digest plus what rebuilds the reply): api.md promises the first response "byte for byte", and the job an error
+//! payload, or a digest plus what rebuilds the reply): docs/api.md promises the first response "byte for byte", and the job an error
 //! embeds is a view at that instant — a later complete sets its result, a delete and
 //! re-submit under the same id changes its payload — so the reply cannot be rebuilt from
 //! the job table, and sharing the payload behind an `Arc` would change the wire `Job` type

@@ -6,7 +6,7 @@
 //!
 //! # Layout
 //! - [`limits`]: every bound of the API, and the validation shared with node and client.
-//! - [`wire`]: the JSON types of api.md (`Job`, `Lease`, error codes, request bodies).
+//! - [`wire`]: the JSON types of docs/api.md (`Job`, `Lease`, error codes, request bodies).
 //! - [`command`]: what goes into the log (`Entry`, `Command`) and what comes out (`Reply`).
 //! - [`machine`]: `LeaseMachine::apply`, the rules, the indexes, failover grace, reads.
 //! - `idempotency`: the table of remembered replies to keyed requests, bounded in keys,

@@ -6,7 +6,7 @@
 
 use crate::wire::{ApiError, ErrorCode};
 
-/// Job ids: 1–256 bytes of `A-Z a-z 0-9 . _ - : / @` (api.md "Names and limits").
+/// Job ids: 1–256 bytes of `A-Z a-z 0-9 . _ - : / @` (docs/api.md "Names and limits").
 pub const JOB_ID_LEN_MAX: usize = 256;
 /// Owners: 1–128 bytes, same alphabet as job ids.
 pub const OWNER_LEN_MAX: usize = 128;
@@ -34,7 +34,7 @@ pub const LIST_LIMIT_MAX: usize = 1000;
 pub const WAIT_MS_MAX: u64 = 30_000;
 /// `Idempotency-Key` length bounds.
 pub const IDEMPOTENCY_KEY_LEN_MAX: usize = 128;
-/// How long (store time) an idempotency key is remembered: api.md promises 10 minutes.
+/// How long (store time) an idempotency key is remembered: docs/api.md promises 10 minutes.
 pub const IDEMPOTENCY_WINDOW_MS: u64 = 10 * 60 * 1000;
 /// How many idempotency keys are remembered at most. Past this the oldest is forgotten
 /// early; at 1,000 keyed writes/s the window still holds for over 16 minutes.
@@ -58,7 +58,7 @@ pub const IDEMPOTENCY_SCOPE_KEYS_MAX: usize = idempotency_scope_keys_max(IDEMPOT
 pub const IDEMPOTENCY_SCOPE_LEN_MAX: usize = 32;
 /// Most client commands the node packs into one log entry.
 pub const BATCH_ITEMS_MAX: usize = 512;
-/// Longest failover grace added to live leases when a new term starts (design.md).
+/// Longest failover grace added to live leases when a new term starts (docs/design.md).
 pub const GRACE_MS_MAX_DEFAULT: u64 = 3_000;
 
 fn invalid(msg: String) -> ApiError {

@@ -1,4 +1,4 @@
-//! [`LeaseMachine`]: the replicated lease table and the rules of api.md's Leases table.
+//! [`LeaseMachine`]: the replicated lease table and the rules of docs/api.md's Leases table.
 //!
 //! `apply` is a pure function of the state and one log entry. Store time is
 //! `now = max(clock, stamp)`; expiry is judged against it and nothing else.
@@ -417,7 +417,7 @@ impl LeaseMachine {
         }
     }
 
-    /// Failover grace (design.md): on a new term, every lease live at the previous
+    /// Failover grace (docs/design.md): on a new term, every lease live at the previous
     /// term's last stamp gets the leaderless gap added, capped. `settle` has not yet run
     /// for the new stamp, so `expiry` holds exactly those leases. Never shortens a lease.
     fn grant_failover_grace(&mut self, gap_ms: u64) {

@@ -88,7 +88,7 @@ struct SnapshotRef<'a> {
 /// of the job table's keys (records are shared, and the machine copies a record it
 /// writes while a source still holds it), so a node can encode a million-job snapshot
 /// without holding off applies for the whole encoding. It is also what `restore`
-/// decodes: the same fields in the same order as [`SnapshotRef`].
+/// decodes: the same fields in the same order as `SnapshotRef`.
 #[derive(Debug, Clone, Deserialize)]
 pub struct SnapshotSource {
     config: Config,

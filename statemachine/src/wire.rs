@@ -1,7 +1,7 @@
 //! The types that cross the wire: what the node serves, what the client parses.
 //!
 //! They live in the pure crate so that node and client share one definition of every
-//! field, error code and request body (api.md is the contract; these are its Rust form).
+//! field, error code and request body (docs/api.md is the contract; these are its Rust form).
 //! JSON payloads are kept as their encoded text (`String`) so the same types also travel
 //! through the Raft log under bincode, which cannot carry a free-form JSON value; see
 //! [`raw_json`] for how the text is written back as raw JSON over HTTP.
@@ -12,7 +12,7 @@ use serde_json::value::RawValue;
 use crate::command::Command;
 use crate::limits;
 
-/// One variant per error code of api.md, 1:1, spelled as on the wire.
+/// One variant per error code of docs/api.md, 1:1, spelled as on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorCode {
@@ -30,9 +30,10 @@ pub enum ErrorCode {
     Timeout,
     Unauthenticated,
     PermissionDenied,
-    /// Not in api.md's tables: an unexpected server fault (HTTP 500).
+    /// Added to the first contract (docs/api-additions.md): an unexpected server fault
+    /// (HTTP 500).
     Internal,
-    /// Not in api.md's tables (docs/api-additions.md): a request body sent with a
+    /// Added to the first contract (docs/api-additions.md): a request body sent with a
     /// `Content-Type` other than `application/json` (HTTP 415). Last, so that the
     /// bincode index of every older code (replies kept in snapshots) is unchanged.
     UnsupportedMediaType,
@@ -58,7 +59,7 @@ impl ErrorCode {
         ErrorCode::UnsupportedMediaType,
     ];
 
-    /// The HTTP status api.md assigns to this code.
+    /// The HTTP status docs/api.md assigns to this code.
     pub fn http_status(self) -> u16 {
         match self {
             ErrorCode::InvalidArgument => 400,
@@ -123,7 +124,7 @@ pub struct ApiError {
     pub job: Option<Box<Job>>,
 }
 
-/// `job` is left out of JSON when there is none (api.md: present when the error is about
+/// `job` is left out of JSON when there is none (docs/api.md: present when the error is about
 /// an existing job), but always written to binary formats: bincode, which carries replies
 /// in snapshots (remembered idempotent replies) and Raft RPC, cannot skip a field, and a
 /// skipped `job` made such a snapshot undecodable.
@@ -202,7 +203,7 @@ impl JobState {
     }
 }
 
-/// A job as api.md's "Job" object.
+/// A job as docs/api.md's "Job" object.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Job {
     pub id: String,
@@ -222,7 +223,7 @@ pub struct Job {
     pub log_index: u64,
 }
 
-/// A granted or renewed lease, api.md's "Lease" object.
+/// A granted or renewed lease, docs/api.md's "Lease" object.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Lease {
     pub job_id: String,

@@ -1,15 +1,16 @@
 //! Property tests: `LeaseMachine` against a naive reference model written here from
-//! api.md and design.md — a `BTreeMap` of jobs, O(n) scans instead of indexes, lazy expiry
-//! instead of settling, a plain list of idempotency keys. Random command sequences mix
-//! non-monotonic stamps, stamps exactly at `lease_until` and one ms before it, stale and
-//! forged generations, wrong owners, invalid arguments, retried and reused idempotency
-//! keys, term changes (failover grace) and snapshot/restore cycles. After every apply the
-//! machine's reply must equal the model's (code, job, and the whole lease or job object),
-//! every job, listing and `has_claimable` answer must read the same, `check_invariants()`
-//! must hold, and the protocol invariants of design.md (generations granted 1, 2, 3… once
-//! each; nothing succeeds with an old token or after completion) must hold on the
-//! machine's replies alone. A last test checks that the generator reaches every reply
-//! code and every boundary, so the properties are not vacuous.
+//! docs/api.md and docs/design.md — a `BTreeMap` of jobs, O(n) scans instead of indexes,
+//! lazy expiry instead of settling, a plain list of idempotency keys. Random command
+//! sequences mix non-monotonic stamps, stamps exactly at `lease_until` and one ms before
+//! it, stale and forged generations, wrong owners, invalid arguments, retried and reused
+//! idempotency keys, term changes (failover grace) and snapshot/restore cycles. After
+//! every apply the machine's reply must equal the model's (code, job, and the whole lease
+//! or job object), every job, listing and `has_claimable` answer must read the same,
+//! `check_invariants()` must hold, and the protocol invariants of docs/design.md
+//! (generations granted 1, 2, 3… once each; nothing succeeds with an old token or after
+//! completion) must hold on the machine's replies alone. A last test checks that the
+//! generator reaches every reply code and every boundary, so the properties are not
+//! vacuous.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -124,7 +125,7 @@ fn json_ok(p: &Option<String>) -> bool {
     p.as_ref().is_none_or(|p| p.len() <= 64 * 1024)
 }
 
-/// api.md's names and limits, checked field by field in the order of the request.
+/// docs/api.md's names and limits, checked field by field in the order of the request.
 fn validate(cmd: &Command) -> Result<(), ErrorCode> {
     use ErrorCode::{InvalidArgument as Bad, PayloadTooLarge as Big};
     let id = |s: &str| if name_ok(s, 256) { Ok(()) } else { Err(Bad) };
@@ -891,7 +892,7 @@ impl Driver {
     }
 }
 
-/// design.md's history invariants, checked on the machine's replies alone.
+/// docs/design.md's history invariants, checked on the machine's replies alone.
 #[derive(Default)]
 struct History {
     /// Per job id: the newest generation a fresh claim granted, and whether it completed.

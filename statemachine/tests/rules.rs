@@ -1,8 +1,8 @@
-//! One test per rule and per error code of api.md's Leases and Jobs tables, as enforced by
+//! One test per rule and per error code of docs/api.md's Leases and Jobs tables, as enforced by
 //! `LeaseMachine::apply(log_index, &Entry)`: claim, renew, complete, release, delete,
 //! submit, claim-next, max_attempts, failover grace, store time, idempotency, validation and
 //! listing — each checked at its boundaries (exactly at `lease_until`, one ms before), plus
-//! design.md's worked example of a stale completion. Every apply is followed by
+//! docs/design.md's worked example of a stale completion. Every apply is followed by
 //! `check_invariants()`, so an index drifting from the records fails here too.
 
 use leasehold_statemachine::limits;

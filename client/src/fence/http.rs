@@ -32,9 +32,9 @@ use crate::error::Error;
 
 /// Longest resource name accepted.
 pub const RESOURCE_LEN_MAX: usize = 1024;
-/// Longest idempotency key accepted (api.md's bound for `Idempotency-Key`).
+/// Longest idempotency key accepted (docs/api.md's bound for `Idempotency-Key`).
 pub const KEY_LEN_MAX: usize = leasehold_statemachine::limits::IDEMPOTENCY_KEY_LEN_MAX;
-/// Largest encoded value accepted (api.md's bound for payloads and results).
+/// Largest encoded value accepted (docs/api.md's bound for payloads and results).
 pub const VALUE_BYTES_MAX: usize = leasehold_statemachine::limits::PAYLOAD_BYTES_MAX;
 /// Accepted writes kept for `GET /v1/log` by default; the oldest are dropped past it.
 pub const LOG_LEN_MAX_DEFAULT: usize = 100_000;

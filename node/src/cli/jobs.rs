@@ -1,13 +1,13 @@
-//! `leasehold job …` and `leasehold cluster status`: api.md calls from the command line,
+//! `leasehold job …` and `leasehold cluster status`: docs/api.md calls from the command line,
 //! through [`leasehold_client::Client`].
 //!
 //! Output: `--output table` (default) prints a human-readable view; `--output json`
-//! prints exactly one api.md object (a Job, a Lease, the `GET /v1/jobs` page object
+//! prints exactly one docs/api.md object (a Job, a Lease, the `GET /v1/jobs` page object
 //! `{"jobs":[…],"next_page_token":…}`, or the `GET /v1/cluster` object). `job delete`
 //! prints nothing in JSON mode (the API answers 204 with no body).
 //!
 //! Errors print one line to stderr, `error: <code>: <message>`, and exit with
-//! [`EXIT_API`] for api.md errors, [`EXIT_USAGE`] for bad arguments, [`EXIT_UNAVAILABLE`]
+//! [`EXIT_API`] for docs/api.md errors, [`EXIT_USAGE`] for bad arguments, [`EXIT_UNAVAILABLE`]
 //! when no node answered or the outcome of a write is unknown.
 
 use std::path::{Path, PathBuf};
@@ -19,12 +19,12 @@ use leasehold_client::{
 use serde::Serialize;
 use serde_json::Value;
 
-/// api.md error (the store or the client's validation answered with an error code).
+/// docs/api.md error (the store or the client's validation answered with an error code).
 pub const EXIT_API: i32 = 1;
 /// Bad command-line usage (clap uses 2 too).
 pub const EXIT_USAGE: i32 = 2;
 /// No node could serve the call, the outcome of a write is unknown, or the answer did
-/// not follow api.md.
+/// not follow docs/api.md.
 pub const EXIT_UNAVAILABLE: i32 = 3;
 
 /// The default endpoints: the `leasehold dev` cluster.

@@ -401,7 +401,7 @@ fn http_client(opts: &ClientOpts) -> Result<reqwest::Client, CliError> {
 }
 
 /// Tries the endpoints in turn until one streams a whole image into `f` (the temp file
-/// `tmp`). An api.md refusal (401, 403…) ends the attempt at once: every node would say
+/// `tmp`). A docs/api.md refusal (401, 403…) ends the attempt at once: every node would say
 /// the same.
 async fn download(
     http: &reqwest::Client,

@@ -60,7 +60,7 @@ pub async fn check_token(State(node): State<Arc<Node>>, mut req: Request, next: 
     }
 }
 
-/// api.md's error body, 401 with a `WWW-Authenticate` challenge or 403.
+/// docs/api.md's error body, 401 with a `WWW-Authenticate` challenge or 403.
 pub fn refuse(denied: &Denied) -> Response {
     tracing::debug!(%denied, "client request refused");
     let mut resp = error_response(&denied.to_api());

@@ -58,7 +58,7 @@ pub(crate) fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError
         body
     };
     // serde's derived structs also accept an array of the fields in order (`[]` was a
-    // valid submit): api.md's bodies are objects, anything else is 400.
+    // valid submit): docs/api.md's bodies are objects, anything else is 400.
     if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
         return Err(invalid("the request body must be a JSON object"));
     }
@@ -79,7 +79,7 @@ fn idempotency_key(inbound: &Inbound) -> Result<Option<String>, ApiError> {
     Ok(Some(key.to_owned()))
 }
 
-/// Node flags may narrow the TTL range (api.md).
+/// Node flags may narrow the TTL range (docs/api.md).
 fn check_ttl(limits: &Limits, ttl_ms: Option<u64>) -> Result<(), ApiError> {
     let (lo, hi) = (limits.ttl_ms_min, limits.ttl_ms_max);
     match ttl_ms {

@@ -18,7 +18,7 @@ use super::{error_response, json_response};
 use crate::node::{Node, ProposeError, Route};
 use crate::security::scope::{list_in_scope, Scope};
 
-/// How the success of a write is rendered (api.md's status codes per route).
+/// How the success of a write is rendered (docs/api.md's status codes per route).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WriteKind {
     /// 201 Job.

@@ -1,6 +1,6 @@
-//! The HTTP API of api.md, plus Raft RPC under `/raft/…`, on one listener.
+//! The HTTP API of docs/api.md, plus Raft RPC under `/raft/…`, on one listener.
 //!
-//! Every handler reads its own body (so size and JSON errors get api.md's error shape),
+//! Every handler reads its own body (so size and JSON errors get docs/api.md's error shape),
 //! validates with the state machine crate's code, then hands a [`LeaderOp`] to
 //! [`leader::on_leader`], which runs it here if this node leads, forwards the request
 //! verbatim to the leader if not, or waits out an election.
@@ -100,7 +100,7 @@ pub fn router(node: Arc<Node>) -> Router {
             node.clone(),
             stamp_headers,
         ))
-        // Handlers read bodies themselves, with api.md's limits and error shape.
+        // Handlers read bodies themselves, with docs/api.md's limits and error shape.
         .layer(DefaultBodyLimit::disable())
         .with_state(node)
 }

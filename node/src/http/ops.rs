@@ -23,9 +23,9 @@ pub(super) struct ClusterView {
     pub(super) commit_index: u64,
     pub(super) applied_index: u64,
     pub(super) cluster_time_ms: u64,
-    /// Added to api.md's fields: this node's Raft role.
+    /// Added to the first contract (docs/api-additions.md): this node's Raft role.
     pub(super) state: String,
-    /// Added to api.md's fields: the cluster's id (32 hex digits), null until this node
+    /// Added to the first contract: the cluster's id (32 hex digits), null until this node
     /// initialized the cluster or was first replicated to.
     pub(super) cluster_id: Option<String>,
 }

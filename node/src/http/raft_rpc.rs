@@ -7,7 +7,7 @@
 //! one HMAC and no Raft slot (and is answered after [`PEER_REFUSAL_DELAY_MS`]); then,
 //! holding a slot, its body within [`body_deadline`],
 //! checked against the header's SHA-256 and the cluster id, before a byte is decoded.
-//! Refused → api.md's error body, 401 `unauthenticated` or 403 `permission_denied`,
+//! Refused → docs/api.md's error body, 401 `unauthenticated` or 403 `permission_denied`,
 //! counted in `/metrics` by reason and logged at most once per reason per interval.
 
 use std::sync::Arc;

@@ -1,4 +1,4 @@
-//! The live dashboard at `/ui` and the two reads it polls besides api.md's.
+//! The live dashboard at `/ui` and the two reads it polls besides docs/api.md's.
 //!
 //! The page is three plain files under `node/ui/`, compiled into the binary with
 //! `include_str!` so that every node serves it and nothing is built at install (issue 8).
@@ -9,7 +9,7 @@
 //!   point is what *this* node can see.
 //! - `GET /v1/cluster/rejections` ([`rejections`]): the recent-rejections feed this
 //!   replica recorded at apply (`store/rejections.rs`), identical on every replica.
-//! - api.md's `GET /v1/cluster` (cluster time, for lease countdowns) and `GET /v1/jobs`.
+//! - docs/api.md's `GET /v1/cluster` (cluster time, for lease countdowns) and `GET /v1/jobs`.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -109,7 +109,7 @@ struct Member {
 }
 
 /// What a member's `/v1/cluster` says, as far as the dashboard needs it. `state` is
-/// not api.md's, so a member that omits it is still understood.
+/// not docs/api.md's, so a member that omits it is still understood.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 struct Status {
     node_id: NodeId,

@@ -2,7 +2,7 @@
 //! of the voters (itself included) said they would vote for it.
 //!
 //! openraft 0.9 has no pre-vote. Two things went wrong without it (both measured with
-//! `bench failover`, README, Performance):
+//! `bench failover`, docs/performance.md):
 //! - **A stale first candidate.** When the leader dies, the follower whose timer fires
 //!   first may have missed the last entry. It campaigns; the other follower refuses it
 //!   for its shorter log but stays in the old term, and then needs two campaigns of its

@@ -208,7 +208,7 @@ impl PeerClient {
     }
 }
 
-/// A 401/403's reason (api.md's error body), bounded, for the log: a refused peer is a
+/// A 401/403's reason (docs/api.md's error body), bounded, for the log: a refused peer is a
 /// configuration error someone has to read.
 async fn refusal_text(mut resp: reqwest::Response) -> String {
     let status = resp.status();

@@ -17,7 +17,7 @@
 //! Every route of `http::router` is listed in [`ROUTES`] with a [`Need`] and a
 //! [`ScopeRule`], and a unit test reads the router to keep it so; a route the router
 //! serves and the table does not list is refused to everyone. A [`ScopeRule`] has no
-//! default: adding api.md's "Version 1.1" routes (history, events, batches, cancel)
+//! default: adding docs/api.md's "Version 1.1" routes (history, events, batches, cancel)
 //! means deciding for each what a scoped token may see — `Job` for a job's history,
 //! `Command` for cancel and for each item of a batch, `UnscopedOnly` for a stream of
 //! every tenant's events until it can be filtered — and enforcing it in the handler as
@@ -193,7 +193,7 @@ pub enum Need {
 }
 
 /// How a route treats a scoped token ([`crate::security::scope`]). Every route states one: there
-/// is no default, so a new route (api.md's "Version 1.1": history, events, batches,
+/// is no default, so a new route (docs/api.md's "Version 1.1": history, events, batches,
 /// cancel) cannot be added to [`ROUTES`] without deciding what a tenant sees of it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ScopeRule {
@@ -706,7 +706,7 @@ fn parse_scope(queues: Option<&[String]>, job_prefix: Option<String>) -> Result<
     Ok(Scope { queues, job_prefix })
 }
 
-/// A prefix is itself a valid owner (api.md's characters), so some owner can match it.
+/// A prefix is itself a valid owner (docs/api.md's characters), so some owner can match it.
 fn check_owner_prefix(prefix: &str) -> Result<(), String> {
     if prefix.is_empty() {
         return Err("owner_prefix is empty: leave it out to allow every owner".into());

@@ -50,7 +50,7 @@
 //!   replay loop. The slack is there for peers' clocks that disagree by a few seconds.
 //!
 //! The timestamp is the node's wall clock, so peers' clocks must agree within the window
-//! (NTP gives milliseconds). Cluster time itself still uses no wall clock (design.md).
+//! (NTP gives milliseconds). Cluster time itself still uses no wall clock (docs/design.md).
 
 use std::collections::HashMap;
 use std::fmt;

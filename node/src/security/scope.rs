@@ -36,7 +36,7 @@ pub enum QueuePattern {
 }
 
 impl QueuePattern {
-    /// `name` or `prefix*`; the name or prefix is itself a valid queue name (api.md's
+    /// `name` or `prefix*`; the name or prefix is itself a valid queue name (docs/api.md's
     /// characters), so some queue can match it. A bare `*` is refused: leave `queues`
     /// out to allow every queue.
     pub fn parse(s: &str) -> Result<QueuePattern, String> {

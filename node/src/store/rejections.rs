@@ -27,7 +27,7 @@ pub struct Rejection {
     pub owner: Option<String>,
     /// The generation the caller presented (renew, complete, release).
     pub generation: Option<u64>,
-    /// api.md's error code, e.g. `stale_lease`.
+    /// docs/api.md's error code, e.g. `stale_lease`.
     pub code: &'static str,
     pub message: String,
     /// The job's generation when it was refused, if the error carried the job.

@@ -11,7 +11,7 @@
 //!
 //! Every label set is bounded: routes come from `http::route_label`, methods and statuses
 //! from short fixed lists, queues are cut to the [`QUEUES_EXPORTED_MAX`] largest.
-//! README (Metrics) documents every family.
+//! docs/operations.md ("Metrics and alerts") documents every family.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -346,7 +346,7 @@ impl Default for Metrics {
 }
 
 /// Outcomes each client command kind can have, reported as 0 before the first one so
-/// that `rate()` and alerts on them work from the start. Outcomes are api.md's error
+/// that `rate()` and alerts on them work from the start. Outcomes are docs/api.md's error
 /// codes, plus `ok` and, for claim-next, `empty`; any other outcome still shows up once
 /// it happens.
 const COMMAND_OUTCOMES: [(&str, &[&str]); 7] = [

@@ -1,7 +1,7 @@
 //! The node's clocks, behind a trait so tests can run a node whose wall clock is offset
 //! and whose monotonic clock runs fast or slow (`--clock-offset-ms`, `--clock-rate`).
 //!
-//! Cluster time (design.md) uses the wall clock exactly once, for the first stamp of a new
+//! Cluster time (docs/design.md) uses the wall clock exactly once, for the first stamp of a new
 //! cluster; after that only monotonic elapsed time matters. A skewed node therefore tests
 //! that claim directly: an offset must change nothing, a rate error only what it must.
 

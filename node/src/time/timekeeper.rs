@@ -1,4 +1,4 @@
-//! Cluster time: the stamp a leader puts on every entry it proposes (design.md, "Cluster
+//! Cluster time: the stamp a leader puts on every entry it proposes (docs/design.md, "Cluster
 //! time").
 //!
 //! A stamp is the larger of: the last applied stamp + monotonic time elapsed since it

@@ -213,7 +213,7 @@ impl Resp {
             .map(|v| v.to_str().expect("visible header").to_owned())
     }
 
-    /// api.md: every response carries `X-Leasehold-Node: <id>` of the node that answered.
+    /// docs/api.md: every response carries `X-Leasehold-Node: <id>` of the node that answered.
     #[track_caller]
     pub fn assert_node_header(&self) {
         assert_eq!(
@@ -243,7 +243,7 @@ impl Resp {
         }
     }
 
-    /// Asserts an api.md error response: `status`, and a body of exactly
+    /// Asserts an docs/api.md error response: `status`, and a body of exactly
     /// `{"error":{"code","message"[,"job"]}}` with `code`. Returns the `error` object.
     #[track_caller]
     pub fn err(&self, status: u16, code: &str) -> Value {
@@ -403,7 +403,7 @@ impl Client {
     }
 
     /// Sends `req` to `ids` in turn until an answer that is not 503/504 (nor a transport
-    /// error) arrives — what a client does on api.md's availability errors, with the same
+    /// error) arrives — what a client does on docs/api.md's availability errors, with the same
     /// request (and so the same Idempotency-Key). Panics after `timeout`.
     pub async fn send_retrying(&self, ids: &[u64], req: &Req, timeout: Duration) -> Resp {
         let mut i = 0usize;

@@ -1,5 +1,5 @@
 //! `leasehold bench failover`: what a leader's `kill -9` costs, measured the way the etcd
-//! harness measures it (`../shared/bench/etcd`, "failover mode"), on a three-node cluster
+//! harness measures it (its "failover mode"; docs/performance.md), on a three-node cluster
 //! this command starts from its own binary in a temp dir.
 //!
 //! Per trial: 16 workers run claim → renew → complete cycles; 32 held jobs are renewed

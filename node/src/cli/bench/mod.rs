@@ -1,6 +1,6 @@
 //! `leasehold bench`: drives a running cluster through the public HTTP API only and
-//! prints one JSON object per run, with the fields of the etcd harness in
-//! `../shared/bench/etcd` so the two can be compared side by side.
+//! prints one JSON object per run, with the fields of the etcd baseline harness (which
+//! `bench/compare.sh` finds through `ETCD_DIR`) so the two can be compared side by side.
 //!
 //! A cycle is claim → renew → complete on a fresh job id; claim mode only claims.
 //! Workers spread round-robin over the endpoints (`all`) or all go to one (`leader`).

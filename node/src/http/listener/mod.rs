@@ -37,7 +37,7 @@
 //!
 //! A request cut off by its timeout is answered 504 `timeout` and not 503: if it was a
 //! write, it may already have been proposed, and an entry that reached Raft may still
-//! commit and apply after the answer — its outcome is unknown, exactly api.md's 504. A
+//! commit and apply after the answer — its outcome is unknown, exactly docs/api.md's 504. A
 //! retry with the same `Idempotency-Key` gets the real answer.
 //!
 //! [`serve_connection`] is generic over the byte stream so that TLS can wrap the accepted
@@ -556,7 +556,7 @@ fn timed_out(node: &Node, timeout: Duration) -> Response<Body> {
     )
 }
 
-/// api.md: every response carries `X-Leasehold-Node` and, when known, the leader — also
+/// docs/api.md: every response carries `X-Leasehold-Node` and, when known, the leader — also
 /// the ones given here, outside the router.
 fn stamped(node: &Node, mut resp: Response<Body>) -> Response<Body> {
     let h = resp.headers_mut();
