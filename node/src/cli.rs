@@ -24,8 +24,14 @@ use crate::types::NodeId;
 pub struct Cli {
     #[command(subcommand)]
     pub command: Cmd,
+    /// `--endpoints`, `--output`, `--token`, the TLS client flags: global, so they go
+    /// before or after the subcommand (see [`crate::cli_jobs::ClientOpts`]).
+    #[command(flatten)]
+    pub client: crate::cli_jobs::ClientOpts,
 }
 
+// One value per process, parsed once: boxing `serve`'s many flags would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Cmd {
     /// Run one node of a cluster.
@@ -71,17 +77,20 @@ pub struct ServeArgs {
     /// a NAT); repeat per peer. Raft RPC and forwarded requests to that peer go there.
     #[arg(long = "peer-dial", value_parser = parse_peer)]
     pub peer_dial: Vec<(NodeId, String)>,
-    /// Narrow the accepted TTL range (api.md allows 100–3,600,000 ms).
+    /// Narrow the accepted TTL range, its lower end (api.md allows 100–3,600,000 ms).
     #[arg(long, default_value_t = leasehold_statemachine::limits::TTL_MS_MIN)]
     pub ttl_ms_min: u64,
+    /// Narrow the accepted TTL range, its upper end.
     #[arg(long, default_value_t = leasehold_statemachine::limits::TTL_MS_MAX)]
     pub ttl_ms_max: u64,
     /// Raft heartbeat interval.
     #[arg(long, default_value_t = crate::server::SERVE_HEARTBEAT_MS)]
     pub heartbeat_ms: u64,
-    /// Raft election timeout range (a random value in [min, max] per election).
+    /// Raft election timeout range (a random value in [min, max] per election), its
+    /// lower end.
     #[arg(long, default_value_t = crate::server::SERVE_ELECTION_TIMEOUT_MIN_MS)]
     pub election_timeout_min_ms: u64,
+    /// Raft election timeout range, its upper end.
     #[arg(long, default_value_t = crate::server::SERVE_ELECTION_TIMEOUT_MAX_MS)]
     pub election_timeout_max_ms: u64,
     /// TEST ONLY: add this many ms to the node's wall clock.
@@ -276,7 +285,8 @@ impl ServeArgs {
         crate::api::validate_addr(via).map_err(|e| anyhow::anyhow!("--join: {e}"))?;
         if cfg.peers.len() != 1 {
             bail!(
-                "with --join, --peer names only this node (ID=HOST:PORT, the address the                  cluster reaches it at); the cluster's members come from the cluster"
+                "with --join, --peer names only this node (ID=HOST:PORT, the address the \
+                 cluster reaches it at); the cluster's members come from the cluster"
             );
         }
         let token = match &self.join_token_file {
@@ -524,18 +534,57 @@ fn worker_threads(cmd: &Cmd) -> anyhow::Result<Option<usize>> {
 
 /// The whole `leasehold` binary: parses the command line and runs it. A library function
 /// so other crates' test binaries (cluster-tests) can be the same program.
-pub fn main() -> anyhow::Result<()> {
-    use crate::cli_jobs;
-    let args = Cli::parse();
-    // Client commands print one line per error and nothing else on stderr: no logging.
-    let client_cmd = matches!(
-        args.command,
-        Cmd::Job(_) | Cmd::Cluster(_) | Cmd::Snapshot(_)
-    );
-    if !client_cmd {
-        init_tracing();
+///
+/// A user error — a bad flag value, an unreadable file, a refused mode, an unreachable
+/// cluster — prints one `error: …` line on stderr and exits non-zero, never a backtrace,
+/// even with `RUST_BACKTRACE=1` (an `anyhow::Error` returned from `main` would be printed
+/// in its Debug form, backtrace included). A panic is a bug: it keeps its backtrace.
+pub fn main() -> std::process::ExitCode {
+    let cli = Cli::try_parse().unwrap_or_else(|e| exit_on_clap_error(e));
+    match run(cli) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}", crate::cli_jobs::one_line(&format!("{e:#}")));
+            std::process::ExitCode::FAILURE
+        }
     }
-    let mut builder = match &args.command {
+}
+
+/// Exits on a command line clap refused: help and version as clap prints them; a usage
+/// error as one `error: …` line with clap's exit code (2).
+fn exit_on_clap_error(e: clap::Error) -> ! {
+    use clap::error::ErrorKind;
+    match e.kind() {
+        ErrorKind::DisplayHelp
+        | ErrorKind::DisplayVersion
+        | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => e.exit(),
+        _ => {
+            eprintln!("error: {}", clap_message(&e));
+            std::process::exit(e.exit_code())
+        }
+    }
+}
+
+/// clap's rendered error as one line: its message and tips, without the `Usage:` block
+/// and the "try '--help'" line.
+fn clap_message(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    let line = text
+        .split("\n\n")
+        .filter(|p| !p.starts_with("Usage:") && !p.starts_with("For more information"))
+        .map(crate::cli_jobs::one_line)
+        .filter(|p| !p.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ");
+    match line.strip_prefix("error: ") {
+        Some(rest) => rest.to_owned(),
+        None => line,
+    }
+}
+
+/// The async runtime a command runs on.
+fn runtime(command: &Cmd) -> anyhow::Result<tokio::runtime::Runtime> {
+    let mut builder = match command {
         // One thread, like the etcd harness's load generator (`bench --threads`).
         Cmd::Bench(b) if b.threads <= 1 => tokio::runtime::Builder::new_current_thread(),
         Cmd::Bench(b) => {
@@ -545,22 +594,37 @@ pub fn main() -> anyhow::Result<()> {
         }
         _ => {
             let mut builder = tokio::runtime::Builder::new_multi_thread();
-            if let Some(n) = worker_threads(&args.command)? {
+            if let Some(n) = worker_threads(command)? {
                 builder.worker_threads(n);
             }
             builder
         }
     };
-    let rt = builder.enable_all().build()?;
+    Ok(builder.enable_all().build()?)
+}
+
+/// Runs a parsed command line. Client commands exit here with their own code
+/// ([`crate::cli_jobs::report`]); the others return their error to [`main`].
+fn run(args: Cli) -> anyhow::Result<()> {
+    use crate::cli_jobs::report;
+    let Cli { command, client } = args;
+    // Client commands print one line per error and nothing else on stderr: no logging.
+    let client_cmd = matches!(command, Cmd::Job(_) | Cmd::Cluster(_) | Cmd::Snapshot(_));
+    if !client_cmd {
+        init_tracing();
+    }
+    let rt = runtime(&command)?;
     rt.block_on(async move {
-        match args.command {
+        let exit =
+            |r: Result<(), crate::cli_jobs::CliError>| -> ! { std::process::exit(report(r)) };
+        match command {
             Cmd::Serve(a) => serve(a).await,
             Cmd::Dev(a) => dev(a).await,
-            Cmd::Bench(a) => crate::bench::run(a).await,
-            Cmd::Job(a) => std::process::exit(cli_jobs::report(cli_jobs::run_job(a).await)),
-            Cmd::Cluster(a) => std::process::exit(cli_jobs::report(cli_jobs::run_cluster(a).await)),
-            Cmd::Worker(a) => std::process::exit(cli_jobs::report(crate::worker::run(a).await)),
-            Cmd::Snapshot(a) => std::process::exit(cli_jobs::report(crate::backup::run(a).await)),
+            Cmd::Bench(a) => crate::bench::run(a, &client).await,
+            Cmd::Job(a) => exit(crate::cli_jobs::run_job(a, &client).await),
+            Cmd::Cluster(a) => exit(crate::cli_jobs::run_cluster(a, &client).await),
+            Cmd::Worker(a) => exit(crate::worker::run(a, &client).await),
+            Cmd::Snapshot(a) => exit(crate::backup::run(a, &client).await),
         }
     })
 }
@@ -783,5 +847,141 @@ mod tls_flag_tests {
             assert!(serve_args(&partial).is_err(), "without {}", flags[missing]);
         }
         assert!(serve_args(&["--tls-client-auth".into()]).is_err());
+    }
+}
+
+#[cfg(test)]
+mod command_line_tests {
+    use super::*;
+    use crate::cli_jobs::Output;
+    use clap::CommandFactory;
+
+    fn parse(argv: &[&str]) -> Cli {
+        let full = std::iter::once("leasehold").chain(argv.iter().copied());
+        Cli::try_parse_from(full).unwrap_or_else(|e| panic!("{argv:?}: {e}"))
+    }
+
+    #[test]
+    fn every_subcommand_flag_and_positional_has_a_help_line() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for a in cmd.get_arguments() {
+                if a.get_help().is_none() && a.get_long_help().is_none() {
+                    missing.push(format!("{path}: {}", a.get_id()));
+                }
+            }
+            for sc in cmd.get_subcommands() {
+                let sub = format!("{path} {}", sc.get_name());
+                if sc.get_about().is_none() && sc.get_long_about().is_none() {
+                    missing.push(format!("{sub} (the subcommand)"));
+                }
+                walk(sc, &sub, missing);
+            }
+        }
+        let mut cmd = Cli::command();
+        // Built, so global flags sit on every subcommand they reach, as at run time.
+        cmd.build();
+        let mut missing = Vec::new();
+        walk(&cmd, "leasehold", &mut missing);
+        assert!(missing.is_empty(), "no help line: {missing:#?}");
+    }
+
+    #[test]
+    fn client_flags_go_before_or_after_the_subcommand() {
+        let flags = [
+            "--endpoints=a:1,b:2",
+            "--output=json",
+            "--token=t",
+            "--tls-ca=/ca.pem",
+            "--tls-client-cert=/c.pem",
+            "--tls-client-key=/k.pem",
+        ];
+        let check = |cli: Cli| {
+            let o = cli.client;
+            assert_eq!(o.endpoints(), ["a:1", "b:2"]);
+            assert_eq!(o.output, Output::Json);
+            assert_eq!(o.token(), Some("t"));
+            assert_eq!(o.tls_ca.as_deref(), Some(std::path::Path::new("/ca.pem")));
+            assert!(o.tls_client_cert.is_some() && o.tls_client_key.is_some());
+        };
+        for cmd in [&["job", "list"][..], &["cluster", "status"], &["bench"]] {
+            check(parse(&[&flags[..], cmd].concat()));
+            check(parse(&[cmd, &flags[..]].concat()));
+        }
+        check(parse(&[&["job"][..], &flags[..], &["get", "x"]].concat()));
+        check(parse(
+            &[
+                &["worker", "run", "--ttl-ms=1"][..],
+                &flags[..],
+                &["--", "true"],
+            ]
+            .concat(),
+        ));
+        check(parse(&[&flags[..], &["snapshot", "save", "f"]].concat()));
+    }
+
+    #[test]
+    fn the_later_of_two_client_flags_wins_and_a_flag_beats_the_default() {
+        let cli = parse(&["--output=json", "job", "list", "--output=table"]);
+        assert_eq!(cli.client.output, Output::Table);
+        let cli = parse(&["job", "list"]);
+        assert_eq!(cli.client.output, Output::Table);
+        assert_eq!(cli.client.endpoints().len(), 3, "the dev cluster's");
+    }
+
+    #[test]
+    fn serve_keeps_its_own_tls_ca_and_restore_its_own_output() {
+        let serve = parse_serve(&["--tls-cert=/c", "--tls-key=/k", "--tls-ca=/node-ca"]).unwrap();
+        assert_eq!(
+            serve.tls_ca.as_deref(),
+            Some(std::path::Path::new("/node-ca"))
+        );
+        let argv = [
+            "snapshot",
+            "restore",
+            "b",
+            "--data-dir=/d",
+            "--id=1",
+            "--peer=1=a:1",
+            "--output=json",
+        ];
+        let Cmd::Snapshot(s) = parse(&argv).command else {
+            panic!("a snapshot command");
+        };
+        let crate::backup::SnapshotCmd::Restore(r) = s.command else {
+            panic!("restore");
+        };
+        assert_eq!(r.output, Output::Json);
+    }
+
+    #[test]
+    fn a_usage_error_is_one_line_with_clap_s_message_and_tip() {
+        let e = Cli::try_parse_from([
+            "leasehold",
+            "job",
+            "claim",
+            "x",
+            "--owner=w",
+            "--ttl-ms=soon",
+        ])
+        .unwrap_err();
+        let line = clap_message(&e);
+        assert!(!line.contains('\n'), "{line}");
+        assert!(
+            line.starts_with("invalid value 'soon' for '--ttl-ms"),
+            "{line}"
+        );
+        assert!(!line.contains("Usage"), "{line}");
+        let e = Cli::try_parse_from(["leasehold", "job", "claim", "x"]).unwrap_err();
+        let line = clap_message(&e);
+        assert!(
+            line.contains("--owner") && line.contains("--ttl-ms"),
+            "{line}"
+        );
+        let e = Cli::try_parse_from(["leasehold", "job", "list", "--endpoint=a:1"]).unwrap_err();
+        let line = clap_message(&e);
+        assert!(
+            line.contains("tip:") && line.contains("'--endpoints'"),
+            "{line}"
+        );
     }
 }

@@ -474,3 +474,81 @@ async fn worker_stops_on_sigint_and_releases_its_job() {
     assert_eq!(job.owner, None, "{job:?}");
     c.shutdown().await;
 }
+
+/// Runs the binary with no cluster, `RUST_BACKTRACE=1` set.
+async fn leasehold_alone(args: &[&str]) -> Out {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_leasehold"));
+    cmd.args(args)
+        .env("RUST_BACKTRACE", "1")
+        .env_remove("RUST_LOG")
+        .env_remove("LEASEHOLD_ENDPOINTS")
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(CMD_WAIT, cmd.output())
+        .await
+        .unwrap_or_else(|_| panic!("leasehold {args:?} did not finish within {CMD_WAIT:?}"))
+        .expect("running leasehold");
+    Out {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Command lines that are each a user error, with what kind; files go under `dir`.
+fn user_errors(dir: &std::path::Path) -> Vec<(&'static str, Vec<String>)> {
+    let data = format!("--data-dir={}", dir.join("data").display());
+    let words = |s: &str| s.split(' ').map(String::from).collect::<Vec<_>>();
+    let serve = |extra: &str| {
+        words(&format!(
+            "serve --id=1 --listen=127.0.0.1:0 --peer=1=127.0.0.1:1 {data} {extra}"
+        ))
+    };
+    vec![
+        (
+            "bad flag value",
+            words("job claim x --owner=w --ttl-ms=soon"),
+        ),
+        ("missing flag", words("job claim x")),
+        (
+            "unreadable file",
+            serve("--auth-file=/nonexistent/tokens.toml"),
+        ),
+        (
+            "unreadable file",
+            serve("--peer-secret-file=/nonexistent/secret"),
+        ),
+        ("refused mode", serve("--worker-threads=0")),
+        ("refused mode", words("bench failover --trials=0")),
+        (
+            "unreadable file",
+            words(&format!(
+                "snapshot restore /nonexistent/backup {data} --id=1 --peer=1=127.0.0.1:1"
+            )),
+        ),
+        (
+            "unreachable cluster",
+            words("--endpoints=127.0.0.1:1 job get x"),
+        ),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_error_is_one_error_line_without_a_backtrace_even_with_rust_backtrace() {
+    let dir = tempfile::tempdir().unwrap();
+    for (what, argv) in user_errors(dir.path()) {
+        let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+        let out = leasehold_alone(&argv).await;
+        let context = format!(
+            "{what}: leasehold {argv:?} -> {} {:?}",
+            out.code, out.stderr
+        );
+        assert_ne!(out.code, 0, "{context}");
+        assert_eq!(out.stderr.lines().count(), 1, "{context}");
+        assert!(out.stderr.starts_with("error: "), "{context}");
+        assert!(
+            !out.stderr.to_lowercase().contains("backtrace"),
+            "{context}"
+        );
+        assert!(out.stdout.is_empty(), "{context}: stdout {:?}", out.stdout);
+    }
+}
