@@ -393,15 +393,19 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
         }
     };
     crate::identity::restrict_umask();
-    let peers: BTreeMap<NodeId, String> = (1..=3u64)
-        .map(|i| (i, format!("127.0.0.1:{}", args.base_port + i as u16)))
-        .collect();
+    let peers = dev_peers(args.base_port)?;
     let secret = dev_peer_secret(&dir)?;
-    let mut nodes = Vec::new();
-    for (id, addr) in &peers {
-        let listener = TcpListener::bind(addr).await.with_context(|| {
+    // Every listener is bound before the first node starts: the first election's vote
+    // requests then wait in a peer's accept queue until that peer serves, instead of
+    // being refused and logged as WARN/ERROR on a healthy start (issue 18).
+    let mut listeners = Vec::new();
+    for addr in peers.values() {
+        listeners.push(TcpListener::bind(addr).await.with_context(|| {
             format!("binding {addr} (is another cluster running? try --base-port)")
-        })?;
+        })?);
+    }
+    let mut nodes = Vec::new();
+    for ((id, _), listener) in peers.iter().zip(listeners) {
         let mut cfg = NodeConfig::new(*id, dir.join(id.to_string()), peers.clone());
         cfg.raft = crate::server::RaftTuning::fast();
         cfg.peer_secret = Some(secret.clone());
@@ -416,6 +420,16 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
         n.shutdown().await;
     }
     Ok(())
+}
+
+/// `dev`'s three nodes: 1, 2, 3 on 127.0.0.1:BASE+1 … BASE+3.
+fn dev_peers(base_port: u16) -> anyhow::Result<BTreeMap<NodeId, String>> {
+    (1..=3u16)
+        .map(|i| match base_port.checked_add(i) {
+            Some(port) => Ok((NodeId::from(i), format!("127.0.0.1:{port}"))),
+            None => bail!("--base-port must be at most {}", u16::MAX - 3),
+        })
+        .collect()
 }
 
 /// `dev`'s peer secret: `<dir>/peer-secret` (0600), generated on the first run and kept
@@ -509,9 +523,15 @@ fn print_dev_banner(
     println!("Ctrl-C stops the cluster.");
 }
 
+/// The log filter when `RUST_LOG` is unset. openraft's `raft_core` logs at WARN each
+/// stale message it drops — in every election of three nodes, the second vote grant,
+/// which arrives after the first has already won ("A message will be ignored because
+/// vote changed") — so it is held to ERROR, and a healthy `dev` start logs no WARN line.
+pub const DEFAULT_LOG_FILTER: &str = "info,openraft=warn,openraft::core::raft_core=error";
+
 pub fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER));
     use std::io::IsTerminal;
     tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -983,5 +1003,15 @@ mod command_line_tests {
             line.contains("tip:") && line.contains("'--endpoints'"),
             "{line}"
         );
+    }
+
+    #[test]
+    fn dev_refuses_a_base_port_with_no_room_for_three_nodes() {
+        let peers = dev_peers(7000).unwrap();
+        assert_eq!(peers[&1], "127.0.0.1:7001");
+        assert_eq!(peers[&3], "127.0.0.1:7003");
+        assert!(dev_peers(u16::MAX - 3).is_ok());
+        let e = dev_peers(u16::MAX - 2).unwrap_err().to_string();
+        assert!(e.contains("--base-port"), "{e}");
     }
 }
