@@ -3,6 +3,7 @@
 //! use, plus the two end-of-run reads only the checker needs — every job's final state
 //! and every replica's digest — which speak in [`crate::history`]'s types and through
 //! the Rust client, so they live here and not in the shared crate.
+//! Imports the shared crate, the client and `history`; the scenarios and tests import it.
 
 use std::time::Duration;
 
