@@ -4,11 +4,15 @@
 //!
 //! - [`history`]: the recorded operations and the run's final observations;
 //! - [`checker`]: the invariants, checked over a [`history::RunRecord`];
-//! - [`proxy`]: a TCP fault proxy per directed link (blackhole, delay, drop);
+//! - [`fixture`]: the cluster of real processes ([`leasehold_proc_cluster`]'s, shared
+//!   with `leasehold bench failover`) and the checker's end-of-run reads of it;
+//! - [`proxy`]: a TCP fault proxy per directed link (blackhole, delay, drop), from
+//!   [`leasehold_proc_cluster`];
 
 pub mod checker;
 pub mod fixture;
 pub mod history;
-pub mod proxy;
 pub mod scenario;
 pub mod workload;
+
+pub use leasehold_proc_cluster::proxy;

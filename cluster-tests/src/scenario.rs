@@ -18,7 +18,7 @@ use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
 
 use crate::checker::{check, Report, CLUSTER_TIME_DRIFT_PERCENT};
-use crate::fixture::{ClusterOpts, ProcCluster};
+use crate::fixture::{self, ClusterOpts, ProcCluster};
 use crate::history::{Accepted, Op, OpKind, Outcome, Recorder, RunRecord};
 use crate::workload::{
     run_worker, worker_client, Actor, ProcMode, ProcWorker, WorkerConfig, WorkerProcess,
@@ -275,14 +275,8 @@ impl Chaos {
             .collect::<BTreeSet<_>>()
             .into_iter()
             .collect();
-        let final_jobs = self
-            .cluster
-            .final_jobs(&jobs, Duration::from_secs(30))
-            .await;
-        let replicas = self
-            .cluster
-            .converged_digests(Duration::from_secs(30))
-            .await;
+        let final_jobs = fixture::final_jobs(&self.cluster, &jobs, Duration::from_secs(30)).await;
+        let replicas = fixture::converged_digests(&self.cluster, Duration::from_secs(30)).await;
         let accepted = self
             .dest
             .accepted()

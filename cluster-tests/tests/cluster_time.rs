@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use leasehold_client::{Client, Lease};
 use leasehold_cluster_tests::checker::check;
-use leasehold_cluster_tests::fixture::{leasehold_bin, ClusterOpts, NodeSpec, ProcCluster};
+use leasehold_cluster_tests::fixture::{self, leasehold_bin, ClusterOpts, NodeSpec, ProcCluster};
 use leasehold_cluster_tests::history::{
     mono_now, to_mono, Nanos, Op, OpKind, Outcome, Recorder, RunRecord,
 };
@@ -339,8 +339,8 @@ async fn a_leader_cut_off_while_the_majority_was_down_does_not_expire_leases_ear
     c.wait_leader(BOUND).await;
     let run = RunRecord {
         ops: rec.ops(),
-        final_jobs: Some(c.final_jobs(&jobs, BOUND).await),
-        replicas: c.converged_digests(BOUND).await,
+        final_jobs: Some(fixture::final_jobs(&c, &jobs, BOUND).await),
+        replicas: fixture::converged_digests(&c, BOUND).await,
         accepted: Vec::new(),
     };
     // The standard checker judges the same history (mutual exclusion, cluster time).

@@ -474,3 +474,158 @@ async fn worker_stops_on_sigint_and_releases_its_job() {
     assert_eq!(job.owner, None, "{job:?}");
     c.shutdown().await;
 }
+
+/// Runs the binary with no cluster, `RUST_BACKTRACE=1` set.
+async fn leasehold_alone(args: &[&str]) -> Out {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_leasehold"));
+    cmd.args(args)
+        .env("RUST_BACKTRACE", "1")
+        .env_remove("RUST_LOG")
+        .env_remove("LEASEHOLD_ENDPOINTS")
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(CMD_WAIT, cmd.output())
+        .await
+        .unwrap_or_else(|_| panic!("leasehold {args:?} did not finish within {CMD_WAIT:?}"))
+        .expect("running leasehold");
+    Out {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Command lines that are each a user error, with what kind; files go under `dir`.
+fn user_errors(dir: &std::path::Path) -> Vec<(&'static str, Vec<String>)> {
+    let data = format!("--data-dir={}", dir.join("data").display());
+    let words = |s: &str| s.split(' ').map(String::from).collect::<Vec<_>>();
+    let serve = |extra: &str| {
+        words(&format!(
+            "serve --id=1 --listen=127.0.0.1:0 --peer=1=127.0.0.1:1 {data} {extra}"
+        ))
+    };
+    vec![
+        (
+            "bad flag value",
+            words("job claim x --owner=w --ttl-ms=soon"),
+        ),
+        ("missing flag", words("job claim x")),
+        (
+            "unreadable file",
+            serve("--auth-file=/nonexistent/tokens.toml"),
+        ),
+        (
+            "unreadable file",
+            serve("--peer-secret-file=/nonexistent/secret"),
+        ),
+        ("refused mode", serve("--worker-threads=0")),
+        ("refused mode", words("bench failover --trials=0")),
+        (
+            "unreadable file",
+            words(&format!(
+                "snapshot restore /nonexistent/backup {data} --id=1 --peer=1=127.0.0.1:1"
+            )),
+        ),
+        (
+            "unreachable cluster",
+            words("--endpoints=127.0.0.1:1 job get x"),
+        ),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_error_is_one_error_line_without_a_backtrace_even_with_rust_backtrace() {
+    let dir = tempfile::tempdir().unwrap();
+    for (what, argv) in user_errors(dir.path()) {
+        let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+        let out = leasehold_alone(&argv).await;
+        let context = format!(
+            "{what}: leasehold {argv:?} -> {} {:?}",
+            out.code, out.stderr
+        );
+        assert_ne!(out.code, 0, "{context}");
+        assert_eq!(out.stderr.lines().count(), 1, "{context}");
+        assert!(out.stderr.starts_with("error: "), "{context}");
+        assert!(
+            !out.stderr.to_lowercase().contains("backtrace"),
+            "{context}"
+        );
+        assert!(out.stdout.is_empty(), "{context}: stdout {:?}", out.stdout);
+    }
+}
+
+/// A base port whose next three loopback ports are free right now: `dev --base-port`.
+fn free_base_port() -> u16 {
+    loop {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let first = l.local_addr().unwrap().port();
+        drop(l);
+        let Some(last) = first.checked_add(2) else {
+            continue;
+        };
+        if (first..=last).all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok()) {
+            return first - 1;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dev_starts_healthy_without_a_warn_or_error_line() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let base = free_base_port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["dev", &format!("--base-port={base}")])
+        .arg(format!("--dir={}", dir.path().display()))
+        .env_remove("RUST_LOG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawning leasehold dev");
+    let pgid = child.id().expect("dev's pid") as libc::pid_t;
+    let stderr = BufReader::new(child.stderr.take().unwrap());
+    let logged = tokio::spawn(async move {
+        let mut lines = stderr.lines();
+        let mut all = Vec::new();
+        while let Ok(Some(l)) = lines.next_line().await {
+            all.push(l);
+        }
+        all
+    });
+    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+    let ready = tokio::time::timeout(CMD_WAIT, async {
+        while let Some(l) = stdout.next_line().await.expect("reading dev's stdout") {
+            if l.starts_with("Leasehold dev cluster is up") {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    // The cluster answers on every node before we look at what it logged.
+    let status = match ready {
+        Ok(true) => {
+            let url = format!("http://127.0.0.1:{}/v1/cluster", base + 3);
+            reqwest::get(url).await.map(|r| r.status().is_success())
+        }
+        _ => Ok(false),
+    };
+    // SAFETY: kill(2) on the process group of the child we spawned in it.
+    unsafe { libc::kill(-pgid, libc::SIGKILL) };
+    let _ = child.wait().await;
+    let logged = logged.await.unwrap();
+    assert!(
+        matches!(ready, Ok(true)),
+        "dev did not come up within {CMD_WAIT:?}: {logged:#?}"
+    );
+    assert!(
+        matches!(status, Ok(true)),
+        "node 3 did not answer: {status:?}"
+    );
+    let bad: Vec<&String> = logged
+        .iter()
+        .filter(|l| l.contains(" WARN ") || l.contains("ERROR"))
+        .collect();
+    assert!(bad.is_empty(), "a healthy dev start logged: {bad:#?}");
+}

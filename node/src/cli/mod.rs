@@ -35,8 +35,14 @@ use crate::types::NodeId;
 pub struct Cli {
     #[command(subcommand)]
     pub command: Cmd,
+    /// `--endpoints`, `--output`, `--token`, the TLS client flags: global, so they go
+    /// before or after the subcommand (see [`crate::cli::jobs::ClientOpts`]).
+    #[command(flatten)]
+    pub client: crate::cli::jobs::ClientOpts,
 }
 
+// One value per process, parsed once: boxing `serve`'s many flags would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Cmd {
     /// Run one node of a cluster.
@@ -82,17 +88,20 @@ pub struct ServeArgs {
     /// a NAT); repeat per peer. Raft RPC and forwarded requests to that peer go there.
     #[arg(long = "peer-dial", value_parser = parse_peer)]
     pub peer_dial: Vec<(NodeId, String)>,
-    /// Narrow the accepted TTL range (api.md allows 100–3,600,000 ms).
+    /// Narrow the accepted TTL range, its lower end (api.md allows 100–3,600,000 ms).
     #[arg(long, default_value_t = leasehold_statemachine::limits::TTL_MS_MIN)]
     pub ttl_ms_min: u64,
+    /// Narrow the accepted TTL range, its upper end.
     #[arg(long, default_value_t = leasehold_statemachine::limits::TTL_MS_MAX)]
     pub ttl_ms_max: u64,
     /// Raft heartbeat interval.
     #[arg(long, default_value_t = crate::server::SERVE_HEARTBEAT_MS)]
     pub heartbeat_ms: u64,
-    /// Raft election timeout range (a random value in [min, max] per election).
+    /// Raft election timeout range (a random value in [min, max] per election), its
+    /// lower end.
     #[arg(long, default_value_t = crate::server::SERVE_ELECTION_TIMEOUT_MIN_MS)]
     pub election_timeout_min_ms: u64,
+    /// Raft election timeout range, its upper end.
     #[arg(long, default_value_t = crate::server::SERVE_ELECTION_TIMEOUT_MAX_MS)]
     pub election_timeout_max_ms: u64,
     /// TEST ONLY: add this many ms to the node's wall clock.
@@ -292,7 +301,8 @@ impl ServeArgs {
         crate::http::validate_addr(via).map_err(|e| anyhow::anyhow!("--join: {e}"))?;
         if cfg.peers.len() != 1 {
             bail!(
-                "with --join, --peer names only this node (ID=HOST:PORT, the address the                  cluster reaches it at); the cluster's members come from the cluster"
+                "with --join, --peer names only this node (ID=HOST:PORT, the address the \
+                 cluster reaches it at); the cluster's members come from the cluster"
             );
         }
         let token = match &self.join_token_file {
@@ -364,8 +374,8 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         ),
         None => tracing::info!("no --tls-cert: clients and peers talk in plain HTTP"),
     }
-    let listener =
-        crate::http::listener::bind(args.listen).with_context(|| format!("binding {}", args.listen))?;
+    let listener = crate::http::listener::bind(args.listen)
+        .with_context(|| format!("binding {}", args.listen))?;
     server::run(listener, cfg, shutdown_signal()).await
 }
 
@@ -399,16 +409,20 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
         }
     };
     crate::security::identity::restrict_umask();
-    let peers: BTreeMap<NodeId, String> = (1..=3u64)
-        .map(|i| (i, format!("127.0.0.1:{}", args.base_port + i as u16)))
-        .collect();
+    let peers = dev_peers(args.base_port)?;
     let secret = dev_peer_secret(&dir)?;
-    let mut nodes = Vec::new();
-    for (id, addr) in &peers {
+    // Every listener is bound before the first node starts: the first election's vote
+    // requests then wait in a peer's accept queue until that peer serves, instead of
+    // being refused and logged as WARN/ERROR on a healthy start (issue 18).
+    let mut listeners = Vec::new();
+    for addr in peers.values() {
         let sock: std::net::SocketAddr = addr.parse().context("a dev peer address")?;
-        let listener = crate::http::listener::bind(sock).with_context(|| {
+        listeners.push(crate::http::listener::bind(sock).with_context(|| {
             format!("binding {addr} (is another cluster running? try --base-port)")
-        })?;
+        })?);
+    }
+    let mut nodes = Vec::new();
+    for ((id, _), listener) in peers.iter().zip(listeners) {
         let mut cfg = NodeConfig::new(*id, dir.join(id.to_string()), peers.clone());
         cfg.raft = crate::server::RaftTuning::fast();
         cfg.peer_secret = Some(secret.clone());
@@ -423,6 +437,16 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
         n.shutdown().await;
     }
     Ok(())
+}
+
+/// `dev`'s three nodes: 1, 2, 3 on 127.0.0.1:BASE+1 … BASE+3.
+fn dev_peers(base_port: u16) -> anyhow::Result<BTreeMap<NodeId, String>> {
+    (1..=3u16)
+        .map(|i| match base_port.checked_add(i) {
+            Some(port) => Ok((NodeId::from(i), format!("127.0.0.1:{port}"))),
+            None => bail!("--base-port must be at most {}", u16::MAX - 3),
+        })
+        .collect()
 }
 
 /// `dev`'s peer secret: `<dir>/peer-secret` (0600), generated on the first run and kept
@@ -516,9 +540,15 @@ fn print_dev_banner(
     println!("Ctrl-C stops the cluster.");
 }
 
+/// The log filter when `RUST_LOG` is unset. openraft's `raft_core` logs at WARN each
+/// stale message it drops — in every election of three nodes, the second vote grant,
+/// which arrives after the first has already won ("A message will be ignored because
+/// vote changed") — so it is held to ERROR, and a healthy `dev` start logs no WARN line.
+pub const DEFAULT_LOG_FILTER: &str = "info,openraft=warn,openraft::core::raft_core=error";
+
 pub fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER));
     use std::io::IsTerminal;
     tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -541,18 +571,57 @@ fn worker_threads(cmd: &Cmd) -> anyhow::Result<Option<usize>> {
 
 /// The whole `leasehold` binary: parses the command line and runs it. A library function
 /// so other crates' test binaries (cluster-tests) can be the same program.
-pub fn main() -> anyhow::Result<()> {
-    use crate::cli::jobs as cli_jobs;
-    let args = Cli::parse();
-    // Client commands print one line per error and nothing else on stderr: no logging.
-    let client_cmd = matches!(
-        args.command,
-        Cmd::Job(_) | Cmd::Cluster(_) | Cmd::Snapshot(_)
-    );
-    if !client_cmd {
-        init_tracing();
+///
+/// A user error — a bad flag value, an unreadable file, a refused mode, an unreachable
+/// cluster — prints one `error: …` line on stderr and exits non-zero, never a backtrace,
+/// even with `RUST_BACKTRACE=1` (an `anyhow::Error` returned from `main` would be printed
+/// in its Debug form, backtrace included). A panic is a bug: it keeps its backtrace.
+pub fn main() -> std::process::ExitCode {
+    let cli = Cli::try_parse().unwrap_or_else(|e| exit_on_clap_error(e));
+    match run(cli) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}", crate::cli::jobs::one_line(&format!("{e:#}")));
+            std::process::ExitCode::FAILURE
+        }
     }
-    let mut builder = match &args.command {
+}
+
+/// Exits on a command line clap refused: help and version as clap prints them; a usage
+/// error as one `error: …` line with clap's exit code (2).
+fn exit_on_clap_error(e: clap::Error) -> ! {
+    use clap::error::ErrorKind;
+    match e.kind() {
+        ErrorKind::DisplayHelp
+        | ErrorKind::DisplayVersion
+        | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => e.exit(),
+        _ => {
+            eprintln!("error: {}", clap_message(&e));
+            std::process::exit(e.exit_code())
+        }
+    }
+}
+
+/// clap's rendered error as one line: its message and tips, without the `Usage:` block
+/// and the "try '--help'" line.
+fn clap_message(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    let line = text
+        .split("\n\n")
+        .filter(|p| !p.starts_with("Usage:") && !p.starts_with("For more information"))
+        .map(crate::cli::jobs::one_line)
+        .filter(|p| !p.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ");
+    match line.strip_prefix("error: ") {
+        Some(rest) => rest.to_owned(),
+        None => line,
+    }
+}
+
+/// The async runtime a command runs on.
+fn runtime(command: &Cmd) -> anyhow::Result<tokio::runtime::Runtime> {
+    let mut builder = match command {
         // One thread, like the etcd harness's load generator (`bench --threads`).
         Cmd::Bench(b) if b.threads <= 1 => tokio::runtime::Builder::new_current_thread(),
         Cmd::Bench(b) => {
@@ -562,26 +631,37 @@ pub fn main() -> anyhow::Result<()> {
         }
         _ => {
             let mut builder = tokio::runtime::Builder::new_multi_thread();
-            if let Some(n) = worker_threads(&args.command)? {
+            if let Some(n) = worker_threads(command)? {
                 builder.worker_threads(n);
             }
             builder
         }
     };
-    let rt = builder.enable_all().build()?;
+    Ok(builder.enable_all().build()?)
+}
+
+/// Runs a parsed command line. Client commands exit here with their own code
+/// ([`crate::cli::jobs::report`]); the others return their error to [`main`].
+fn run(args: Cli) -> anyhow::Result<()> {
+    use crate::cli::jobs::report;
+    let Cli { command, client } = args;
+    // Client commands print one line per error and nothing else on stderr: no logging.
+    let client_cmd = matches!(command, Cmd::Job(_) | Cmd::Cluster(_) | Cmd::Snapshot(_));
+    if !client_cmd {
+        init_tracing();
+    }
+    let rt = runtime(&command)?;
     rt.block_on(async move {
-        match args.command {
+        let exit =
+            |r: Result<(), crate::cli::jobs::CliError>| -> ! { std::process::exit(report(r)) };
+        match command {
             Cmd::Serve(a) => serve(a).await,
             Cmd::Dev(a) => dev(a).await,
-            Cmd::Bench(a) => crate::cli::bench::run(a).await,
-            Cmd::Job(a) => std::process::exit(cli_jobs::report(cli_jobs::run_job(a).await)),
-            Cmd::Cluster(a) => std::process::exit(cli_jobs::report(cli_jobs::run_cluster(a).await)),
-            Cmd::Worker(a) => {
-                std::process::exit(cli_jobs::report(crate::cli::worker::run(a).await))
-            }
-            Cmd::Snapshot(a) => {
-                std::process::exit(cli_jobs::report(crate::cli::snapshot::run(a).await))
-            }
+            Cmd::Bench(a) => crate::cli::bench::run(a, &client).await,
+            Cmd::Job(a) => exit(crate::cli::jobs::run_job(a, &client).await),
+            Cmd::Cluster(a) => exit(crate::cli::jobs::run_cluster(a, &client).await),
+            Cmd::Worker(a) => exit(crate::cli::worker::run(a, &client).await),
+            Cmd::Snapshot(a) => exit(crate::cli::snapshot::run(a, &client).await),
         }
     })
 }
@@ -804,5 +884,151 @@ mod tls_flag_tests {
             assert!(serve_args(&partial).is_err(), "without {}", flags[missing]);
         }
         assert!(serve_args(&["--tls-client-auth".into()]).is_err());
+    }
+}
+
+#[cfg(test)]
+mod command_line_tests {
+    use super::*;
+    use crate::cli::jobs::Output;
+    use clap::CommandFactory;
+
+    fn parse(argv: &[&str]) -> Cli {
+        let full = std::iter::once("leasehold").chain(argv.iter().copied());
+        Cli::try_parse_from(full).unwrap_or_else(|e| panic!("{argv:?}: {e}"))
+    }
+
+    #[test]
+    fn every_subcommand_flag_and_positional_has_a_help_line() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for a in cmd.get_arguments() {
+                if a.get_help().is_none() && a.get_long_help().is_none() {
+                    missing.push(format!("{path}: {}", a.get_id()));
+                }
+            }
+            for sc in cmd.get_subcommands() {
+                let sub = format!("{path} {}", sc.get_name());
+                if sc.get_about().is_none() && sc.get_long_about().is_none() {
+                    missing.push(format!("{sub} (the subcommand)"));
+                }
+                walk(sc, &sub, missing);
+            }
+        }
+        let mut cmd = Cli::command();
+        // Built, so global flags sit on every subcommand they reach, as at run time.
+        cmd.build();
+        let mut missing = Vec::new();
+        walk(&cmd, "leasehold", &mut missing);
+        assert!(missing.is_empty(), "no help line: {missing:#?}");
+    }
+
+    #[test]
+    fn client_flags_go_before_or_after_the_subcommand() {
+        let flags = [
+            "--endpoints=a:1,b:2",
+            "--output=json",
+            "--token=t",
+            "--tls-ca=/ca.pem",
+            "--tls-client-cert=/c.pem",
+            "--tls-client-key=/k.pem",
+        ];
+        let check = |cli: Cli| {
+            let o = cli.client;
+            assert_eq!(o.endpoints(), ["a:1", "b:2"]);
+            assert_eq!(o.output, Output::Json);
+            assert_eq!(o.token(), Some("t"));
+            assert_eq!(o.tls_ca.as_deref(), Some(std::path::Path::new("/ca.pem")));
+            assert!(o.tls_client_cert.is_some() && o.tls_client_key.is_some());
+        };
+        for cmd in [&["job", "list"][..], &["cluster", "status"], &["bench"]] {
+            check(parse(&[&flags[..], cmd].concat()));
+            check(parse(&[cmd, &flags[..]].concat()));
+        }
+        check(parse(&[&["job"][..], &flags[..], &["get", "x"]].concat()));
+        check(parse(
+            &[
+                &["worker", "run", "--ttl-ms=1"][..],
+                &flags[..],
+                &["--", "true"],
+            ]
+            .concat(),
+        ));
+        check(parse(&[&flags[..], &["snapshot", "save", "f"]].concat()));
+    }
+
+    #[test]
+    fn the_later_of_two_client_flags_wins_and_a_flag_beats_the_default() {
+        let cli = parse(&["--output=json", "job", "list", "--output=table"]);
+        assert_eq!(cli.client.output, Output::Table);
+        let cli = parse(&["job", "list"]);
+        assert_eq!(cli.client.output, Output::Table);
+        assert_eq!(cli.client.endpoints().len(), 3, "the dev cluster's");
+    }
+
+    #[test]
+    fn serve_keeps_its_own_tls_ca_and_restore_its_own_output() {
+        let serve = parse_serve(&["--tls-cert=/c", "--tls-key=/k", "--tls-ca=/node-ca"]).unwrap();
+        assert_eq!(
+            serve.tls_ca.as_deref(),
+            Some(std::path::Path::new("/node-ca"))
+        );
+        let argv = [
+            "snapshot",
+            "restore",
+            "b",
+            "--data-dir=/d",
+            "--id=1",
+            "--peer=1=a:1",
+            "--output=json",
+        ];
+        let Cmd::Snapshot(s) = parse(&argv).command else {
+            panic!("a snapshot command");
+        };
+        let crate::cli::snapshot::SnapshotCmd::Restore(r) = s.command else {
+            panic!("restore");
+        };
+        assert_eq!(r.output, Output::Json);
+    }
+
+    #[test]
+    fn a_usage_error_is_one_line_with_clap_s_message_and_tip() {
+        let e = Cli::try_parse_from([
+            "leasehold",
+            "job",
+            "claim",
+            "x",
+            "--owner=w",
+            "--ttl-ms=soon",
+        ])
+        .unwrap_err();
+        let line = clap_message(&e);
+        assert!(!line.contains('\n'), "{line}");
+        assert!(
+            line.starts_with("invalid value 'soon' for '--ttl-ms"),
+            "{line}"
+        );
+        assert!(!line.contains("Usage"), "{line}");
+        let e = Cli::try_parse_from(["leasehold", "job", "claim", "x"]).unwrap_err();
+        let line = clap_message(&e);
+        assert!(
+            line.contains("--owner") && line.contains("--ttl-ms"),
+            "{line}"
+        );
+        let e = Cli::try_parse_from(["leasehold", "job", "list", "--endpoint=a:1"]).unwrap_err();
+        let line = clap_message(&e);
+        assert!(
+            line.contains("tip:") && line.contains("'--endpoints'"),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn dev_refuses_a_base_port_with_no_room_for_three_nodes() {
+        let peers = dev_peers(7000).unwrap();
+        assert_eq!(peers[&1], "127.0.0.1:7001");
+        assert_eq!(peers[&3], "127.0.0.1:7003");
+        assert!(dev_peers(u16::MAX - 3).is_ok());
+        let e = dev_peers(u16::MAX - 2).unwrap_err().to_string();
+        assert!(e.contains("--base-port"), "{e}");
     }
 }

@@ -92,8 +92,6 @@ pub struct SaveArgs {
     /// Replace FILE if it exists.
     #[arg(long)]
     pub force: bool,
-    #[command(flatten)]
-    pub opts: ClientOpts,
 }
 
 #[derive(Debug, Args)]
@@ -121,7 +119,7 @@ pub struct RestoreArgs {
     /// above them, no fencing token is ever granted twice.
     #[arg(long, default_value_t = RAISE_GENERATIONS_DEFAULT)]
     pub raise_generations: u64,
-    /// Output format.
+    /// Output format (as the client commands' --output: restore calls no node).
     #[arg(long, value_enum, default_value_t = Output::Table)]
     pub output: Output,
 }
@@ -130,9 +128,9 @@ pub struct RestoreArgs {
 /// grants between a backup and its loss, and still 2^32 restores below u64's end.
 pub const RAISE_GENERATIONS_DEFAULT: u64 = 1 << 32;
 
-pub async fn run(args: SnapshotArgs) -> Result<(), CliError> {
+pub async fn run(args: SnapshotArgs, opts: &ClientOpts) -> Result<(), CliError> {
     match args.command {
-        SnapshotCmd::Save(a) => save(a).await,
+        SnapshotCmd::Save(a) => save(a, opts).await,
         SnapshotCmd::Restore(a) => restore(a).await,
     }
 }
@@ -201,15 +199,15 @@ struct Download {
     cluster_id: Option<String>,
 }
 
-async fn save(a: SaveArgs) -> Result<(), CliError> {
+async fn save(a: SaveArgs, opts: &ClientOpts) -> Result<(), CliError> {
     if !a.force && present(&a.file) {
         return Err(CliError::usage(format!(
             "{} exists: pass --force to replace it",
             a.file.display()
         )));
     }
-    let endpoints = endpoint_urls(&a.opts)?;
-    let http = http_client(&a.opts)?;
+    let endpoints = endpoint_urls(opts)?;
+    let http = http_client(opts)?;
     let (f, tmp) = create_tmp(&a.file, tmp_candidates(&a.file)).map_err(|e| {
         failed(format!(
             "creating a temp file beside {}: {e}",
@@ -217,7 +215,7 @@ async fn save(a: SaveArgs) -> Result<(), CliError> {
         ))
     })?;
     let f = tokio::fs::File::from_std(f);
-    let result = save_to(&http, &endpoints, a.opts.token(), &a.file, f, &tmp, a.force).await;
+    let result = save_to(&http, &endpoints, opts.token(), &a.file, f, &tmp, a.force).await;
     if result.is_err() {
         // Ours: `create_tmp` made it. Nothing else is ever removed.
         let _ = std::fs::remove_file(&tmp);
@@ -232,7 +230,7 @@ async fn save(a: SaveArgs) -> Result<(), CliError> {
         node_id: got.node_id,
         cluster_id: got.cluster_id,
     };
-    print_saved(&saved, a.opts.output);
+    print_saved(&saved, opts.output);
     Ok(())
 }
 

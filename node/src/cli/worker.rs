@@ -44,8 +44,6 @@ use crate::cli::jobs::{CliError, ClientOpts};
 
 #[derive(Debug, Args)]
 pub struct WorkerArgs {
-    #[command(flatten)]
-    pub opts: ClientOpts,
     #[command(subcommand)]
     pub command: WorkerCmd,
 }
@@ -58,6 +56,7 @@ pub enum WorkerCmd {
 
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
+    /// The queue to claim jobs from.
     #[arg(long, default_value = "default")]
     pub queue: String,
     /// Lease TTL of each claim.
@@ -84,12 +83,12 @@ pub struct RunArgs {
     pub cmd: Vec<String>,
 }
 
-pub async fn run(args: WorkerArgs) -> Result<(), CliError> {
+pub async fn run(args: WorkerArgs, opts: &ClientOpts) -> Result<(), CliError> {
     let WorkerCmd::Run(run) = args.command;
     if run.concurrency == 0 {
         return Err(CliError::usage("--concurrency must be at least 1"));
     }
-    let client = args.opts.client()?;
+    let client = opts.client()?;
     let owner = run.owner.clone().unwrap_or_else(default_owner);
     let grace = Duration::from_millis(
         run.kill_grace_ms
@@ -98,8 +97,8 @@ pub async fn run(args: WorkerArgs) -> Result<(), CliError> {
     let shared = Arc::new(WorkerState {
         client,
         owner,
-        endpoints: args.opts.endpoints().join(","),
-        tls_ca: args.opts.tls_ca.clone(),
+        endpoints: opts.endpoints().join(","),
+        tls_ca: opts.tls_ca.clone(),
         run,
         grace,
         claimed: AtomicU64::new(0),

@@ -15,6 +15,8 @@ use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
 use serde_json::{json, Value};
 
+use crate::cli::jobs::ClientOpts;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Mode {
     /// claim → renew → complete on a fresh job id.
@@ -49,22 +51,19 @@ pub enum Target {
 pub struct BenchArgs {
     #[command(subcommand)]
     pub sub: Option<BenchCmd>,
-    /// Comma-separated node addresses (host:port, http://host:port or https://host:port).
-    #[arg(
-        long,
-        env = "LEASEHOLD_ENDPOINTS",
-        default_value = "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003"
-    )]
-    pub endpoints: String,
+    /// What one operation is.
     #[arg(long, value_enum, default_value_t = Mode::Cycle)]
     pub mode: Mode,
+    /// Clients running operations back to back at once.
     #[arg(long, default_value_t = 1)]
     pub concurrency: usize,
     /// Timed cycles (claims in claim mode).
     #[arg(long, default_value_t = 2000)]
     pub cycles: u64,
+    /// Lease TTL of each claim.
     #[arg(long, default_value_t = 10_000)]
     pub ttl_ms: u64,
+    /// Where the clients send: `all` endpoints round-robin, or the `leader` only.
     #[arg(long, value_enum, default_value_t = Target::All)]
     pub target: Target,
     /// Stop the timed part after this long even if cycles remain.
@@ -78,23 +77,12 @@ pub struct BenchArgs {
     /// The queue of `submit` and `claim-next`.
     #[arg(long, default_value = "bench")]
     pub queue: String,
-    /// Bearer token for nodes started with `--auth-file` (a worker's or admin's).
-    #[arg(long, env = crate::cli::jobs::TOKEN_ENV, hide_env_values = true)]
-    pub token: Option<String>,
-    /// The CA certificate (PEM) of the nodes' certificates, for https:// endpoints.
-    #[arg(long, env = crate::cli::jobs::TLS_CA_ENV)]
-    pub tls_ca: Option<std::path::PathBuf>,
-    /// Client certificate and key (PEM) for nodes started with `--tls-client-auth`.
-    #[arg(long, env = "LEASEHOLD_TLS_CLIENT_CERT", requires = "tls_client_key")]
-    pub tls_client_cert: Option<std::path::PathBuf>,
-    #[arg(long, env = "LEASEHOLD_TLS_CLIENT_KEY", requires = "tls_client_cert")]
-    pub tls_client_key: Option<std::path::PathBuf>,
 }
 
 /// The CA (the only root trusted) and the client identity, when given.
 fn with_tls(
     mut b: reqwest::ClientBuilder,
-    args: &BenchArgs,
+    args: &ClientOpts,
 ) -> anyhow::Result<reqwest::ClientBuilder> {
     let read = |flag: &str, p: &std::path::Path| {
         std::fs::read(p).with_context(|| format!("{flag} {}", p.display()))
@@ -320,22 +308,56 @@ async fn find_leader(http: &reqwest::Client, urls: &[String]) -> anyhow::Result<
     bail!("no node named a leader")
 }
 
-pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
-    if let Some(BenchCmd::Failover(a)) = args.sub {
-        return crate::cli::bench::failover::run(a).await;
-    }
+/// The HTTP client of every bench request: the token, the TLS files, a 10 s bound.
+fn http_client(opts: &ClientOpts) -> anyhow::Result<reqwest::Client> {
     let http = reqwest::Client::builder()
-        .default_headers(auth_headers(args.token.as_deref())?)
+        .default_headers(auth_headers(opts.token())?)
         .tcp_nodelay(true)
         .pool_max_idle_per_host(1024)
         .timeout(Duration::from_secs(10));
-    let http = with_tls(http, &args)?.build()?;
-    let mut urls: Vec<String> = args
-        .endpoints
-        .split(',')
-        .filter(|e| !e.trim().is_empty())
-        .map(base_url)
-        .collect();
+    Ok(with_tls(http, opts)?.build()?)
+}
+
+/// The timed run's JSON line.
+fn report(args: &BenchArgs, r: Samples, secs: f64, elections: Option<u64>) -> Value {
+    let done = if args.mode == Mode::Cycle {
+        r.cycle.len()
+    } else {
+        r.claim.len()
+    } as u64;
+    let mut lat = serde_json::Map::new();
+    // Submit latencies are kept in the claim samples; reported under their own name.
+    let first = if args.mode == Mode::Submit {
+        "submit"
+    } else {
+        "claim"
+    };
+    lat.insert(first.into(), summary(r.claim));
+    if args.mode == Mode::Cycle {
+        lat.insert("renew".into(), summary(r.renew));
+        lat.insert("complete".into(), summary(r.complete));
+        lat.insert("cycle".into(), summary(r.cycle));
+    }
+    json!({
+        "system": "leasehold",
+        "mode": args.mode.name(),
+        "target": match args.target { Target::All => "all", Target::Leader => "leader" },
+        "concurrency": args.concurrency,
+        "cycles_done": done,
+        "errors": r.errors,
+        "secs": (secs * 1000.0).round() / 1000.0,
+        "per_sec": ((done as f64 / secs) * 10.0).round() / 10.0,
+        "lat": lat,
+        "elections": elections,
+    })
+}
+
+pub async fn run(args: BenchArgs, opts: &ClientOpts) -> anyhow::Result<()> {
+    if let Some(BenchCmd::Failover(a)) = args.sub {
+        return failover::run(a).await;
+    }
+    let http = http_client(opts)?;
+    let mut urls: Vec<String> = opts.endpoints().iter().map(|e| base_url(e)).collect();
     if urls.is_empty() {
         bail!("--endpoints is empty");
     }
@@ -370,36 +392,6 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         (Some(a), Some(b)) => Some(b.saturating_sub(a)),
         _ => None,
     };
-    let done = if args.mode == Mode::Cycle {
-        r.cycle.len()
-    } else {
-        r.claim.len()
-    } as u64;
-    let mut lat = serde_json::Map::new();
-    // Submit latencies are kept in the claim samples; reported under their own name.
-    let first = if args.mode == Mode::Submit {
-        "submit"
-    } else {
-        "claim"
-    };
-    lat.insert(first.into(), summary(r.claim));
-    if args.mode == Mode::Cycle {
-        lat.insert("renew".into(), summary(r.renew));
-        lat.insert("complete".into(), summary(r.complete));
-        lat.insert("cycle".into(), summary(r.cycle));
-    }
-    let out = json!({
-        "system": "leasehold",
-        "mode": args.mode.name(),
-        "target": match args.target { Target::All => "all", Target::Leader => "leader" },
-        "concurrency": args.concurrency,
-        "cycles_done": done,
-        "errors": r.errors,
-        "secs": (secs * 1000.0).round() / 1000.0,
-        "per_sec": ((done as f64 / secs) * 10.0).round() / 10.0,
-        "lat": lat,
-        "elections": elections,
-    });
-    println!("{out}");
+    println!("{}", report(&args, r, secs, elections));
     Ok(())
 }
