@@ -9,12 +9,13 @@ mod backup;
 pub mod browser;
 mod client_auth;
 mod forward;
-pub(crate) mod jobs;
+pub mod jobs;
 mod leader;
 pub mod listener;
 mod membership;
 mod ops;
 mod raft_rpc;
+pub mod routes;
 mod ui;
 
 use std::sync::Arc;
@@ -24,13 +25,11 @@ use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use axum::Router;
 use leasehold_statemachine::{ApiError, ErrorBody, ErrorCode};
 use serde::Serialize;
 
 use crate::node::Node;
-use crate::telemetry::metrics::Route;
 
 pub const NODE_HEADER: &str = "x-leasehold-node";
 pub const LEADER_HEADER: &str = "x-leasehold-leader";
@@ -42,46 +41,14 @@ pub const RETRY_AFTER_S: u64 = 1;
 pub use leader::LeaderOp;
 pub use membership::{validate_addr, CATCH_UP_WAIT as MEMBERSHIP_CATCH_UP_WAIT};
 
+/// The node's HTTP app: every route of [`routes::ROUTES`], then the fallback (404), under
+/// the token check, the browser guard and the header stamping.
 pub fn router(node: Arc<Node>) -> Router {
-    Router::new()
-        .route("/v1/jobs", post(jobs::submit).get(jobs::list))
-        .route(
-            "/v1/jobs/{*rest}",
-            get(jobs::get_job)
-                .post(jobs::job_action)
-                .delete(jobs::delete_job),
-        )
-        .route("/v1/queues/{queue}/claim", post(jobs::claim_next))
-        .route("/v1/cluster", get(ops::cluster))
-        .route("/v1/cluster/digest", get(ops::digest))
-        .route("/v1/cluster/members", get(ui::members))
-        .route("/v1/cluster/rejections", get(ui::rejections))
-        .route("/v1/cluster/nodes", post(membership::add))
-        .route(
-            "/v1/cluster/nodes/{id}",
-            axum::routing::delete(membership::remove),
-        )
-        .route("/v1/cluster/snapshot", get(backup::snapshot))
-        .route("/ui", get(ui::page))
-        .route("/ui/", get(ui::page))
-        .route("/ui/{*asset}", get(ui::asset))
-        .route("/healthz", get(ops::healthz))
-        .route("/readyz", get(ops::readyz))
-        .route("/metrics", get(ops::metrics))
-        .route(
-            crate::raft::network::RAFT_APPEND_PATH,
-            post(raft_rpc::append),
-        )
-        .route(crate::raft::network::RAFT_VOTE_PATH, post(raft_rpc::vote))
-        .route(
-            crate::raft::network::RAFT_PREVOTE_PATH,
-            post(raft_rpc::prevote),
-        )
-        .route(
-            crate::raft::network::RAFT_SNAPSHOT_PATH,
-            post(raft_rpc::snapshot),
-        )
-        .fallback(unknown_route)
+    let mut app = Router::new();
+    for r in routes::ROUTES {
+        app = app.route(r.path, (r.handler)(routes::method_filter(r.method)));
+    }
+    app.fallback(unknown_route)
         // Inside `stamp_headers`, so a refusal carries the node headers and is counted.
         .layer(axum::middleware::from_fn_with_state(
             node.clone(),
@@ -110,7 +77,7 @@ async fn unknown_route() -> Response {
 /// it (up to the response head: a streamed body is not waited for).
 async fn stamp_headers(State(node): State<Arc<Node>>, req: Request, next: Next) -> Response {
     let started = std::time::Instant::now();
-    let route = route_label(req.extensions().get::<MatchedPath>().map(|p| p.as_str()));
+    let route = routes::label_of(req.extensions().get::<MatchedPath>().map(|p| p.as_str()));
     let method = req.method().clone();
     let mut resp = next.run(req).await;
     let status = resp.status().as_u16();
@@ -128,29 +95,6 @@ async fn stamp_headers(State(node): State<Arc<Node>>, req: Request, next: Next) 
         }
     }
     resp
-}
-
-/// The route label of a request: a fixed set keeps the metrics' cardinality bounded.
-/// A route added to the router but not here is counted as `other`.
-fn route_label(matched: Option<&str>) -> Route {
-    match matched {
-        Some("/v1/jobs") => Route::Jobs,
-        Some("/v1/jobs/{*rest}") => Route::Job,
-        Some("/v1/queues/{queue}/claim") => Route::QueueClaim,
-        Some("/v1/cluster") => Route::Cluster,
-        Some("/v1/cluster/digest") => Route::Digest,
-        Some("/v1/cluster/members") => Route::Members,
-        Some("/v1/cluster/rejections") => Route::Rejections,
-        Some("/v1/cluster/nodes") => Route::Nodes,
-        Some("/v1/cluster/nodes/{id}") => Route::Node,
-        Some("/v1/cluster/snapshot") => Route::Snapshot,
-        Some("/ui") | Some("/ui/") | Some("/ui/{*asset}") => Route::Ui,
-        Some("/healthz") => Route::Healthz,
-        Some("/readyz") => Route::Readyz,
-        Some("/metrics") => Route::Metrics,
-        Some(p) if p.starts_with("/raft/") => Route::Raft,
-        _ => Route::Other,
-    }
 }
 
 pub fn json_response<T: Serialize>(status: StatusCode, value: &T) -> Response {

@@ -150,17 +150,6 @@ pub enum Budget {
     Exempt,
 }
 
-/// The budget of a request path (a pure decision, tested below).
-pub fn budget_of(path: &str) -> Budget {
-    if path.starts_with("/raft/") {
-        Budget::Raft
-    } else if path == "/healthz" {
-        Budget::Exempt
-    } else {
-        Budget::Client
-    }
-}
-
 /// What every connection of one listener shares.
 struct Shared {
     app: Router,
@@ -385,7 +374,7 @@ async fn handle(shared: &Shared, source: IpAddr, mut req: Request<Incoming>) -> 
         shared.node.metrics.refused(Refused::BodyNotAllowed);
         return stamped(&shared.node, body_not_allowed(req.method()));
     }
-    let budget = budget_of(req.uri().path());
+    let budget = super::routes::budget_of(req.uri().path());
     let timeout = match budget {
         Budget::Raft => shared.limits.raft_request_timeout,
         _ => shared.limits.request_timeout,
@@ -551,19 +540,4 @@ pub fn overloaded(why: Refused) -> Response<Body> {
         ErrorCode::Unavailable,
         format!("{what}: retry later"),
     ))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn raft_traffic_has_its_own_budget() {
-        assert_eq!(budget_of("/raft/append"), Budget::Raft);
-        assert_eq!(budget_of("/raft/vote"), Budget::Raft);
-        assert_eq!(budget_of("/v1/jobs"), Budget::Client);
-        assert_eq!(budget_of("/raftish"), Budget::Client);
-        assert_eq!(budget_of("/healthz"), Budget::Exempt);
-        assert_eq!(budget_of("/healthz/x"), Budget::Client);
-    }
 }
