@@ -1,6 +1,6 @@
 //! The API reference against the code: `docs/api.md` must document every error code
 //! with its status (`ErrorCode::ALL`), every route of the node's route table
-//! (`security::auth::ROUTES`), every action of `POST /v1/jobs/{id}/…`, and every
+//! (`http::routes::ROUTES`), every action of `POST /v1/jobs/{id}/…`, and every
 //! `serve` and `dev` flag (the clap definition). Each test reads the code's own table,
 //! so a new route, code or flag fails here until the reference describes it. Only the part of the page
 //! before "Version 1.1 (planned)" counts: that section describes routes not served yet.
@@ -12,7 +12,8 @@ use std::path::Path;
 
 use axum::http::Method;
 use clap::CommandFactory;
-use leasehold_node::security::auth::{self, Need, Operation, Requirement, ROUTES};
+use leasehold_node::http::routes::{self, Need, ROUTES};
+use leasehold_node::security::auth::{Operation, Requirement};
 use leasehold_statemachine::ErrorCode;
 
 /// The served part of `docs/api.md`.
@@ -96,7 +97,7 @@ fn every_job_action_is_documented() {
             .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
             .collect();
         let path = format!("/v1/jobs/some-job/{action}");
-        match auth::requirement(&Method::POST, Some(job_post.path), &path) {
+        match routes::requirement(&Method::POST, Some(job_post.path), &path) {
             Requirement::Token(op, _) if op != Operation::Read => documented.push(op),
             other => panic!(
                 "docs/api.md documents `POST /v1/jobs/{{id}}/{action}`, which the node does \

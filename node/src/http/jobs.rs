@@ -185,7 +185,7 @@ pub async fn claim_next(
 
 /// The action a POST under `/v1/jobs/` names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Action {
+pub enum Action {
     Claim,
     Renew,
     Complete,
@@ -194,15 +194,9 @@ pub(crate) enum Action {
 
 /// Splits `rest` (the raw path after `/v1/jobs/`) into a decoded job id and the action.
 pub(crate) fn split_action(rest: &str) -> Result<(String, Option<Action>), ApiError> {
-    let actions = [
-        ("/claim", Action::Claim),
-        ("/renew", Action::Renew),
-        ("/complete", Action::Complete),
-        ("/release", Action::Release),
-    ];
-    let (raw_id, action) = actions
+    let (raw_id, action) = super::routes::JOB_ACTIONS
         .iter()
-        .find_map(|(suffix, a)| rest.strip_suffix(suffix).map(|id| (id, Some(*a))))
+        .find_map(|(suffix, a, _)| rest.strip_suffix(suffix).map(|id| (id, Some(*a))))
         .unwrap_or((rest, None));
     let id = percent_decode(raw_id)
         .ok_or_else(|| invalid("job id is not valid percent-encoded UTF-8"))?;

@@ -17,12 +17,13 @@ mod backup;
 pub mod browser;
 mod client_auth;
 mod forward;
-pub(crate) mod jobs;
+pub mod jobs;
 mod leader;
 pub mod listener;
 mod membership;
 mod ops;
 mod raft_rpc;
+pub mod routes;
 mod ui;
 
 use std::sync::Arc;
@@ -32,13 +33,11 @@ use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use axum::Router;
 use leasehold_statemachine::{ApiError, ErrorBody, ErrorCode};
 use serde::Serialize;
 
 use crate::node::Node;
-use crate::telemetry::metrics::RouteLabel;
 
 pub const NODE_HEADER: &str = "x-leasehold-node";
 pub const LEADER_HEADER: &str = "x-leasehold-leader";
@@ -54,37 +53,14 @@ pub use leader::LeaderOp;
 pub use membership::validate_addr;
 pub use raft_rpc::PEER_REFUSAL_DELAY_MS;
 
+/// The node's HTTP app: every route of [`routes::ROUTES`], then the fallback (404), under
+/// the token check, the browser guard and the header stamping.
 pub fn router(node: Arc<Node>) -> Router {
-    Router::new()
-        .route("/v1/jobs", post(jobs::submit).get(jobs::list))
-        .route(
-            "/v1/jobs/{*rest}",
-            get(jobs::get_job)
-                .post(jobs::job_action)
-                .delete(jobs::delete_job),
-        )
-        .route("/v1/queues/{queue}/claim", post(jobs::claim_next))
-        .route("/v1/cluster", get(ops::cluster))
-        .route("/v1/cluster/digest", get(ops::digest))
-        .route("/v1/cluster/members", get(ui::members))
-        .route("/v1/cluster/rejections", get(ui::rejections))
-        .route("/v1/cluster/nodes", post(membership::add))
-        .route(
-            "/v1/cluster/nodes/{id}",
-            axum::routing::delete(membership::remove),
-        )
-        .route("/v1/cluster/snapshot", get(backup::snapshot))
-        .route("/ui", get(ui::page))
-        .route("/ui/", get(ui::page))
-        .route("/ui/{*asset}", get(ui::asset))
-        .route("/healthz", get(ops::healthz))
-        .route("/readyz", get(ops::readyz))
-        .route("/metrics", get(ops::metrics))
-        .route(crate::types::RAFT_APPEND_PATH, post(raft_rpc::append))
-        .route(crate::types::RAFT_VOTE_PATH, post(raft_rpc::vote))
-        .route(crate::types::RAFT_PREVOTE_PATH, post(raft_rpc::prevote))
-        .route(crate::types::RAFT_SNAPSHOT_PATH, post(raft_rpc::snapshot))
-        .fallback(unknown_route)
+    let mut app = Router::new();
+    for r in routes::ROUTES {
+        app = app.route(r.path, (r.handler)(routes::method_filter(r.method)));
+    }
+    app.fallback(unknown_route)
         // Inside `stamp_headers`, so a refusal carries the node headers and is counted.
         .layer(axum::middleware::from_fn_with_state(
             node.clone(),
@@ -113,7 +89,7 @@ async fn unknown_route() -> Response {
 /// it (up to the response head: a streamed body is not waited for).
 async fn stamp_headers(State(node): State<Arc<Node>>, req: Request, next: Next) -> Response {
     let started = std::time::Instant::now();
-    let route = route_label(req.extensions().get::<MatchedPath>().map(|p| p.as_str()));
+    let route = routes::label_of(req.extensions().get::<MatchedPath>().map(|p| p.as_str()));
     let method = req.method().clone();
     let mut resp = next.run(req).await;
     let status = resp.status().as_u16();
@@ -131,29 +107,6 @@ async fn stamp_headers(State(node): State<Arc<Node>>, req: Request, next: Next) 
         }
     }
     resp
-}
-
-/// The route label of a request: a fixed set keeps the metrics' cardinality bounded.
-/// A route added to the router but not here is counted as `other`.
-fn route_label(matched: Option<&str>) -> RouteLabel {
-    match matched {
-        Some("/v1/jobs") => RouteLabel::Jobs,
-        Some("/v1/jobs/{*rest}") => RouteLabel::Job,
-        Some("/v1/queues/{queue}/claim") => RouteLabel::QueueClaim,
-        Some("/v1/cluster") => RouteLabel::Cluster,
-        Some("/v1/cluster/digest") => RouteLabel::Digest,
-        Some("/v1/cluster/members") => RouteLabel::Members,
-        Some("/v1/cluster/rejections") => RouteLabel::Rejections,
-        Some("/v1/cluster/nodes") => RouteLabel::Nodes,
-        Some("/v1/cluster/nodes/{id}") => RouteLabel::Node,
-        Some("/v1/cluster/snapshot") => RouteLabel::Snapshot,
-        Some("/ui") | Some("/ui/") | Some("/ui/{*asset}") => RouteLabel::Ui,
-        Some("/healthz") => RouteLabel::Healthz,
-        Some("/readyz") => RouteLabel::Readyz,
-        Some("/metrics") => RouteLabel::Metrics,
-        Some(p) if p.starts_with("/raft/") => RouteLabel::Raft,
-        _ => RouteLabel::Other,
-    }
 }
 
 pub fn json_response<T: Serialize>(status: StatusCode, value: &T) -> Response {

@@ -1,8 +1,9 @@
 //! Client authentication and authorization (`serve --auth-file`, issue 7 part 2, issue
-//! 17 item 7): the token file, the role table, the route table ([`ROUTES`]: which route
-//! needs what, and how it treats a scoped token), and the owner-prefix and scope rules —
-//! as pure functions, tested here. Scopes themselves are `crate::security::scope`; the HTTP glue
-//! is `http::client_auth`.
+//! 17 item 7): the token file, the role table, the operations and scope rules a route can
+//! ask for ([`Operation`], [`ScopeRule`], [`Requirement`]), and the owner-prefix and scope
+//! checks — as pure functions, tested here. Which route asks for what is the route table,
+//! `http::routes`; scopes themselves are `crate::security::scope`; the HTTP glue is
+//! `http::client_auth`.
 //!
 //! ```toml
 //! [[token]]
@@ -13,15 +14,6 @@
 //! job_prefix = "team-a/"   # optional: the job ids it may touch
 //! name = "team-a workers"  # optional: names the token in logs and 403 messages
 //! ```
-//!
-//! Every route of `http::router` is listed in [`ROUTES`] with a [`Need`] and a
-//! [`ScopeRule`], and a unit test reads the router to keep it so; a route the router
-//! serves and the table does not list is refused to everyone. A [`ScopeRule`] has no
-//! default: adding docs/api.md's "Version 1.1" routes (history, events, batches, cancel)
-//! means deciding for each what a scoped token may see — `Job` for a job's history,
-//! `Command` for cancel and for each item of a batch, `UnscopedOnly` for a stream of
-//! every tenant's events until it can be filtered — and enforcing it in the handler as
-//! the existing rules are.
 //!
 //! Only SHA-256 digests of the tokens are kept, and a presented token's digest is
 //! compared with every entry's in constant time ([`subtle`]), so neither the response
@@ -35,7 +27,6 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use axum::http::Method;
 use leasehold_statemachine::{limits, ApiError, Command, ErrorCode};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
@@ -178,23 +169,11 @@ pub enum Requirement {
     Open,
     /// A known token whose role allows this operation, within the route's scope rule.
     Token(Operation, ScopeRule),
-    /// A route the router serves but [`ROUTES`] does not list: refused to everyone, so a
-    /// new route is closed until someone decides its role and scope.
-    Unlisted,
 }
 
-/// What a route needs of the token's role.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Need {
-    Open,
-    Op(Operation),
-    /// `POST /v1/jobs/{id}/<action>`: the operation of the action ([`JOB_ACTIONS`]).
-    JobAction,
-}
-
-/// How a route treats a scoped token ([`crate::security::scope`]). Every route states one: there
-/// is no default, so a new route (docs/api.md's "Version 1.1": history, events, batches,
-/// cancel) cannot be added to [`ROUTES`] without deciding what a tenant sees of it.
+/// How a route treats a scoped token ([`crate::security::scope`]). Every route of the
+/// route table (`http::routes`) states one: there is no default, so a new route cannot be
+/// added without deciding what a tenant sees of it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ScopeRule {
     /// No job data, the same answer for every token: cluster status, membership,
@@ -211,108 +190,6 @@ pub enum ScopeRule {
     /// Refused to scoped tokens (403): the answer holds every tenant's jobs (the
     /// snapshot download).
     UnscopedOnly,
-}
-
-/// One route of `http::router`, as the router writes its path.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RouteRule {
-    /// `GET` also covers `HEAD` (axum serves both).
-    pub method: &'static str,
-    pub path: &'static str,
-    pub need: Need,
-    pub scope: ScopeRule,
-}
-
-const fn rule(method: &'static str, path: &'static str, need: Need, scope: ScopeRule) -> RouteRule {
-    RouteRule {
-        method,
-        path,
-        need,
-        scope,
-    }
-}
-
-/// Every route of `http::router`: its role and its scope rule. A unit test in
-/// `http::client_auth` checks that every route of the router is listed here.
-pub const ROUTES: &[RouteRule] = {
-    use Need::{JobAction, Op, Open};
-    use Operation::*;
-    use ScopeRule::*;
-    &[
-        rule("POST", "/v1/jobs", Op(Submit), Command),
-        rule("GET", "/v1/jobs", Op(Read), List),
-        rule("GET", "/v1/jobs/{*rest}", Op(Read), Job),
-        rule("POST", "/v1/jobs/{*rest}", JobAction, Command),
-        rule("DELETE", "/v1/jobs/{*rest}", Op(Delete), Command),
-        rule("POST", "/v1/queues/{queue}/claim", Op(ClaimNext), Command),
-        rule("GET", "/v1/cluster", Op(Read), Shared),
-        rule("GET", "/v1/cluster/digest", Op(Read), Shared),
-        rule("GET", "/v1/cluster/members", Op(Read), Shared),
-        rule("GET", "/v1/cluster/rejections", Op(Read), Shared),
-        rule("POST", "/v1/cluster/nodes", Op(Manage), Shared),
-        rule("DELETE", "/v1/cluster/nodes/{id}", Op(Manage), Shared),
-        rule("GET", "/v1/cluster/snapshot", Op(Manage), UnscopedOnly),
-        rule("GET", "/ui", Open, Shared),
-        rule("GET", "/ui/", Open, Shared),
-        rule("GET", "/ui/{*asset}", Open, Shared),
-        rule("GET", "/healthz", Open, Shared),
-        rule("GET", "/readyz", Open, Shared),
-        rule("GET", "/metrics", Op(Read), Shared),
-        rule("POST", crate::types::RAFT_APPEND_PATH, Open, Shared),
-        rule("POST", crate::types::RAFT_VOTE_PATH, Open, Shared),
-        rule("POST", crate::types::RAFT_PREVOTE_PATH, Open, Shared),
-        rule("POST", crate::types::RAFT_SNAPSHOT_PATH, Open, Shared),
-    ]
-};
-
-/// The [`ROUTES`] entry of a matched route.
-pub fn route_rule(method: &Method, matched: &str) -> Option<&'static RouteRule> {
-    let method = if *method == Method::HEAD {
-        "GET"
-    } else {
-        method.as_str()
-    };
-    ROUTES
-        .iter()
-        .find(|r| r.path == matched && r.method == method)
-}
-
-/// `POST /v1/jobs/{id}/<suffix>` → operation (the handler splits the same way).
-const JOB_ACTIONS: [(&str, Operation); 4] = [
-    ("/claim", Operation::Claim),
-    ("/renew", Operation::Renew),
-    ("/complete", Operation::Complete),
-    ("/release", Operation::Release),
-];
-
-/// Which route needs what: `matched` is the router's path pattern (`None`: no route
-/// matched, the fallback answers 404), `path` the raw path. An unmatched path, or a
-/// listed path under a method it does not serve (the router answers 405), needs a token
-/// of any role: an unknown route answers only a caller who could use a known one.
-pub fn requirement(method: &Method, matched: Option<&str>, path: &str) -> Requirement {
-    let Some(matched) = matched else {
-        return Requirement::Token(Operation::Read, ScopeRule::Shared);
-    };
-    let Some(rule) = route_rule(method, matched) else {
-        if ROUTES.iter().any(|r| r.path == matched) {
-            return Requirement::Token(Operation::Read, ScopeRule::Shared);
-        }
-        return Requirement::Unlisted;
-    };
-    let op = match rule.need {
-        Need::Open => return Requirement::Open,
-        Need::Op(op) => op,
-        Need::JobAction => job_action(path),
-    };
-    Requirement::Token(op, rule.scope)
-}
-
-fn job_action(path: &str) -> Operation {
-    match JOB_ACTIONS.iter().find(|(s, _)| path.ends_with(s)) {
-        Some((_, op)) => *op,
-        // A POST on no known action: the handler answers 404.
-        None => Operation::Read,
-    }
 }
 
 /// An authenticated caller: what its token entry grants.
@@ -435,8 +312,6 @@ pub enum Denied {
         scope: String,
         why: OutOfScope,
     },
-    #[error("this route is not in the node's route table (auth::ROUTES): refused")]
-    Unlisted,
 }
 
 impl Denied {
@@ -775,84 +650,6 @@ mod tests {
             assert_eq!(Role::Admin.allows(op), admin, "admin {op:?}");
             assert_eq!(Role::Worker.allows(op), worker, "worker {op:?}");
             assert_eq!(Role::Reader.allows(op), reader, "reader {op:?}");
-        }
-    }
-
-    #[test]
-    fn routes_need_what_the_role_table_names() {
-        use Operation::*;
-        use ScopeRule::*;
-        let (t, open, unlisted) = (Requirement::Token, Requirement::Open, Requirement::Unlisted);
-        let (get, post, del) = (Method::GET, Method::POST, Method::DELETE);
-        let job = Some("/v1/jobs/{*rest}");
-        let cases = [
-            (&get, Some("/healthz"), "/healthz", open),
-            (&get, Some("/readyz"), "/readyz", open),
-            (&post, Some("/raft/append"), "/raft/append", open),
-            (&get, Some("/raft/append"), "/raft/append", t(Read, Shared)),
-            (&get, Some("/metrics"), "/metrics", t(Read, Shared)),
-            (&get, Some("/v1/cluster"), "/v1/cluster", t(Read, Shared)),
-            (&get, Some("/v1/jobs"), "/v1/jobs", t(Read, List)),
-            (&post, Some("/v1/jobs"), "/v1/jobs", t(Submit, Command)),
-            (&get, job, "/v1/jobs/a/claim", t(Read, Job)),
-            (&Method::HEAD, job, "/v1/jobs/a", t(Read, Job)),
-            (&post, job, "/v1/jobs/a/b/claim", t(Claim, Command)),
-            (&post, job, "/v1/jobs/a/renew", t(Renew, Command)),
-            (&post, job, "/v1/jobs/a/complete", t(Complete, Command)),
-            (&post, job, "/v1/jobs/a/release", t(Release, Command)),
-            (&post, job, "/v1/jobs/a", t(Read, Command)),
-            (&del, job, "/v1/jobs/a", t(Delete, Command)),
-            (
-                &post,
-                Some("/v1/queues/{queue}/claim"),
-                "/v1/queues/q/claim",
-                t(ClaimNext, Command),
-            ),
-            (
-                &Method::PUT,
-                Some("/v1/queues/{queue}/claim"),
-                "/",
-                t(Read, Shared),
-            ),
-            (&get, None, "/nope", t(Read, Shared)),
-            (&get, None, "/%68ealthz", t(Read, Shared)),
-            (&get, Some("/ui"), "/ui", open),
-            (&get, Some("/ui/{*asset}"), "/ui/app.js", open),
-            (&post, Some("/ui"), "/ui", t(Read, Shared)),
-            (&get, Some("/v1/cluster/rejections"), "/", t(Read, Shared)),
-            (&post, Some("/v1/cluster/nodes"), "/", t(Manage, Shared)),
-            (&del, Some("/v1/cluster/nodes/{id}"), "/", t(Manage, Shared)),
-            (
-                &get,
-                Some("/v1/cluster/snapshot"),
-                "/",
-                t(Manage, UnscopedOnly),
-            ),
-            // A route the router serves and the table does not list is closed to all.
-            (
-                &get,
-                Some("/v1/jobs/{id}/history"),
-                "/v1/jobs/a/history",
-                unlisted,
-            ),
-            (&post, Some("/v1/batches"), "/v1/batches", unlisted),
-        ];
-        for (method, matched, path, want) in cases {
-            assert_eq!(requirement(method, matched, path), want, "{method} {path}");
-        }
-    }
-
-    #[test]
-    fn the_route_table_lists_each_route_once() {
-        for (i, r) in ROUTES.iter().enumerate() {
-            assert!(
-                ROUTES[..i]
-                    .iter()
-                    .all(|o| (o.method, o.path) != (r.method, r.path)),
-                "{} {} twice",
-                r.method,
-                r.path
-            );
         }
     }
 

@@ -150,17 +150,6 @@ pub enum Budget {
     Exempt,
 }
 
-/// The budget of a request path (a pure decision, tested below).
-pub fn budget_of(path: &str) -> Budget {
-    if path.starts_with("/raft/") {
-        Budget::Raft
-    } else if path == "/healthz" {
-        Budget::Exempt
-    } else {
-        Budget::Client
-    }
-}
-
 /// What every connection of one listener shares.
 struct ListenerState {
     app: Router,
@@ -413,7 +402,7 @@ async fn handle(
         shared.node.metrics.refused(Refused::BodyNotAllowed);
         return stamped(&shared.node, body_not_allowed(req.method()));
     }
-    let budget = budget_of(req.uri().path());
+    let budget = super::routes::budget_of(req.uri().path());
     let timeout = match budget {
         Budget::Raft => shared.limits.raft_request_timeout,
         _ => shared.limits.request_timeout,
@@ -584,16 +573,6 @@ pub fn overloaded(why: Refused) -> Response<Body> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn raft_traffic_has_its_own_budget() {
-        assert_eq!(budget_of("/raft/append"), Budget::Raft);
-        assert_eq!(budget_of("/raft/vote"), Budget::Raft);
-        assert_eq!(budget_of("/v1/jobs"), Budget::Client);
-        assert_eq!(budget_of("/raftish"), Budget::Client);
-        assert_eq!(budget_of("/healthz"), Budget::Exempt);
-        assert_eq!(budget_of("/healthz/x"), Budget::Client);
-    }
 
     /// 600 connections queue on a listener nobody accepts from: with mio's default
     /// backlog (128) the rest would wait on SYN retransmits until connect gives up.
