@@ -3,8 +3,8 @@
 //!
 //! Each function must return normally on every input — an error is a fine answer, a
 //! panic, an abort, a hang or a huge allocation is a bug. The cargo-fuzz targets in
-//! `fuzz/` call these, and so does `tests/fuzz_replay.rs`, which replays the committed
-//! corpus plus seeded random inputs on the stable toolchain in CI.
+//! `fuzz/` call these, and so does `tests/store/fuzz_replay.rs`, which replays the
+//! committed corpus plus seeded random inputs on the stable toolchain in CI.
 
 use leasehold_statemachine::{limits, LeaseMachine};
 

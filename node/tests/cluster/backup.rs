@@ -7,13 +7,11 @@
 //! corrupt file, a used data dir, a node that would fork the cluster, a missing or
 //! weak token.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{eventually, u64_of, Req, Resp, TestCluster, CATCH_UP_WAIT};
+use crate::common::{self, eventually, u64_of, Req, Resp, TestCluster, CATCH_UP_WAIT};
 use leasehold_statemachine::{Command, Entry, LeaseMachine};
 use serde_json::{json, Value};
 use tokio::process::Command as Process;

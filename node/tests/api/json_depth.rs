@@ -3,9 +3,7 @@
 //! changes nothing. Before, a 32,000-deep payload within the 64 KiB size limit was
 //! stored (201), and every later `GET /v1/jobs` page broke common JSON parsers.
 
-mod common;
-
-use common::{u64_of, Req, TestCluster};
+use crate::common::{u64_of, Req, TestCluster};
 use leasehold_statemachine::limits::{JSON_DEPTH_MAX, PAYLOAD_BYTES_MAX};
 use serde_json::json;
 

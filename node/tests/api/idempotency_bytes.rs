@@ -4,9 +4,7 @@
 //! `IDEMPOTENCY_BYTES_MAX`, and the newest key still replays its first response byte for
 //! byte. (Before the byte bound, 4,000 such requests held ~500 MiB on every replica.)
 
-mod common;
-
-use common::{Req, TestCluster};
+use crate::common::{Req, TestCluster};
 use leasehold_statemachine::limits::{IDEMPOTENCY_BYTES_MAX, PAYLOAD_BYTES_MAX};
 use serde_json::{json, Value};
 

@@ -9,12 +9,10 @@
 //!
 //! The seed of the random inputs is fixed; `GARBAGE_SEED=<u64>` runs another.
 
-mod common;
-
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use common::{raw_request, RawResp, TestCluster};
+use crate::common::{self, raw_request, RawResp, TestCluster};
 use leasehold_node::types::TypeConfig;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};

@@ -12,11 +12,9 @@
 //! the instant it becomes leader (as a request queued across the election would be), and
 //! its answer must come only after the term was ready.
 
-mod common;
-
 use std::time::Duration;
 
-use common::TestCluster;
+use crate::common::TestCluster;
 use leasehold_node::node::batcher::Pending;
 use leasehold_statemachine::{Command, Outcome};
 use openraft::ServerState;

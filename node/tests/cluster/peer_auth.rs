@@ -7,14 +7,12 @@
 //! done damage: the forged AppendEntries, correctly signed, does move the term and apply
 //! its entry; the node with the wrong secret, restarted with the right one, catches up.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::{eventually, u64_of, Req, TestCluster, CATCH_UP_WAIT, LEADER_WAIT};
+use crate::common::{self, eventually, u64_of, Req, TestCluster, CATCH_UP_WAIT, LEADER_WAIT};
 use leasehold_node::security::peer_auth::{
     self, ClusterId, PeerSecret, PEER_AUTH_HEADER, PEER_AUTH_WINDOW_MS,
 };

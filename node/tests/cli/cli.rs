@@ -1,11 +1,9 @@
 //! The `leasehold` binary's client commands (`job`, `cluster`, `worker run`) against an
 //! in-process three-node cluster. Every run of the binary is bounded by a timeout.
 
-mod common;
-
 use std::time::Duration;
 
-use common::TestCluster;
+use crate::common::{self, TestCluster};
 use leasehold_client::{ClusterStatus, Job, JobPage, JobState};
 use serde_json::{json, Value};
 use tokio::process::Command;

@@ -4,12 +4,10 @@
 //! completion fenced off shows in the feed of every replica), query validation, and the
 //! auth these routes need. The browser test is `ui_browser.rs`.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{eventually, u64_of, Req, TestCluster};
+use crate::common::{self, eventually, u64_of, Req, TestCluster};
 use leasehold_node::security::auth::AuthPolicy;
 use serde_json::{json, Value};
 

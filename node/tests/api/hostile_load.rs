@@ -6,13 +6,13 @@
 //! An attacker is told apart from the clients by its source address: 127.0.0.2, which
 //! Linux routes over loopback like 127.0.0.1.
 
-mod common;
-
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{eventually, read_raw_response, refused_in, Req, Resp, TestCluster, LEADER_WAIT};
+use crate::common::{
+    eventually, read_raw_response, refused_in, Req, Resp, TestCluster, LEADER_WAIT,
+};
 use leasehold_node::security::auth::AuthPolicy;
 use serde_json::json;
 use tokio::io::AsyncWriteExt;

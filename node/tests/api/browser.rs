@@ -6,11 +6,9 @@
 //! same-origin or `--allow-origin`ed request, a plain client without `Content-Type`,
 //! forwarding between nodes and the dashboard keep working, with its security headers.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{raw_request, refused_in, Req, TestCluster};
+use crate::common::{self, raw_request, refused_in, Req, TestCluster};
 use serde_json::json;
 
 /// Bound on one raw request's answer.

@@ -10,15 +10,13 @@
 //!   without one is refused at the handshake, before any HTTP;
 //! - `serve` refuses a key that does not belong to its certificate, naming both files.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{eventually, TestCluster, LEADER_WAIT};
+use crate::common::{eventually, TestCluster, LEADER_WAIT};
 use leasehold_node::security::tls::{NodeTls, TlsFiles};
 use rcgen::{
     BasicConstraints, Certificate, CertificateParams, ExtendedKeyUsagePurpose, IsCa, KeyPair,

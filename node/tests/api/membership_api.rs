@@ -4,11 +4,9 @@
 //! change the membership. (Growing and shrinking a live cluster of real processes with
 //! workers holding leases is cluster-tests/tests/membership.rs.)
 
-mod common;
-
 use std::sync::Arc;
 
-use common::{Req, TestCluster};
+use crate::common::{Req, TestCluster};
 use leasehold_node::security::auth::AuthPolicy;
 use serde_json::{json, Value};
 

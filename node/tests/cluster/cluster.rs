@@ -2,12 +2,10 @@
 //! HTTP on 127.0.0.1, a `TempDir` each. Every test starts its own cluster and shuts it
 //! down. Waits are bounded polls of a condition (see `common::eventually`).
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::{assert_error_shape, eventually, u64_of, Req, TestCluster};
+use crate::common::{self, assert_error_shape, eventually, u64_of, Req, TestCluster};
 use serde_json::{json, Value};
 use tokio::time::Instant;
 

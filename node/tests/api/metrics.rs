@@ -4,11 +4,9 @@
 //! forwards and latency histograms on the follower that forwarded, snapshot builds, and
 //! leader changes and the failover grace after the leader is stopped.
 
-mod common;
-
 use std::collections::BTreeMap;
 
-use common::{eventually, TestCluster, CATCH_UP_WAIT};
+use crate::common::{eventually, TestCluster, CATCH_UP_WAIT};
 use serde_json::json;
 
 /// Long enough that no lease of this test runs out while it runs.

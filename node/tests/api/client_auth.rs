@@ -5,14 +5,12 @@
 //! touch only their tenant's jobs and that idempotency keys are per token, and that
 //! the `leasehold` binary sends `--token` / `LEASEHOLD_TOKEN` and explains a 401.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{eventually, u64_of, Req, Resp, TestCluster, LEADER_WAIT};
+use crate::common::{eventually, u64_of, Req, Resp, TestCluster, LEADER_WAIT};
 use leasehold_node::security::auth::AuthPolicy;
 use serde_json::{json, Value};
 use tokio::process::Command;

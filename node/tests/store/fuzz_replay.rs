@@ -3,9 +3,9 @@
 //! then a few thousand seeded mutations of it, bounded in time.
 //!
 //! A failure prints the seed and the input; reproduce with
-//! `FUZZ_REPLAY_SEED=<seed> cargo test -p leasehold-node --test fuzz_replay`.
+//! `FUZZ_REPLAY_SEED=<seed> cargo test -p leasehold-node --test store fuzz_replay`.
 //!
-//! `cargo test -p leasehold-node --test fuzz_replay -- --ignored write_seed_corpus`
+//! `cargo test -p leasehold-node --test store -- --ignored write_seed_corpus`
 //! (re)writes the hand-made seeds into the corpus directories.
 
 use std::path::{Path, PathBuf};

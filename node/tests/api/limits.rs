@@ -7,12 +7,12 @@
 //! Requests are held open deterministically by sending a head that promises a body and
 //! then only part of it: the handler waits in `read_body`, holding its slot.
 
-mod common;
-
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use common::{eventually, raw_request, read_raw_response, refused_in, TestCluster, LEADER_WAIT};
+use crate::common::{
+    self, eventually, raw_request, read_raw_response, refused_in, TestCluster, LEADER_WAIT,
+};
 use leasehold_statemachine::{Command, Entry};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;

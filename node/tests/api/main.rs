@@ -1,0 +1,25 @@
+//! The HTTP API as a client sees it, on in-process three-node clusters: the browser
+//! guard, client tokens and scopes, the listener's limits and hostile load, JSON depth
+//! and idempotency bounds, the membership routes, `/metrics` and the dashboard's routes.
+//!
+//! One test binary (issue 18 item 6: each binary links the whole server once). The
+//! modules share nothing but `common/`; libtest runs their tests in parallel threads,
+//! so no test here touches process-wide state (env vars, the umask, signals), and every
+//! server binds port 0. Tests that burn CPU on purpose (the fuzz replay) or drive an
+//! outside program (Chromium) have binaries of their own: `store`, `ui_browser.rs`.
+//!
+//! May import: `leasehold_node`, `leasehold_statemachine`, `leasehold_client`, dev
+//! dependencies, and `common`.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod browser;
+mod client_auth;
+mod hostile_load;
+mod idempotency_bytes;
+mod json_depth;
+mod limits;
+mod membership_api;
+mod metrics;
+mod ui_api;

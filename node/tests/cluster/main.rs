@@ -1,0 +1,27 @@
+//! The cluster as a cluster: replication, failover and restarts (`cluster`), the
+//! term-ready rule of the batcher (`term_ready`), peer authentication and identity
+//! (`peer_auth`), TLS between nodes and to clients (`tls`), backup and restore
+//! (`backup`), and garbage to every client and Raft route (`garbage`). In-process
+//! three-node clusters, plus `serve` / `snapshot` processes where the test is about the
+//! binary's refusals.
+//!
+//! One test binary (issue 18 item 6: each binary links the whole server once). The
+//! modules share nothing but `common/`; libtest runs their tests in parallel threads,
+//! so no test here touches process-wide state (env vars, the umask, signals), and every
+//! server binds port 0 (or a free port found that way). The one process-wide thing they do share is `common`'s tracing
+//! subscriber, whose read-index failure counter is keyed by peer port, so each cluster
+//! reads only its own. Tests that burn CPU on purpose (the fuzz replay) or drive an
+//! outside program (Chromium) have binaries of their own: `store`, `ui_browser.rs`.
+//!
+//! May import: `leasehold_node`, `leasehold_statemachine`, `leasehold_client`, dev
+//! dependencies, and `common`.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod backup;
+mod cluster;
+mod garbage;
+mod peer_auth;
+mod term_ready;
+mod tls;
