@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use crate::common::{Req, TestCluster};
+use crate::common::{eventually, Req, TestCluster, CATCH_UP_WAIT};
 use leasehold_node::security::auth::AuthPolicy;
 use serde_json::{json, Value};
 
@@ -21,9 +21,29 @@ fn members(v: &Value) -> (Vec<u64>, Vec<u64>) {
     (ids("voters"), ids("learners"))
 }
 
+/// `GET /v1/cluster` of `node` once it reports the three voters (bounded): right after
+/// start a follower may not have received the first entries yet and reports none.
+async fn settled(c: &TestCluster, node: u64, req: &Req) -> Value {
+    eventually(
+        "the node to report voters 1, 2, 3",
+        CATCH_UP_WAIT,
+        || async move {
+            let v = c.send(node, req).await.ok(200);
+            match members(&v) == (vec![1, 2, 3], vec![]) {
+                true => Ok(v),
+                false => Err(v.to_string()),
+            }
+        },
+    )
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_membership_requests_are_refused_and_change_nothing() {
     let c = TestCluster::start().await;
+    for node in [1, 2, 3] {
+        settled(&c, node, &Req::get("/v1/cluster")).await;
+    }
     let before = c.get(1, "/v1/cluster").await.ok(200);
     assert_eq!(members(&before), (vec![1, 2, 3], vec![]));
     let addr1 = c.addr(1).to_string();
@@ -104,6 +124,7 @@ async fn only_admins_change_the_membership() {
             .push(("authorization".into(), format!("Bearer {token}")));
         r
     };
+    settled(&c, 3, &with(Req::get("/v1/cluster"), "rdr")).await;
     for node in [1, 2] {
         c.send(node, &Req::post("/v1/cluster/nodes", &add))
             .await
