@@ -18,7 +18,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use leasehold_statemachine::{ApiError, ErrorCode};
 use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
-use openraft::{BasicNode, ChangeMembers};
+use openraft::{BasicNode, ChangeMembers, Membership};
 use serde::{Deserialize, Serialize};
 
 use super::jobs::{inbound, parse_json};
@@ -176,6 +176,37 @@ fn caught_up(m: &RaftMetrics, id: NodeId) -> bool {
     matched.is_some_and(|i| i >= member_since && i + CATCH_UP_LAG >= last)
 }
 
+/// Why `id` at `addr` cannot be added at all: already a voter, or the address is another
+/// node's. None: it may be added (or, as a learner, promoted).
+fn refuse_add(
+    membership: &Membership<NodeId, BasicNode>,
+    id: NodeId,
+    addr: &str,
+) -> Option<ApiError> {
+    if membership.voter_ids().any(|v| v == id) {
+        let at = membership
+            .get_node(&id)
+            .map_or_else(String::new, |n| n.addr.clone());
+        return Some(ApiError::new(
+            ErrorCode::AlreadyExists,
+            format!(
+                "node {id} is already a voter (at {at}); a node that lost its data must be removed \
+                 first (DELETE /v1/cluster/nodes/{id}) and then added again"
+            ),
+        ));
+    }
+    if let Some((other, _)) = membership
+        .nodes()
+        .find(|(o, n)| **o != id && n.addr == addr)
+    {
+        return Some(ApiError::new(
+            ErrorCode::AlreadyExists,
+            format!("node {other} already has the address {addr}"),
+        ));
+    }
+    None
+}
+
 /// On the leader: add `id` as a learner (or update a learner's address), wait until it has
 /// caught up, then make it a voter.
 pub(super) async fn add_on_leader(
@@ -185,26 +216,8 @@ pub(super) async fn add_on_leader(
 ) -> Result<Response, ProposeError> {
     let m = node.raft_metrics();
     let membership = m.membership_config.membership();
-    if membership.voter_ids().any(|v| v == id) {
-        let at = membership
-            .get_node(&id)
-            .map_or_else(String::new, |n| n.addr.clone());
-        return Ok(error_response(&ApiError::new(
-            ErrorCode::AlreadyExists,
-            format!(
-                "node {id} is already a voter (at {at}); a node that lost its data must be removed \
-                 first (DELETE /v1/cluster/nodes/{id}) and then added again"
-            ),
-        )));
-    }
-    if let Some((other, _)) = membership
-        .nodes()
-        .find(|(o, n)| **o != id && n.addr == addr)
-    {
-        return Ok(error_response(&ApiError::new(
-            ErrorCode::AlreadyExists,
-            format!("node {other} already has the address {addr}"),
-        )));
+    if let Some(refused) = refuse_add(membership, id, addr) {
+        return Ok(error_response(&refused));
     }
     let is_learner = membership.learner_ids().any(|l| l == id);
     let same_addr = membership.get_node(&id).is_some_and(|n| n.addr == addr);
