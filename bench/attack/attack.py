@@ -119,6 +119,25 @@ def rss_kib(pid: int):
     return None
 
 
+def cpu_s(pid: int):
+    """User + system CPU seconds a process has used so far (None once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def machine_cpu_s():
+    """The machine's CPU seconds so far by kind (user, system, softirq, idle: /proc/stat)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    tck = os.sysconf("SC_CLK_TCK")
+    return {"user": (v[0] + v[1]) / tck, "system": v[2] / tck, "softirq": (v[5] + v[6]) / tck,
+            "idle": (v[3] + v[4]) / tck}
+
+
 def http_call(port, method, path, body=None, token=None, headers=None, timeout=5.0):
     """One request on a fresh connection: (status, parsed JSON or raw bytes, headers)."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
@@ -256,6 +275,9 @@ class Cluster:
 
     def rss_all(self):
         return {i: rss_kib(p.pid) for i, p in self.procs.items()}
+
+    def cpu_all(self):
+        return {i: cpu_s(p.pid) for i, p in self.procs.items()}
 
     def log_sizes(self):
         return {i: os.path.getsize(self.logs[i]) for i in self.ids}
@@ -606,6 +628,15 @@ class RateCap:
             await asyncio.sleep((1 - self.tokens) / self.rate)
 
 
+# The address the attacker's sockets come from (`--attacker-source`, set in run_attacker).
+ATTACKER_SOURCE = "127.0.0.2"
+
+
+async def connect(port):
+    """An attacker's connection to a node, from ATTACKER_SOURCE."""
+    return await asyncio.open_connection("127.0.0.1", port, local_addr=(ATTACKER_SOURCE, 0))
+
+
 async def hold_until_closed(stats, port, make_head, tail=b"x", cfg=None):
     """Sends a head and one byte of a body it never finishes, holds the socket until the
     server answers or closes, then opens a new one (paced, see `paced`): forever."""
@@ -613,7 +644,7 @@ async def hold_until_closed(stats, port, make_head, tail=b"x", cfg=None):
         w = None
         t_open = time.monotonic()
         try:
-            r, w = await asyncio.open_connection("127.0.0.1", port)
+            r, w = await connect(port)
             w.write(make_head() + tail)
             await w.drain()
             stats.add("opened")
@@ -649,6 +680,7 @@ async def attack_forged_big(cfg, stats):
         while True:
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             s.setblocking(False)
+            s.bind((ATTACKER_SOURCE, 0))
             try:
                 await loop.sock_connect(s, ("127.0.0.1", port))
                 await loop.sock_sendall(s, forged_peer_head(cfg, port, size))
@@ -672,7 +704,7 @@ async def attack_idle_conns(cfg, stats):
             w = None
             t_open = time.monotonic()
             try:
-                r, w = await asyncio.open_connection("127.0.0.1", port)
+                r, w = await connect(port)
                 stats.add("opened")
                 await r.read(1)
                 stats.add("closed_by_server")
@@ -706,7 +738,7 @@ async def keepalive_loop(stats, port, make_request, pause_after_refusal, cap=Non
     while True:
         w = None
         try:
-            r, w = await asyncio.open_connection("127.0.0.1", port)
+            r, w = await connect(port)
             while True:
                 if cap is not None:
                     await cap.take()
@@ -788,6 +820,18 @@ ATTACK_WHAT = {
 }
 
 
+def split_cores():
+    """`--attacker-cpu split`, in the bench's own process before any node starts: the
+    nodes, the client loops and the samplers inherit every core but the attacker's (as
+    if the attacker sent from another machine, whose CPU and kernel TCP work are its own).
+    The baseline runs on the same cores, so each ratio compares like with like."""
+    cores = os.sched_getaffinity(0)
+    if len(cores) < 2:
+        raise SystemExit("--attacker-cpu split needs at least two cores")
+    os.sched_setaffinity(0, cores - {max(cores)})
+    return max(cores)
+
+
 def run_attacker(name, cfg_path):
     raise_fd_limit()
     with open(cfg_path) as f:
@@ -796,6 +840,10 @@ def run_attacker(name, cfg_path):
         # The attacker runs only when the nodes and the client leave a core free: as if
         # it sent from another machine (its bytes still cost the nodes what they cost).
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    elif cfg.get("attacker_cpu") == "split":
+        os.sched_setaffinity(0, {cfg["attacker_core"]})
+    global ATTACKER_SOURCE
+    ATTACKER_SOURCE = cfg.get("attacker_source", ATTACKER_SOURCE)
     stats = Stats(cfg["stats_file"])
     signal.signal(signal.SIGTERM, lambda *_: (stats.flush(), os._exit(0)))
 
@@ -890,6 +938,8 @@ class Bench:
             "pace_ms": self.args.pace_ms,
             "idem_rate": self.args.idem_rate,
             "attacker_cpu": self.args.attacker_cpu,
+            "attacker_core": getattr(self.args, "attacker_core", None),
+            "attacker_source": self.args.attacker_source,
         }
         path = os.path.join(self.root, f"attacker-{name}-config.json")
         with open(path, "w") as f:
@@ -902,7 +952,7 @@ class Bench:
 
     def measure(self, name, seconds, leader, cfg=None):
         c = self.cluster
-        logs0, t0 = c.log_sizes(), now()
+        logs0, cpu0, mcpu0, t0 = c.log_sizes(), c.cpu_all(), machine_cpu_s(), now()
         aborted = None
         while now() - t0 < seconds:
             time.sleep(0.2)
@@ -915,7 +965,7 @@ class Bench:
                 aborted = f"attacker exited with {self.attacker.returncode}"
                 break
         t1 = now()
-        logs1 = c.log_sizes()
+        logs1, cpu1, mcpu1 = c.log_sizes(), c.cpu_all(), machine_cpu_s()
         res = self.client.window(t0, t1)
         res.update(name=name, seconds=round(t1 - t0, 2), leader=leader,
                    what=ATTACK_WHAT.get(name, "no attack"), aborted=aborted,
@@ -929,6 +979,12 @@ class Bench:
         res["log_bytes_per_s"] = {str(i): round((logs1[i] - logs0[i]) / (t1 - t0))
                                   for i in c.ids}
         res["log_lines_per_s"] = self._log_lines(logs0, logs1, t1 - t0)
+        # Where the CPU went: each node's own (cores busy), and the machine's by kind —
+        # softirq is the kernel's TCP work, charged to nobody's scheduling class.
+        res["node_cpu_cores"] = {str(i): round((cpu1[i] - cpu0[i]) / (t1 - t0), 3)
+                                 for i in c.ids if cpu0[i] is not None and cpu1[i] is not None}
+        res["machine_cpu_cores"] = {k: round((mcpu1[k] - mcpu0[k]) / (t1 - t0), 3)
+                                    for k in mcpu0}
         res["admin_probe"] = self.samplers.probe_failures(t0, t1)
         if cfg is not None:
             self.stop_attacker()
@@ -1032,7 +1088,7 @@ class Bench:
                 "seconds": a.seconds, "loops": a.loops, "think_ms": a.think_ms,
                 "fresh_cluster": a.fresh_cluster, "serve_args": a.serve_arg,
                 "pace_ms": a.pace_ms, "idem_rate": a.idem_rate,
-                "attacker_cpu": a.attacker_cpu,
+                "attacker_cpu": a.attacker_cpu, "attacker_source": a.attacker_source,
                 "load_before": uptime_text(), "cpus": os.cpu_count(),
                 "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
@@ -1124,6 +1180,9 @@ def details(results) -> str:
         out.append(f"  errors {r['errors'] or 'none'}; unfinished at the end {r['unfinished']}")
         out.append("  log lines/s " + str(r["log_lines_per_s"]) + "; admin probe failures "
                    + str({i: d["failed"] for i, d in r["admin_probe"].items() if d["failed"]}))
+        if "node_cpu_cores" in r:
+            out.append(f"  CPU cores busy: nodes {r['node_cpu_cores']}; machine "
+                       f"{r.get('machine_cpu_cores')}")
         if "attacker" in r:
             out.append(f"  attacker {r['attacker']}")
         if r.get("refused_metrics_delta"):
@@ -1217,9 +1276,17 @@ def parse_args(argv):
                         "in 3.5 s); 0: as fast as they go")
     p.add_argument("--flood", action="store_true",
                    help="the stress mode: --pace-ms 0 --idem-rate 0")
-    p.add_argument("--attacker-cpu", choices=["shared", "idle"], default="shared",
+    p.add_argument("--attacker-cpu", choices=["shared", "idle", "split"],
+                   default="shared",
                    help="idle: the attacker runs under SCHED_IDLE, taking only CPU the "
-                        "cluster and client leave (as from another machine)")
+                        "cluster and client leave; split: the attacker gets a core of its "
+                        "own and the cluster and client the others, baseline included "
+                        "(the closest this one machine comes to an attacker elsewhere)")
+    p.add_argument("--attacker-source", default="127.0.0.2",
+                   help="the address the attacker's sockets come from: by default a "
+                        "loopback address of its own, as another host's; 127.0.0.1 shares "
+                        "the normal client's (one NAT, one host), so the per-source caps "
+                        "no longer tell them apart")
     p.add_argument("--selftest", action="store_true")
     p.add_argument("--attacker", help=argparse.SUPPRESS)
     p.add_argument("--attacker-config", help=argparse.SUPPRESS)
@@ -1246,6 +1313,8 @@ def main(argv=None):
         run_attacker(a.attacker, a.attacker_config)
         return 0
     random.seed(a.seed)
+    if a.attacker_cpu == "split":
+        a.attacker_core = split_cores()
 
     def on_term(*_):
         raise KeyboardInterrupt

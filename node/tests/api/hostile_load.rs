@@ -151,6 +151,115 @@ async fn one_source_address_is_capped() {
     c.shutdown().await;
 }
 
+/// Whether the server has closed `s` (EOF or error), by a short read.
+async fn is_closed(s: &mut TcpStream) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut buf = [0u8; 1];
+    let read = tokio::time::timeout(Duration::from_millis(20), s.read(&mut buf)).await;
+    matches!(read, Ok(Ok(0)) | Ok(Err(_)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn evicted_silent_sockets_are_held_so_reconnecting_cannot_churn_the_node() {
+    const PER_SOURCE: usize = 16;
+    const EXTRA: usize = 8;
+    let c = TestCluster::start_with(|cfg| {
+        cfg.listener.max_connections_per_source = PER_SOURCE;
+        // Longer than the test: a socket closed here was closed by the eviction itself.
+        cfg.listener.evicted_linger = Duration::from_secs(3600);
+        cfg.listener.header_read_timeout = Duration::from_secs(3600);
+    })
+    .await;
+    c.wait_for_leader().await;
+    let addr = c.addr(1);
+    let before = refused(&c, 1, "idle_evicted").await;
+    // Silent sockets from one address, EXTRA past its cap: as many of its own are evicted.
+    let mut held = Vec::new();
+    for _ in 0..PER_SOURCE + EXTRA {
+        held.push(connect_from(ATTACKER, addr).await.expect("connect"));
+    }
+    eventually("the evictions counted", LEADER_WAIT, || async {
+        let n = refused(&c, 1, "idle_evicted").await;
+        if n >= before + EXTRA as u64 {
+            Ok(())
+        } else {
+            Err(format!("{n} evicted, {before} before"))
+        }
+    })
+    .await;
+    // Evicted, but not closed: an attacker that reconnects on close gets nothing to do.
+    for (i, s) in held.iter_mut().enumerate() {
+        assert!(!is_closed(s).await, "socket {i} closed by its eviction");
+    }
+    // A byte on each: the evicted ones close at once (a client that raced its request in
+    // learns it and retries); the others wait for the rest of a head (for an hour here).
+    for s in held.iter_mut() {
+        s.write_all(b"G").await.expect("write");
+    }
+    let (mut closed, mut open) = (0, held);
+    let deadline = tokio::time::Instant::now() + RESPONSE_WAIT;
+    while closed < EXTRA && tokio::time::Instant::now() < deadline {
+        let mut still = Vec::new();
+        for mut s in open {
+            if is_closed(&mut s).await {
+                closed += 1;
+            } else {
+                still.push(s);
+            }
+        }
+        open = still;
+    }
+    assert_eq!(closed, EXTRA, "evicted sockets closed once they spoke");
+    let held = open;
+    drop(held);
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn gets_with_bodies_are_tarpitted_without_locking_their_address_out() {
+    const PER_SOURCE: usize = 16;
+    let c =
+        TestCluster::start_with(|cfg| cfg.listener.max_connections_per_source = PER_SOURCE).await;
+    c.wait_for_leader().await;
+    let addr = c.addr(1);
+    let stalled_get =
+        b"GET /v1/jobs HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-length: 1000000\r\n\r\n{";
+    // The source's whole share, each a GET with a promised body that never comes.
+    let started = tokio::time::Instant::now();
+    let mut held = Vec::new();
+    for _ in 0..PER_SOURCE {
+        let mut s = connect_from(ATTACKER, addr).await.expect("connect");
+        s.write_all(stalled_get).await.expect("write");
+        held.push(s);
+    }
+    // While they wait in the tarpit, the same address still gets in: the tarpit holds
+    // no request slot and leaves its connection evictable.
+    let mut client = connect_from(ATTACKER, addr).await.expect("connect");
+    client
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n")
+        .await
+        .expect("write");
+    let r = read_raw_response(&mut client, RESPONSE_WAIT).await;
+    assert_eq!(
+        r.map(|r| r.status),
+        Ok(200),
+        "a request from the tarpitted address"
+    );
+    // The last stalled GET (never the eviction's victim: the newest) gets its 400, and
+    // not before the tarpit's delay.
+    let last = held.last_mut().expect("held");
+    let r = read_raw_response(last, RESPONSE_WAIT).await;
+    assert_eq!(r.map(|r| r.status), Ok(400), "a GET with a body");
+    let delay = Duration::from_millis(leasehold_node::http::listener::BODY_REFUSAL_DELAY_MS);
+    assert!(
+        started.elapsed() >= delay,
+        "answered after {:?}",
+        started.elapsed()
+    );
+    drop((held, client));
+    c.shutdown().await;
+}
+
 const AUTH_FILE: &str = r#"
 [[token]]
 token = "adm-1"

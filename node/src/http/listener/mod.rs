@@ -4,10 +4,11 @@
 //! | what | limit | past it |
 //! |---|---|---|
 //! | open connections | [`MAX_CONNECTIONS`]; past [`conns::HIGH_WATER_PERCENT`] of it, idle ones are evicted | the new connection is closed at once, only if none is idle |
+//! | evicted connections that never sent a byte | held, unread, for [`opening::EVICTED_LINGER_MS`] (so reconnecting on close cannot churn the node), at most `max_connections` of them | closed at once |
 //! | open connections from one source address | [`MAX_CONNECTIONS_PER_SOURCE`] | the new connection is closed at once |
 //! | request head (slow loris) and keep-alive idle time | [`HEADER_READ_TIMEOUT_MS`]; under pressure [`conns::PRESSURE_IDLE_MS`] | connection closed |
 //! | request head size / header count | [`MAX_HEADER_BYTES`] / [`MAX_HEADERS`] | 431, connection closed |
-//! | a body on GET, HEAD or DELETE | none is read | 400 `invalid_argument` at once, connection closed |
+//! | a body on GET, HEAD or DELETE | none is read | 400 `invalid_argument` after [`BODY_REFUSAL_DELAY_MS`] (a tarpit, holding no slot), connection closed |
 //! | client requests in flight | [`MAX_INFLIGHT`] | 503 `unavailable` + `Retry-After`, at once |
 //! | … of one caller (token, else source address; a member's address uncapped without auth) | [`MAX_INFLIGHT_PER_CALLER`] | 503 + `Retry-After`, at once |
 //! | claim-next waits (`wait_ms` > 0), a separate budget | [`MAX_LONG_POLLS`], per caller [`MAX_LONG_POLLS_PER_CALLER`] | 503 + `Retry-After`, at once |
@@ -62,12 +63,13 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use self::conns::{Activity, Admitted, ConnGuard, Conns};
+use self::opening::Opening;
 use self::slots::{CallerKey, Full, HeldSlot, Pool};
-use crate::http::{LEADER_HEADER, NODE_HEADER};
 use crate::node::Node;
 use crate::telemetry::metrics::Refused;
 
 pub mod conns;
+pub mod opening;
 pub mod slots;
 
 /// Open connections at most. Past [`conns::HIGH_WATER_PERCENT`] of it idle connections
@@ -119,6 +121,9 @@ pub struct ListenerLimits {
     pub max_inflight_raft: usize,
     pub request_timeout: Duration,
     pub raft_request_timeout: Duration,
+    /// How long an evicted connection that never sent a byte is held before it is closed
+    /// (listener/opening.rs).
+    pub evicted_linger: Duration,
 }
 
 impl Default for ListenerLimits {
@@ -136,6 +141,7 @@ impl Default for ListenerLimits {
             max_inflight_raft: MAX_INFLIGHT_RAFT,
             request_timeout: Duration::from_millis(REQUEST_TIMEOUT_MS),
             raft_request_timeout: Duration::from_millis(RAFT_REQUEST_TIMEOUT_MS),
+            evicted_linger: Duration::from_millis(opening::EVICTED_LINGER_MS),
         }
     }
 }
@@ -159,6 +165,9 @@ struct ListenerState {
     client_slots: Arc<Pool>,
     long_polls: Arc<Pool>,
     raft_slots: Arc<Semaphore>,
+    /// Evicted never-spoken connections held open (listener/opening.rs), at most
+    /// `max_connections`.
+    lingering: Arc<Semaphore>,
 }
 
 /// The accept queue's length asked of the kernel (capped by `net.core.somaxconn`, 4096 on
@@ -196,6 +205,7 @@ pub async fn serve(
         client_slots: Pool::new(limits.max_inflight, limits.max_inflight_per_caller),
         long_polls: Pool::new(limits.max_long_polls, limits.max_long_polls_per_caller),
         raft_slots: Arc::new(Semaphore::new(limits.max_inflight_raft)),
+        lingering: Arc::new(Semaphore::new(limits.max_connections)),
         limits,
     });
     let mut tasks = JoinSet::new();
@@ -225,23 +235,17 @@ pub async fn serve(
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::warn!(error = %e, "could not set TCP_NODELAY");
         }
-        match &tls {
-            Some(acceptor) => tasks.spawn(serve_tls_connection(
-                tcp,
-                peer,
-                acceptor.clone(),
-                shared.clone(),
-                permit,
-                cancel.clone(),
-            )),
-            None => tasks.spawn(serve_connection(
-                tcp,
-                peer.ip(),
-                shared.clone(),
-                permit,
-                cancel.clone(),
-            )),
-        };
+        tasks.spawn(serve_tcp(
+            tcp,
+            peer,
+            tls.clone(),
+            shared.clone(),
+            permit,
+            cancel.clone(),
+        ));
+        // One connection per turn: a burst of connects (an attacker's reconnect wave) must
+        // not hold this worker while requests on open connections wait behind it.
+        tokio::task::yield_now().await;
     }
     drop(listener);
     drain(tasks).await;
@@ -275,6 +279,32 @@ fn admit(conns: &Arc<Conns>, node: &Node, peer: SocketAddr) -> Option<ConnGuard>
             tracing::debug!(%peer, ?why, "connection limit reached: closing a new connection");
             None
         }
+    }
+}
+
+/// One accepted connection: its opening (listener/opening.rs: an evicted connection that
+/// never spoke lingers), then TLS if configured, then HTTP.
+async fn serve_tcp(
+    tcp: TcpStream,
+    peer: SocketAddr,
+    tls: Option<TlsAcceptor>,
+    shared: Arc<ListenerState>,
+    slot: ConnGuard,
+    cancel: CancellationToken,
+) {
+    let timeout = shared.limits.header_read_timeout;
+    match opening::first_byte(&tcp, &slot, timeout, &cancel).await {
+        Opening::Spoke => {}
+        Opening::Evicted => {
+            drop(slot);
+            let linger = shared.limits.evicted_linger;
+            return opening::linger(tcp, &shared.lingering, linger, &cancel).await;
+        }
+        Opening::Silent | Opening::Shutdown => return,
+    }
+    match tls {
+        Some(acceptor) => serve_tls_connection(tcp, peer, acceptor, shared, slot, cancel).await,
+        None => serve_connection(tcp, peer.ip(), shared, slot, cancel).await,
     }
 }
 
@@ -320,9 +350,17 @@ async fn serve_connection<IO>(
         let shared = shared.clone();
         hyper::service::service_fn(move |req: Request<Incoming>| {
             let shared = shared.clone();
-            let in_progress = InProgress::start(activity.clone());
+            // Refused before it counts as a request in progress: its tarpit leaves the
+            // connection idle, and so evictable (a client sharing the sender's address
+            // still gets in).
+            let unwanted_body = declares_unwanted_body(&req);
+            let in_progress = (!unwanted_body).then(|| InProgress::start(activity.clone()));
             async move {
-                let resp = handle(&shared, source, req).await;
+                let resp = if unwanted_body {
+                    refuse_body(&shared, req.method()).await
+                } else {
+                    handle(&shared, source, req).await
+                };
                 drop(in_progress);
                 Ok::<_, Infallible>(resp)
             }
@@ -390,18 +428,14 @@ const _: () = assert!(MAX_HEADER_BYTES >= HYPER_BUF_MIN);
 #[derive(Clone)]
 pub struct RaftSlots(pub Arc<Semaphore>);
 
-/// One request: refuse a body where none belongs, take an in-flight slot of its budget
-/// or answer 503 at once, then run the router under the budget's timeout. A Raft
+/// One request (a body where none belongs was refused before, `refuse_body`): take an
+/// in-flight slot of its budget or answer 503 at once, then run the router under the budget's timeout. A Raft
 /// request takes its slot in its handler, once authenticated ([`RaftSlots`]).
 async fn handle(
     shared: &ListenerState,
     source: IpAddr,
     mut req: Request<Incoming>,
 ) -> Response<Body> {
-    if declares_unwanted_body(&req) {
-        shared.node.metrics.refused(Refused::BodyNotAllowed);
-        return stamped(&shared.node, body_not_allowed(req.method()));
-    }
     let budget = super::routes::budget_of(req.uri().path());
     let timeout = match budget {
         Budget::Raft => shared.limits.raft_request_timeout,
@@ -516,8 +550,22 @@ fn declares_unwanted_body(req: &Request<Incoming>) -> bool {
     bodiless && !req.body().is_end_stream()
 }
 
-/// 400 at once, and the connection closes after it: the body is never read, so the
-/// connection cannot carry another request.
+/// How long a request that declares a body where none belongs waits for its 400: a
+/// tarpit, as for forged peer heads (`http::PEER_REFUSAL_DELAY_MS`). No client of the API
+/// sends one; a sender that reopens its connection after each 400 (issue 17's stalled
+/// GETs) gets one answer per second per socket, not thousands a second. The wait holds
+/// no slot, and its connection counts as idle (evictable).
+pub const BODY_REFUSAL_DELAY_MS: u64 = 1_000;
+
+/// The tarpitted 400 of [`BODY_REFUSAL_DELAY_MS`], counted.
+async fn refuse_body(shared: &ListenerState, method: &axum::http::Method) -> Response<Body> {
+    shared.node.metrics.refused(Refused::BodyNotAllowed);
+    tokio::time::sleep(Duration::from_millis(BODY_REFUSAL_DELAY_MS)).await;
+    stamped(&shared.node, body_not_allowed(method))
+}
+
+/// 400, and the connection closes after it: the body is never read, so the connection
+/// cannot carry another request.
 fn body_not_allowed(method: &axum::http::Method) -> Response<Body> {
     let mut resp = crate::http::error_response(&ApiError::new(
         ErrorCode::InvalidArgument,
@@ -548,12 +596,7 @@ fn timed_out(node: &Node, timeout: Duration) -> Response<Body> {
 /// docs/api.md: every response carries `X-Leasehold-Node` and, when known, the leader — also
 /// the ones given here, outside the router.
 fn stamped(node: &Node, mut resp: Response<Body>) -> Response<Body> {
-    let h = resp.headers_mut();
-    h.insert(NODE_HEADER, HeaderValue::from(node.id));
-    let leader = node.known_leader(&node.raft.metrics().borrow());
-    if let Some(l) = leader {
-        h.insert(LEADER_HEADER, HeaderValue::from(l));
-    }
+    crate::http::stamp(node, resp.headers_mut());
     resp
 }
 
