@@ -21,7 +21,7 @@
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::QueryRejection;
@@ -33,8 +33,8 @@ use leasehold_statemachine::{ApiError, ErrorBody, ErrorCode};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, ReadBuf};
 use tokio::sync::OwnedSemaphorePermit;
-use tokio::time::Instant;
 
+use super::leader::{until_leader, Attempt};
 use super::{error_response, json_response, HOPS_HEADER};
 use crate::node::{Node, ProposeError, Route};
 use crate::types::{LogId, SnapshotMeta};
@@ -50,8 +50,6 @@ pub const CLUSTER_ID_HEADER: &str = "x-leasehold-cluster-id";
 
 /// Bytes per frame of the streamed body.
 const CHUNK_BYTES: usize = 256 * 1024;
-/// Polling step while no leader is known.
-const WAIT_STEP: Duration = Duration::from_millis(25);
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -131,31 +129,20 @@ async fn read_index_here(node: &Node) -> Response {
 /// Waits until this node's applied state holds every write committed before now (see
 /// the module doc); `Err` is the response to give instead.
 async fn catch_up(node: &Node, headers: &HeaderMap) -> Result<(), Response> {
-    let deadline = Instant::now() + node.limits.leader_wait;
-    loop {
-        match node.route(super::hops(headers)) {
-            Route::Local => match node.linearize().await {
-                Ok(_) => return Ok(()),
-                Err(ProposeError::NotLeader) => {}
-                Err(e) => return Err(error_response(&e.to_api())),
-            },
-            Route::Forward { addr, .. } => match ask_read_index(node, headers, &addr).await {
-                Ok(Some(index)) => return wait_applied(node, index).await,
-                Ok(None) => {}
-                Err(resp) => return Err(resp),
-            },
-            Route::Wait => {}
-            Route::NoQuorum => return Err(error_response(&ProposeError::NoQuorum.to_api())),
+    let local = || async {
+        match node.linearize().await {
+            Ok(_) => Ok(Attempt::Done(())),
+            Err(ProposeError::NotLeader) => Ok(Attempt::Again),
+            Err(e) => Err(error_response(&e.to_api())),
         }
-        let now = Instant::now();
-        if now >= deadline {
-            return Err(error_response(&ApiError::new(
-                ErrorCode::Unavailable,
-                "no leader is reachable (election or lost quorum); retry",
-            )));
+    };
+    let remote = |addr: String| async move {
+        match ask_read_index(node, headers, &addr).await? {
+            Some(index) => wait_applied(node, index).await.map(Attempt::Done),
+            None => Ok(Attempt::Again),
         }
-        tokio::time::sleep(WAIT_STEP.min(deadline - now)).await;
-    }
+    };
+    until_leader(node, super::hops(headers), local, remote).await
 }
 
 /// `Ok(None)`: the request did not reach a leader (route again); `Err`: the leader's

@@ -67,28 +67,66 @@ pub enum LeaderOp {
 const WAIT_STEP: Duration = Duration::from_millis(25);
 
 pub async fn on_leader(node: &Arc<Node>, inbound: &Inbound, op: LeaderOp) -> Response {
+    let local = || async {
+        match execute(node, &op).await {
+            Ok(resp) => Ok(Attempt::Done(resp)),
+            Err(ProposeError::NotLeader) => Ok(Attempt::Again),
+            Err(e) => Err(error_response(&e.to_api())),
+        }
+    };
+    let remote = |addr: String| async move {
+        match forward(node, inbound, &addr).await {
+            Ok(resp) => Ok(Attempt::Done(resp)),
+            Err(ForwardError::NotSent) => Ok(Attempt::Again),
+            Err(ForwardError::Unknown(msg)) => {
+                Err(error_response(&ApiError::new(ErrorCode::Timeout, msg)))
+            }
+        }
+    };
+    until_leader(node, inbound.hops, local, remote)
+        .await
+        .unwrap_or_else(|resp| resp)
+}
+
+/// One try at the leader: done, or to be tried again once the leader may have changed.
+pub enum Attempt<T> {
+    Done(T),
+    Again,
+}
+
+/// The leader-wait loop, the one copy (writes, reads on the leader, the backup's read
+/// index): where `node.route` says the leader is, runs `local` here or `remote` towards
+/// its address; while there is none, or an attempt says [`Attempt::Again`], waits a
+/// [`WAIT_STEP`] and decides again, for at most `Limits::leader_wait` — then 503
+/// `unavailable` with `Retry-After`. No quorum answers at once. `Err` is the response to
+/// give.
+pub async fn until_leader<T, L, LF, R, RF>(
+    node: &Node,
+    hops: u32,
+    mut local: L,
+    mut remote: R,
+) -> Result<T, Response>
+where
+    L: FnMut() -> LF,
+    LF: std::future::Future<Output = Result<Attempt<T>, Response>>,
+    R: FnMut(String) -> RF,
+    RF: std::future::Future<Output = Result<Attempt<T>, Response>>,
+{
     let deadline = Instant::now() + node.limits.leader_wait;
     loop {
-        match node.route(inbound.hops) {
-            Route::Local => match execute(node, &op).await {
-                Ok(resp) => return resp,
-                Err(ProposeError::NotLeader) => {}
-                Err(e) => return error_response(&e.to_api()),
-            },
-            Route::Forward { addr, .. } => match forward(node, inbound, &addr).await {
-                Ok(resp) => return resp,
-                Err(ForwardError::NotSent) => {}
-                Err(ForwardError::Unknown(msg)) => {
-                    return error_response(&ApiError::new(ErrorCode::Timeout, msg));
-                }
-            },
-            Route::Wait => {}
-            Route::NoQuorum => return error_response(&ProposeError::NoQuorum.to_api()),
+        let attempt = match node.route(hops) {
+            Route::Local => local().await?,
+            Route::Forward { addr, .. } => remote(addr).await?,
+            Route::Wait => Attempt::Again,
+            Route::NoQuorum => return Err(error_response(&ProposeError::NoQuorum.to_api())),
+        };
+        if let Attempt::Done(v) = attempt {
+            return Ok(v);
         }
         let now = Instant::now();
         if now >= deadline {
             let msg = "no leader is reachable (election or lost quorum); retry";
-            return error_response(&ApiError::new(ErrorCode::Unavailable, msg));
+            return Err(error_response(&ApiError::new(ErrorCode::Unavailable, msg)));
         }
         // A plain sleep, not a wait on metrics: openraft republishes metrics on every
         // report, so such a wait returns at once and the loop would spin.

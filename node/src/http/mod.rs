@@ -95,10 +95,16 @@ async fn stamp_headers(State(node): State<Arc<Node>>, req: Request, next: Next) 
     let status = resp.status().as_u16();
     node.metrics
         .request(route, &method, status, started.elapsed());
-    let h = resp.headers_mut();
+    stamp(&node, resp.headers_mut());
+    resp
+}
+
+/// docs/api.md: every response carries `X-Leasehold-Node` and, when one is known, the
+/// leader in `X-Leasehold-Leader`. The one place these are written: the router's
+/// middleware above and the listener's own answers (limits, timeouts) call it.
+pub fn stamp(node: &Node, h: &mut axum::http::HeaderMap) {
     h.insert(NODE_HEADER, HeaderValue::from(node.id));
-    let leader = node.known_leader(&node.raft.metrics().borrow());
-    match leader {
+    match node.known_leader(&node.raft.metrics().borrow()) {
         Some(l) => {
             h.insert(LEADER_HEADER, HeaderValue::from(l));
         }
@@ -106,7 +112,6 @@ async fn stamp_headers(State(node): State<Arc<Node>>, req: Request, next: Next) 
             h.remove(LEADER_HEADER);
         }
     }
-    resp
 }
 
 pub fn json_response<T: Serialize>(status: StatusCode, value: &T) -> Response {
