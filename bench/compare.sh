@@ -11,7 +11,11 @@
 #      ETCD_DIR (the etcd harness, default ../shared/bench/etcd next to this repo),
 #      BASE_PORT (our nodes listen on BASE_PORT+1..+3, default 17000),
 #      SERVE_FLAGS (extra `leasehold serve` flags for our three nodes, default none; e.g.
-#      `SERVE_FLAGS="--worker-threads 1"`, one runtime thread per co-located node).
+#      `SERVE_FLAGS="--worker-threads 1"`, one runtime thread per co-located node),
+#      BINS (an A/B of leasehold builds in one run: space-separated LABEL=PATH pairs, e.g.
+#      `BINS="before=/tmp/old/leasehold after=target/release/leasehold"`; each run measures
+#      them in turn and the table gets a column each; default: this tree's build, labelled
+#      leasehold, built first), SKIP_ETCD=1 (no etcd runs: with BINS, a build-vs-build A/B).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -24,6 +28,8 @@ QUICK="${QUICK:-0}"
 BASE_PORT="${BASE_PORT:-17000}"
 SERVE_FLAGS="${SERVE_FLAGS:-}"
 BIN="$ROOT/target/release/leasehold"
+BINS="${BINS:-}"
+SKIP_ETCD="${SKIP_ETCD:-0}"
 mkdir -p "$OUT"
 
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -34,9 +40,17 @@ else
   C1=2000; C16=4000; C64=6000; Q1=3000; Q16=6000; Q64=8000; CL16=3000; TRIALS=3
 fi
 
-[[ -x "$ETCD_DIR/run.sh" ]] || { echo "etcd harness not found at $ETCD_DIR (set ETCD_DIR)" >&2; exit 1; }
-log "building leasehold (release)"
-(cd "$ROOT" && timeout 1800 cargo build --release --quiet -p leasehold-node)
+if [[ "$SKIP_ETCD" != 1 ]]; then
+  [[ -x "$ETCD_DIR/run.sh" ]] || { echo "etcd harness not found at $ETCD_DIR (set ETCD_DIR)" >&2; exit 1; }
+fi
+if [[ -z "$BINS" ]]; then
+  log "building leasehold (release)"
+  (cd "$ROOT" && timeout 1800 cargo build --release --quiet -p leasehold-node)
+  BINS="leasehold=$BIN"
+fi
+for pair in $BINS; do
+  [[ "$pair" == *=* && -x "${pair#*=}" ]] || { echo "BINS: '$pair' is not LABEL=EXECUTABLE" >&2; exit 1; }
+done
 
 PIDS=()
 DATA=""
@@ -78,12 +92,9 @@ ours() {  # ours FILE MODE CONC CYCLES [extra]
     --ttl-ms 10000 --max-secs 60 "$@" | tee -a "$file" >&2
 }
 
-for r in $(seq 1 "$RUNS"); do
-  log "run $r/$RUNS: etcd"
-  RESULTS="$OUT/etcd-$r.jsonl" QUICK="$QUICK" timeout 900 "$ETCD_DIR/run.sh" >"$OUT/etcd-$r.log" 2>&1 ||
-    { echo "etcd harness failed; see $OUT/etcd-$r.log" >&2; exit 1; }
-  log "run $r/$RUNS: leasehold"
-  f="$OUT/leasehold-$r.jsonl"
+measure_ours() {  # measure_ours LABEL RUN: every shape, then the failover trials
+  local label="$1" r="$2" f="$OUT/$1-$2.jsonl"
+  log "run $r/$RUNS: $label ($BIN)"
   start_ours
   ours "$f" cycle 1 "$C1"
   ours "$f" cycle 16 "$C16"
@@ -94,11 +105,23 @@ for r in $(seq 1 "$RUNS"); do
   ours "$f" claim 64 "$Q64"
   stop_ours
   timeout 600 "$BIN" bench failover --trials "$TRIALS" | tee -a "$f" >&2
+}
+
+for r in $(seq 1 "$RUNS"); do
+  if [[ "$SKIP_ETCD" != 1 ]]; then
+    log "run $r/$RUNS: etcd"
+    RESULTS="$OUT/etcd-$r.jsonl" QUICK="$QUICK" timeout 900 "$ETCD_DIR/run.sh" >"$OUT/etcd-$r.log" 2>&1 ||
+      { echo "etcd harness failed; see $OUT/etcd-$r.log" >&2; exit 1; }
+  fi
+  for pair in $BINS; do
+    BIN="${pair#*=}" measure_ours "${pair%%=*}" "$r"
+  done
 done
 
-python3 - "$OUT" <<'EOF'
+LABELS="$(for pair in $BINS; do printf '%s ' "${pair%%=*}"; done)"
+python3 - "$OUT" $LABELS <<'EOF'
 import glob, json, statistics, sys
-out = sys.argv[1]
+out, labels = sys.argv[1], sys.argv[2:]
 
 def load(pattern):
     rows = []
@@ -109,7 +132,8 @@ def load(pattern):
                 rows.append(json.loads(line))
     return rows
 
-etcd, ours = load("etcd-*.jsonl"), load("leasehold-*.jsonl")
+etcd = load("etcd-*.jsonl")
+ours = {label: load(f"{label}-*.jsonl") for label in labels}
 
 def med(xs):
     xs = [x for x in xs if x is not None]
@@ -123,41 +147,55 @@ def lat(r, k, q):
     v = (r.get("lat") or {}).get(k)
     return v.get(q) if isinstance(v, dict) else None
 
-table = []
-for mode in ("cycle", "claim"):
-    for c in (1, 16, 64):
-        e, o = pick(etcd, mode, c), pick(ours, mode, c)
-        table.append((f"{mode}s/s, c={c}", med(r["per_sec"] for r in e), med(r["per_sec"] for r in o), "higher"))
-e, o = pick(etcd, "cycle", 16, "leader"), pick(ours, "cycle", 16, "leader")
-table.append(("cycles/s, c=16, leader", med(r["per_sec"] for r in e), med(r["per_sec"] for r in o), "higher"))
-e, o = pick(etcd, "claim", 1), pick(ours, "claim", 1)
-table.append(("claim p50 ms, c=1", med(lat(r, "claim", "p50_ms") for r in e), med(lat(r, "claim", "p50_ms") for r in o), "lower"))
-e, o = pick(etcd, "claim", 64), pick(ours, "claim", 64)
-table.append(("claim p99 ms, c=64", med(lat(r, "claim", "p99_ms") for r in e), med(lat(r, "claim", "p99_ms") for r in o), "lower"))
-ef = [r for r in etcd if r.get("mode") == "failover"]
-of = [r for r in ours if r.get("mode") == "failover" and "median" in r]
-otrials = [r for r in ours if "trial" in r]
-table.append(("failover: new leader ms", med(r.get("new_leader_seen_ms") for r in ef), med(r.get("new_leader_ms") for r in otrials), "lower"))
-table.append(("failover: write gap ms", med(r.get("max_write_gap_ms") for r in ef), med(r.get("write_gap_ms") for r in otrials), "lower"))
-table.append(("failover: client gap ms", None, med(r.get("client_gap_ms") for r in otrials), "lower"))
+def rows_of(rows):
+    """The measures of one system's rows: (name, value, better) in table order."""
+    t = []
+    for mode in ("cycle", "claim"):
+        for c in (1, 16, 64):
+            t.append((f"{mode}s/s, c={c}", med(r["per_sec"] for r in pick(rows, mode, c)), "higher"))
+    t.append(("cycles/s, c=16, leader", med(r["per_sec"] for r in pick(rows, "cycle", 16, "leader")), "higher"))
+    t.append(("claim p50 ms, c=1", med(lat(r, "claim", "p50_ms") for r in pick(rows, "claim", 1)), "lower"))
+    t.append(("claim p99 ms, c=64", med(lat(r, "claim", "p99_ms") for r in pick(rows, "claim", 64)), "lower"))
+    fo = [r for r in rows if r.get("mode") == "failover"]
+    trials = [r for r in rows if "trial" in r]
+    if trials:  # ours: one row per trial
+        t.append(("failover: new leader ms", med(r.get("new_leader_ms") for r in trials), "lower"))
+        t.append(("failover: write gap ms", med(r.get("write_gap_ms") for r in trials), "lower"))
+        t.append(("failover: client gap ms", med(r.get("client_gap_ms") for r in trials), "lower"))
+    else:  # etcd's harness
+        t.append(("failover: new leader ms", med(r.get("new_leader_seen_ms") for r in fo), "lower"))
+        t.append(("failover: write gap ms", med(r.get("max_write_gap_ms") for r in fo), "lower"))
+        t.append(("failover: client gap ms", None, "lower"))
+    return t
 
+columns = ([("etcd", rows_of(etcd))] if etcd else []) + [(l, rows_of(ours[l])) for l in labels]
 def fmt(x):
     return "–" if x is None else (f"{x:,.1f}" if x < 100 else f"{x:,.0f}")
 
-print(f"\nLeasehold vs etcd 3.4 on this machine ({len(glob.glob(out + '/etcd-*.jsonl'))} run(s) each, medians); results in {out}\n")
-print(f"| {'measure':<28} | {'etcd':>10} | {'leasehold':>10} | {'ratio':>8} |")
-print(f"|{'-'*30}|{'-'*12}|{'-'*12}|{'-'*10}|")
-for name, e, o, better in table:
-    ratio = None
-    if e and o:
-        ratio = o / e if better == "higher" else e / o
-    print(f"| {name:<28} | {fmt(e):>10} | {fmt(o):>10} | {('×%.2f' % ratio) if ratio else '–':>8} |")
-print("\nratio: how many times better Leasehold is (throughput ours/etcd; latency and gaps etcd/ours).")
+base_name, base = columns[0]
+print(f"\n{' vs '.join(n for n, _ in columns)} on this machine "
+      f"({len(glob.glob(out + '/' + labels[0] + '-*.jsonl'))} run(s) each, medians); results in {out}\n")
+head = f"| {'measure':<28} | " + " | ".join(f"{n:>10}" for n, _ in columns)
+head += "".join(f" | {n + '/' + base_name:>16}" for n, _ in columns[1:]) + " |"
+print(head)
+print("|" + "|".join("-" * len(c) for c in head.split("|")[1:-1]) + "|")
+for k, (name, _, better) in enumerate(base):
+    vals = [col[k][1] for _, col in columns]
+    line = f"| {name:<28} | " + " | ".join(f"{fmt(v):>10}" for v in vals)
+    for v in vals[1:]:
+        ratio = None
+        if vals[0] and v:
+            ratio = v / vals[0] if better == "higher" else vals[0] / v
+        line += f" | {('×%.2f' % ratio) if ratio else '–':>16}"
+    print(line + " |")
+print(f"\nratio: how many times better each column is than {base_name} (throughput X/{base_name}; "
+      f"latency and gaps {base_name}/X).")
 print("A cycle: etcd = grant + claim txn + keepalive + complete txn + revoke (5 requests, 4 replicated);")
 print("Leasehold = claim + renew + complete (3 requests, 3 replicated). A claim: etcd = grant + txn; Leasehold = 1 request.")
-el = [(r.get("mode"), r.get("concurrency"), r.get("elections")) for r in ours if "elections" in r]
-print(f"Leasehold leader elections during the timed runs (mode, clients, elections): {el}")
-intact = [r.get("held_intact") for r in otrials]
-print(f"Leasehold failover: held intact per trial {intact}; expiry_error_ms per trial "
-      f"{[r.get('expiry_error_ms') for r in otrials]}")
+for label in labels:
+    el = [(r.get("mode"), r.get("concurrency"), r.get("elections")) for r in ours[label] if "elections" in r]
+    print(f"{label}: leader elections during the timed runs (mode, clients, elections): {el}")
+    otrials = [r for r in ours[label] if "trial" in r]
+    print(f"{label}: failover held intact per trial {[r.get('held_intact') for r in otrials]}; "
+          f"expiry_error_ms per trial {[r.get('expiry_error_ms') for r in otrials]}")
 EOF
