@@ -31,15 +31,19 @@
 //!    would be the same caller, and a 1/8 cap would only shorten everyone's window.
 //!
 //! Why every entry is accounted at its full size rather than stored compactly (a shared
-//! payload, or a digest plus what rebuilds the reply): docs/api.md promises the first response "byte for byte", and the job an error
-//! embeds is a view at that instant — a later complete sets its result, a delete and
-//! re-submit under the same id changes its payload — so the reply cannot be rebuilt from
-//! the job table, and sharing the payload behind an `Arc` would change the wire `Job` type
-//! that node and client use. Full-size accounting plus the per-scope quota bounds what one
-//! caller can pin (8 MiB) and what the table can hold (64 MiB) on every replica, which is
-//! what the attack needed; a compact form can later lower the figures without changing the
-//! bounds. May import `command` (the reply), `limits` (bounds and key scopes) and
-//! `machine::Config`, nothing with IO.
+//! payload, or a digest plus what rebuilds the reply): docs/api.md promises the first
+//! response "byte for byte", and the job an error embeds is a view at that instant — a
+//! later complete sets its result, a delete and re-submit under the same id changes its
+//! payload — so the reply cannot be rebuilt from the job table; sharing the payload behind
+//! an `Arc` would change the wire `Job` type that node and client use. Sharing whole equal
+//! replies behind an `Arc` (tried: 4,000 keyed 409s on one held job are one reply) bounds
+//! memory but not the snapshot, which writes every entry's reply in full — 4,000 × 128 KiB,
+//! past the 64 MiB bound on disk and in every snapshot install — unless the snapshot
+//! format stored each distinct reply once, a format change that backups and `snapshot
+//! restore` would have to follow. Full-size accounting plus the per-scope quota bounds
+//! what one caller can pin (8 MiB) and what the table can hold (64 MiB), in memory and in
+//! snapshots, on every replica, which is what the attack needed. May import `command` (the
+//! reply), `limits` (bounds and key scopes) and `machine::Config`, nothing with IO.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
