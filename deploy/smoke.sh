@@ -14,6 +14,8 @@
 #     id: invoice-42 is completed) through a survivor, and invoice-42 is still completed.
 #  6. The killed node started again: it catches up (the same state digest on all three).
 #  7. `compose stop`: every node exits 0 (SIGTERM handled as PID 1).
+#  8. Up again with docker-compose.tokens.yml and `make-secrets.sh --tokens`, on the same
+#     volumes: no token is refused 401, a reader's claim 403, a worker's claim 200.
 # Everything it creates (containers, network, volumes, secrets) is removed on exit, pass
 # or fail; the images stay (build-image.sh reuses them).
 #
@@ -51,7 +53,8 @@ else
   command -v docker-compose >/dev/null 2>&1 || fail "neither 'docker compose' nor docker-compose"
   compose_bin=(docker-compose)
 fi
-compose() { "${compose_bin[@]}" -p "$PROJECT" -f deploy/docker-compose.yml "$@"; }
+files=(-f deploy/docker-compose.yml)
+compose() { "${compose_bin[@]}" -p "$PROJECT" "${files[@]}" "$@"; }
 
 SECRETS=$(mktemp -d "${TMPDIR:-/tmp}/leasehold-smoke.XXXXXX")
 export LEASEHOLD_SECRETS_DIR=$SECRETS LEASEHOLD_IMAGE=$IMAGE
@@ -67,9 +70,11 @@ trap cleanup EXIT
 url() { echo "http://127.0.0.1:$((PORT0 + $1 - 1))"; }
 
 # call METHOD URL [BODY]: prints "STATUS BODY"; STATUS 000 when nothing answered.
+# With TOKEN set, it is sent as the bearer token.
 call() {
   local body data=()
   [ $# -lt 3 ] || data=(-H 'Content-Type: application/json' -d "$3")
+  [ -z "${TOKEN:-}" ] || data+=(-H "Authorization: Bearer $TOKEN")
   body=$(curl -s -m 5 -w '\n%{http_code}' -X "$1" "$2" "${data[@]}") || true
   printf '%s %s\n' "${body##*$'\n'}" "${body%$'\n'*}"
 }
@@ -85,7 +90,8 @@ until_ok() {
 }
 
 ready() { [ "$(curl -s -m 2 -o /dev/null -w '%{http_code}' "$(url "$1")/readyz")" = 200 ]; }
-leader_of() { curl -s -m 2 "$(url "$1")/v1/cluster" | jq -r '.leader_id // empty'; }
+# The leader node $1 knows, from /readyz (no token needed, unlike /v1/cluster).
+leader_of() { curl -s -m 2 "$(url "$1")/readyz" | jq -r '.leader_id // empty'; }
 
 # all_agree NODE…: every node is ready and names the same leader, one of NODE….
 all_agree() {
@@ -103,8 +109,9 @@ all_agree() {
 # expect WHAT "STATUS BODY" STATUS JQ-TEST: the status, and a jq test on the body.
 expect() {
   local status=${2%% *} body=${2#* }
-  [ "$status" = "$3" ] && jq -e "$4" >/dev/null 2>&1 <<<"$body" \
-    || fail "$1: wanted $3 and $4, got $status $body"
+  if [ "$status" != "$3" ] || ! jq -e "$4" >/dev/null 2>&1 <<<"$body"; then
+    fail "$1: wanted $3 and $4, got $status $body"
+  fi
   echo "   $1: $status $body" | cut -c1-160 >&2
 }
 
@@ -197,4 +204,21 @@ for n in 1 2 3; do
   [ "$code" = 0 ] || fail "node$n exited $code on compose stop, not 0"
 done
 echo "   all three exited 0" >&2
+
+# 8 --------------------------------------------------------------------------------------
+say "client tokens (docker-compose.tokens.yml), on the same volumes"
+deploy/make-secrets.sh --tokens
+files+=(-f deploy/docker-compose.tokens.yml)
+compose up -d
+until_ok 60 "three nodes ready with one leader, with tokens" all_agree 1 2 3
+token_of() { awk -v role="\"$1\"" '$1 == "token" { t = $3 } $1 == "role" && $3 == role { gsub(/"/, "", t); print t; exit }' "$SECRETS/tokens.toml"; }
+claim='{"owner":"worker-c","ttl_ms":10000}'
+r=$(call POST "$(url 2)/v1/jobs/invoice-44/claim" "$claim")
+expect "claim without a token" "$r" 401 '.error.code == "unauthenticated"'
+r=$(TOKEN=$(token_of reader) call POST "$(url 2)/v1/jobs/invoice-44/claim" "$claim")
+expect "claim with the reader token" "$r" 403 '.error.code == "permission_denied"'
+r=$(TOKEN=$(token_of worker) call POST "$(url 2)/v1/jobs/invoice-44/claim" "$claim")
+expect "claim with the worker token" "$r" 200 '.owner == "worker-c" and .generation == 1'
+r=$(TOKEN=$(token_of admin) call GET "$(url 3)/v1/jobs/invoice-42")
+expect "invoice-42 read with the admin token" "$r" 200 '.state == "completed"'
 say "smoke: PASS"
