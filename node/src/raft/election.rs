@@ -153,7 +153,7 @@ impl Elector {
         let judged = self
             .log
             .last_log_id()
-            .map_err(|e| format!("cannot read the log: {e}"))
+            .map_err(Refusal::LogUnreadable)
             .and_then(|my_last| {
                 judge(
                     state,
@@ -168,12 +168,28 @@ impl Elector {
                 granted: true,
                 reason: String::new(),
             },
-            Err(reason) => PreVoteResponse {
+            Err(refusal) => PreVoteResponse {
                 granted: false,
-                reason,
+                reason: refusal.to_string(),
             },
         }
     }
+}
+
+/// Why a pre-vote was refused; its text is the answer's `reason`, for the candidate's log.
+#[derive(Debug, thiserror::Error)]
+pub enum Refusal {
+    #[error("this node is the leader")]
+    Leader,
+    #[error("this node heard from a leader (or started) {quiet_ms} ms ago")]
+    HeardFromLeader { quiet_ms: u128 },
+    #[error("the candidate's log ends at {candidate:?}, this node's at {mine:?}")]
+    LogBehind {
+        candidate: Option<LogId>,
+        mine: Option<LogId>,
+    },
+    #[error("cannot read the log: {0}")]
+    LogUnreadable(std::io::Error),
 }
 
 /// The pre-vote rule, as a pure function: grant unless this node leads, has heard from
@@ -184,20 +200,20 @@ pub fn judge(
     lease: Duration,
     my_last: Option<LogId>,
     candidate_last: Option<LogId>,
-) -> Result<(), String> {
+) -> Result<(), Refusal> {
     if state == ServerState::Leader {
-        return Err("this node is the leader".into());
+        return Err(Refusal::Leader);
     }
     if quiet_for < lease {
-        return Err(format!(
-            "this node heard from a leader (or started) {} ms ago",
-            quiet_for.as_millis()
-        ));
+        return Err(Refusal::HeardFromLeader {
+            quiet_ms: quiet_for.as_millis(),
+        });
     }
     if candidate_last < my_last {
-        return Err(format!(
-            "the candidate's log ends at {candidate_last:?}, this node's at {my_last:?}"
-        ));
+        return Err(Refusal::LogBehind {
+            candidate: candidate_last,
+            mine: my_last,
+        });
     }
     Ok(())
 }
@@ -447,22 +463,28 @@ mod tests {
         let quiet = Duration::from_millis(250);
         let f = ServerState::Follower;
         // Granted: no leader heard for a lease, candidate's log at least as long.
-        assert_eq!(judge(f, quiet, lease, id(2, 10), id(2, 10)), Ok(()));
-        assert_eq!(judge(f, quiet, lease, id(2, 10), id(2, 11)), Ok(()));
-        assert_eq!(judge(f, quiet, lease, id(2, 10), id(3, 4)), Ok(()));
-        assert_eq!(
-            judge(ServerState::Candidate, quiet, lease, None, None),
-            Ok(())
-        );
+        assert!(judge(f, quiet, lease, id(2, 10), id(2, 10)).is_ok());
+        assert!(judge(f, quiet, lease, id(2, 10), id(2, 11)).is_ok());
+        assert!(judge(f, quiet, lease, id(2, 10), id(3, 4)).is_ok());
+        assert!(judge(ServerState::Candidate, quiet, lease, None, None).is_ok());
         // Refused: a shorter log, or an older term at the end of it.
-        assert!(judge(f, quiet, lease, id(2, 10), id(2, 9)).is_err());
-        assert!(judge(f, quiet, lease, id(3, 4), id(2, 10)).is_err());
-        assert!(judge(f, quiet, lease, id(1, 1), None).is_err());
+        let behind = |mine, theirs| {
+            matches!(
+                judge(f, quiet, lease, mine, theirs),
+                Err(Refusal::LogBehind { .. })
+            )
+        };
+        assert!(behind(id(2, 10), id(2, 9)));
+        assert!(behind(id(3, 4), id(2, 10)));
+        assert!(behind(id(1, 1), None));
         // Refused: a leader was heard from within the lease, or this node leads.
         let recent = Duration::from_millis(150);
         let err = judge(f, recent, lease, id(2, 10), id(2, 10)).unwrap_err();
-        assert!(err.contains("150 ms ago"), "{err}");
-        assert!(judge(ServerState::Leader, quiet, lease, None, id(9, 9)).is_err());
+        assert!(err.to_string().contains("150 ms ago"), "{err}");
+        assert!(matches!(
+            judge(ServerState::Leader, quiet, lease, None, id(9, 9)),
+            Err(Refusal::Leader)
+        ));
     }
 
     #[test]
