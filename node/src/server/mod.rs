@@ -322,6 +322,7 @@ async fn open(cfg: &NodeConfig) -> Result<Opened, StartError> {
     let network = Network::new(cfg.dial.clone(), peer.clone()).with_tls(cfg.tls.clone());
     let elector = Arc::new(Elector::new(
         log_store.clone(),
+        cfg.clock.clone(),
         cfg.raft.election_timeout_min_ms,
         cfg.raft.election_timeout_max_ms,
     ));
