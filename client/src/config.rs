@@ -174,7 +174,10 @@ impl ClientBuilder {
     }
 
     pub fn build(self) -> Result<Client, Error> {
-        self.config.deadline.validate().map_err(Error::Config)?;
+        self.config
+            .deadline
+            .validate()
+            .map_err(|e| Error::Config(e.to_string()))?;
         if let Some(t) = &self.config.token {
             t.validate()?;
         }

@@ -39,11 +39,18 @@ impl Default for DeadlinePolicy {
     }
 }
 
+/// A [`DeadlinePolicy`] whose `drift` is not a fraction in `[0, 1)` (NaN included).
+#[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]
+#[error("drift must be in [0, 1) (got {drift})")]
+pub struct DriftOutOfRange {
+    pub drift: f64,
+}
+
 impl DeadlinePolicy {
     /// Checks `drift` is a fraction in `[0, 1)`.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), DriftOutOfRange> {
         if !(0.0..1.0).contains(&self.drift) {
-            return Err(format!("drift must be in [0, 1) (got {})", self.drift));
+            return Err(DriftOutOfRange { drift: self.drift });
         }
         Ok(())
     }

@@ -53,7 +53,7 @@ mod transport;
 pub use client::{Client, ClusterStatus, ListJobs, Membership, NewJob};
 pub use clock::{BootClock, Clock, LocalClock, LocalInstant};
 pub use config::{ClientBuilder, Config, Token};
-pub use deadline::DeadlinePolicy;
+pub use deadline::{DeadlinePolicy, DriftOutOfRange};
 pub use error::Error;
 pub use keepalive::{
     run_leased, CancelReason, Completed, KeepAlive, KeepAliveConfig, LeaseCtx, LeaseStatus,

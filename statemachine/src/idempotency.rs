@@ -52,6 +52,7 @@ use serde::{Deserialize, Serialize};
 use crate::command::Reply;
 use crate::limits::{self, IDEMPOTENCY_SCOPE_SHARE};
 use crate::machine::Config;
+use crate::snapshot::Inconsistency;
 
 /// What one entry costs beyond its key and its encoded reply: the key index's slot, the
 /// order map's node share, the scope FIFO's number and the in-memory reply's fixed part.
@@ -239,22 +240,25 @@ impl IdempotencyTable {
     /// they can't have come from one. A table written by a build without byte bounds or
     /// quotas may be over them: it is brought within them as it is read, forgetting what
     /// a bounded build would have forgotten (a table within the bounds loses nothing).
-    pub fn from_entries(entries: Vec<(String, Remembered)>, b: Bounds) -> Result<Self, String> {
+    pub fn from_entries(
+        entries: Vec<(String, Remembered)>,
+        b: Bounds,
+    ) -> Result<Self, Inconsistency> {
         if entries.len() > b.keys_max {
             // The key bound is in the config: no build wrote a table over it.
-            return Err("idempotency table over its bound".into());
+            return Err(Inconsistency::IdempotencyOverBound);
         }
         let mut t = IdempotencyTable::default();
         t.by_key.reserve(entries.len());
         for (k, r) in entries {
             if t.by_key.contains_key(&k) {
-                return Err(format!("idempotency key {k:?} remembered twice"));
+                return Err(Inconsistency::KeyTwice(k));
             }
             if t.order
                 .last_key_value()
                 .is_some_and(|(_, last)| last.remembered.recorded_ms > r.recorded_ms)
             {
-                return Err(format!("idempotency key {k:?} out of time order"));
+                return Err(Inconsistency::KeyOutOfOrder(k));
             }
             let scope = limits::split_idempotency_key(&k).0.to_owned();
             t.push(k, r);

@@ -13,7 +13,8 @@
 //!   accounted bytes and per caller scope.
 //! - `queries`: read-only questions between entries (is anything claimable?).
 //! - `queue_stats`: jobs per queue and state, kept by every transition (for metrics).
-//! - [`snapshot`]: `snapshot()`/`restore()` and `check_invariants()`.
+//! - [`snapshot`]: `snapshot()`/`restore()` and `check_invariants()`; why a restore is
+//!   refused ([`SnapshotError`], [`Inconsistency`]).
 
 pub mod command;
 mod idempotency;
@@ -25,7 +26,7 @@ pub mod snapshot;
 pub mod wire;
 
 pub use command::{BatchItem, Command, Entry, Outcome, Reply};
-pub use machine::{Config, LeaseMachine, Stats};
+pub use machine::{Config, GenerationOverflow, LeaseMachine, Stats};
 pub use queue_stats::QueueStats;
-pub use snapshot::{SnapshotError, SnapshotSource};
+pub use snapshot::{Inconsistency, SnapshotError, SnapshotSource};
 pub use wire::{ApiError, ErrorBody, ErrorCode, Job, JobPage, JobState, Lease};

@@ -80,6 +80,15 @@ pub(crate) struct JobRecord {
     pub log_index: u64,
 }
 
+/// [`LeaseMachine::raise_generations`] refused: raising by `by` would overflow the
+/// highest generation the machine knows, `top`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("raising generations by {by} overflows (the highest is {top})")]
+pub struct GenerationOverflow {
+    pub by: u64,
+    pub top: u64,
+}
+
 /// Counters for metrics and dashboards, as of the last applied entry.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Stats {
@@ -246,7 +255,7 @@ impl LeaseMachine {
     /// the old cluster after the backup, perhaps claimed there many times — get the same
     /// floor: their first claim here is generation `by + 1`. Errors (changing nothing) if
     /// a generation would overflow.
-    pub fn raise_generations(&mut self, by: u64) -> Result<(), String> {
+    pub fn raise_generations(&mut self, by: u64) -> Result<(), GenerationOverflow> {
         let top = self
             .jobs
             .values()
@@ -256,9 +265,7 @@ impl LeaseMachine {
             .max()
             .unwrap_or(0);
         if top.checked_add(by).is_none() {
-            return Err(format!(
-                "raising generations by {by} overflows (the highest is {top})"
-            ));
+            return Err(GenerationOverflow { by, top });
         }
         let now = self.clock_ms;
         self.generation_floor += by;

@@ -33,7 +33,38 @@ pub enum SnapshotError {
     #[error("snapshot does not decode: {0}")]
     Decode(String),
     #[error("snapshot is inconsistent: {0}")]
-    Inconsistent(String),
+    Inconsistent(#[from] Inconsistency),
+}
+
+/// Why a decoded snapshot cannot have come from a machine: a snapshot comes from a peer
+/// or the disk, so content breaking an invariant is bad input, refused on restore (found
+/// by fuzzing `restore`, issue 7 part 6), not a bug to assert on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Inconsistency {
+    #[error("a v2 snapshot with generation floor 0")]
+    V2WithoutFloor,
+    #[error("job {0} indexed twice")]
+    IndexedTwice(String),
+    #[error("live job {0} is tombstoned")]
+    LiveTombstoned(String),
+    #[error("job {0} has more attempts than generations")]
+    AttemptsOverGenerations(String),
+    #[error("job {0} has attempts beyond max_attempts")]
+    AttemptsOverMax(String),
+    #[error("closed job {0} is leased")]
+    ClosedLeased(String),
+    #[error("job {0} holds an expired lease")]
+    ExpiredLease(String),
+    #[error("idempotency table over its bound")]
+    IdempotencyOverBound,
+    #[error("idempotency key {0:?} remembered twice")]
+    KeyTwice(String),
+    #[error("idempotency key {0:?} out of time order")]
+    KeyOutOfOrder(String),
+    #[error("idempotency key {0:?} from the future")]
+    KeyFromFuture(String),
+    #[error("expired idempotency key {0:?} kept")]
+    ExpiredKeyKept(String),
 }
 
 /// A queue, its members' handles, its claimable jobs' (ready_at_ms, handle) and its jobs
@@ -223,9 +254,7 @@ impl LeaseMachine {
         let s = decoded.map_err(|e| SnapshotError::Decode(e.to_string()))?;
         if version == SNAPSHOT_FORMAT_V2 && s.generation_floor == 0 {
             // One state, one encoding: without a floor it is written as v1.
-            return Err(SnapshotError::Inconsistent(
-                "a v2 snapshot with generation floor 0".into(),
-            ));
+            return Err(Inconsistency::V2WithoutFloor.into());
         }
         let mut m = LeaseMachine::new(s.config);
         m.clock_ms = s.clock_ms;
@@ -235,8 +264,7 @@ impl LeaseMachine {
         m.grace_applied = s.grace_applied;
         m.tombstones = s.tombstones;
         m.generation_floor = s.generation_floor;
-        m.idempotency = IdempotencyTable::from_entries(s.idempotency, Bounds::of(&s.config))
-            .map_err(SnapshotError::Inconsistent)?;
+        m.idempotency = IdempotencyTable::from_entries(s.idempotency, Bounds::of(&s.config))?;
         m.ids.reserve(s.jobs.len());
         // The indexes are collected into vectors and built in bulk: a million one-by-one
         // tree inserts (and a queue-name copy per record) were most of a restart.
@@ -244,13 +272,9 @@ impl LeaseMachine {
         let mut expiry = Vec::new();
         for (&handle, rec) in &s.jobs {
             if handle >= m.next_handle || m.ids.insert(rec.id.clone(), handle).is_some() {
-                return Err(SnapshotError::Inconsistent(format!(
-                    "job {} indexed twice",
-                    rec.id
-                )));
+                return Err(Inconsistency::IndexedTwice(rec.id.clone()).into());
             }
-            m.check_restored_record(rec)
-                .map_err(SnapshotError::Inconsistent)?;
+            m.check_restored_record(rec)?;
             let (members, ready, counts) = queues.of(&rec.queue);
             members.push(handle);
             match Slot::of(rec) {
@@ -283,46 +307,45 @@ impl LeaseMachine {
                 .insert(queue.to_owned(), members.into_iter().collect());
         }
         m.jobs = s.jobs;
-        m.check_restored_idempotency()
-            .map_err(SnapshotError::Inconsistent)?;
+        m.check_restored_idempotency()?;
         Ok(m)
     }
 
     /// What `check_invariants` asserts of one record, as an error: a snapshot comes from
     /// a peer or the disk, so a record breaking an invariant is bad input, not a bug
     /// (found by fuzzing `restore`, issue 7 part 6).
-    fn check_restored_record(&self, rec: &JobRecord) -> Result<(), String> {
-        let id = &rec.id;
-        if self.tombstones.contains_key(id) {
-            return Err(format!("live job {id} is tombstoned"));
+    fn check_restored_record(&self, rec: &JobRecord) -> Result<(), Inconsistency> {
+        let id = || rec.id.clone();
+        if self.tombstones.contains_key(&rec.id) {
+            return Err(Inconsistency::LiveTombstoned(id()));
         }
         if rec.generation < rec.attempts {
-            return Err(format!("job {id} has more attempts than generations"));
+            return Err(Inconsistency::AttemptsOverGenerations(id()));
         }
         if rec.max_attempts.is_some_and(|max| rec.attempts > max) {
-            return Err(format!("job {id} has attempts beyond max_attempts"));
+            return Err(Inconsistency::AttemptsOverMax(id()));
         }
         if rec.leased && rec.status != Status::Open {
-            return Err(format!("closed job {id} is leased"));
+            return Err(Inconsistency::ClosedLeased(id()));
         }
         if rec.leased && rec.lease_until_ms <= self.clock_ms {
-            return Err(format!("job {id} holds an expired lease"));
+            return Err(Inconsistency::ExpiredLease(id()));
         }
         Ok(())
     }
 
     /// The idempotency table's bounds against the restored clock and config.
-    fn check_restored_idempotency(&self) -> Result<(), String> {
+    fn check_restored_idempotency(&self) -> Result<(), Inconsistency> {
         let cfg = self.config;
         if self.idempotency.len() > cfg.idempotency_keys_max {
-            return Err("idempotency table over its bound".into());
+            return Err(Inconsistency::IdempotencyOverBound);
         }
         for (key, r) in self.idempotency.entries() {
             if r.recorded_ms > self.clock_ms {
-                return Err(format!("idempotency key {key:?} from the future"));
+                return Err(Inconsistency::KeyFromFuture(key.clone()));
             }
             if r.recorded_ms.saturating_add(cfg.idempotency_window_ms) <= self.clock_ms {
-                return Err(format!("expired idempotency key {key:?} kept"));
+                return Err(Inconsistency::ExpiredKeyKept(key.clone()));
             }
         }
         Ok(())

@@ -188,18 +188,27 @@ impl Data {
     }
 }
 
-fn validate(w: &WriteRequest) -> Result<(), String> {
+/// Why a write is refused with 400 `invalid_argument` before it reaches the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+enum InvalidWrite {
+    #[error("resource must be 1-{RESOURCE_LEN_MAX} bytes")]
+    Resource,
+    #[error("key must be 1-{KEY_LEN_MAX} bytes")]
+    Key,
+    #[error("value must be at most {VALUE_BYTES_MAX} bytes encoded")]
+    Value,
+}
+
+fn validate(w: &WriteRequest) -> Result<(), InvalidWrite> {
     if w.resource.is_empty() || w.resource.len() > RESOURCE_LEN_MAX {
-        return Err(format!("resource must be 1-{RESOURCE_LEN_MAX} bytes"));
+        return Err(InvalidWrite::Resource);
     }
     if w.key.is_empty() || w.key.len() > KEY_LEN_MAX {
-        return Err(format!("key must be 1-{KEY_LEN_MAX} bytes"));
+        return Err(InvalidWrite::Key);
     }
     let encoded = serde_json::to_vec(&w.value).map_or(usize::MAX, |v| v.len());
     if encoded > VALUE_BYTES_MAX {
-        return Err(format!(
-            "value must be at most {VALUE_BYTES_MAX} bytes encoded"
-        ));
+        return Err(InvalidWrite::Value);
     }
     Ok(())
 }
@@ -241,8 +250,8 @@ async fn write(State(store): State<Arc<FencedStore>>, body: Bytes) -> Response {
             )
         }
     };
-    if let Err(msg) = validate(&w) {
-        return error(StatusCode::BAD_REQUEST, "invalid_argument", msg);
+    if let Err(why) = validate(&w) {
+        return error(StatusCode::BAD_REQUEST, "invalid_argument", why.to_string());
     }
     let reply = store.write(&w);
     let mut body = serde_json::to_value(&reply).expect("replies always encode");
@@ -362,15 +371,15 @@ mod tests {
     #[test]
     fn writes_are_validated() {
         let mut bad = w(1, "");
-        assert!(validate(&bad).is_err());
+        assert_eq!(validate(&bad), Err(InvalidWrite::Key));
         bad.key = "k".repeat(KEY_LEN_MAX + 1);
-        assert!(validate(&bad).is_err());
+        assert_eq!(validate(&bad), Err(InvalidWrite::Key));
         bad.key = "k".into();
         bad.resource = String::new();
-        assert!(validate(&bad).is_err());
+        assert_eq!(validate(&bad), Err(InvalidWrite::Resource));
         bad.resource = "r".into();
         bad.value = Value::String("x".repeat(VALUE_BYTES_MAX));
-        assert!(validate(&bad).is_err());
+        assert_eq!(validate(&bad), Err(InvalidWrite::Value));
         assert!(validate(&w(1, "k")).is_ok());
     }
 }

@@ -257,14 +257,19 @@ pub enum ClusterCmd {
     },
 }
 
-fn parse_state(s: &str) -> Result<JobState, String> {
-    JobState::parse(s).ok_or_else(|| {
-        format!("unknown state {s:?}: expected pending, leased, completed or failed")
-    })
+/// A `--state` that is not one of docs/api.md's job states.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown state {0:?}: expected pending, leased, completed or failed")]
+pub struct UnknownState(pub String);
+
+fn parse_state(s: &str) -> Result<JobState, UnknownState> {
+    JobState::parse(s).ok_or_else(|| UnknownState(s.to_owned()))
 }
 
-/// A failure of a CLI command: the one line to print and the exit code.
-#[derive(Debug)]
+/// A failure of a client command: the one line to print and the exit code (the line is
+/// already the whole story: a cause is folded into `message` when the error is made).
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
 pub struct CliError {
     pub code: i32,
     pub message: String,
@@ -516,7 +521,7 @@ pub async fn run_cluster(args: ClusterArgs, opts: &ClientOpts) -> Result<(), Cli
             }
         }
         ClusterCmd::AddNode { id, addr } => {
-            crate::http::validate_addr(&addr).map_err(CliError::usage)?;
+            crate::http::validate_addr(&addr).map_err(|e| CliError::usage(e.to_string()))?;
             let m = client.add_node(id, &addr).await?;
             show_membership(&m, opts.output == Output::Json)
         }

@@ -3,12 +3,14 @@
 //!
 //! The folder is everything the binary does besides serving: [`jobs`] (`job …`,
 //! `cluster …`), [`worker`] (`worker run`), [`snapshot`] (`snapshot save|restore`),
-//! [`bench`](mod@bench) (the load generator, and `bench failover`). It is the top layer:
+//! [`bench`](mod@bench) (the load generator, and `bench failover`), [`error`] (why
+//! `serve`, `dev` or `bench` stopped). It is the top layer:
 //! it may import any folder (`server` to run a node, `http`'s header names, limits and
 //! parsers, `store` for restores, `security` for secrets and TLS), and only `main.rs`
 //! imports it.
 
 pub mod bench;
+pub mod error;
 pub mod jobs;
 pub mod snapshot;
 pub mod worker;
@@ -18,9 +20,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand};
 
+use crate::cli::error::{FlagError, RunError};
 use crate::security::peer_auth::PeerSecret;
 use crate::server::{self, NodeConfig};
 use crate::time::clock::SystemClock;
@@ -202,18 +204,29 @@ pub struct DevArgs {
     pub allow_origins: Vec<String>,
 }
 
+/// A `--peer` value that is not `ID=HOST:PORT` (clap prints it after the flag's name).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadPeer {
+    #[error("expected ID=HOST:PORT")]
+    NoEquals,
+    #[error("bad node id {0:?}")]
+    Id(String),
+    #[error("bad address {0:?}: expected HOST:PORT")]
+    Addr(String),
+}
+
 /// `ID=HOST:PORT`, as `--peer` takes it (`serve`, `snapshot restore`).
-pub(crate) fn parse_peer(s: &str) -> Result<(NodeId, String), String> {
-    let (id, addr) = s.split_once('=').ok_or("expected ID=HOST:PORT")?;
-    let id = id.parse().map_err(|_| format!("bad node id {id:?}"))?;
+pub(crate) fn parse_peer(s: &str) -> Result<(NodeId, String), BadPeer> {
+    let (id, addr) = s.split_once('=').ok_or(BadPeer::NoEquals)?;
+    let id = id.parse().map_err(|_| BadPeer::Id(id.to_owned()))?;
     if addr.is_empty() || !addr.contains(':') {
-        return Err(format!("bad address {addr:?}: expected HOST:PORT"));
+        return Err(BadPeer::Addr(addr.to_owned()));
     }
     Ok((id, addr.to_owned()))
 }
 
 impl ServeArgs {
-    fn listener_limits(&self) -> anyhow::Result<crate::http::listener::ListenerLimits> {
+    fn listener_limits(&self) -> Result<crate::http::listener::ListenerLimits, FlagError> {
         let counts = [
             self.max_inflight,
             self.max_inflight_raft,
@@ -224,14 +237,10 @@ impl ServeArgs {
             self.max_long_polls_per_caller,
         ];
         if counts.contains(&0) {
-            bail!(
-                "--max-inflight, --max-inflight-raft, --max-connections, \
-                 --max-connections-per-source, --max-inflight-per-caller, --max-long-polls \
-                 and --max-long-polls-per-caller must be at least 1"
-            );
+            return Err(FlagError::ZeroLimit);
         }
         if self.request_timeout_ms == 0 || self.header_read_timeout_ms == 0 {
-            bail!("--request-timeout-ms and --header-read-timeout-ms must be at least 1");
+            return Err(FlagError::ZeroTimeout);
         }
         Ok(crate::http::listener::ListenerLimits {
             max_inflight: self.max_inflight,
@@ -247,27 +256,27 @@ impl ServeArgs {
         })
     }
 
-    pub fn node_config(&self) -> anyhow::Result<NodeConfig> {
+    pub fn node_config(&self) -> Result<NodeConfig, FlagError> {
         let mut peers = BTreeMap::new();
         for (id, addr) in &self.peers {
             if peers.insert(*id, addr.clone()).is_some() {
-                bail!("--peer lists node {id} twice");
+                return Err(FlagError::PeerTwice(*id));
             }
         }
         if !peers.contains_key(&self.id) {
-            bail!("--peer must list this node's own id {}", self.id);
+            return Err(FlagError::PeerWithoutSelf(self.id));
         }
         if !(self.clock_rate > 0.0 && self.clock_rate.is_finite()) {
-            bail!("--clock-rate must be a positive number");
+            return Err(FlagError::ClockRate);
         }
         let mut cfg = NodeConfig::new(self.id, self.data_dir.clone(), peers);
         cfg.listener = self.listener_limits()?;
         for (id, addr) in &self.peer_dial {
             if !cfg.peers.contains_key(id) {
-                bail!("--peer-dial names node {id}, which --peer does not list");
+                return Err(FlagError::DialNotAPeer(*id));
             }
             if cfg.dial.insert(*id, addr.clone()).is_some() {
-                bail!("--peer-dial lists node {id} twice");
+                return Err(FlagError::DialTwice(*id));
             }
         }
         cfg.clock = SystemClock::skewed(self.clock_offset_ms, self.clock_rate).shared();
@@ -294,28 +303,25 @@ impl ServeArgs {
     fn join_config(
         &self,
         cfg: &NodeConfig,
-    ) -> anyhow::Result<Option<crate::raft::join::JoinConfig>> {
+    ) -> Result<Option<crate::raft::join::JoinConfig>, FlagError> {
         let Some(via) = &self.join else {
             return Ok(None);
         };
-        crate::http::validate_addr(via).map_err(|e| anyhow::anyhow!("--join: {e}"))?;
+        crate::http::validate_addr(via).map_err(FlagError::JoinAddr)?;
         if cfg.peers.len() != 1 {
-            bail!(
-                "with --join, --peer names only this node (ID=HOST:PORT, the address the \
-                 cluster reaches it at); the cluster's members come from the cluster"
-            );
+            return Err(FlagError::JoinWithPeers);
         }
         let token = match &self.join_token_file {
             None => None,
             Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .with_context(|| format!("--join-token-file {}", path.display()))?;
+                let text =
+                    std::fs::read_to_string(path).map_err(|source| FlagError::JoinTokenRead {
+                        path: path.clone(),
+                        source,
+                    })?;
                 let t = text.trim();
                 if t.is_empty() || !t.bytes().all(|b| b.is_ascii_graphic()) {
-                    bail!(
-                        "--join-token-file {}: expected one token of visible ASCII",
-                        path.display()
-                    );
+                    return Err(FlagError::JoinTokenText { path: path.clone() });
                 }
                 Some(t.to_owned())
             }
@@ -328,7 +334,7 @@ impl ServeArgs {
 
     /// The TLS setup, every file read and checked now: a bad one stops `serve` with an
     /// error naming it.
-    fn tls(&self) -> anyhow::Result<Option<std::sync::Arc<crate::security::tls::NodeTls>>> {
+    fn tls(&self) -> Result<Option<std::sync::Arc<crate::security::tls::NodeTls>>, FlagError> {
         let (Some(cert), Some(key), Some(ca)) = (&self.tls_cert, &self.tls_key, &self.tls_ca)
         else {
             // clap's `requires` already refused a partial set.
@@ -340,8 +346,7 @@ impl ServeArgs {
             ca: ca.clone(),
             client_auth: self.tls_client_auth,
         };
-        let tls =
-            crate::security::tls::NodeTls::load(&files).context("--tls-cert/--tls-key/--tls-ca")?;
+        let tls = crate::security::tls::NodeTls::load(&files).map_err(FlagError::Tls)?;
         Ok(Some(std::sync::Arc::new(tls)))
     }
 }
@@ -362,7 +367,7 @@ pub async fn shutdown_signal() {
     let _ = ctrl_c.await;
 }
 
-pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+pub async fn serve(args: ServeArgs) -> Result<(), RunError> {
     // Before any file is created: the data dir is private (0700 dirs, 0600 files).
     crate::security::identity::restrict_umask();
     let cfg = args.node_config()?;
@@ -374,9 +379,12 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         ),
         None => tracing::info!("no --tls-cert: clients and peers talk in plain HTTP"),
     }
-    let listener = crate::http::listener::bind(args.listen)
-        .with_context(|| format!("binding {}", args.listen))?;
-    server::run(listener, cfg, shutdown_signal()).await
+    let listener = crate::http::listener::bind(args.listen).map_err(|source| RunError::Bind {
+        addr: args.listen.to_string(),
+        hint: "",
+        source,
+    })?;
+    Ok(server::run(listener, cfg, shutdown_signal()).await?)
 }
 
 /// Says whether the client API is open, and warns about a token file others can read.
@@ -400,7 +408,7 @@ fn log_client_auth(cfg: &NodeConfig, path: Option<&std::path::Path>) {
     }
 }
 
-pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
+pub async fn dev(args: DevArgs) -> Result<(), RunError> {
     let (dir, _temp) = match &args.dir {
         Some(d) => (d.clone(), None),
         None => {
@@ -416,10 +424,14 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
     // being refused and logged as WARN/ERROR on a healthy start (issue 18).
     let mut listeners = Vec::new();
     for addr in peers.values() {
-        let sock: std::net::SocketAddr = addr.parse().context("a dev peer address")?;
-        listeners.push(crate::http::listener::bind(sock).with_context(|| {
-            format!("binding {addr} (is another cluster running? try --base-port)")
-        })?);
+        let sock: std::net::SocketAddr = addr.parse().expect("dev_peers writes 127.0.0.1:PORT");
+        listeners.push(
+            crate::http::listener::bind(sock).map_err(|source| RunError::Bind {
+                addr: addr.clone(),
+                hint: " (is another cluster running? try --base-port)",
+                source,
+            })?,
+        );
     }
     let mut nodes = Vec::new();
     for ((id, _), listener) in peers.iter().zip(listeners) {
@@ -440,24 +452,26 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
 }
 
 /// `dev`'s three nodes: 1, 2, 3 on 127.0.0.1:BASE+1 … BASE+3.
-fn dev_peers(base_port: u16) -> anyhow::Result<BTreeMap<NodeId, String>> {
+fn dev_peers(base_port: u16) -> Result<BTreeMap<NodeId, String>, FlagError> {
     (1..=3u16)
         .map(|i| match base_port.checked_add(i) {
             Some(port) => Ok((NodeId::from(i), format!("127.0.0.1:{port}"))),
-            None => bail!("--base-port must be at most {}", u16::MAX - 3),
+            None => Err(FlagError::BasePort),
         })
         .collect()
 }
 
 /// `dev`'s peer secret: `<dir>/peer-secret` (0600), generated on the first run and kept
 /// with the data, so a resumed `--dir` cluster keeps its secret.
-fn dev_peer_secret(dir: &std::path::Path) -> anyhow::Result<PeerSecret> {
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+fn dev_peer_secret(dir: &std::path::Path) -> Result<PeerSecret, RunError> {
+    std::fs::create_dir_all(dir).map_err(|e| RunError::DevDir(dir.to_path_buf(), e))?;
     let path = dir.join(DEV_PEER_SECRET_FILE);
-    if path.exists() {
-        return Ok(PeerSecret::read_file(&path)?);
-    }
-    Ok(PeerSecret::write_new_file(&path)?)
+    let secret = if path.exists() {
+        PeerSecret::read_file(&path)
+    } else {
+        PeerSecret::write_new_file(&path)
+    };
+    Ok(secret.map_err(FlagError::PeerSecret)?)
 }
 
 /// The secret file `dev` writes in its directory.
@@ -478,16 +492,18 @@ impl Drop for DevDir {
     }
 }
 
-fn tempdir_for_dev() -> anyhow::Result<DevDir> {
+fn tempdir_for_dev() -> Result<DevDir, RunError> {
+    // Only a distinct name hangs on it: a clock before 1970 gives 0.
     let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)?
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
         .subsec_nanos();
     let p = std::env::temp_dir().join(format!("leasehold-dev-{}-{nanos}", std::process::id()));
-    std::fs::create_dir_all(&p)?;
+    std::fs::create_dir_all(&p).map_err(|e| RunError::DevDir(p.clone(), e))?;
     Ok(DevDir(p))
 }
 
-async fn wait_for_leader(node: &crate::node::Node, limit: Duration) -> anyhow::Result<NodeId> {
+async fn wait_for_leader(node: &crate::node::Node, limit: Duration) -> Result<NodeId, RunError> {
     let mut m = node.raft.metrics();
     let waited = tokio::time::timeout(limit, async {
         loop {
@@ -501,7 +517,7 @@ async fn wait_for_leader(node: &crate::node::Node, limit: Duration) -> anyhow::R
     })
     .await;
     match waited {
-        Ok(0) | Err(_) => bail!("no leader was elected within {limit:?}"),
+        Ok(0) | Err(_) => Err(RunError::NoLeader(limit)),
         Ok(l) => Ok(l),
     }
 }
@@ -558,12 +574,12 @@ pub fn init_tracing() {
 }
 
 /// `serve --worker-threads`, checked.
-fn worker_threads(cmd: &Cmd) -> anyhow::Result<Option<usize>> {
+fn worker_threads(cmd: &Cmd) -> Result<Option<usize>, FlagError> {
     match cmd {
         Cmd::Serve(ServeArgs {
             worker_threads: Some(0),
             ..
-        }) => bail!("--worker-threads must be at least 1"),
+        }) => Err(FlagError::WorkerThreads),
         Cmd::Serve(a) => Ok(a.worker_threads),
         _ => Ok(None),
     }
@@ -574,14 +590,15 @@ fn worker_threads(cmd: &Cmd) -> anyhow::Result<Option<usize>> {
 ///
 /// A user error — a bad flag value, an unreadable file, a refused mode, an unreachable
 /// cluster — prints one `error: …` line on stderr and exits non-zero, never a backtrace,
-/// even with `RUST_BACKTRACE=1` (an `anyhow::Error` returned from `main` would be printed
-/// in its Debug form, backtrace included). A panic is a bug: it keeps its backtrace.
+/// even with `RUST_BACKTRACE=1` (an error returned from `main` would be printed in its
+/// Debug form). A panic is a bug: it keeps its backtrace.
 pub fn main() -> std::process::ExitCode {
     let cli = Cli::try_parse().unwrap_or_else(|e| exit_on_clap_error(e));
     match run(cli) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {}", crate::cli::jobs::one_line(&format!("{e:#}")));
+            let line = crate::security::tls::chain(&e);
+            eprintln!("error: {}", crate::cli::jobs::one_line(&line));
             std::process::ExitCode::FAILURE
         }
     }
@@ -620,7 +637,7 @@ fn clap_message(e: &clap::Error) -> String {
 }
 
 /// The async runtime a command runs on.
-fn runtime(command: &Cmd) -> anyhow::Result<tokio::runtime::Runtime> {
+fn runtime(command: &Cmd) -> Result<tokio::runtime::Runtime, RunError> {
     let mut builder = match command {
         // One thread, like the etcd harness's load generator (`bench --threads`).
         Cmd::Bench(b) if b.threads <= 1 => tokio::runtime::Builder::new_current_thread(),
@@ -637,12 +654,12 @@ fn runtime(command: &Cmd) -> anyhow::Result<tokio::runtime::Runtime> {
             builder
         }
     };
-    Ok(builder.enable_all().build()?)
+    builder.enable_all().build().map_err(RunError::Runtime)
 }
 
 /// Runs a parsed command line. Client commands exit here with their own code
 /// ([`crate::cli::jobs::report`]); the others return their error to [`main`].
-fn run(args: Cli) -> anyhow::Result<()> {
+fn run(args: Cli) -> Result<(), RunError> {
     use crate::cli::jobs::report;
     let Cli { command, client } = args;
     // Client commands print one line per error and nothing else on stderr: no logging.
@@ -657,7 +674,7 @@ fn run(args: Cli) -> anyhow::Result<()> {
         match command {
             Cmd::Serve(a) => serve(a).await,
             Cmd::Dev(a) => dev(a).await,
-            Cmd::Bench(a) => crate::cli::bench::run(a, &client).await,
+            Cmd::Bench(a) => Ok(crate::cli::bench::run(a, &client).await?),
             Cmd::Job(a) => exit(crate::cli::jobs::run_job(a, &client).await),
             Cmd::Cluster(a) => exit(crate::cli::jobs::run_cluster(a, &client).await),
             Cmd::Worker(a) => exit(crate::cli::worker::run(a, &client).await),
@@ -757,7 +774,8 @@ mod tests {
             .is_none());
         std::fs::write(&path, "[[token]]\ntoken = \"t\"\nrole = \"root\"\n").unwrap();
         let err = serve_args(&[&flag]).unwrap().node_config().unwrap_err();
-        let err = format!("{err:#}");
+        assert!(matches!(err, FlagError::AuthFile(_)), "{err}");
+        let err = crate::security::tls::chain(&err);
         assert!(
             err.contains("tokens.toml") && err.contains("entry 1"),
             "{err}"

@@ -53,10 +53,22 @@ fn invalid(msg: impl Into<String>) -> ApiError {
     ApiError::new(ErrorCode::InvalidArgument, msg)
 }
 
+/// A node address that is not `HOST:PORT` (the message names the address and the part
+/// that is wrong; it is the 400's message and the CLI's `error:` line).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadAddr {
+    #[error("addr {0:?} is not HOST:PORT")]
+    NotHostPort(String),
+    #[error("addr {addr:?}: bad host {host:?}")]
+    Host { addr: String, host: String },
+    #[error("addr {addr:?}: bad port {port:?}")]
+    Port { addr: String, port: String },
+}
+
 /// `HOST:PORT` with a numeric port: what `serve --peer` accepts.
-pub fn validate_addr(addr: &str) -> Result<(), String> {
+pub fn validate_addr(addr: &str) -> Result<(), BadAddr> {
     let Some((host, port)) = addr.rsplit_once(':') else {
-        return Err(format!("addr {addr:?} is not HOST:PORT"));
+        return Err(BadAddr::NotHostPort(addr.to_owned()));
     };
     let host_ok = !host.is_empty()
         && host.len() <= 253
@@ -64,11 +76,17 @@ pub fn validate_addr(addr: &str) -> Result<(), String> {
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"-._[]:".contains(&b));
     if !host_ok {
-        return Err(format!("addr {addr:?}: bad host {host:?}"));
+        return Err(BadAddr::Host {
+            addr: addr.to_owned(),
+            host: host.to_owned(),
+        });
     }
     match port.parse::<u16>() {
         Ok(p) if p > 0 => Ok(()),
-        _ => Err(format!("addr {addr:?}: bad port {port:?}")),
+        _ => Err(BadAddr::Port {
+            addr: addr.to_owned(),
+            port: port.to_owned(),
+        }),
     }
 }
 
@@ -83,7 +101,7 @@ pub async fn add(State(node): State<Arc<Node>>, req: Request) -> Response {
             return Err(invalid("node ids start at 1"));
         }
         let addr = r.addr.ok_or_else(|| invalid("missing field `addr`"))?;
-        validate_addr(&addr).map_err(invalid)?;
+        validate_addr(&addr).map_err(|e| invalid(e.to_string()))?;
         Ok((id, addr))
     });
     match parsed {
@@ -298,17 +316,27 @@ mod tests {
         for ok in ["127.0.0.1:7001", "node-4.example:80", "[::1]:7004"] {
             assert_eq!(validate_addr(ok), Ok(()), "{ok}");
         }
-        for bad in [
-            "",
-            "127.0.0.1",
-            ":7001",
-            "127.0.0.1:",
-            "127.0.0.1:0",
-            "127.0.0.1:70000",
-            "a b:1",
-            "http://x:1",
-        ] {
-            assert!(validate_addr(bad).is_err(), "{bad}");
+        for bad in ["", "127.0.0.1"] {
+            assert!(
+                matches!(validate_addr(bad), Err(BadAddr::NotHostPort(_))),
+                "{bad}"
+            );
         }
+        for bad in [":7001", "a b:1", "http://x:1"] {
+            assert!(
+                matches!(validate_addr(bad), Err(BadAddr::Host { .. })),
+                "{bad}"
+            );
+        }
+        for bad in ["127.0.0.1:", "127.0.0.1:0", "127.0.0.1:70000"] {
+            assert!(
+                matches!(validate_addr(bad), Err(BadAddr::Port { .. })),
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            validate_addr("127.0.0.1:0").unwrap_err().to_string(),
+            r#"addr "127.0.0.1:0": bad port "0""#
+        );
     }
 }

@@ -50,7 +50,7 @@ pub use backup::{
     CLUSTER_ID_HEADER, SNAPSHOT_INDEX_HEADER, SNAPSHOT_JOBS_HEADER, SNAPSHOT_TERM_HEADER,
 };
 pub use leader::LeaderOp;
-pub use membership::validate_addr;
+pub use membership::{validate_addr, BadAddr};
 pub use raft_rpc::PEER_REFUSAL_DELAY_MS;
 
 /// The node's HTTP app: every route of [`routes::ROUTES`], then the fallback (404), under

@@ -171,7 +171,7 @@ fn health(status: Option<&Status>, leader_commit: Option<u64>) -> &'static str {
 }
 
 /// Joins the targets with what each answered into the view's members.
-fn assemble(targets: Vec<MemberProbe>, answers: Vec<Result<Status, String>>) -> Vec<Member> {
+fn assemble(targets: Vec<MemberProbe>, answers: Vec<Result<Status, ProbeError>>) -> Vec<Member> {
     let leader_commit = answers
         .iter()
         .flatten()
@@ -194,10 +194,41 @@ fn assemble(targets: Vec<MemberProbe>, answers: Vec<Result<Status, String>>) -> 
                 commit_index: status.map(|s| s.commit_index),
                 applied_index: status.map(|s| s.applied_index),
                 cluster_time_ms: status.map(|s| s.cluster_time_ms),
-                error: answer.err(),
+                error: answer.err().map(|e| e.to_string()),
             }
         })
         .collect()
+}
+
+/// Why a member shows as unreachable: the text is the member's `error` in the view.
+#[derive(Debug, thiserror::Error)]
+enum ProbeError {
+    #[error("no answer within {MEMBER_PROBE_TIMEOUT_MS} ms")]
+    Timeout,
+    #[error("connection refused or unreachable")]
+    Unreachable,
+    #[error("request failed: {0}")]
+    Request(reqwest::Error),
+    #[error("GET /v1/cluster answered {0}")]
+    Status(u16),
+    #[error("unreadable /v1/cluster: {0}")]
+    Unreadable(serde_json::Error),
+    #[error("answered as node {got} (expected {expected})")]
+    WrongNode { got: NodeId, expected: NodeId },
+    #[error("probe failed: {0}")]
+    Panicked(tokio::task::JoinError),
+}
+
+impl From<reqwest::Error> for ProbeError {
+    fn from(e: reqwest::Error) -> Self {
+        if e.is_timeout() {
+            ProbeError::Timeout
+        } else if e.is_connect() {
+            ProbeError::Unreachable
+        } else {
+            ProbeError::Request(e)
+        }
+    }
 }
 
 /// Asks one other member for its `/v1/cluster`, with the caller's token.
@@ -206,35 +237,27 @@ async fn probe(
     url: String,
     id: NodeId,
     auth: Option<HeaderValue>,
-) -> Result<Status, String> {
+) -> Result<Status, ProbeError> {
     let mut req = http
         .get(&url)
         .timeout(Duration::from_millis(MEMBER_PROBE_TIMEOUT_MS));
     if let Some(a) = auth {
         req = req.header(AUTHORIZATION, a);
     }
-    let resp = req.send().await.map_err(|e| describe_send_error(&e))?;
+    let resp = req.send().await?;
     let status = resp.status();
-    let body = resp.bytes().await.map_err(|e| describe_send_error(&e))?;
+    let body = resp.bytes().await?;
     if !status.is_success() {
-        return Err(format!("GET /v1/cluster answered {}", status.as_u16()));
+        return Err(ProbeError::Status(status.as_u16()));
     }
-    let s: Status =
-        serde_json::from_slice(&body).map_err(|e| format!("unreadable /v1/cluster: {e}"))?;
+    let s: Status = serde_json::from_slice(&body).map_err(ProbeError::Unreadable)?;
     if s.node_id != id {
-        return Err(format!("answered as node {} (expected {id})", s.node_id));
+        return Err(ProbeError::WrongNode {
+            got: s.node_id,
+            expected: id,
+        });
     }
     Ok(s)
-}
-
-fn describe_send_error(e: &reqwest::Error) -> String {
-    if e.is_timeout() {
-        format!("no answer within {MEMBER_PROBE_TIMEOUT_MS} ms")
-    } else if e.is_connect() {
-        "connection refused or unreachable".into()
-    } else {
-        format!("request failed: {e}")
-    }
 }
 
 /// `GET /v1/cluster/members`.
@@ -254,9 +277,7 @@ pub async fn members(State(node): State<Arc<Node>>, req: Request) -> Response {
     let own = ops::cluster_view(&node).await;
     let mut remote = std::collections::BTreeMap::new();
     for (id, h) in handles {
-        let answer = h
-            .await
-            .unwrap_or_else(|e| Err(format!("probe failed: {e}")));
+        let answer = h.await.unwrap_or_else(|e| Err(ProbeError::Panicked(e)));
         remote.insert(id, answer);
     }
     let answers = targets
@@ -383,7 +404,7 @@ mod tests {
             Ok(status(1, Some(1), 5000, 5000)),
             Ok(behind_but_fine),
             Ok(lagging),
-            Err("no answer within 500 ms".to_string()),
+            Err(ProbeError::Timeout),
             Ok(status(5, None, 0, 0)),
         ];
         let targets = vec![
@@ -413,10 +434,16 @@ mod tests {
     fn without_a_reachable_leader_nobody_is_lagging() {
         let members = assemble(
             vec![target(1, true), target(2, true)],
-            vec![Err("down".into()), Ok(status(2, Some(1), 9000, 10))],
+            vec![
+                Err(ProbeError::Unreachable),
+                Ok(status(2, Some(1), 9000, 10)),
+            ],
         );
         assert_eq!(members[1].health, "ok");
-        assert_eq!(members[0].error.as_deref(), Some("down"));
+        assert_eq!(
+            members[0].error.as_deref(),
+            Some("connection refused or unreachable")
+        );
         assert_eq!(members[0].term, None);
     }
 

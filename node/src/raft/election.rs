@@ -35,10 +35,17 @@
 //! term; to find out whether its quorum is back (nobody else may have been able to
 //! elect), it sends one heartbeat round every [`PROBE_EVERY_LEASES`] leases, rarely
 //! enough that the connected nodes see gaps long enough to elect without it.
+//!
+//! **Time.** Every span the timer judges — quiet since a leader was heard, the drawn
+//! timeout, a leader's time in office, the probe interval — is read on the node's
+//! injected [`Clock`](crate::time::clock::Clock) (`NodeConfig::clock`), the one cluster
+//! time runs on, so a node started with `--clock-rate` (or a test's clock) campaigns on
+//! that clock too. Only the 25 ms polling tick is tokio's: it decides how often the
+//! timer looks, not what it sees.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use openraft::{BasicNode, ServerState};
 use rand::Rng;
@@ -50,6 +57,7 @@ use crate::raft::join::Joining;
 use crate::raft::network::Network;
 use crate::store::LogStore;
 use crate::telemetry::metrics::Metrics;
+use crate::time::clock::SharedClock;
 use crate::types::{LogId, NodeId, Raft};
 
 /// `POST /raft/prevote`: would you vote for me if I stood now?
@@ -68,9 +76,9 @@ pub struct PreVoteResponse {
 
 /// One node's election timing and pre-vote bookkeeping.
 pub struct Elector {
-    epoch: Instant,
-    /// Milliseconds after `epoch` when this node last heard from a leader it accepted
-    /// (or was the leader itself).
+    /// The node's clock: every instant below is its `mono_ms`.
+    clock: SharedClock,
+    /// When this node last heard from a leader it accepted (or was the leader itself).
     contact_ms: AtomicU64,
     /// openraft's leader lease: the maximum election timeout.
     lease: Duration,
@@ -91,13 +99,19 @@ pub struct Elector {
 pub const PROBE_EVERY_LEASES: u32 = 4;
 
 impl Elector {
-    /// `log` is this node's log store (for its last log id); timeouts in milliseconds.
-    pub fn new(log: LogStore, timeout_min_ms: u64, timeout_max_ms: u64) -> Elector {
+    /// `log` is this node's log store (for its last log id), `clock` the node's own;
+    /// timeouts in milliseconds.
+    pub fn new(
+        log: LogStore,
+        clock: SharedClock,
+        timeout_min_ms: u64,
+        timeout_max_ms: u64,
+    ) -> Elector {
         Elector {
-            epoch: Instant::now(),
             // A node that just started waits a whole lease and timeout before standing,
             // like openraft's own timer: a running cluster gets to reach it first.
-            contact_ms: AtomicU64::new(0),
+            contact_ms: AtomicU64::new(clock.mono_ms()),
+            clock,
             lease: Duration::from_millis(timeout_max_ms),
             timeout_min_ms,
             timeout_max_ms: timeout_max_ms.max(timeout_min_ms + 1),
@@ -117,10 +131,14 @@ impl Elector {
         self.deposals.load(Ordering::Relaxed)
     }
 
+    /// Now, on the node's clock.
+    fn now_ms(&self) -> u64 {
+        self.clock.mono_ms()
+    }
+
     /// Records that a leader's AppendEntries or snapshot was accepted just now.
     pub fn heard_from_leader(&self) {
-        let now = self.epoch.elapsed().as_millis() as u64;
-        self.contact_ms.fetch_max(now, Ordering::Relaxed);
+        self.contact_ms.fetch_max(self.now_ms(), Ordering::Relaxed);
     }
 
     /// Out of touch: a follower that has heard from no leader for as long as it waits
@@ -133,8 +151,15 @@ impl Elector {
 
     /// How long since this node last heard from a leader.
     pub fn quiet_for(&self) -> Duration {
-        let now = self.epoch.elapsed().as_millis() as u64;
-        Duration::from_millis(now.saturating_sub(self.contact_ms.load(Ordering::Relaxed)))
+        let since = self
+            .now_ms()
+            .saturating_sub(self.contact_ms.load(Ordering::Relaxed));
+        Duration::from_millis(since)
+    }
+
+    /// How long ago `then_ms` was, on the node's clock.
+    fn since(&self, then_ms: u64) -> Duration {
+        Duration::from_millis(self.now_ms().saturating_sub(then_ms))
     }
 
     fn draw_timeout(&self) -> Duration {
@@ -153,7 +178,7 @@ impl Elector {
         let judged = self
             .log
             .last_log_id()
-            .map_err(|e| format!("cannot read the log: {e}"))
+            .map_err(Refusal::LogUnreadable)
             .and_then(|my_last| {
                 judge(
                     state,
@@ -168,12 +193,28 @@ impl Elector {
                 granted: true,
                 reason: String::new(),
             },
-            Err(reason) => PreVoteResponse {
+            Err(refusal) => PreVoteResponse {
                 granted: false,
-                reason,
+                reason: refusal.to_string(),
             },
         }
     }
+}
+
+/// Why a pre-vote was refused; its text is the answer's `reason`, for the candidate's log.
+#[derive(Debug, thiserror::Error)]
+pub enum Refusal {
+    #[error("this node is the leader")]
+    Leader,
+    #[error("this node heard from a leader (or started) {quiet_ms} ms ago")]
+    HeardFromLeader { quiet_ms: u128 },
+    #[error("the candidate's log ends at {candidate:?}, this node's at {mine:?}")]
+    LogBehind {
+        candidate: Option<LogId>,
+        mine: Option<LogId>,
+    },
+    #[error("cannot read the log: {0}")]
+    LogUnreadable(std::io::Error),
 }
 
 /// The pre-vote rule, as a pure function: grant unless this node leads, has heard from
@@ -184,20 +225,20 @@ pub fn judge(
     lease: Duration,
     my_last: Option<LogId>,
     candidate_last: Option<LogId>,
-) -> Result<(), String> {
+) -> Result<(), Refusal> {
     if state == ServerState::Leader {
-        return Err("this node is the leader".into());
+        return Err(Refusal::Leader);
     }
     if quiet_for < lease {
-        return Err(format!(
-            "this node heard from a leader (or started) {} ms ago",
-            quiet_for.as_millis()
-        ));
+        return Err(Refusal::HeardFromLeader {
+            quiet_ms: quiet_for.as_millis(),
+        });
     }
     if candidate_last < my_last {
-        return Err(format!(
-            "the candidate's log ends at {candidate_last:?}, this node's at {my_last:?}"
-        ));
+        return Err(Refusal::LogBehind {
+            candidate: candidate_last,
+            mine: my_last,
+        });
     }
     Ok(())
 }
@@ -228,11 +269,12 @@ enum Leading {
     Deposed,
 }
 
-/// When this node started leading, per term, and when a deposed leader last probed.
+/// When this node started leading, per term, and when a deposed leader last probed
+/// (milliseconds on the node's clock).
 #[derive(Debug, Default)]
 struct LeaderWatch {
-    since: Option<(u64, Instant)>,
-    probed: Option<Instant>,
+    since: Option<(u64, u64)>,
+    probed: Option<u64>,
 }
 
 impl Elector {
@@ -247,7 +289,7 @@ impl Elector {
         let since = match watch.since {
             Some((t, at)) if t == term => at,
             _ => {
-                let now = Instant::now();
+                let now = self.now_ms();
                 *watch = LeaderWatch {
                     since: Some((term, now)),
                     probed: None,
@@ -257,7 +299,7 @@ impl Elector {
         };
         let lost = quorum_lost(
             since_ack_ms.map(Duration::from_millis),
-            since.elapsed(),
+            self.since(since),
             self.lease,
         );
         if lost != self.deposed.swap(lost, Ordering::Relaxed) {
@@ -282,9 +324,9 @@ impl Elector {
         }
         if watch
             .probed
-            .is_none_or(|t| t.elapsed() >= self.lease * PROBE_EVERY_LEASES)
+            .is_none_or(|t| self.since(t) >= self.lease * PROBE_EVERY_LEASES)
         {
-            watch.probed = Some(Instant::now());
+            watch.probed = Some(self.now_ms());
             let _ = raft.trigger().heartbeat().await;
         }
         Leading::Deposed
@@ -317,7 +359,8 @@ pub async fn run(node: ElectionHandles, mut network: Network, cancel: Cancellati
     // openraft checks its timer every 1.5 heartbeats; a finer tick costs nothing here.
     let tick = Duration::from_millis(25);
     let mut timeout = elector.draw_timeout();
-    let mut asked: Option<Instant> = None;
+    // When the last pre-vote round was asked for, on the node's clock.
+    let mut asked: Option<u64> = None;
     let mut watch = LeaderWatch::default();
     loop {
         tokio::select! {
@@ -348,11 +391,11 @@ pub async fn run(node: ElectionHandles, mut network: Network, cancel: Cancellati
             continue;
         }
         if elector.quiet_for() < elector.lease + timeout
-            || asked.is_some_and(|t| t.elapsed() < timeout)
+            || asked.is_some_and(|t| elector.since(t) < timeout)
         {
             continue;
         }
-        asked = Some(Instant::now());
+        asked = Some(elector.now_ms());
         timeout = elector.draw_timeout();
         if pre_vote(&node, &mut network).await && node.raft.trigger().elect().await.is_err() {
             return; // Raft has stopped
@@ -447,22 +490,51 @@ mod tests {
         let quiet = Duration::from_millis(250);
         let f = ServerState::Follower;
         // Granted: no leader heard for a lease, candidate's log at least as long.
-        assert_eq!(judge(f, quiet, lease, id(2, 10), id(2, 10)), Ok(()));
-        assert_eq!(judge(f, quiet, lease, id(2, 10), id(2, 11)), Ok(()));
-        assert_eq!(judge(f, quiet, lease, id(2, 10), id(3, 4)), Ok(()));
-        assert_eq!(
-            judge(ServerState::Candidate, quiet, lease, None, None),
-            Ok(())
-        );
+        assert!(judge(f, quiet, lease, id(2, 10), id(2, 10)).is_ok());
+        assert!(judge(f, quiet, lease, id(2, 10), id(2, 11)).is_ok());
+        assert!(judge(f, quiet, lease, id(2, 10), id(3, 4)).is_ok());
+        assert!(judge(ServerState::Candidate, quiet, lease, None, None).is_ok());
         // Refused: a shorter log, or an older term at the end of it.
-        assert!(judge(f, quiet, lease, id(2, 10), id(2, 9)).is_err());
-        assert!(judge(f, quiet, lease, id(3, 4), id(2, 10)).is_err());
-        assert!(judge(f, quiet, lease, id(1, 1), None).is_err());
+        let behind = |mine, theirs| {
+            matches!(
+                judge(f, quiet, lease, mine, theirs),
+                Err(Refusal::LogBehind { .. })
+            )
+        };
+        assert!(behind(id(2, 10), id(2, 9)));
+        assert!(behind(id(3, 4), id(2, 10)));
+        assert!(behind(id(1, 1), None));
         // Refused: a leader was heard from within the lease, or this node leads.
         let recent = Duration::from_millis(150);
         let err = judge(f, recent, lease, id(2, 10), id(2, 10)).unwrap_err();
-        assert!(err.contains("150 ms ago"), "{err}");
-        assert!(judge(ServerState::Leader, quiet, lease, None, id(9, 9)).is_err());
+        assert!(err.to_string().contains("150 ms ago"), "{err}");
+        assert!(matches!(
+            judge(ServerState::Leader, quiet, lease, None, id(9, 9)),
+            Err(Refusal::Leader)
+        ));
+    }
+
+    /// The timer's spans are read on the node's clock: a held clock holds them still,
+    /// however much real time passes, and moving it moves them.
+    #[tokio::test]
+    async fn quiet_time_is_read_on_the_node_clock() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = LogStore::open(dir.path()).await.unwrap();
+        let clock = Arc::new(crate::time::clock::HeldClock::at(5_000));
+        let e = Elector::new(log, clock.clone(), 100, 200);
+        assert_eq!(e.quiet_for(), Duration::ZERO);
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(
+            e.quiet_for(),
+            Duration::ZERO,
+            "real time passed, the clock did not"
+        );
+        assert!(!e.out_of_touch());
+        clock.advance(400);
+        assert_eq!(e.quiet_for(), Duration::from_millis(400));
+        assert!(e.out_of_touch(), "lease 200 ms + timeout max 200 ms");
+        e.heard_from_leader();
+        assert_eq!(e.quiet_for(), Duration::ZERO);
     }
 
     #[test]

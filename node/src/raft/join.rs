@@ -22,9 +22,9 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 
+use crate::security::tls::chain;
 use crate::types::NodeId;
 
 /// The marker file of a join in progress.
@@ -100,21 +100,42 @@ pub fn marker_path(data_dir: &Path) -> PathBuf {
     data_dir.join(JOINING_FILE)
 }
 
+/// The join marker could not be created, written, read or removed: `serve` does not
+/// start (or, once joined, keeps refusing votes and says so). The cause is the source.
+#[derive(Debug, thiserror::Error)]
+#[error("{action} {}", path.display())]
+pub struct MarkerError {
+    /// What was being done to `path`: `creating`, `renaming to`, `syncing the directory`…
+    action: &'static str,
+    path: PathBuf,
+    #[source]
+    source: std::io::Error,
+}
+
+/// `map_err` for an IO step on the marker.
+fn marker_io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> MarkerError {
+    let path = path.to_path_buf();
+    move |source| MarkerError {
+        action,
+        path,
+        source,
+    }
+}
+
 /// Writes the marker durably (write a temp file, fsync, rename, fsync the directory).
-fn write_marker(data_dir: &Path, stage: Stage) -> anyhow::Result<()> {
+fn write_marker(data_dir: &Path, stage: Stage) -> Result<(), MarkerError> {
     use std::io::Write;
     let path = marker_path(data_dir);
     let tmp = data_dir.join(format!("{JOINING_FILE}.tmp"));
-    let mut f =
-        std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    let mut f = std::fs::File::create(&tmp).map_err(marker_io("creating", &tmp))?;
     f.write_all(stage.marker_text().as_bytes())
         .and_then(|()| f.sync_all())
-        .with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, &path).with_context(|| format!("renaming to {}", path.display()))?;
+        .map_err(marker_io("writing", &tmp))?;
+    std::fs::rename(&tmp, &path).map_err(marker_io("renaming to", &path))?;
     sync_dir(data_dir)
 }
 
-fn read_marker(data_dir: &Path) -> anyhow::Result<Option<Stage>> {
+fn read_marker(data_dir: &Path) -> Result<Option<Stage>, MarkerError> {
     let path = marker_path(data_dir);
     match std::fs::read_to_string(&path) {
         Ok(t) if t.trim() == "admitted" => Ok(Some(Stage::Admitted)),
@@ -122,24 +143,24 @@ fn read_marker(data_dir: &Path) -> anyhow::Result<Option<Stage>> {
         // at the cautious stage.
         Ok(_) => Ok(Some(Stage::Waiting)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+        Err(e) => Err(marker_io("reading", &path)(e)),
     }
 }
 
-fn remove_marker(data_dir: &Path) -> anyhow::Result<()> {
+fn remove_marker(data_dir: &Path) -> Result<(), MarkerError> {
     let path = marker_path(data_dir);
     match std::fs::remove_file(&path) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e).with_context(|| format!("removing {}", path.display())),
+        Err(e) => return Err(marker_io("removing", &path)(e)),
     }
     sync_dir(data_dir)
 }
 
-fn sync_dir(dir: &Path) -> anyhow::Result<()> {
+fn sync_dir(dir: &Path) -> Result<(), MarkerError> {
     std::fs::File::open(dir)
         .and_then(|d| d.sync_all())
-        .with_context(|| format!("syncing the directory {}", dir.display()))
+        .map_err(marker_io("syncing the directory", dir))
 }
 
 /// Decides at startup where this node stands: with `--join` on a data dir Raft has never
@@ -149,7 +170,7 @@ pub fn begin(
     data_dir: &Path,
     join: Option<&JoinConfig>,
     initialized: bool,
-) -> anyhow::Result<Stage> {
+) -> Result<Stage, MarkerError> {
     if let Some(stage) = read_marker(data_dir)? {
         return Ok(stage);
     }
@@ -223,7 +244,7 @@ pub async fn run(
                         break;
                     }
                 }
-                tracing::warn!(via = %join.via, error = %e, "join not done yet; retrying")
+                tracing::warn!(via = %join.via, error = %chain(&e), "join not done yet; retrying")
             }
         }
         if !pause(&mut delay, &cancel).await {
@@ -236,7 +257,10 @@ pub async fn run(
             tracing::info!(id = node.id, "joined the cluster as a voter");
         }
         // Still safe: the node keeps refusing votes, and says why.
-        Err(e) => tracing::error!(error = %e, "joined, but the join marker could not be removed"),
+        Err(e) => tracing::error!(
+            error = %chain(&e),
+            "joined, but the join marker could not be removed"
+        ),
     }
 }
 
@@ -263,7 +287,11 @@ async fn admit(
                 node.id
             ),
             Err(e) => {
-                tracing::warn!(via = %join.via, error = %e, "cannot read the membership yet; retrying")
+                tracing::warn!(
+                    via = %join.via,
+                    error = %chain(&e),
+                    "cannot read the membership yet; retrying"
+                )
             }
         }
         if !pause(&mut delay, cancel).await {
@@ -271,7 +299,7 @@ async fn admit(
         }
     }
     if let Err(e) = write_marker(data_dir, Stage::Admitted) {
-        tracing::error!(error = %e, "cannot record the join's progress; not joining");
+        tracing::error!(error = %chain(&e), "cannot record the join's progress; not joining");
         return false;
     }
     node.joining.set(Stage::Admitted);
@@ -299,52 +327,105 @@ impl LeaderView {
     }
 }
 
+/// Why one question to the cluster about this join got no usable answer: logged, and
+/// asked again after a pause. `request` is `GET <url>` or the URL posted to.
+#[derive(Debug, thiserror::Error)]
+enum AskError {
+    #[error("{request}")]
+    Send {
+        request: String,
+        #[source]
+        source: reqwest::Error,
+    },
+    #[error("{request} answered {status}: {body}")]
+    Refused {
+        request: String,
+        status: reqwest::StatusCode,
+        body: String,
+    },
+    #[error("{request}: not JSON")]
+    NotJson {
+        request: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("the cluster has no leader right now")]
+    NoLeader,
+    #[error("the leader has no address")]
+    LeaderWithoutAddr,
+    #[error("leadership is changing")]
+    LeadershipChanging,
+    /// The membership's `voters` or `nodes` is not what `/v1/cluster` documents.
+    #[error("{field}")]
+    Field {
+        field: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{url} answered {status} but this node is not a voter: {body}")]
+    NotAVoter {
+        url: String,
+        status: reqwest::StatusCode,
+        body: String,
+    },
+}
+
 async fn get_cluster(
     node: &JoinHandles,
     join: &JoinConfig,
     addr: &str,
-) -> anyhow::Result<serde_json::Value> {
+) -> Result<serde_json::Value, AskError> {
     let url = format!("{}://{addr}/v1/cluster", node.peer_scheme);
+    let request = || format!("GET {url}");
     let mut req = node.forward_http.get(&url).timeout(Duration::from_secs(5));
     if let Some(t) = &join.token {
         req = req.bearer_auth(t);
     }
-    let resp = req.send().await.with_context(|| format!("GET {url}"))?;
+    let resp = req.send().await.map_err(|source| AskError::Send {
+        request: request(),
+        source,
+    })?;
     let status = resp.status();
     let text = resp.text().await.unwrap_or_default();
     if !status.is_success() {
-        anyhow::bail!("GET {url} answered {status}: {}", text.trim());
+        return Err(AskError::Refused {
+            request: request(),
+            status,
+            body: text.trim().to_owned(),
+        });
     }
-    serde_json::from_str(&text).with_context(|| format!("GET {url}: not JSON"))
+    serde_json::from_str(&text).map_err(|source| AskError::NotJson {
+        request: request(),
+        source,
+    })
 }
 
 /// Asks `--join`'s node who leads, then asks the leader for its membership.
-async fn leader_membership(node: &JoinHandles, join: &JoinConfig) -> anyhow::Result<LeaderView> {
+async fn leader_membership(node: &JoinHandles, join: &JoinConfig) -> Result<LeaderView, AskError> {
     let via = get_cluster(node, join, &join.via).await?;
-    let leader = via["leader_id"]
-        .as_u64()
-        .context("the cluster has no leader right now")?;
+    let leader = via["leader_id"].as_u64().ok_or(AskError::NoLeader)?;
     let view = if via["node_id"].as_u64() == Some(leader) {
         via
     } else {
         let addr = via["nodes"][leader.to_string()]
             .as_str()
-            .context("the leader has no address")?
+            .ok_or(AskError::LeaderWithoutAddr)?
             .to_owned();
         get_cluster(node, join, &addr).await?
     };
     if view["leader_id"].as_u64() != Some(leader) || view["node_id"].as_u64() != Some(leader) {
-        anyhow::bail!("leadership is changing");
+        return Err(AskError::LeadershipChanging);
     }
+    let field = |field: &'static str| move |source| AskError::Field { field, source };
     Ok(LeaderView {
         leader,
-        voters: serde_json::from_value(view["voters"].clone()).context("voters")?,
-        nodes: serde_json::from_value(view["nodes"].clone()).context("nodes")?,
+        voters: serde_json::from_value(view["voters"].clone()).map_err(field("voters"))?,
+        nodes: serde_json::from_value(view["nodes"].clone()).map_err(field("nodes"))?,
     })
 }
 
 /// One `POST /v1/cluster/nodes`; `Ok` once the cluster answers that this node is a voter.
-async fn request(node: &JoinHandles, join: &JoinConfig, advertised: &str) -> anyhow::Result<()> {
+async fn request(node: &JoinHandles, join: &JoinConfig, advertised: &str) -> Result<(), AskError> {
     let url = format!("{}://{}/v1/cluster/nodes", node.peer_scheme, join.via);
     let body = serde_json::json!({ "id": node.id, "addr": advertised });
     let mut req = node
@@ -355,19 +436,33 @@ async fn request(node: &JoinHandles, join: &JoinConfig, advertised: &str) -> any
     if let Some(t) = &join.token {
         req = req.bearer_auth(t);
     }
-    let resp = req.send().await.context("calling the cluster")?;
+    let resp = req.send().await.map_err(|source| AskError::Send {
+        request: "calling the cluster".into(),
+        source,
+    })?;
     let status = resp.status();
     let text = resp.text().await.unwrap_or_default();
     if !status.is_success() {
-        anyhow::bail!("{url} answered {status}: {}", text.trim());
+        return Err(AskError::Refused {
+            request: url,
+            status,
+            body: text.trim().to_owned(),
+        });
     }
     let view: serde_json::Value =
-        serde_json::from_str(&text).with_context(|| format!("{url}: not JSON: {text}"))?;
+        serde_json::from_str(&text).map_err(|source| AskError::NotJson {
+            request: url.clone(),
+            source,
+        })?;
     let is_voter = view["voters"]
         .as_array()
         .is_some_and(|v| v.iter().any(|x| x.as_u64() == Some(node.id)));
     if !is_voter {
-        anyhow::bail!("{url} answered {status} but this node is not a voter: {text}");
+        return Err(AskError::NotAVoter {
+            url,
+            status,
+            body: text,
+        });
     }
     Ok(())
 }
@@ -407,6 +502,23 @@ mod tests {
         assert_eq!(begin(dir.path(), None, true).unwrap(), Stage::Waiting);
         remove_marker(dir.path()).unwrap();
         assert_eq!(begin(dir.path(), None, true).unwrap(), Stage::Member);
+    }
+
+    #[test]
+    fn a_marker_that_cannot_be_written_names_the_step_and_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = JoinConfig {
+            via: "127.0.0.1:7001".into(),
+            token: None,
+        };
+        let e = begin(&dir.path().join("gone"), Some(&j), false).unwrap_err();
+        let line = chain(&e);
+        assert!(
+            line.starts_with("creating ") && line.contains("joining.tmp"),
+            "{line}"
+        );
+        let cause = std::error::Error::source(&e).expect("the IO error is the source");
+        assert!(cause.is::<std::io::Error>(), "{cause:?}");
     }
 
     #[test]

@@ -157,7 +157,8 @@ pub fn check_append(
     }
 }
 
-type RpcErr<E> = RPCError<NodeId, BasicNode, RaftError<NodeId, E>>;
+/// A failed Raft RPC: openraft's own error, so its network/remote split stays intact.
+pub type RpcErr<E> = RPCError<NodeId, BasicNode, RaftError<NodeId, E>>;
 
 impl PeerClient {
     async fn call<Req, Resp, E>(
@@ -227,14 +228,9 @@ impl PeerClient {
         &self,
         req: &crate::raft::election::PreVoteRequest,
         timeout: Duration,
-    ) -> Result<crate::raft::election::PreVoteResponse, String> {
-        self.call::<_, _, openraft::error::Infallible>(
-            RAFT_PREVOTE_PATH,
-            req,
-            &RPCOption::new(timeout),
-        )
-        .await
-        .map_err(|e| e.to_string())
+    ) -> Result<crate::raft::election::PreVoteResponse, RpcErr<openraft::error::Infallible>> {
+        self.call(RAFT_PREVOTE_PATH, req, &RPCOption::new(timeout))
+            .await
     }
 }
 

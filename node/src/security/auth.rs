@@ -32,7 +32,9 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::security::scope::{OutOfScope, QueuePattern, Scope, QUEUE_PATTERNS_MAX};
+use crate::security::scope::{
+    BadQueuePattern, OutOfScope, QueuePattern, Scope, QUEUE_PATTERNS_MAX,
+};
 
 /// An auth file larger than this is refused (it is a short list of tokens).
 pub const AUTH_FILE_BYTES_MAX: u64 = 1 << 20;
@@ -415,11 +417,11 @@ impl AuthPolicy {
             let number = i + 1;
             let grant = EntryRepr::from_table(table)
                 .and_then(|entry| entry.into_grant(number))
-                .map_err(|message| AuthProblem::Entry { number, message })?;
+                .map_err(|problem| AuthProblem::Entry { number, problem })?;
             if let Some(first) = grants.iter().position(|g| g.digest == grant.digest) {
                 return Err(AuthProblem::Entry {
                     number,
-                    message: format!("the same token as entry {}", first + 1),
+                    problem: EntryProblem::SameTokenAs(first + 1),
                 });
             }
             grants.push(grant);
@@ -478,8 +480,48 @@ pub enum AuthProblem {
     NoTokens,
     #[error("{0} [[token]] entries, more than the {TOKENS_MAX} allowed")]
     TooManyTokens(usize),
-    #[error("[[token]] entry {number}: {message}")]
-    Entry { number: usize, message: String },
+    #[error("[[token]] entry {number}: {problem}")]
+    Entry {
+        number: usize,
+        problem: EntryProblem,
+    },
+}
+
+/// What is wrong with one `[[token]]` entry. Messages never quote the token: the error
+/// may end up in a log.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EntryProblem {
+    /// An unknown, missing or mistyped key (the TOML decoder's words, on one line).
+    #[error("{0}")]
+    Keys(String),
+    #[error("token is empty")]
+    TokenEmpty,
+    #[error("token is longer than {TOKEN_BYTES_MAX} bytes")]
+    TokenTooLong,
+    #[error("token must be visible ASCII without spaces (it is sent in a header)")]
+    TokenBytes,
+    #[error("unknown role {0:?} (expected admin, worker or reader)")]
+    UnknownRole(String),
+    #[error("name must be 1-{TOKEN_NAME_BYTES_MAX} bytes")]
+    NameLength,
+    #[error("queues is empty: leave it out to allow every queue")]
+    QueuesEmpty,
+    #[error("more than {QUEUE_PATTERNS_MAX} queues")]
+    TooManyQueues,
+    #[error(transparent)]
+    Queue(#[from] BadQueuePattern),
+    #[error("job_prefix is empty: leave it out to allow every job id")]
+    JobPrefixEmpty,
+    /// Not a job id; `message` is the API's own reason.
+    #[error("job_prefix {prefix:?}: {message}")]
+    JobPrefix { prefix: String, message: String },
+    #[error("owner_prefix is empty: leave it out to allow every owner")]
+    OwnerPrefixEmpty,
+    /// Not an owner; `message` is the API's own reason.
+    #[error("owner_prefix {prefix:?}: {message}")]
+    OwnerPrefix { prefix: String, message: String },
+    #[error("the same token as entry {0}")]
+    SameTokenAs(usize),
 }
 
 /// Entries stay tables at first, so that an entry's unknown or mistyped key is reported
@@ -503,25 +545,22 @@ struct EntryRepr {
 }
 
 impl EntryRepr {
-    fn from_table(table: toml::Table) -> Result<EntryRepr, String> {
-        EntryRepr::deserialize(toml::Value::Table(table)).map_err(|e| one_line(&e.to_string()))
+    fn from_table(table: toml::Table) -> Result<EntryRepr, EntryProblem> {
+        EntryRepr::deserialize(toml::Value::Table(table))
+            .map_err(|e| EntryProblem::Keys(one_line(&e.to_string())))
     }
 
-    fn into_grant(self, number: usize) -> Result<Grant, String> {
+    fn into_grant(self, number: usize) -> Result<Grant, EntryProblem> {
         check_token_text(&self.token)?;
-        let role = Role::parse(&self.role).ok_or_else(|| {
-            format!(
-                "unknown role {:?} (expected admin, worker or reader)",
-                self.role
-            )
-        })?;
+        let role =
+            Role::parse(&self.role).ok_or_else(|| EntryProblem::UnknownRole(self.role.clone()))?;
         if let Some(p) = &self.owner_prefix {
             check_owner_prefix(p)?;
         }
         let scope = parse_scope(self.queues.as_deref(), self.job_prefix)?;
         let label = match self.name {
             Some(n) if n.is_empty() || n.len() > TOKEN_NAME_BYTES_MAX => {
-                return Err(format!("name must be 1-{TOKEN_NAME_BYTES_MAX} bytes"));
+                return Err(EntryProblem::NameLength);
             }
             Some(n) => format!("token {n:?}"),
             None => format!("token entry {number}"),
@@ -544,27 +583,29 @@ fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// Messages never quote the token: the error may end up in a log.
-fn check_token_text(token: &str) -> Result<(), String> {
+fn check_token_text(token: &str) -> Result<(), EntryProblem> {
     if token.is_empty() {
-        return Err("token is empty".into());
+        return Err(EntryProblem::TokenEmpty);
     }
     if token.len() > TOKEN_BYTES_MAX {
-        return Err(format!("token is longer than {TOKEN_BYTES_MAX} bytes"));
+        return Err(EntryProblem::TokenTooLong);
     }
     if !token.bytes().all(is_token_byte) {
-        return Err("token must be visible ASCII without spaces (it is sent in a header)".into());
+        return Err(EntryProblem::TokenBytes);
     }
     Ok(())
 }
 
 /// `queues` and `job_prefix` of an entry.
-fn parse_scope(queues: Option<&[String]>, job_prefix: Option<String>) -> Result<Scope, String> {
+fn parse_scope(
+    queues: Option<&[String]>,
+    job_prefix: Option<String>,
+) -> Result<Scope, EntryProblem> {
     let queues = match queues {
         None => None,
-        Some([]) => return Err("queues is empty: leave it out to allow every queue".into()),
+        Some([]) => return Err(EntryProblem::QueuesEmpty),
         Some(qs) if qs.len() > QUEUE_PATTERNS_MAX => {
-            return Err(format!("more than {QUEUE_PATTERNS_MAX} queues"));
+            return Err(EntryProblem::TooManyQueues);
         }
         Some(qs) => Some(
             qs.iter()
@@ -574,19 +615,25 @@ fn parse_scope(queues: Option<&[String]>, job_prefix: Option<String>) -> Result<
     };
     if let Some(p) = &job_prefix {
         if p.is_empty() {
-            return Err("job_prefix is empty: leave it out to allow every job id".into());
+            return Err(EntryProblem::JobPrefixEmpty);
         }
-        limits::validate_job_id(p).map_err(|e| format!("job_prefix {p:?}: {}", e.message))?;
+        limits::validate_job_id(p).map_err(|e| EntryProblem::JobPrefix {
+            prefix: p.clone(),
+            message: e.message,
+        })?;
     }
     Ok(Scope { queues, job_prefix })
 }
 
 /// A prefix is itself a valid owner (docs/api.md's characters), so some owner can match it.
-fn check_owner_prefix(prefix: &str) -> Result<(), String> {
+fn check_owner_prefix(prefix: &str) -> Result<(), EntryProblem> {
     if prefix.is_empty() {
-        return Err("owner_prefix is empty: leave it out to allow every owner".into());
+        return Err(EntryProblem::OwnerPrefixEmpty);
     }
-    limits::validate_owner(prefix).map_err(|e| format!("owner_prefix {prefix:?}: {}", e.message))
+    limits::validate_owner(prefix).map_err(|e| EntryProblem::OwnerPrefix {
+        prefix: prefix.to_owned(),
+        message: e.message,
+    })
 }
 
 #[cfg(test)]

@@ -87,10 +87,10 @@ impl BrowserPolicy {
 }
 
 /// Checks one `--allow-origin` value (clap's value parser).
-pub fn parse_allow_origin(s: &str) -> Result<String, String> {
+pub fn parse_allow_origin(s: &str) -> Result<String, BadOrigin> {
     origin(s)
         .map(|_| s.to_owned())
-        .ok_or_else(|| BadOrigin(s.to_owned()).to_string())
+        .ok_or_else(|| BadOrigin(s.to_owned()))
 }
 
 /// The request facts the rules look at. A header that is not visible ASCII reads as
@@ -496,7 +496,11 @@ mod tests {
             "null",
             "http://",
         ] {
-            assert!(parse_allow_origin(bad).is_err(), "{bad}");
+            assert_eq!(
+                parse_allow_origin(bad),
+                Err(BadOrigin(bad.to_owned())),
+                "{bad}"
+            );
         }
         let refs = [String::from("*")];
         let none: [String; 0] = [];

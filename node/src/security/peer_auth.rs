@@ -96,20 +96,20 @@ type HmacSha256 = Hmac<Sha256>;
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ClusterId([u8; CLUSTER_ID_BYTES]);
 
+/// Text that is not a cluster id.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("bad cluster id {0:?}: expected {digits} hex digits", digits = 2 * CLUSTER_ID_BYTES)]
+pub struct BadClusterId(pub String);
+
 impl ClusterId {
     pub fn random() -> Self {
         ClusterId(rand::random())
     }
 
-    pub fn from_hex(s: &str) -> Result<Self, String> {
+    pub fn from_hex(s: &str) -> Result<Self, BadClusterId> {
         let bytes = hex_decode(s)
             .filter(|b| b.len() == CLUSTER_ID_BYTES)
-            .ok_or_else(|| {
-                format!(
-                    "bad cluster id {s:?}: expected {} hex digits",
-                    2 * CLUSTER_ID_BYTES
-                )
-            })?;
+            .ok_or_else(|| BadClusterId(s.to_owned()))?;
         let mut id = [0u8; CLUSTER_ID_BYTES];
         id.copy_from_slice(&bytes);
         Ok(ClusterId(id))
@@ -129,8 +129,8 @@ impl fmt::Debug for ClusterId {
 }
 
 impl std::str::FromStr for ClusterId {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = BadClusterId;
+    fn from_str(s: &str) -> Result<Self, BadClusterId> {
         ClusterId::from_hex(s)
     }
 }
@@ -396,7 +396,7 @@ impl Fields {
             "cluster" if v == "-" => put(&mut self.cluster, None, twice),
             "cluster" => put(
                 &mut self.cluster,
-                Some(ClusterId::from_hex(v).map_err(bad)?),
+                Some(ClusterId::from_hex(v).map_err(|e| bad(e.to_string()))?),
                 twice,
             ),
             "boot" => put(&mut self.boot, u64::from_be_bytes(fixed::<8>(k, v)?), twice),
@@ -1158,7 +1158,10 @@ mod tests {
         assert_eq!(ClusterId::from_hex(&id.to_string()), Ok(id));
         let json = serde_json::to_string(&id).unwrap();
         assert_eq!(serde_json::from_str::<ClusterId>(&json).unwrap(), id);
-        assert!(ClusterId::from_hex("abc").is_err());
+        assert_eq!(
+            ClusterId::from_hex("abc").unwrap_err().to_string(),
+            "bad cluster id \"abc\": expected 32 hex digits"
+        );
         assert_eq!(hex_decode("00fFa9"), Some(vec![0, 0xff, 0xa9]));
         for bad in ["+f", "0", "zz", "éé"] {
             assert_eq!(hex_decode(bad), None, "{bad:?}");

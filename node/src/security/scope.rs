@@ -35,22 +35,33 @@ pub enum QueuePattern {
     Prefix(String),
 }
 
+/// A `queues` entry that is not a pattern [`QueuePattern::parse`] accepts.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadQueuePattern {
+    #[error("queue pattern {0:?} matches every queue: leave `queues` out instead")]
+    MatchesAll(String),
+    /// The name or prefix is not a queue name; `message` is the API's own reason.
+    #[error("queue pattern {pattern:?}: {message}")]
+    NotAQueue { pattern: String, message: String },
+}
+
 impl QueuePattern {
     /// `name` or `prefix*`; the name or prefix is itself a valid queue name (docs/api.md's
     /// characters), so some queue can match it. A bare `*` is refused: leave `queues`
     /// out to allow every queue.
-    pub fn parse(s: &str) -> Result<QueuePattern, String> {
+    pub fn parse(s: &str) -> Result<QueuePattern, BadQueuePattern> {
         let (body, pattern): (&str, fn(String) -> QueuePattern) =
             match s.strip_suffix(QUEUE_WILDCARD) {
                 Some(p) => (p, QueuePattern::Prefix),
                 None => (s, QueuePattern::Exact),
             };
         if body.is_empty() {
-            return Err(format!(
-                "queue pattern {s:?} matches every queue: leave `queues` out instead"
-            ));
+            return Err(BadQueuePattern::MatchesAll(s.to_owned()));
         }
-        limits::validate_queue(body).map_err(|e| format!("queue pattern {s:?}: {}", e.message))?;
+        limits::validate_queue(body).map_err(|e| BadQueuePattern::NotAQueue {
+            pattern: s.to_owned(),
+            message: e.message,
+        })?;
         Ok(pattern(body.to_owned()))
     }
 

@@ -40,7 +40,7 @@ pub struct TlsFiles {
 /// Why the TLS files could not be used. Every variant names the file at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
-    // The cause is the error's source: anyhow prints it on the next line.
+    // The cause is the error's source: `chain` prints it after the message.
     #[error("reading {}", path.display())]
     Read {
         path: PathBuf,
@@ -242,13 +242,18 @@ fn key_of(path: &Path, pem: &[u8]) -> Result<PrivateKeyDer<'static>, TlsError> {
     })
 }
 
-/// An error and its sources on one line (reqwest's own message names no cause).
+/// An error and its sources on one line, `outer: cause: its cause` (reqwest's own
+/// message names no cause). A source whose text the line already ends with is not
+/// repeated: some errors name their cause in their own message too.
 pub fn chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut cur = e.source();
     while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
+        let text = c.to_string();
+        if !s.ends_with(&text) {
+            s.push_str(": ");
+            s.push_str(&text);
+        }
         cur = c.source();
     }
     s

@@ -12,7 +12,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
 use leasehold_statemachine::{Command, Outcome};
 use openraft::{BasicNode, ServerState, SnapshotPolicy};
 use tokio::net::TcpListener;
@@ -162,7 +161,63 @@ impl RunningNode {
     }
 }
 
-fn raft_config(t: &RaftTuning) -> anyhow::Result<openraft::Config> {
+/// Why a node did not start. A variant with a cause keeps it as its source (the CLI
+/// prints the chain on one `error:` line); the others pass an error on as it is.
+/// openraft's errors are boxed: they are large, and every `Result` here carries the size.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("reading the listener's address")]
+    ListenerAddr(#[source] std::io::Error),
+    #[error("--peer list has no entry for this node's id {0}")]
+    NotInPeers(NodeId),
+    #[error(transparent)]
+    Identity(#[from] crate::security::identity::IdentityError),
+    #[error("opening the log in {}", dir.display())]
+    OpenLog {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("opening the state machine in {}", dir.display())]
+    OpenStateMachine {
+        dir: PathBuf,
+        #[source]
+        source: crate::store::SnapshotFileError,
+    },
+    #[error(transparent)]
+    RaftConfig(Box<openraft::ConfigError>),
+    #[error("starting raft")]
+    StartRaft(#[source] Box<openraft::error::Fatal<NodeId>>),
+    /// Raft stopped while the node was starting.
+    #[error(transparent)]
+    RaftStopped(Box<openraft::error::Fatal<NodeId>>),
+    #[error(transparent)]
+    Initialize(Box<InitializeFailed>),
+    #[error(transparent)]
+    JoinMarker(#[from] crate::raft::join::MarkerError),
+    #[error(transparent)]
+    AllowOrigin(#[from] crate::security::browser::BadOrigin),
+    #[error("building the client that forwards to the leader")]
+    ForwardClient(#[source] reqwest::Error),
+}
+
+/// `Raft::initialize`'s refusal.
+type InitializeFailed =
+    openraft::error::RaftError<NodeId, openraft::error::InitializeError<NodeId, BasicNode>>;
+
+impl From<openraft::error::Fatal<NodeId>> for StartError {
+    fn from(e: openraft::error::Fatal<NodeId>) -> Self {
+        StartError::RaftStopped(Box::new(e))
+    }
+}
+
+impl From<InitializeFailed> for StartError {
+    fn from(e: InitializeFailed) -> Self {
+        StartError::Initialize(Box::new(e))
+    }
+}
+
+fn raft_config(t: &RaftTuning) -> Result<openraft::Config, StartError> {
     let c = openraft::Config {
         cluster_name: "leasehold".into(),
         heartbeat_interval: t.heartbeat_ms,
@@ -175,17 +230,18 @@ fn raft_config(t: &RaftTuning) -> anyhow::Result<openraft::Config> {
         enable_elect: false,
         ..Default::default()
     };
-    Ok(c.validate()?)
+    c.validate()
+        .map_err(|e| StartError::RaftConfig(Box::new(e)))
 }
 
 /// Starts a node on a bound `listener` (tests bind port 0): opens its storage and Raft,
 /// then serves and runs its tasks until [`RunningNode::shutdown`].
-pub async fn start(listener: TcpListener, cfg: NodeConfig) -> anyhow::Result<RunningNode> {
-    let addr = listener.local_addr()?;
+pub async fn start(listener: TcpListener, cfg: NodeConfig) -> Result<RunningNode, StartError> {
+    let addr = listener.local_addr().map_err(StartError::ListenerAddr)?;
     let self_addr = cfg
         .peers
         .get(&cfg.id)
-        .with_context(|| format!("--peer list has no entry for this node's id {}", cfg.id))?;
+        .ok_or(StartError::NotInPeers(cfg.id))?;
     tracing::info!(id = cfg.id, %addr, advertised = %self_addr, "starting node");
     let opened = open(&cfg).await?;
     let joining = opened.stage != crate::raft::join::Stage::Member;
@@ -251,20 +307,22 @@ struct Opened {
 
 /// Opens the data dir (identity first), the two stores and Raft, and reads where a join
 /// stands.
-async fn open(cfg: &NodeConfig) -> anyhow::Result<Opened> {
+async fn open(cfg: &NodeConfig) -> Result<Opened, StartError> {
     // Before anything else touches the dir: refuse another node's (or cluster's) data.
     let identity = crate::security::identity::open(&cfg.data_dir, cfg.id, cfg.cluster_id)?;
     let peer = Arc::new(peer_guard(cfg, identity.cluster_id));
+    let dir = || cfg.data_dir.clone();
     let log_store = LogStore::open(&cfg.data_dir.join("log"))
         .await
-        .with_context(|| format!("opening the log in {}", cfg.data_dir.display()))?;
+        .map_err(|source| StartError::OpenLog { dir: dir(), source })?;
     let sm_store = StateMachineStore::open(&cfg.data_dir.join("sm"), cfg.clock.clone())
         .await
-        .with_context(|| format!("opening the state machine in {}", cfg.data_dir.display()))?;
+        .map_err(|source| StartError::OpenStateMachine { dir: dir(), source })?;
     let sm = sm_store.shared();
     let network = Network::new(cfg.dial.clone(), peer.clone()).with_tls(cfg.tls.clone());
     let elector = Arc::new(Elector::new(
         log_store.clone(),
+        cfg.clock.clone(),
         cfg.raft.election_timeout_min_ms,
         cfg.raft.election_timeout_max_ms,
     ));
@@ -276,7 +334,7 @@ async fn open(cfg: &NodeConfig) -> anyhow::Result<Opened> {
         sm_store,
     )
     .await
-    .context("starting raft")?;
+    .map_err(|e| StartError::StartRaft(Box::new(e)))?;
     let stage = crate::raft::join::begin(
         &cfg.data_dir,
         cfg.join.as_ref(),
@@ -332,7 +390,7 @@ fn spawn_tasks(
 }
 
 /// The client that forwards requests to the leader (https with `--tls-*`, like Raft RPC).
-fn forward_client(cfg: &NodeConfig) -> anyhow::Result<reqwest::Client> {
+fn forward_client(cfg: &NodeConfig) -> Result<reqwest::Client, StartError> {
     let b = reqwest::Client::builder()
         .tcp_nodelay(true)
         .connect_timeout(Duration::from_millis(500))
@@ -344,7 +402,7 @@ fn forward_client(cfg: &NodeConfig) -> anyhow::Result<reqwest::Client> {
         Some(tls) => tls.peer_client(b),
         None => b,
     };
-    Ok(b.build()?)
+    b.build().map_err(StartError::ForwardClient)
 }
 
 fn peer_guard(cfg: &NodeConfig, cluster_id: Option<ClusterId>) -> PeerGuard {
@@ -377,7 +435,7 @@ async fn initialize_if_first(
     raft: &Raft,
     cfg: &NodeConfig,
     peer: &PeerGuard,
-) -> anyhow::Result<()> {
+) -> Result<(), StartError> {
     let lowest = *cfg.peers.keys().next().expect("peers has this node");
     if cfg.id != lowest || raft.is_initialized().await? {
         return Ok(());
@@ -405,7 +463,7 @@ pub async fn run(
     listener: TcpListener,
     cfg: NodeConfig,
     shutdown: impl std::future::Future<Output = ()>,
-) -> anyhow::Result<()> {
+) -> Result<(), StartError> {
     let running = start(listener, cfg).await?;
     shutdown.await;
     tracing::info!("shutting down");

@@ -69,6 +69,39 @@ impl Clock for SystemClock {
     }
 }
 
+/// A monotonic clock that moves only when told to ([`HeldClock::advance`]), over the
+/// real wall clock: tests drive time-based decisions (the election timer, cluster time)
+/// with it instead of waiting.
+#[derive(Debug, Default)]
+pub struct HeldClock {
+    mono_ms: std::sync::atomic::AtomicU64,
+}
+
+impl HeldClock {
+    /// A held clock at monotonic `mono_ms`.
+    pub fn at(mono_ms: u64) -> Self {
+        HeldClock {
+            mono_ms: mono_ms.into(),
+        }
+    }
+
+    /// Moves the monotonic clock forward by `ms`.
+    pub fn advance(&self, ms: u64) {
+        self.mono_ms
+            .fetch_add(ms, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl Clock for HeldClock {
+    fn wall_ms(&self) -> u64 {
+        SystemClock::new().wall_ms()
+    }
+
+    fn mono_ms(&self) -> u64 {
+        self.mono_ms.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -80,6 +113,14 @@ mod tests {
         let d = ahead.wall_ms() as i64 - plain.wall_ms() as i64;
         assert!((4_900..=5_100).contains(&d), "offset {d}");
         assert!(ahead.mono_ms() < 1_000);
+    }
+
+    #[test]
+    fn a_held_clock_moves_only_when_told() {
+        let c = HeldClock::at(1_000);
+        assert_eq!(c.mono_ms(), 1_000);
+        c.advance(250);
+        assert_eq!(c.mono_ms(), 1_250);
     }
 
     #[test]

@@ -366,6 +366,69 @@ async fn leader_crash_mid_lease_loses_nothing() {
     c.shutdown().await;
 }
 
+/// The election timer runs on the node's injected clock (issue 18 item 4): with every
+/// node's monotonic clock held still, the survivors of a leader's crash never stand,
+/// however much real time passes; moved past lease + timeout, they elect at once. A
+/// timer on real time would elect during the held window and fail the first check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn elections_wait_for_the_injected_clock() {
+    use leasehold_node::time::clock::HeldClock;
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+    let clock = Arc::new(HeldClock::at(1_000_000));
+    let shared = clock.clone();
+    let mut c = TestCluster::start_with(move |cfg| {
+        cfg.clock = shared.clone();
+        // Stand after at most lease + timeout = 400 ms of (this clock's) quiet.
+        cfg.raft = leasehold_node::server::RaftTuning::fast();
+    })
+    .await;
+    // The first leader comes from initialization (openraft elects there), not the timer.
+    let old = c.wait_for_leader().await;
+    c.stop(old).await;
+    let survivors = c.running();
+    let started = |c: &TestCluster| -> u64 {
+        survivors
+            .iter()
+            .map(|id| {
+                c.node(*id)
+                    .node
+                    .metrics
+                    .elections_started
+                    .load(Ordering::Relaxed)
+            })
+            .sum()
+    };
+    let before = started(&c);
+    // Ten times the longest real-time wait before standing: an observation window, not
+    // a synchronization (nothing is expected to happen in it).
+    let window = Instant::now() + Duration::from_secs(4);
+    while Instant::now() < window {
+        assert_eq!(
+            started(&c),
+            before,
+            "a survivor stood for election while its clock was held"
+        );
+        for id in &survivors {
+            let state = c.node(*id).node.raft.metrics().borrow().state;
+            assert_ne!(
+                state,
+                openraft::ServerState::Leader,
+                "node {id} led on a held clock"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    clock.advance(10_000);
+    let new = c.wait_for_new_leader(old).await;
+    assert_ne!(new, old);
+    assert!(
+        started(&c) > before,
+        "the new leader stood through the timer"
+    );
+    c.shutdown().await;
+}
+
 // ---- 4 -----------------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

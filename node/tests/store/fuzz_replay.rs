@@ -195,6 +195,7 @@ fn restore_refuses_a_snapshot_that_breaks_an_invariant() {
     bytes[clock_at..clock_at + 8].copy_from_slice(&u64::MAX.to_le_bytes());
     match LeaseMachine::restore(&bytes) {
         Err(leasehold_statemachine::SnapshotError::Inconsistent(why)) => {
+            let why = why.to_string();
             assert!(why.contains("expired") || why.contains("future"), "{why}")
         }
         Err(e) => panic!("refused for another reason: {e}"),

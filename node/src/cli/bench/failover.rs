@@ -31,12 +31,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
 use clap::Args;
 use leasehold_client::{Client, Lease, NewJob};
 use leasehold_proc_cluster::{ClusterOpts, ProcCluster};
 use serde_json::{json, Value};
 use tokio::task::JoinHandle;
+
+use crate::cli::bench::BenchError;
 
 #[derive(Debug, Clone, Args)]
 pub struct FailoverArgs {
@@ -95,11 +96,11 @@ const CATCH_UP_BOUND: Duration = Duration::from_secs(60);
 /// proxy hop would be part of what is measured), quiet logs, and `serve`'s own Raft
 /// timing where no flag overrides it. Signed peer RPC, as in production: its cost is part
 /// of what is measured.
-fn cluster_opts(args: &FailoverArgs) -> anyhow::Result<ClusterOpts> {
+fn cluster_opts(args: &FailoverArgs) -> Result<ClusterOpts, BenchError> {
     use crate::server::{
         SERVE_ELECTION_TIMEOUT_MAX_MS, SERVE_ELECTION_TIMEOUT_MIN_MS, SERVE_HEARTBEAT_MS,
     };
-    let mut opts = ClusterOpts::new(std::env::current_exe().context("finding this binary")?);
+    let mut opts = ClusterOpts::new(std::env::current_exe().map_err(BenchError::CurrentExe)?);
     opts.heartbeat_ms = args.heartbeat_ms.unwrap_or(SERVE_HEARTBEAT_MS);
     opts.election_timeout_min_ms = args
         .election_timeout_min_ms
@@ -125,13 +126,18 @@ fn urls_except(c: &ProcCluster, skip: u64) -> Vec<String> {
 }
 
 /// The leader every running node names, with its term.
-async fn agreed_leader(c: &ProcCluster) -> anyhow::Result<(u64, u64)> {
+async fn agreed_leader(c: &ProcCluster) -> Result<(u64, u64), BenchError> {
     let s = c.try_wait_leader(LEADER_BOUND).await?;
     Ok((s.node_id, s.term))
 }
 
 /// Waits until node `id` has applied what the leader has committed.
-async fn caught_up(c: &ProcCluster, id: u64, leader: u64, bound: Duration) -> anyhow::Result<()> {
+async fn caught_up(
+    c: &ProcCluster,
+    id: u64,
+    leader: u64,
+    bound: Duration,
+) -> Result<(), BenchError> {
     let deadline = Instant::now() + bound;
     loop {
         if let (Some(a), Some(b)) = (c.status(id).await, c.status(leader).await) {
@@ -140,7 +146,7 @@ async fn caught_up(c: &ProcCluster, id: u64, leader: u64, bound: Duration) -> an
             }
         }
         if Instant::now() >= deadline {
-            bail!("node {id} did not catch up within {bound:?}");
+            return Err(BenchError::NotCaughtUp { id, bound });
         }
         tokio::time::sleep(WATCH_STEP * 5).await;
     }
@@ -158,7 +164,7 @@ fn since_ms(t: Instant, from: Instant) -> f64 {
     }
 }
 
-fn client(urls: &[String]) -> anyhow::Result<Client> {
+fn client(urls: &[String]) -> Result<Client, BenchError> {
     Ok(Client::new(urls.to_vec())?)
 }
 
@@ -183,7 +189,7 @@ struct LoadCounts {
 }
 
 impl Load {
-    async fn start(all: &[String], args: &FailoverArgs, n: usize) -> anyhow::Result<Load> {
+    async fn start(all: &[String], args: &FailoverArgs, n: usize) -> Result<Load, BenchError> {
         let stop = Arc::new(AtomicBool::new(false));
         let held_client = client(all)?;
         let mut held = Vec::new();
@@ -191,7 +197,7 @@ impl Load {
             let lease = held_client
                 .claim(&format!("fo{n}-held-{i}"), "holder", args.held_ttl_ms)
                 .await
-                .context("claiming a held job")?;
+                .map_err(BenchError::ClaimHeld)?;
             held.push(lease);
         }
         let renewer = tokio::spawn(renew_held(stop.clone(), held.clone()));
@@ -289,7 +295,7 @@ fn spawn_prober(
     stop: Arc<AtomicBool>,
     urls: Vec<String>,
     n: usize,
-) -> anyhow::Result<(JoinHandle<()>, Probes)> {
+) -> Result<(JoinHandle<()>, Probes), BenchError> {
     let probes = Probes::default();
     let http = reqwest::Client::builder().timeout(PROBE_TIMEOUT).build()?;
     let recorded = probes.clone();
@@ -320,7 +326,7 @@ async fn grant_expiring(
     all: &[String],
     args: &FailoverArgs,
     n: usize,
-) -> anyhow::Result<Vec<(String, Instant)>> {
+) -> Result<Vec<(String, Instant)>, BenchError> {
     let exp_client = client(all)?;
     let mut expiring = Vec::new();
     for i in 0..args.expiring {
@@ -359,7 +365,7 @@ fn spawn_expiry_watchers(
     expiring: &[(String, Instant)],
     urls: &[String],
     ttl_ms: u64,
-) -> anyhow::Result<Vec<JoinHandle<Option<f64>>>> {
+) -> Result<Vec<JoinHandle<Option<f64>>>, BenchError> {
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(1))
         .build()?;
@@ -387,7 +393,7 @@ fn spawn_expiry_watchers(
 }
 
 /// Held jobs still leased by the same owner and generation.
-async fn held_intact(urls: &[String], held: &[Lease]) -> anyhow::Result<usize> {
+async fn held_intact(urls: &[String], held: &[Lease]) -> Result<usize, BenchError> {
     let check = client(urls)?;
     let mut intact = 0;
     for l in held {
@@ -429,7 +435,7 @@ fn client_gap(acks: &[Instant], killed_at: Instant) -> Option<f64> {
 }
 
 /// Starts the killed node again and waits for it to catch up; returns the leader then.
-async fn restart_and_wait(c: &mut ProcCluster, killed: u64) -> anyhow::Result<u64> {
+async fn restart_and_wait(c: &mut ProcCluster, killed: u64) -> Result<u64, BenchError> {
     c.try_restart(killed)?;
     let (new_leader, _) = agreed_leader(c).await?;
     caught_up(c, killed, new_leader, CATCH_UP_BOUND).await?;
@@ -437,7 +443,7 @@ async fn restart_and_wait(c: &mut ProcCluster, killed: u64) -> anyhow::Result<u6
 }
 
 /// One trial: returns its JSON object.
-async fn trial(c: &mut ProcCluster, args: &FailoverArgs, n: usize) -> anyhow::Result<Value> {
+async fn trial(c: &mut ProcCluster, args: &FailoverArgs, n: usize) -> Result<Value, BenchError> {
     let (leader, term) = agreed_leader(c).await?;
     let (all, survivors) = (c.endpoints(), urls_except(c, leader));
     let load = Load::start(&all, args, n).await?;
@@ -520,9 +526,9 @@ fn summary(args: &FailoverArgs, results: &[Value]) -> Value {
     })
 }
 
-pub async fn run(args: FailoverArgs) -> anyhow::Result<()> {
+pub async fn run(args: FailoverArgs) -> Result<(), BenchError> {
     if args.trials == 0 {
-        bail!("--trials must be at least 1");
+        return Err(BenchError::NoTrials);
     }
     let mut c = ProcCluster::try_start(cluster_opts(&args)?, LEADER_BOUND).await?;
     let mut results = Vec::new();

@@ -7,15 +7,73 @@
 
 pub mod failover;
 
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
 use serde_json::{json, Value};
 
 use crate::cli::jobs::ClientOpts;
+
+/// Why a bench run, or one of its requests, failed. A run's error ends the command with
+/// one `error:` line; a request's is counted (and the first few printed). A variant
+/// with a cause keeps it as its source, printed after it on the same line.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    #[error("{flag} {}", path.display())]
+    Read {
+        flag: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("--tls-ca {}", path.display())]
+    Ca {
+        path: PathBuf,
+        #[source]
+        source: reqwest::Error,
+    },
+    #[error("--tls-client-cert {} / --tls-client-key {}", cert.display(), key.display())]
+    Identity {
+        cert: PathBuf,
+        key: PathBuf,
+        #[source]
+        source: reqwest::Error,
+    },
+    #[error("--token is not a valid header value")]
+    Token(#[source] reqwest::header::InvalidHeaderValue),
+    #[error("--endpoints is empty")]
+    NoEndpoints,
+    #[error("no node named a leader")]
+    NoLeader,
+    #[error(transparent)]
+    Http(#[from] reqwest::Error),
+    #[error("{path}: 204, nothing to claim")]
+    NothingToClaim { path: String },
+    #[error("{path}: {status} {body}")]
+    Refused {
+        path: String,
+        status: reqwest::StatusCode,
+        body: Value,
+    },
+    #[error("lease without generation")]
+    NoGeneration,
+    // `bench failover`:
+    #[error("--trials must be at least 1")]
+    NoTrials,
+    #[error("finding this binary")]
+    CurrentExe(#[source] std::io::Error),
+    #[error(transparent)]
+    Cluster(#[from] leasehold_proc_cluster::Error),
+    #[error("node {id} did not catch up within {bound:?}")]
+    NotCaughtUp { id: u64, bound: Duration },
+    #[error(transparent)]
+    Client(#[from] leasehold_client::Error),
+    #[error("claiming a held job")]
+    ClaimHeld(#[source] leasehold_client::Error),
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Mode {
@@ -83,15 +141,21 @@ pub struct BenchArgs {
 fn with_tls(
     mut b: reqwest::ClientBuilder,
     args: &ClientOpts,
-) -> anyhow::Result<reqwest::ClientBuilder> {
-    let read = |flag: &str, p: &std::path::Path| {
-        std::fs::read(p).with_context(|| format!("{flag} {}", p.display()))
+) -> Result<reqwest::ClientBuilder, BenchError> {
+    let read = |flag: &'static str, p: &std::path::Path| {
+        std::fs::read(p).map_err(|source| BenchError::Read {
+            flag,
+            path: p.to_path_buf(),
+            source,
+        })
     };
     if let Some(ca) = &args.tls_ca {
         b = b.tls_built_in_root_certs(false);
-        for c in reqwest::Certificate::from_pem_bundle(&read("--tls-ca", ca)?)
-            .with_context(|| format!("--tls-ca {}", ca.display()))?
-        {
+        let bundle = reqwest::Certificate::from_pem_bundle(&read("--tls-ca", ca)?);
+        for c in bundle.map_err(|source| BenchError::Ca {
+            path: ca.clone(),
+            source,
+        })? {
             b = b.add_root_certificate(c);
         }
     }
@@ -99,23 +163,23 @@ fn with_tls(
         let mut pem = read("--tls-client-cert", cert)?;
         pem.push(b'\n');
         pem.extend(read("--tls-client-key", key)?);
-        b = b.identity(reqwest::Identity::from_pem(&pem).with_context(|| {
-            format!(
-                "--tls-client-cert {} / --tls-client-key {}",
-                cert.display(),
-                key.display()
-            )
-        })?);
+        let identity =
+            reqwest::Identity::from_pem(&pem).map_err(|source| BenchError::Identity {
+                cert: cert.clone(),
+                key: key.clone(),
+                source,
+            })?;
+        b = b.identity(identity);
     }
     Ok(b)
 }
 
 /// `Authorization: Bearer <token>` on every bench request, when a token is given.
-fn auth_headers(token: Option<&str>) -> anyhow::Result<reqwest::header::HeaderMap> {
+fn auth_headers(token: Option<&str>) -> Result<reqwest::header::HeaderMap, BenchError> {
     let mut headers = reqwest::header::HeaderMap::new();
     if let Some(t) = token.map(str::trim).filter(|t| !t.is_empty()) {
         let mut v = reqwest::header::HeaderValue::from_str(&format!("Bearer {t}"))
-            .context("--token is not a valid header value")?;
+            .map_err(BenchError::Token)?;
         v.set_sensitive(true);
         headers.insert(reqwest::header::AUTHORIZATION, v);
     }
@@ -157,7 +221,7 @@ struct Shared {
     next: AtomicU64,
 }
 
-async fn post(s: &Shared, url: &str, path: &str, body: Value) -> anyhow::Result<(Value, f64)> {
+async fn post(s: &Shared, url: &str, path: &str, body: Value) -> Result<(Value, f64), BenchError> {
     let t = Instant::now();
     let resp = s
         .http
@@ -168,10 +232,14 @@ async fn post(s: &Shared, url: &str, path: &str, body: Value) -> anyhow::Result<
     let status = resp.status();
     let v: Value = resp.json().await.unwrap_or(Value::Null);
     if status == reqwest::StatusCode::NO_CONTENT {
-        bail!("{path}: 204, nothing to claim");
+        return Err(BenchError::NothingToClaim { path: path.into() });
     }
     if !status.is_success() {
-        bail!("{path}: {status} {v}");
+        return Err(BenchError::Refused {
+            path: path.into(),
+            status,
+            body: v,
+        });
     }
     Ok((v, t.elapsed().as_secs_f64() * 1000.0))
 }
@@ -183,7 +251,7 @@ async fn one(
     worker: usize,
     k: u64,
     out: &mut Samples,
-) -> anyhow::Result<()> {
+) -> Result<(), BenchError> {
     let t = Instant::now();
     let job = format!("bench-{}-{worker}-{k}", s.run.load(Ordering::Relaxed));
     let owner = format!("w{worker}");
@@ -214,7 +282,7 @@ async fn one(
     if s.mode == Mode::Cycle {
         let generation = lease["generation"]
             .as_u64()
-            .context("lease without generation")?;
+            .ok_or(BenchError::NoGeneration)?;
         let body = json!({"owner": owner, "generation": generation});
         let (_, ms) = post(s, url, &format!("/v1/jobs/{job}/renew"), body.clone()).await?;
         out.renew.push(ms);
@@ -236,7 +304,10 @@ async fn worker(s: Arc<Shared>, worker: usize, budget: u64, deadline: Option<Ins
         if let Err(e) = one(&s, &url, worker, k, &mut out).await {
             out.errors += 1;
             if out.errors <= 3 {
-                eprintln!("bench: worker {worker}: {e:#}");
+                eprintln!(
+                    "bench: worker {worker}: {}",
+                    crate::security::tls::chain(&e)
+                );
             }
         }
     }
@@ -290,7 +361,7 @@ async fn max_term(http: &reqwest::Client, urls: &[String]) -> Option<u64> {
     best
 }
 
-async fn find_leader(http: &reqwest::Client, urls: &[String]) -> anyhow::Result<String> {
+async fn find_leader(http: &reqwest::Client, urls: &[String]) -> Result<String, BenchError> {
     for u in urls {
         if let Ok(r) = http.get(format!("{u}/v1/cluster")).send().await {
             let v: Value = r.json().await.unwrap_or(Value::Null);
@@ -305,11 +376,11 @@ async fn find_leader(http: &reqwest::Client, urls: &[String]) -> anyhow::Result<
             }
         }
     }
-    bail!("no node named a leader")
+    Err(BenchError::NoLeader)
 }
 
 /// The HTTP client of every bench request: the token, the TLS files, a 10 s bound.
-fn http_client(opts: &ClientOpts) -> anyhow::Result<reqwest::Client> {
+fn http_client(opts: &ClientOpts) -> Result<reqwest::Client, BenchError> {
     let http = reqwest::Client::builder()
         .default_headers(auth_headers(opts.token())?)
         .tcp_nodelay(true)
@@ -352,21 +423,23 @@ fn report(args: &BenchArgs, r: Samples, secs: f64, elections: Option<u64>) -> Va
     })
 }
 
-pub async fn run(args: BenchArgs, opts: &ClientOpts) -> anyhow::Result<()> {
+pub async fn run(args: BenchArgs, opts: &ClientOpts) -> Result<(), BenchError> {
     if let Some(BenchCmd::Failover(a)) = args.sub {
         return failover::run(a).await;
     }
     let http = http_client(opts)?;
     let mut urls: Vec<String> = opts.endpoints().iter().map(|e| base_url(e)).collect();
     if urls.is_empty() {
-        bail!("--endpoints is empty");
+        return Err(BenchError::NoEndpoints);
     }
     let all_urls = urls.clone();
     if args.target == Target::Leader {
         urls = vec![find_leader(&http, &urls).await?];
     }
+    // Only distinct job ids hang on it: a clock before 1970 gives run 0.
     let run_id = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)?
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
         .as_millis() as u64;
     let s = Arc::new(Shared {
         http,

@@ -59,7 +59,7 @@ impl Wal {
     }
 }
 
-fn damaged(path: &Path, offset: u64, what: &str) -> io::Error {
+fn damaged(path: &Path, offset: u64, what: impl std::fmt::Display) -> io::Error {
     io::Error::new(
         io::ErrorKind::InvalidData,
         format!(
@@ -220,8 +220,16 @@ fn scan_segment(
     Ok((pos, max_index))
 }
 
+/// A record that contradicts the log before it: an entry that does not follow the last.
+#[derive(Debug, thiserror::Error)]
+#[error("entry {index} follows entry {last}")]
+struct Gap {
+    index: u64,
+    last: u64,
+}
+
 /// Replays one record into `st`; an error is a record that contradicts the log.
-fn apply(st: &mut Inner, record: Record, loc: Loc, opts: &WalOptions) -> Result<(), String> {
+fn apply(st: &mut Inner, record: Record, loc: Loc, opts: &WalOptions) -> Result<(), Gap> {
     match record {
         Record::Checkpoint {
             vote,
@@ -249,7 +257,7 @@ fn apply(st: &mut Inner, record: Record, loc: Loc, opts: &WalOptions) -> Result<
             }
             if let Some(last) = st.locs.back().map(|l| l.log_id.index) {
                 if Some(index) != last.checked_add(1) {
-                    return Err(format!("entry {index} follows entry {last}"));
+                    return Err(Gap { index, last });
                 }
             }
             let loc = Loc {
