@@ -29,13 +29,24 @@
 //!
 //! # Recovery
 //!
-//! Segments are replayed in order. A batch header of zeros ends a segment. A batch that
-//! fails its CRC is a **torn tail** — cut off — only if it is in the last segment and
-//! every byte after it is zero: a crash can only tear the last write, and nothing is ever
-//! written past it. Anything else is **damage**, and opening fails naming the file,
-//! because cutting there would silently drop acknowledged entries. After replay the last
-//! segment is cut to its valid length and re-extended, so the bytes past the end are
-//! zeros again before anything new is written.
+//! Segments are replayed in order; their numbers must follow one another, and the first
+//! is segment 1 unless a purge deleted the ones before it (then the entries resume right
+//! after the purge point). The first place where the batches stop is the segment's end
+//! if only zeros follow it. Otherwise, in the last segment only, it is a **torn tail** —
+//! cut off — if a crash could have left it: a crash tears only the last write, leaving
+//! each of its bytes either written or still zero, and nothing is written past it. So
+//! the header there is zeros, or its length keeps the batch inside the segment with only
+//! zeros after that end; and no valid batch starts anywhere after it. Anything else is
+//! **damage**: opening fails with a [`WalDamage`] naming the file and the byte, because
+//! cutting there would silently drop acknowledged records. A last segment whose header
+//! and checkpoint are torn was being created and never used: it is deleted. After replay
+//! the last segment is cut to its valid length and re-extended, so the bytes past the end
+//! are zeros again before anything new is written. Entries read back later are checked
+//! against their batch's CRC again.
+//!
+//! A failed write or fsync latches the log: it refuses every later write and never
+//! retries the fsync (the kernel may have dropped the pages it could not write), and
+//! [`Wal::failure`] tells the server, which stops the process (issue 19).
 //!
 //! # Memory
 //!
