@@ -324,3 +324,26 @@ fn find_opt(path: &Path, needle: &[u8]) -> bool {
         .windows(needle.len())
         .any(|w| w == needle)
 }
+
+/// Segments used to be sparse (`set_len` reserves nothing): "preallocated" did not keep
+/// a full disk from failing a write in the middle of a segment. Their blocks are now
+/// allocated when they are created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn segments_have_their_space_allocated_when_created() {
+    use std::os::unix::fs::MetadataExt;
+    let opts = WalOptions {
+        segment_bytes: 1 << 20,
+        cache_bytes: 1 << 20,
+    };
+    let (_dir, path) = log_of(3, opts).await;
+    let seg = segments(&path).pop().unwrap();
+    let meta = std::fs::metadata(&seg).unwrap();
+    assert_eq!(meta.len(), 1 << 20);
+    // st_blocks counts 512-byte units.
+    assert!(
+        meta.blocks() * 512 >= 1 << 20,
+        "only {} of {} bytes allocated",
+        meta.blocks() * 512,
+        meta.len()
+    );
+}

@@ -17,7 +17,7 @@ use super::format::{
     RECORD_HEAD,
 };
 use super::index::{Inner, Loc, Segment};
-use super::{create_segment, Wal, WalOptions, WalState};
+use super::{create_segment, reserve, Wal, WalOptions, WalState};
 use crate::types::LogId;
 
 impl Wal {
@@ -154,7 +154,7 @@ fn replay(dir: &Path, opts: &WalOptions) -> io::Result<Inner> {
             // next time cannot mistake old bytes for a batch.
             if data[pos..].iter().any(|&b| b != 0) {
                 file.set_len(pos as u64)?;
-                file.set_len(opts.segment_bytes.max(pos as u64))?;
+                reserve(&file, opts.segment_bytes.max(pos as u64))?;
                 file.sync_all()?;
             }
         }
