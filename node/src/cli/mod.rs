@@ -672,7 +672,7 @@ fn run(args: Cli) -> Result<(), RunError> {
         let exit =
             |r: Result<(), crate::cli::jobs::CliError>| -> ! { std::process::exit(report(r)) };
         match command {
-            Cmd::Serve(a) => serve(a).await,
+            Cmd::Serve(a) => exit_if_storage_failed(serve(a).await),
             Cmd::Dev(a) => dev(a).await,
             Cmd::Bench(a) => Ok(crate::cli::bench::run(a, &client).await?),
             Cmd::Job(a) => exit(crate::cli::jobs::run_job(a, &client).await),
@@ -681,6 +681,30 @@ fn run(args: Cli) -> Result<(), RunError> {
             Cmd::Snapshot(a) => exit(crate::cli::snapshot::run(a, &client).await),
         }
     })
+}
+
+/// `serve`'s exit code once its storage failed a write or an fsync, or ran out of space
+/// (EX_IOERR of sysexits.h): distinct from 1 (any other error) and 2 (usage), so a
+/// supervisor or an alert can tell it apart. What the operator does then is in
+/// docs/operations.md ("When the disk fails").
+pub const EXIT_STORAGE_FAILED: i32 = 74;
+
+/// Ends the process at once if `serve` stopped because its storage failed: one line on
+/// stderr and [`EXIT_STORAGE_FAILED`], no graceful shutdown (it would try to write
+/// again, and a failing disk may hang it). Other results go back to [`main`].
+fn exit_if_storage_failed(r: anyhow::Result<()>) -> anyhow::Result<()> {
+    let failed = r
+        .as_ref()
+        .err()
+        .and_then(|e| e.downcast_ref::<crate::store::StorageFailed>());
+    if let Some(failed) = failed {
+        eprintln!(
+            "error: {}; exiting with code {EXIT_STORAGE_FAILED}: do not just restart it, check the disk first (docs/operations.md, \"When the disk fails\")",
+            crate::cli::jobs::one_line(&failed.to_string())
+        );
+        std::process::exit(EXIT_STORAGE_FAILED);
+    }
+    r
 }
 
 /// `serve` as node 1 of a test cluster (one `--peer`, its own) plus `extra`: the parser

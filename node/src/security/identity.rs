@@ -191,11 +191,33 @@ pub fn restrict_umask() {
 
 /// Creates the data dir (0700), or tightens an existing one and what is in it.
 pub fn prepare_dir(dir: &Path) -> Result<(), IdentityError> {
-    create_private_dir(dir).map_err(io_err("creating data dir", dir))?;
+    create_private_dir_synced(dir).map_err(io_err("creating data dir", dir))?;
     let fixed = fix_modes(dir, 0)?;
     if fixed > 0 {
         tracing::warn!(dir = %dir.display(), fixed,
             "made the data dir private: dirs are now 0700, files 0600");
+    }
+    Ok(())
+}
+
+/// [`create_private_dir`], then fsyncs the parent of each directory it created, so the
+/// new data dir's entry survives a power loss like what is written in it (issue 19).
+fn create_private_dir_synced(dir: &Path) -> std::io::Result<()> {
+    let mut created = Vec::new();
+    let mut p = dir;
+    while !p.is_dir() {
+        let Some(parent) = p.parent() else { break };
+        let parent = if parent.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            parent
+        };
+        created.push(parent.to_path_buf());
+        p = parent;
+    }
+    create_private_dir(dir)?;
+    for parent in created.iter().rev() {
+        std::fs::File::open(parent)?.sync_all()?;
     }
     Ok(())
 }

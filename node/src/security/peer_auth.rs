@@ -223,8 +223,14 @@ impl PeerSecret {
             source,
         };
         let mut f = new_private_file(path).map_err(io)?;
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        // The new file's directory entry is durable only once its directory is synced.
         f.write_all(Self::generate_text().as_bytes())
             .and_then(|()| f.sync_all())
+            .and_then(|()| std::fs::File::open(dir)?.sync_all())
             .map_err(io)?;
         Self::read_file(path)
     }

@@ -22,7 +22,7 @@ use crate::node::{Limits, Node};
 use crate::raft::election::Elector;
 use crate::raft::network::Network;
 use crate::security::peer_auth::{ClusterId, PeerGuard, PeerSecret};
-use crate::store::{LogStore, SmShared, StateMachineStore};
+use crate::store::{LogStore, SmShared, StateMachineStore, StorageFailed};
 use crate::telemetry::metrics::{leader_took_office, Metrics};
 use crate::time::clock::{SharedClock, SystemClock};
 use crate::time::timekeeper::Timekeeper;
@@ -144,6 +144,8 @@ pub struct RunningNode {
     pub addr: std::net::SocketAddr,
     cancel: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
+    /// The node's log, watched for a failed write or fsync ([`RunningNode::failed`]).
+    log: LogStore,
 }
 
 impl RunningNode {
@@ -158,6 +160,34 @@ impl RunningNode {
 
     pub fn cancel_token(&self) -> CancellationToken {
         self.cancel.clone()
+    }
+
+    /// Resolves once the node's storage has failed: the log failed a write or an fsync,
+    /// or Raft stopped on a storage error (a snapshot that could not be written, say).
+    /// Raft refuses every write from then on; [`run`] then ends the process's service.
+    pub fn failed(&self) -> impl std::future::Future<Output = StorageFailed> + Send + 'static {
+        let log = self.log.failed();
+        let mut metrics = self.node.raft.metrics();
+        let raft = async move {
+            loop {
+                if let Err(openraft::error::Fatal::StorageError(e)) =
+                    &metrics.borrow_and_update().running_state
+                {
+                    return StorageFailed {
+                        why: format!("raft stopped on a storage error: {e}"),
+                    };
+                }
+                if metrics.changed().await.is_err() {
+                    return std::future::pending().await;
+                }
+            }
+        };
+        async move {
+            tokio::select! {
+                failed = log => failed,
+                failed = raft => failed,
+            }
+        }
     }
 }
 
@@ -291,12 +321,14 @@ pub async fn start(listener: TcpListener, cfg: NodeConfig) -> Result<RunningNode
         addr,
         cancel,
         tasks,
+        log: opened.log,
     })
 }
 
 /// What [`start`] opens before the node exists.
 struct Opened {
     raft: Raft,
+    log: LogStore,
     sm: Arc<SmShared>,
     network: Network,
     elector: Arc<Elector>,
@@ -326,6 +358,7 @@ async fn open(cfg: &NodeConfig) -> Result<Opened, StartError> {
         cfg.raft.election_timeout_min_ms,
         cfg.raft.election_timeout_max_ms,
     ));
+    let log = log_store.clone();
     let raft = Raft::new(
         cfg.id,
         Arc::new(raft_config(&cfg.raft)?),
@@ -342,6 +375,7 @@ async fn open(cfg: &NodeConfig) -> Result<Opened, StartError> {
     )?;
     Ok(Opened {
         raft,
+        log,
         sm,
         network,
         elector,
@@ -465,7 +499,12 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), StartError> {
     let running = start(listener, cfg).await?;
-    shutdown.await;
+    tokio::select! {
+        () = shutdown => {}
+        // Fail-stop (issue 19): no graceful shutdown, which would try to write again;
+        // the caller ends the process at once with its own exit code.
+        failed = running.failed() => return Err(failed.into()),
+    }
     tracing::info!("shutting down");
     running.shutdown().await;
     Ok(())

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use openraft::storage::{LogFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::{AnyError, OptionalSend, StorageError, StorageIOError};
 
-use super::wal::{Wal, WalOptions, WalStats};
+use super::wal::{Wal, WalDamage, WalOptions, WalStats};
 use crate::types::{LogId, NodeId, TypeConfig, Vote};
 
 type Entry = openraft::Entry<TypeConfig>;
@@ -53,6 +53,10 @@ impl LogStore {
             .await
             .map_err(io::Error::other)?
             .map_err(|e| {
+                // Damage names its file already, and stays typed for the caller.
+                if e.get_ref().is_some_and(|i| i.is::<WalDamage>()) {
+                    return e;
+                }
                 io::Error::new(
                     e.kind(),
                     format!("opening raft log in {}: {e}", dir.display()),
@@ -75,6 +79,37 @@ impl LogStore {
     pub fn stats(&self) -> WalStats {
         self.wal.stats()
     }
+
+    /// Resolves once the log has failed a write, an fsync or a segment change; never if
+    /// it does not. From then on it refuses every write (it never retries an fsync), and
+    /// the process must stop: see `server::run`.
+    pub fn failed(&self) -> impl std::future::Future<Output = StorageFailed> + Send + 'static {
+        let mut rx = self.wal.failure();
+        let dir = self.wal.dir().to_path_buf();
+        async move {
+            // The guard is dropped before anything else awaits.
+            let why = rx.wait_for(Option::is_some).await.map(|why| why.clone());
+            match why {
+                Ok(why) => StorageFailed {
+                    why: format!(
+                        "the raft log in {} failed: {}",
+                        dir.display(),
+                        why.unwrap_or_default()
+                    ),
+                },
+                // The log is gone (closed): it can no longer fail.
+                Err(_) => std::future::pending().await,
+            }
+        }
+    }
+}
+
+/// The node's storage failed a write or an fsync (or ran out of space): it must stop
+/// acknowledging and exit, and an operator must look at the disk before it runs again.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("storage failed, the node stops: {why}")]
+pub struct StorageFailed {
+    pub why: String,
 }
 
 fn read_err(e: &io::Error) -> StorageError<NodeId> {

@@ -24,16 +24,19 @@
 //!
 //! [`LeaseMachine`]: leasehold_statemachine::LeaseMachine
 
+mod durable;
 mod log_store;
 pub mod rejections;
 mod state_machine;
 mod wal;
 
-pub use log_store::LogStore;
+pub use log_store::{LogStore, StorageFailed};
 pub use state_machine::{
     read_snapshot_file, write_snapshot_file, write_snapshot_to, BACKUPS_IN_FLIGHT_MAX,
 };
 pub use state_machine::{
     AppliedState, SmShared, SnapshotBuilder, SnapshotFileError, StateMachineStore, SNAPSHOT_FILE_V1,
 };
-pub use wal::{frame_batches_for_fuzzing, replay_segment_for_fuzzing, WalOptions, WalStats};
+pub use wal::{
+    frame_batches_for_fuzzing, replay_segment_for_fuzzing, WalDamage, WalOptions, WalStats,
+};

@@ -531,7 +531,7 @@ fn open_dir(dir: &Path) -> Result<Option<(SnapshotMeta, LeaseMachine)>, Snapshot
         let path = path.to_path_buf();
         move |source| SnapshotFileError::Io { path, source }
     };
-    fs::create_dir_all(dir).map_err(io_err(dir))?;
+    super::durable::create_dir_all_synced(dir).map_err(io_err(dir))?;
     let tmp = dir.join(SNAPSHOT_TMP);
     match fs::remove_file(&tmp) {
         Ok(()) => tracing::warn!(path = %tmp.display(), "removed a half-written snapshot"),
@@ -628,7 +628,7 @@ fn write_file(dir: &Path, meta: &SnapshotMeta, body: &Body) -> io::Result<u64> {
     drop(file);
     fs::rename(&tmp, dir.join(SNAPSHOT_FILE))?;
     // The rename is only durable once the directory entry is.
-    File::open(dir)?.sync_all()?;
+    super::durable::sync_dir(dir)?;
     Ok(body_len)
 }
 

@@ -1,6 +1,7 @@
 //! The `leasehold` binary as a user runs it: the client commands (`job`, `cluster`,
 //! `worker run`) against an in-process cluster (`cli`), and `bench failover`, which starts
-//! its own three `serve` processes (`bench_failover`). Every run of the binary is bounded
+//! its own three `serve` processes (`bench_failover`), and `serve` on a disk that fails
+//! under it, through an `LD_PRELOAD` shim (`storage_failure`, `fs_shim`). Every run of the binary is bounded
 //! by a timeout and killed on drop.
 //!
 //! One test binary (issue 18 item 6). Libtest runs the tests in parallel threads: each
@@ -14,3 +15,5 @@ mod common;
 
 mod bench_failover;
 mod cli;
+mod fs_shim;
+mod storage_failure;

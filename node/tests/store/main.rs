@@ -14,3 +14,4 @@
 
 mod fuzz_replay;
 mod storage_suite;
+mod wal_damage;

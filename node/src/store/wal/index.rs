@@ -21,6 +21,8 @@ pub(super) struct Loc {
     pub(super) seq: u64,
     pub(super) offset: u64,
     pub(super) len: u32,
+    /// Where the batch holding the record starts: a read checks that batch's CRC.
+    pub(super) batch: u64,
 }
 
 /// An open segment file.

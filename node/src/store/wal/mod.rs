@@ -4,9 +4,10 @@
 //! Why not a general-purpose WAL: a lone claim waits for two fsyncs in a row (the leader's,
 //! then a follower's), and at one client those were most of its latency. Two things make
 //! an fsync cheaper here than in a growing append-only file:
-//! - Segments are sized up front (`set_len`), so a write never changes the file's size and
-//!   `fdatasync` has no size update to journal: ~135 µs against ~200 µs on this machine's
-//!   ext4 (3,000 synced 300-byte writes each way).
+//! - Segments are sized and allocated up front (`fallocate`), so a write never changes
+//!   the file's size and `fdatasync` has no size update to journal: ~135 µs against
+//!   ~200 µs on this machine's ext4 (3,000 synced 300-byte writes each way, measured with
+//!   sparse `set_len` segments; allocated ones are not measured yet).
 //! - The writer does `pwrite` + `fdatasync` itself, on the calling thread, instead of
 //!   handing the buffer to a flush thread and waiting to be woken: two thread wake-ups
 //!   fewer per write. The Raft core waits for an append's fsync before it replicates or
@@ -29,13 +30,24 @@
 //!
 //! # Recovery
 //!
-//! Segments are replayed in order. A batch header of zeros ends a segment. A batch that
-//! fails its CRC is a **torn tail** — cut off — only if it is in the last segment and
-//! every byte after it is zero: a crash can only tear the last write, and nothing is ever
-//! written past it. Anything else is **damage**, and opening fails naming the file,
-//! because cutting there would silently drop acknowledged entries. After replay the last
-//! segment is cut to its valid length and re-extended, so the bytes past the end are
-//! zeros again before anything new is written.
+//! Segments are replayed in order; their numbers must follow one another, and the first
+//! is segment 1 unless a purge deleted the ones before it (then the entries resume right
+//! after the purge point). The first place where the batches stop is the segment's end
+//! if only zeros follow it. Otherwise, in the last segment only, it is a **torn tail** —
+//! cut off — if a crash could have left it: a crash tears only the last write, leaving
+//! each of its bytes either written or still zero, and nothing is written past it. So
+//! the header there is zeros, or its length keeps the batch inside the segment with only
+//! zeros after that end; and no valid batch starts anywhere after it. Anything else is
+//! **damage**: opening fails with a [`WalDamage`] naming the file and the byte, because
+//! cutting there would silently drop acknowledged records. A last segment whose header
+//! and checkpoint are torn was being created and never used: it is deleted. After replay
+//! the last segment is cut to its valid length and re-extended, so the bytes past the end
+//! are zeros again before anything new is written. Entries read back later are checked
+//! against their batch's CRC again.
+//!
+//! A failed write or fsync latches the log: it refuses every later write and never
+//! retries the fsync (the kernel may have dropped the pages it could not write), and
+//! [`Wal::failure`] tells the server, which stops the process (issue 19).
 //!
 //! # Memory
 //!
@@ -50,28 +62,33 @@
 //! - `replay.rs`: [`Wal::open`] — the lock, replay, the torn-tail repair, damage;
 //! - `index.rs`: the in-memory index the other two keep.
 //!
-//! Imports only `types` of the crate: the log store (`store/log_store.rs`) is its one user.
+//! Imports only `types` of the crate and `store/durable.rs` (directory fsyncs): the log
+//! store (`store/log_store.rs`) is its one user.
 
 mod format;
 mod index;
 mod replay;
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use tokio::sync::watch;
+
 use self::format::{
-    decode_record, push_batch, push_record, segment_path, Record, RecordRef, BATCH_HEAD,
-    HEADER_LEN, MAGIC, RECORD_HEAD,
+    batch_crc, decode_record, push_batch, push_record, segment_path, Record, RecordRef, BATCH_HEAD,
+    HEADER_LEN, MAGIC, MAX_BATCH_BYTES, RECORD_HEAD,
 };
 use self::index::{Inner, Loc, Segment};
+use self::replay::damaged;
+use super::durable::{remove_file_synced, sync_dir};
 use crate::types::{LogId, TypeConfig, Vote};
 
 pub use self::format::frame_batches_for_fuzzing;
-pub use self::replay::replay_segment_for_fuzzing;
+pub use self::replay::{replay_segment_for_fuzzing, WalDamage};
 
 pub type Entry = openraft::Entry<TypeConfig>;
 
@@ -88,9 +105,10 @@ pub struct WalOptions {
 impl Default for WalOptions {
     fn default() -> Self {
         WalOptions {
-            // Sparse until written, so the size is a bound on how much a closed segment
-            // holds, not disk space taken up front. A segment is deleted once every entry
-            // in it is purged: smaller gives space back sooner, larger rotates less.
+            // Reserved on disk when the segment is created (`reserve`), so a full disk
+            // shows at a rotation, not in the middle of a segment. A segment is deleted
+            // once every entry in it is purged: smaller gives space back sooner, larger
+            // rotates less.
             segment_bytes: 32 * 1024 * 1024,
             // Several seconds of entries at full load; a larger cache only adds to a
             // node's memory (a 1 M-job node peaked at 1.07 GB RSS with 128 MiB).
@@ -125,6 +143,9 @@ pub struct Wal {
     state: Mutex<Inner>,
     writes: AtomicU64,
     syncs: AtomicU64,
+    /// Why the log failed, once it has: the server watches this and stops the process
+    /// (`Wal::failure`).
+    fatal: watch::Sender<Option<String>>,
     // Held for the life of the Wal: another process opening the same directory fails.
     _lock: File,
 }
@@ -219,6 +240,7 @@ impl Wal {
                     seq: st.active,
                     offset: batch_start + at as u64,
                     len: len as u32,
+                    batch: write.offset,
                 };
                 st.push_entry(loc, entry);
             }
@@ -299,8 +321,11 @@ impl Wal {
             (write, doomed)
         };
         self.run(write)?;
+        // Oldest first, each removal on disk before the next: a crash leaves the live
+        // segments numbered one after another, as replay requires.
         for path in doomed {
-            fs::remove_file(&path)?;
+            remove_file_synced(&path)
+                .map_err(|e| self.fail(e, "removing a purged raft log segment"))?;
         }
         Ok(())
     }
@@ -325,29 +350,16 @@ impl Wal {
                     out.push(Some(st.cache[(i - cached_from) as usize].0.clone()));
                 } else {
                     let loc = st.locs[(i - first) as usize];
-                    let file = st
+                    let seg = st
                         .segments
                         .get(&loc.seq)
-                        .map(|s| s.file.clone())
                         .ok_or_else(|| io::Error::other("log segment of a live entry is gone"))?;
-                    from_disk.push((out.len(), loc, file));
+                    from_disk.push((out.len(), loc, seg.file.clone(), seg.path.clone()));
                     out.push(None);
                 }
             }
         }
-        for (at, loc, file) in from_disk {
-            let mut buf = vec![0u8; loc.len as usize];
-            file.read_exact_at(&mut buf, loc.offset)?;
-            match decode_record(&buf[RECORD_HEAD..])? {
-                Record::Entry(e) if e.log_id == loc.log_id => out[at] = Some(e),
-                _ => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        format!("log entry {} does not read back", loc.log_id),
-                    ))
-                }
-            }
-        }
+        read_back(&mut out, from_disk)?;
         Ok(out.into_iter().flatten().collect())
     }
 
@@ -371,18 +383,18 @@ impl Wal {
         // `body` holds the pending records too: failing here loses them, so the log takes
         // no more writes after it.
         self.frame(st, body)
-            .map_err(|e| st.fail(e, "staging a raft log write"))
+            .map_err(|e| self.latch(st, e, "staging a raft log write"))
     }
 
     fn frame(&self, st: &mut Inner, body: Vec<u8>) -> io::Result<Batch> {
         let need = (BATCH_HEAD + body.len()) as u64;
         if st.pos + need > st.cap {
             let seq = st.active + 1;
-            let (seg, end) = create_segment(&self.dir, seq, &self.opts, st)?;
+            let (seg, end, cap) = create_segment(&self.dir, seq, &self.opts, need, st)?;
             st.segments.insert(seq, seg);
             st.active = seq;
             st.pos = end;
-            st.cap = self.opts.segment_bytes.max(st.pos + need);
+            st.cap = cap;
         }
         let mut bytes = Vec::with_capacity(BATCH_HEAD + body.len());
         push_batch(&mut bytes, &body)?;
@@ -406,10 +418,37 @@ impl Wal {
                 self.syncs.fetch_add(1, Ordering::Relaxed);
                 write.file.sync_data()
             });
-        res.map_err(|e| match self.lock() {
-            Ok(mut st) => st.fail(e, "writing the raft log"),
+        res.map_err(|e| self.fail(e, "writing the raft log"))
+    }
+
+    /// [`Wal::latch`] under the lock.
+    fn fail(&self, e: io::Error, doing: &str) -> io::Error {
+        match self.lock() {
+            Ok(mut st) => self.latch(&mut st, e, doing),
             Err(p) => p,
-        })
+        }
+    }
+
+    /// Latches the log as failed (see [`Inner::fail`]): it takes no more writes, and the
+    /// fsync is never retried — after a failed fsync the kernel may have dropped the dirty
+    /// pages and marked them clean, so a retry that succeeds proves nothing (PostgreSQL's
+    /// "fsyncgate", 2018). Tells [`Wal::failure`]'s watchers, and returns the error.
+    fn latch(&self, st: &mut Inner, e: io::Error, doing: &str) -> io::Error {
+        let e = st.fail(e, doing);
+        let why = st.failed.clone();
+        self.fatal.send_if_modified(|seen| {
+            let first = seen.is_none();
+            if first {
+                *seen = why;
+            }
+            first
+        });
+        e
+    }
+
+    /// Becomes `Some(why)` once a write, an fsync or a segment change failed.
+    pub fn failure(&self) -> watch::Receiver<Option<String>> {
+        self.fatal.subscribe()
     }
 }
 
@@ -420,15 +459,18 @@ impl Drop for Wal {
     }
 }
 
-/// Creates segment `seq`: header, a checkpoint batch of `st`, preallocated, fsynced with
-/// its directory entry, before anything else is written to it. Returns it and where the
-/// next batch goes in it.
+/// Creates segment `seq`: header, a checkpoint batch of `st`, preallocated with room for
+/// `room` more bytes at least, fsynced with its directory entry, before anything else is
+/// written to it. Returns it, where the next batch goes in it, and its size. Every batch
+/// then lies inside its segment's preallocated size, so replay can bound a batch's length
+/// by the segment.
 fn create_segment(
     dir: &Path,
     seq: u64,
     opts: &WalOptions,
+    room: u64,
     st: &Inner,
-) -> io::Result<(Segment, u64)> {
+) -> io::Result<(Segment, u64, u64)> {
     let path = segment_path(dir, seq);
     let file = OpenOptions::new()
         .read(true)
@@ -443,13 +485,82 @@ fn create_segment(
     push_batch(&mut bytes, &body)?;
     file.write_all_at(&bytes, 0)?;
     let end = bytes.len() as u64;
-    file.set_len(opts.segment_bytes.max(end))?;
+    let size = opts.segment_bytes.max(end + room);
+    reserve(&file, size)?;
     file.sync_all()?;
-    File::open(dir)?.sync_all()?;
+    sync_dir(dir)?;
     let seg = Segment {
         file: Arc::new(file),
         path,
         max_index: None,
     };
-    Ok((seg, end))
+    Ok((seg, end, size))
+}
+
+/// Reads the body of the batch at `at` back and checks its CRC: a bit that flipped on
+/// disk since replay must not reach a follower as another entry (issue 19).
+fn read_batch(file: &File, at: u64, path: &Path) -> io::Result<Vec<u8>> {
+    let mut head = [0u8; BATCH_HEAD];
+    file.read_exact_at(&mut head, at)?;
+    let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
+    let crc = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
+    if len > MAX_BATCH_BYTES {
+        return Err(damaged(path, at, "batch length out of bounds on read"));
+    }
+    let mut body = vec![0u8; len as usize];
+    file.read_exact_at(&mut body, at + BATCH_HEAD as u64)?;
+    if batch_crc(len, &body) != crc {
+        return Err(damaged(path, at, "batch fails its checksum on read"));
+    }
+    Ok(body)
+}
+
+/// Fills `out[at]` for every `(at, loc, file, path)` from disk. Entries next to each other
+/// mostly share a batch: each batch is read and checked once.
+fn read_back(
+    out: &mut [Option<Entry>],
+    from_disk: Vec<(usize, Loc, Arc<File>, PathBuf)>,
+) -> io::Result<()> {
+    let mut batch: Option<(u64, u64, Vec<u8>)> = None;
+    for (at, loc, file, path) in from_disk {
+        if batch.as_ref().map(|b| (b.0, b.1)) != Some((loc.seq, loc.batch)) {
+            batch = Some((loc.seq, loc.batch, read_batch(&file, loc.batch, &path)?));
+        }
+        let body = batch.as_ref().map_or(&[][..], |b| &b.2[..]);
+        let start = (loc.offset - loc.batch) as usize - BATCH_HEAD + RECORD_HEAD;
+        let end = (loc.offset - loc.batch) as usize - BATCH_HEAD + loc.len as usize;
+        let record = body
+            .get(start..end)
+            .ok_or_else(|| damaged(&path, loc.offset, "a record runs past its batch"))
+            .and_then(decode_record);
+        match record {
+            Ok(Record::Entry(e)) if e.log_id == loc.log_id => out[at] = Some(e),
+            _ => {
+                let what = format!("log entry {} does not read back", loc.log_id);
+                return Err(damaged(&path, loc.offset, &what));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Sizes `file` to `size` bytes with the blocks allocated (`fallocate`), not a sparse
+/// `set_len`: a full disk then fails here, at a rotation, where the write latches the log
+/// cleanly, instead of as ENOSPC on some later write into a hole (issue 19). The blocks
+/// stay "unwritten" extents, which still read as zeros, as replay needs. Where the
+/// filesystem cannot (EOPNOTSUPP), falls back to `set_len`.
+pub(super) fn reserve(file: &File, size: u64) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let len = libc::off_t::try_from(size)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "segment size too large"))?;
+    // SAFETY: fallocate only reads its integer arguments; the fd is open for writing.
+    let r = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len) };
+    if r == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EOPNOTSUPP) {
+        return file.set_len(size);
+    }
+    Err(e)
 }

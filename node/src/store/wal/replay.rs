@@ -5,23 +5,28 @@
 use std::collections::BTreeMap;
 use std::fs::{self, OpenOptions, TryLockError};
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
+use tokio::sync::watch;
+
+use super::super::durable::{create_dir_all_synced, remove_file_synced};
 use super::format::{
     batch_crc, decode_record, segment_path, Record, BATCH_HEAD, HEADER_LEN, MAGIC, MAX_BATCH_BYTES,
     RECORD_HEAD,
 };
 use super::index::{Inner, Loc, Segment};
-use super::{create_segment, Wal, WalOptions, WalState};
+use super::{create_segment, reserve, Wal, WalOptions, WalState};
 use crate::types::LogId;
 
 impl Wal {
     /// Opens (or creates) the log in `dir` and replays it. Fails if another `Wal` holds
     /// the directory, or if a segment is damaged (naming the file).
     pub fn open(dir: &Path, opts: WalOptions) -> io::Result<Wal> {
-        fs::create_dir_all(dir)?;
+        // `<data>/log` did not exist before a first start: its entry in the data dir is
+        // fsynced with it.
+        create_dir_all_synced(dir)?;
         let lock = OpenOptions::new()
             .create(true)
             .truncate(false)
@@ -42,11 +47,11 @@ impl Wal {
         }
         let mut inner = replay(dir, &opts)?;
         if inner.segments.is_empty() {
-            let (seg, end) = create_segment(dir, 1, &opts, &inner)?;
+            let (seg, end, cap) = create_segment(dir, 1, &opts, 0, &inner)?;
             inner.segments.insert(1, seg);
             inner.active = 1;
             inner.pos = end;
-            inner.cap = opts.segment_bytes;
+            inner.cap = cap;
         }
         Ok(Wal {
             dir: dir.to_path_buf(),
@@ -54,19 +59,37 @@ impl Wal {
             state: Mutex::new(inner),
             writes: AtomicU64::new(0),
             syncs: AtomicU64::new(0),
+            fatal: watch::channel(None).0,
             _lock: lock,
         })
     }
 }
 
-fn damaged(path: &Path, offset: u64, what: impl std::fmt::Display) -> io::Error {
+/// Bytes in a segment that a crash cannot produce: opening the log fails with this, inside
+/// an `io::Error` of kind `InvalidData`, rather than cut acknowledged records.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "raft log segment {} is damaged at byte {offset}: {what} (damaged file: {}; the node will not run on it: restore this node's data dir from a peer or a backup)",
+    .path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default(),
+    .path.display()
+)]
+pub struct WalDamage {
+    /// The damaged segment file.
+    pub path: PathBuf,
+    /// Where in it the damage starts.
+    pub offset: u64,
+    /// What is wrong there.
+    pub what: String,
+}
+
+pub(super) fn damaged(path: &Path, offset: u64, what: impl std::fmt::Display) -> io::Error {
     io::Error::new(
         io::ErrorKind::InvalidData,
-        format!(
-            "raft log segment {} is damaged at byte {offset}: {what} (damaged file: {}; the node will not run on it: restore this node's data dir from a peer or a backup)",
-            path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default(),
-            path.display()
-        ),
+        WalDamage {
+            path: path.to_path_buf(),
+            offset,
+            what: what.to_string(),
+        },
     )
 }
 
@@ -92,17 +115,20 @@ fn segment_seqs(dir: &Path) -> io::Result<Vec<u64>> {
 /// a torn tail and what is damage.
 fn replay(dir: &Path, opts: &WalOptions) -> io::Result<Inner> {
     let mut seqs = segment_seqs(dir)?;
-    // A segment is fsynced whole before anything is written to it, so a last segment of
-    // zeros was being created when the node stopped, and was never used.
+    check_consecutive(dir, &seqs)?;
+    // A last segment whose header and checkpoint never reached the disk whole was being
+    // created when the node stopped, and nothing was written after them (a segment is
+    // fsynced before its first batch): drop it, or the next write would land where the
+    // checkpoint belongs and no later open would get past it.
     let mut last_data = None;
     while let Some(&seq) = seqs.last() {
         let path = segment_path(dir, seq);
         let data = fs::read(&path)?;
-        if data.iter().any(|&b| b != 0) {
+        if !never_used(&data, seq, &path)? {
             last_data = Some(data); // read once: replayed below
             break;
         }
-        fs::remove_file(&path)?;
+        remove_file_synced(&path)?;
         seqs.pop();
     }
     let mut st = Inner::empty();
@@ -128,7 +154,7 @@ fn replay(dir: &Path, opts: &WalOptions) -> io::Result<Inner> {
             // next time cannot mistake old bytes for a batch.
             if data[pos..].iter().any(|&b| b != 0) {
                 file.set_len(pos as u64)?;
-                file.set_len(opts.segment_bytes.max(pos as u64))?;
+                reserve(&file, opts.segment_bytes.max(pos as u64))?;
                 file.sync_all()?;
             }
         }
@@ -147,7 +173,76 @@ fn replay(dir: &Path, opts: &WalOptions) -> io::Result<Inner> {
         st.pos = pos;
         st.cap = opts.segment_bytes.max(len);
     }
+    check_no_hole(dir, &seqs, &st)?;
     Ok(st)
+}
+
+/// Segments are numbered one after another and deleted only from the front (by a
+/// purge), so a gap in the numbers is a lost file.
+fn check_consecutive(dir: &Path, seqs: &[u64]) -> io::Result<()> {
+    for w in seqs.windows(2) {
+        if w[1] != w[0] + 1 {
+            let missing = segment_path(dir, w[0] + 1);
+            return Err(damaged(
+                &missing,
+                0,
+                "this segment is missing: the segments before and after it are there",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The first live segment is segment 1 (nothing purged yet), or every segment before it
+/// was deleted by a purge, which happens only once a purge record covering all their
+/// entries is on disk: then the entries resume right after the purge point. Anything
+/// else is a lost first segment.
+fn check_no_hole(dir: &Path, seqs: &[u64], st: &Inner) -> io::Result<()> {
+    let Some(&first) = seqs.first() else {
+        return Ok(());
+    };
+    if first == 1 {
+        return Ok(());
+    }
+    let missing = segment_path(dir, first - 1);
+    let Some(purged) = st.purged else {
+        let what =
+            "this segment is missing: nothing was purged, so no segment may have been deleted";
+        return Err(damaged(&missing, 0, what));
+    };
+    match st.locs.front() {
+        Some(loc) if loc.log_id.index > purged.index.saturating_add(1) => {
+            let what = format!(
+                "this segment is missing: the log resumes at entry {} after the purge point {}",
+                loc.log_id.index, purged.index
+            );
+            Err(damaged(&missing, 0, &what))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Whether the last segment is one whose creation a crash interrupted: its header and
+/// checkpoint (one write) are torn — each byte what was written or still zero — and no
+/// valid batch is anywhere in it.
+fn never_used(data: &[u8], seq: u64, path: &Path) -> io::Result<bool> {
+    let mut want = MAGIC.to_vec();
+    want.extend_from_slice(&seq.to_le_bytes());
+    let head = &data[..data.len().min(HEADER_LEN as usize)];
+    let torn_head = head.iter().zip(&want).any(|(&b, &w)| b != w);
+    if torn_head {
+        if !head.iter().zip(&want).all(|(&b, &w)| b == w || b == 0) {
+            return Ok(false); // not what a torn write leaves: damage, reported by the caller
+        }
+        let to = data.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+        return Ok(!batch_after(data, 0, to, path)?);
+    }
+    let at = HEADER_LEN as usize;
+    if valid_batch(data, at).is_some() {
+        return Ok(false);
+    }
+    check_tail(data, at, true, path)?;
+    Ok(true)
 }
 
 /// Replays the batches of one segment (`data`, header included and checked by the
@@ -164,27 +259,7 @@ fn scan_segment(
     let mut pos = HEADER_LEN as usize;
     let mut max_index = None;
     let mut first = true;
-    loop {
-        let rest = &data[pos..];
-        if rest.len() < BATCH_HEAD || rest[..BATCH_HEAD].iter().all(|&b| b == 0) {
-            break;
-        }
-        let len = u32::from_le_bytes(rest[0..4].try_into().unwrap_or_default());
-        let crc = u32::from_le_bytes(rest[4..8].try_into().unwrap_or_default());
-        let whole = len <= MAX_BATCH_BYTES && BATCH_HEAD + len as usize <= rest.len();
-        let body = whole.then(|| &rest[BATCH_HEAD..BATCH_HEAD + len as usize]);
-        let valid = body.filter(|b| batch_crc(len, b) == crc);
-        let Some(body) = valid else {
-            let end = if whole {
-                BATCH_HEAD + len as usize
-            } else {
-                rest.len()
-            };
-            if is_last && rest[end..].iter().all(|&b| b == 0) {
-                break; // a torn last write: cut below
-            }
-            return Err(damaged(path, pos as u64, "batch fails its checksum"));
-        };
+    while let Some(body) = valid_batch(data, pos) {
         let body_at = pos + BATCH_HEAD;
         let mut r = 0;
         while r < body.len() {
@@ -207,6 +282,7 @@ fn scan_segment(
                 seq,
                 offset: (body_at + r) as u64,
                 len: (RECORD_HEAD + rlen) as u32,
+                batch: pos as u64,
             };
             if let Record::Entry(e) = &record {
                 max_index = Some(e.log_id.index).max(max_index);
@@ -215,9 +291,122 @@ fn scan_segment(
                 .map_err(|what| damaged(path, (body_at + r) as u64, &what))?;
             r += RECORD_HEAD + rlen;
         }
-        pos += BATCH_HEAD + len as usize;
+        pos += BATCH_HEAD + body.len();
     }
+    check_tail(data, pos, is_last, path)?;
     Ok((pos, max_index))
+}
+
+/// The body of the batch at `at` if one is there whole and passes its checksum: a header
+/// that is not all zeros, a length that stays inside the segment, the CRC.
+pub(super) fn valid_batch(data: &[u8], at: usize) -> Option<&[u8]> {
+    let head = data.get(at..at.checked_add(BATCH_HEAD)?)?;
+    if head.iter().all(|&b| b == 0) {
+        return None;
+    }
+    let len = u32::from_le_bytes(head[0..4].try_into().ok()?);
+    let crc = u32::from_le_bytes(head[4..8].try_into().ok()?);
+    if len > MAX_BATCH_BYTES {
+        return None;
+    }
+    let body = data.get(at + BATCH_HEAD..(at + BATCH_HEAD).checked_add(len as usize)?)?;
+    (batch_crc(len, body) == crc).then_some(body)
+}
+
+/// Checks what follows the last valid batch of a segment, at `pos`: zeros to the end, or
+/// — in the last segment only — a torn last write. A crash tears only the last write and
+/// leaves each of its bytes either written or still zero, so a torn tail is:
+/// - a header of zeros (its sector never written), or a header whose length keeps the
+///   batch inside the segment (a writer never puts one past it) with zeros after that
+///   end (nothing is written past the last write);
+/// - and no valid batch anywhere after `pos`: one there was written after the "tail",
+///   so the tail is damage, and cutting it would drop acknowledged records.
+///
+/// Anything else is damage at `pos`.
+fn check_tail(data: &[u8], pos: usize, is_last: bool, path: &Path) -> io::Result<()> {
+    let rest = &data[pos..];
+    let Some(last) = rest.iter().rposition(|&b| b != 0) else {
+        return Ok(()); // zeros to the end: the segment's clean end
+    };
+    let zero_head = rest.len() >= BATCH_HEAD && rest[..BATCH_HEAD].iter().all(|&b| b == 0);
+    if !is_last {
+        let what = if zero_head {
+            "data after the end of a closed segment"
+        } else {
+            "batch fails its checksum"
+        };
+        return Err(damaged(path, pos as u64, what));
+    }
+    if !zero_head {
+        let len = rest.get(..4).map_or(u64::MAX, |b| {
+            u64::from(u32::from_le_bytes(b.try_into().unwrap_or_default()))
+        });
+        let end = (BATCH_HEAD as u64).saturating_add(len);
+        if len > u64::from(MAX_BATCH_BYTES) || end > rest.len() as u64 {
+            let what = format!("batch length {len} runs past the end of the segment");
+            return Err(damaged(path, pos as u64, &what));
+        }
+        if last as u64 >= end {
+            return Err(damaged(
+                path,
+                pos as u64,
+                "batch fails its checksum and data follows it",
+            ));
+        }
+    }
+    if batch_after(data, pos + 1, pos + last + 1, path)? {
+        return Err(damaged(
+            path,
+            pos as u64,
+            "batch fails its checksum (or its header is zeros) but valid batches follow it",
+        ));
+    }
+    Ok(())
+}
+
+/// Whether a valid batch starts at any offset in `[from, to)`. Bounded work: candidates
+/// must frame whole records before their CRC is computed, and past a budget of bytes
+/// checked the answer is "maybe", which is taken as yes (damage, never a silent cut).
+fn batch_after(data: &[u8], from: usize, to: usize, path: &Path) -> io::Result<bool> {
+    let mut budget = to
+        .saturating_sub(from)
+        .saturating_mul(64)
+        .saturating_add(1 << 24);
+    for q in from..to {
+        let Some(cost) = frames_records(data, q) else {
+            continue;
+        };
+        if cost > budget {
+            let what = "cannot rule out valid batches after a batch that fails its checksum";
+            return Err(damaged(path, q as u64, what));
+        }
+        budget -= cost;
+        if valid_batch(data, q).is_some() {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// If the header at `at` frames a body that is exactly a run of length-prefixed records
+/// inside `data`, what checking its CRC costs (its length); `None` otherwise.
+fn frames_records(data: &[u8], at: usize) -> Option<usize> {
+    let head = data.get(at..at.checked_add(BATCH_HEAD)?)?;
+    let len = u32::from_le_bytes(head[0..4].try_into().ok()?) as usize;
+    let body = data.get(at + BATCH_HEAD..(at + BATCH_HEAD).checked_add(len)?)?;
+    if len == 0 || len > MAX_BATCH_BYTES as usize {
+        return None;
+    }
+    let mut r = 0;
+    while r < len {
+        let rlen = u32::from_le_bytes(body.get(r..r + RECORD_HEAD)?.try_into().ok()?) as usize;
+        // A record is a bincode enum: at least its 4-byte variant tag.
+        if rlen < 4 {
+            return None;
+        }
+        r = r.checked_add(RECORD_HEAD + rlen)?;
+    }
+    (r == len).then_some(len)
 }
 
 /// A record that contradicts the log before it: an entry that does not follow the last.
