@@ -1,7 +1,8 @@
 //! The API reference against the code: `docs/api.md` must document every error code
 //! with its status (`ErrorCode::ALL`), every route of the node's route table
 //! (`http::routes::ROUTES`), every action of `POST /v1/jobs/{id}/…`, and every
-//! `serve` and `dev` flag (the clap definition). Each test reads the code's own table,
+//! `serve` and `dev` flag (the clap definition); and `docs/operations.md` every metric
+//! family (`telemetry::metrics::FAMILIES`). Each test reads the code's own table,
 //! so a new route, code or flag fails here until the reference describes it. Only the part of the page
 //! before "Version 1.1 (planned)" counts: that section describes routes not served yet.
 //!
@@ -137,5 +138,50 @@ fn every_serve_and_dev_flag_is_documented() {
     assert!(
         missing.is_empty(),
         "flags docs/api.md (\"serve flags\") does not name: {missing:#?}"
+    );
+}
+
+/// `docs/operations.md`, "Metrics and alerts", up to its example alerts.
+fn metrics_reference() -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/operations.md");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    let start = text
+        .find("\n## Metrics and alerts")
+        .expect("docs/operations.md has its \"Metrics and alerts\" heading");
+    let end = text[start..]
+        .find("\n### Example alerts")
+        .map_or(text.len(), |e| start + e);
+    text[start..end].to_owned()
+}
+
+/// Every family `/metrics` exports (`metrics::FAMILIES`) has a row in the metrics
+/// reference with its type, and every family row there is one the node exports.
+#[test]
+fn every_metric_family_is_documented_with_its_type() {
+    use leasehold_node::telemetry::metrics::FAMILIES;
+    let doc = metrics_reference();
+    let missing: Vec<String> = FAMILIES
+        .iter()
+        .map(|f| format!("| `{}` | {} |", f.name, f.kind.as_str()))
+        .filter(|row| !doc.contains(row.as_str()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/operations.md (\"Metrics and alerts\") has no row for: {missing:#?}"
+    );
+    let documented: Vec<&str> = doc
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `leasehold_")?.split_once('`'))
+        .map(|(rest, _)| rest)
+        .collect();
+    assert!(documented.len() >= FAMILIES.len(), "{documented:?}");
+    let unknown: Vec<&&str> = documented
+        .iter()
+        .filter(|n| !FAMILIES.iter().any(|f| f.name == format!("leasehold_{n}")))
+        .collect();
+    assert!(
+        unknown.is_empty(),
+        "docs/operations.md documents families the node does not export: {unknown:#?}"
     );
 }

@@ -4,7 +4,6 @@
 //! applies exactly what the client sent; `X-Leasehold-Hops` bounds forwarding chains
 //! while nodes disagree about who leads.
 
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use axum::body::Bytes;
@@ -36,7 +35,7 @@ pub enum ForwardError {
 const FORWARDED_HEADERS: [&str; 3] = [IDEMPOTENCY_HEADER, "content-type", "authorization"];
 
 pub async fn forward(node: &Node, inbound: &Inbound, addr: &str) -> Result<Response, ForwardError> {
-    node.metrics.forwarded.fetch_add(1, Ordering::Relaxed);
+    node.metrics.forwarded.inc();
     let url = format!("{}://{addr}{}", node.peer_scheme, inbound.path_and_query);
     let mut req = node
         .forward_http

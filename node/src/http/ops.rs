@@ -167,7 +167,7 @@ pub async fn metrics(State(node): State<Arc<Node>>) -> Response {
         StatusCode::OK,
         [(
             axum::http::header::CONTENT_TYPE,
-            "text/plain; version=0.0.4",
+            crate::telemetry::metrics::CONTENT_TYPE,
         )],
         text,
     )

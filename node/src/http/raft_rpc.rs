@@ -270,7 +270,7 @@ pub async fn prevote(State(node): State<Arc<Node>>, req: Request) -> Response {
                 tracing::debug!(candidate = rpc.candidate, reason = %resp.reason, "pre-vote refused");
                 &node.metrics.prevotes_refused
             };
-            counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            counter.inc();
             encode(&Ok::<_, RaftError<NodeId>>(resp))
         }
         Err(r) => r,

@@ -426,9 +426,7 @@ async fn pre_vote(node: &ElectionHandles, network: &mut Network) -> bool {
             quiet_ms = node.elector.quiet_for().as_millis() as u64,
             "pre-vote granted by a majority; standing for election"
         );
-        node.metrics
-            .elections_started
-            .fetch_add(1, Ordering::Relaxed);
+        node.metrics.elections_started.inc();
     }
     granted
 }

@@ -8,7 +8,6 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -523,7 +522,7 @@ pub async fn watch_leader(node: Arc<Node>, cancel: CancellationToken) {
                 .map(|leader| (m.vote.leader_id().get_term(), leader))
         };
         if leader_took_office(last, seen) {
-            node.metrics.leader_changes.fetch_add(1, Ordering::Relaxed);
+            node.metrics.leader_changes.inc();
             last = seen;
         }
         tokio::select! {
@@ -604,7 +603,7 @@ async fn leader_loop(node: Arc<Node>, tick_interval_ms: u64, cancel: Cancellatio
         }
         match node.propose_stamped(term, Command::Tick, None).await {
             Ok(Ok(Outcome::Ticked)) => {
-                node.metrics.ticks.fetch_add(1, Ordering::Relaxed);
+                node.metrics.ticks.inc();
                 if reason == TickReason::NewTerm {
                     tracing::info!(
                         term,

@@ -6,7 +6,6 @@
 //! the `leasehold` binary sends `--token` / `LEASEHOLD_TOKEN` and explains a 401.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -256,7 +255,7 @@ async fn tokens_roles_and_owner_prefixes_are_enforced_on_every_node() {
 }
 
 fn forwarded(c: &TestCluster, id: u64) -> u64 {
-    c.node(id).node.metrics.forwarded.load(Ordering::Relaxed)
+    c.node(id).node.metrics.forwarded.get()
 }
 
 async fn open_routes_need_no_token(c: &TestCluster) {
@@ -371,13 +370,7 @@ fn delete(path: &str, token: &str) -> Req {
 /// `leasehold_listener_refused_total{reason="scope"}` of one node.
 async fn scope_refusals(c: &TestCluster, id: u64) -> u64 {
     let text = c.send(id, &get("/metrics", READER)).await.text();
-    let line = "leasehold_listener_refused_total{reason=\"scope\"} ";
-    text.lines()
-        .find_map(|l| l.strip_prefix(line))
-        .unwrap_or_else(|| panic!("no {line:?} in /metrics"))
-        .trim()
-        .parse()
-        .unwrap()
+    crate::common::refused_in(&text, "scope")
 }
 
 /// The fields of a job a refused request must not change.

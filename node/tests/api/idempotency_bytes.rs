@@ -15,9 +15,7 @@ fn big(fill: char) -> Value {
 
 /// The gauge's value in a `/metrics` text, if the family is there.
 fn gauge(text: &str, name: &str) -> Option<f64> {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+    crate::common::Exposition::parse(text).value(name, &[])
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -5,94 +5,45 @@
 //! leader changes and the failover grace after the leader is stopped.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
-use crate::common::{eventually, TestCluster, CATCH_UP_WAIT};
+use crate::common::{eventually, Exposition, TestCluster, CATCH_UP_WAIT};
+use axum::http::Method;
+use leasehold_node::telemetry::metrics::{
+    top_queues, Metrics, RouteLabel, Scrape, SnapshotStats, CONTENT_TYPE, FAMILIES,
+};
+use leasehold_statemachine::{QueueStats, Stats};
 use serde_json::json;
 
 /// Long enough that no lease of this test runs out while it runs.
 const TTL_MS: u64 = 60_000;
 
-/// One sample of the text format: name, labels, value.
-type Sample = (String, BTreeMap<String, String>, f64);
-
-fn parse_labels(inner: &str) -> BTreeMap<String, String> {
-    let mut labels = BTreeMap::new();
-    let mut rest = inner;
-    while !rest.is_empty() {
-        let (key, after) = rest.split_once("=\"").expect("label=\"value\"");
-        let mut value = String::new();
-        let mut chars = after.char_indices();
-        let end = loop {
-            match chars.next().expect("closing quote") {
-                (_, '\\') => value.push(chars.next().expect("escaped").1),
-                (i, '"') => break i,
-                (_, c) => value.push(c),
-            }
-        };
-        labels.insert(key.to_owned(), value);
-        rest = after[end + 1..].trim_start_matches(',');
-    }
-    labels
-}
-
-fn parse(text: &str) -> Vec<Sample> {
-    text.lines()
-        .filter(|l| !l.starts_with('#') && !l.is_empty())
-        .map(|l| {
-            let (series, value) = l.rsplit_once(' ').expect("series value");
-            let value = value.parse().unwrap_or_else(|_| panic!("value in {l}"));
-            match series.split_once('{') {
-                Some((name, labels)) => (
-                    name.to_owned(),
-                    parse_labels(labels.strip_suffix('}').expect("}")),
-                    value,
-                ),
-                None => (series.to_owned(), BTreeMap::new(), value),
-            }
-        })
-        .collect()
-}
-
-/// The value of the series `name{labels}` (exactly those labels), if present.
-fn get(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    samples
-        .iter()
-        .find(|(n, l, _)| {
-            n == name
-                && l.len() == labels.len()
-                && labels
-                    .iter()
-                    .all(|(k, v)| l.get(*k).map(String::as_str) == Some(*v))
-        })
-        .map(|(_, _, v)| *v)
-}
-
-async fn scrape(c: &TestCluster, id: u64) -> Vec<Sample> {
+async fn scrape(c: &TestCluster, id: u64) -> Exposition {
     let r = c.get(id, "/metrics").await;
     assert_eq!(r.status, 200, "{}", r.text());
     let ct = r.header("content-type").unwrap_or_default();
     assert!(ct.starts_with("text/plain; version=0.0.4"), "{ct}");
-    parse(&r.text())
+    assert_eq!(ct, CONTENT_TYPE);
+    Exposition::parse(&r.text())
 }
 
 /// `Ok` when `name{labels}` is at least `min` on node `id`; the observed value otherwise.
 fn at_least(
-    samples: &[Sample],
+    samples: &Exposition,
     name: &str,
     labels: &[(&str, &str)],
     min: f64,
 ) -> Result<(), String> {
-    match get(samples, name, labels) {
+    match samples.value(name, labels) {
         Some(v) if v >= min => Ok(()),
         other => Err(format!("{name}{labels:?} = {other:?}, want >= {min}")),
     }
 }
 
 /// Jobs of `queue` by state as `leasehold_jobs_by_queue` reports them.
-fn queue_counts(samples: &[Sample], queue: &str) -> [Option<f64>; 4] {
+fn queue_counts(samples: &Exposition, queue: &str) -> [Option<f64>; 4] {
     ["pending", "leased", "completed", "failed"].map(|state| {
-        get(
-            samples,
+        samples.value(
             "leasehold_jobs_by_queue",
             &[("queue", queue), ("state", state)],
         )
@@ -166,7 +117,7 @@ async fn metrics_reflect_what_the_cluster_did() {
                 [Some(1.0), Some(1.0), Some(1.0), Some(0.0)],
                 [Some(1.0), Some(1.0), Some(0.0), Some(0.0)],
             );
-            let queues = get(&s, "leasehold_queues", &[]);
+            let queues = s.value("leasehold_queues", &[]);
             if got == want && queues == Some(2.0) {
                 Ok(())
             } else {
@@ -190,7 +141,7 @@ async fn metrics_reflect_what_the_cluster_did() {
     ] {
         at_least(&s, cmd, &[("kind", kind), ("outcome", outcome)], min).unwrap();
     }
-    assert_eq!(get(&s, "leasehold_raft_is_leader", &[]), Some(1.0));
+    assert_eq!(s.value("leasehold_raft_is_leader", &[]), Some(1.0));
     // The leader saw the 5 submits (2 forwarded to it) as requests, and timed them.
     let submits = [("route", "/v1/jobs"), ("method", "POST")];
     at_least(
@@ -204,7 +155,7 @@ async fn metrics_reflect_what_the_cluster_did() {
     // The follower forwarded its 8 writes, and counted and timed them itself.
     let s = scrape(&c, f).await;
     at_least(&s, "leasehold_forwarded_total", &[], 8.0).unwrap();
-    assert_eq!(get(&s, "leasehold_raft_is_leader", &[]), Some(0.0));
+    assert_eq!(s.value("leasehold_raft_is_leader", &[]), Some(0.0));
     let hist = "leasehold_request_duration_seconds";
     for (route, n) in [
         ("/v1/jobs", 2.0),
@@ -213,10 +164,10 @@ async fn metrics_reflect_what_the_cluster_did() {
     ] {
         let labels = [("route", route), ("method", "POST")];
         at_least(&s, &format!("{hist}_count"), &labels, n).unwrap();
-        let count = get(&s, &format!("{hist}_count"), &labels);
+        let count = s.value(&format!("{hist}_count"), &labels);
         let inf = [labels[0], labels[1], ("le", "+Inf")];
-        assert_eq!(get(&s, &format!("{hist}_bucket"), &inf), count, "{route}");
-        let sum = get(&s, &format!("{hist}_sum"), &labels).expect("sum");
+        assert_eq!(s.value(&format!("{hist}_bucket"), &inf), count, "{route}");
+        let sum = s.value(&format!("{hist}_sum"), &labels).expect("sum");
         assert!(sum > 0.0, "{route}: sum {sum}");
     }
     let job_route = |status| [("route", "/v1/jobs/{id}"), ("status", status)];
@@ -226,7 +177,10 @@ async fn metrics_reflect_what_the_cluster_did() {
     // Raft and time, on every node.
     for id in c.running() {
         let s = scrape(&c, id).await;
-        let v = |name| get(&s, name, &[]).unwrap_or_else(|| panic!("{name} on node {id}"));
+        let v = |name| {
+            s.value(name, &[])
+                .unwrap_or_else(|| panic!("{name} on node {id}"))
+        };
         assert!(v("leasehold_raft_commit_index") >= v("leasehold_raft_applied_index"));
         assert!(v("leasehold_raft_applied_index") > 0.0);
         assert!(v("leasehold_raft_term") >= 1.0);
@@ -243,7 +197,7 @@ async fn metrics_reflect_what_the_cluster_did() {
         at_least(&s, "leasehold_snapshot_builds_total", &[], 1.0)?;
         at_least(&s, "leasehold_snapshot_last_size_bytes", &[], 1.0)?;
         at_least(&s, "leasehold_snapshot_last_index", &[], 20.0)?;
-        match get(&s, "leasehold_snapshot_last_build_seconds", &[]) {
+        match s.value("leasehold_snapshot_last_build_seconds", &[]) {
             Some(v) if v >= 0.0 => Ok(()),
             other => Err(format!("last_build_seconds {other:?}")),
         }
@@ -258,7 +212,7 @@ async fn metrics_reflect_what_the_cluster_did() {
             let s = scrape(&c, id).await;
             m.insert(
                 id,
-                get(&s, "leasehold_raft_leader_changes_total", &[]).unwrap(),
+                s.value("leasehold_raft_leader_changes_total", &[]).unwrap(),
             );
         }
         m
@@ -290,66 +244,192 @@ async fn metrics_reflect_what_the_cluster_did() {
         .await;
     }
     let s = scrape(&c, new_leader).await;
-    assert_eq!(get(&s, "leasehold_raft_is_leader", &[]), Some(1.0));
+    assert_eq!(s.value("leasehold_raft_is_leader", &[]), Some(1.0));
     c.shutdown().await;
 }
 
+/// The families a scrape shows, by name and type, against `metrics::FAMILIES`.
+fn assert_every_family(s: &Exposition) {
+    let want: BTreeMap<String, String> = FAMILIES
+        .iter()
+        .map(|f| {
+            // The text format's TYPE line names a counter with its `_total`.
+            (f.name.to_owned(), f.kind.as_str().to_owned())
+        })
+        .collect();
+    assert_eq!(s.families(), want);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn every_family_is_declared_once_and_every_sample_belongs_to_one() {
+async fn a_scrape_parses_and_shows_every_documented_family_once() {
     let c = TestCluster::start().await;
     let leader = c.wait_for_leader().await;
     c.post(leader, "/v1/jobs", json!({"id": "x", "queue": "q"}))
         .await
         .ok(201);
-    let text = c.get(leader, "/metrics").await.text();
-    let mut types = BTreeMap::new();
-    for line in text.lines().filter(|l| l.starts_with("# TYPE ")) {
-        let mut parts = line["# TYPE ".len()..].split(' ');
-        let (name, kind) = (parts.next().unwrap(), parts.next().unwrap());
-        assert!(
-            types.insert(name.to_owned(), kind.to_owned()).is_none(),
-            "{name} twice"
-        );
-    }
-    for (name, _, _) in parse(&text) {
-        let family = ["_bucket", "_sum", "_count"]
-            .iter()
-            .find_map(|s| {
-                name.strip_suffix(s)
-                    .filter(|b| types.get(*b).map(String::as_str) == Some("histogram"))
-            })
-            .unwrap_or(&name);
-        assert!(types.contains_key(family), "{name} has no TYPE");
-    }
-    for family in [
-        "leasehold_requests_total",
-        "leasehold_request_duration_seconds",
-        "leasehold_commands_total",
-        "leasehold_forwarded_total",
-        "leasehold_ticks_total",
-        "leasehold_raft_term",
-        "leasehold_raft_is_leader",
-        "leasehold_raft_last_log_index",
-        "leasehold_raft_commit_index",
-        "leasehold_raft_applied_index",
-        "leasehold_raft_leader_changes_total",
-        "leasehold_raft_voters",
-        "leasehold_raft_learners",
-        "leasehold_cluster_time_ms",
-        "leasehold_live_leases",
-        "leasehold_failover_grace_applied_total",
-        "leasehold_failover_grace_last_ms",
-        "leasehold_idempotency_keys",
-        "leasehold_queues",
-        "leasehold_jobs",
-        "leasehold_jobs_by_queue",
-        "leasehold_snapshot_builds_total",
-        "leasehold_snapshot_last_size_bytes",
-        "leasehold_snapshot_last_build_seconds",
-        "leasehold_snapshot_last_capture_seconds",
-        "leasehold_snapshot_last_index",
-    ] {
-        assert!(types.contains_key(family), "{family} missing");
-    }
+    // After one request and with one queue, no family is empty: all are shown.
+    let s = scrape(&c, leader).await;
+    s.check_histograms();
+    assert_every_family(&s);
     c.shutdown().await;
+}
+
+// ---- the exposition of one `Metrics`, without a server --------------------------------
+
+fn a_scrape() -> Scrape {
+    let raft = openraft::RaftMetrics::new_initial(1);
+    let mut queues = BTreeMap::new();
+    queues.insert(
+        "default".to_owned(),
+        QueueStats {
+            pending: 2,
+            leased: 1,
+            completed: 3,
+            failed: 0,
+        },
+    );
+    Scrape {
+        raft,
+        commit_index: 7,
+        cluster_time_ms: 1_764_450_000_000,
+        stats: Stats::default(),
+        queues: top_queues(queues.iter().map(|(q, s)| (q.as_str(), s)), 100),
+        last_grace_ms: 250,
+        known_leader: None,
+        quorum_lost: 0,
+        snapshots: SnapshotStats {
+            builds: 2,
+            last_bytes: 4096,
+            last_build_ms: 1500,
+            last_capture_ms: 20,
+            last_index: 42,
+        },
+    }
+}
+
+/// A `Metrics` after a few requests and commands, and its exposition.
+fn rendered() -> (String, Exposition) {
+    let m = Metrics::default();
+    let ms = Duration::from_millis;
+    for (route, method, status, took) in [
+        (RouteLabel::Job, Method::POST, 200, ms(3)),
+        (RouteLabel::Job, Method::POST, 409, ms(1)),
+        (
+            RouteLabel::Job,
+            Method::GET,
+            200,
+            Duration::from_micros(150),
+        ),
+        (RouteLabel::QueueClaim, Method::POST, 204, ms(30_000)),
+        (RouteLabel::QueueClaim, Method::POST, 200, ms(90_000)),
+        (RouteLabel::Other, Method::PUT, 418, ms(0)),
+    ] {
+        m.request(route, &method, status, took);
+    }
+    m.command("complete", "stale_lease");
+    m.command("claim", "ok");
+    m.forwarded.inc_by(3);
+    let text = m.render(&a_scrape());
+    let parsed = Exposition::parse(&text);
+    (text, parsed)
+}
+
+#[test]
+fn the_latency_histogram_keeps_its_buckets_and_only_seen_pairs() {
+    let (text, s) = rendered();
+    s.check_histograms();
+    let d = "leasehold_request_duration_seconds";
+    let job_post = [("route", "/v1/jobs/{id}"), ("method", "POST")];
+    assert_eq!(s.value(&format!("{d}_count"), &job_post), Some(2.0));
+    let bucket = |labels: [(&str, &str); 2], le| {
+        s.value(&format!("{d}_bucket"), &[labels[0], labels[1], ("le", le)])
+    };
+    assert_eq!(bucket(job_post, "0.001"), Some(1.0));
+    assert_eq!(bucket(job_post, "0.002"), Some(1.0));
+    assert_eq!(bucket(job_post, "0.005"), Some(2.0));
+    let sum = s.value(&format!("{d}_sum"), &job_post).expect("a sum");
+    assert!((sum - 0.004).abs() < 1e-12, "sum {sum}");
+    let job_get = [("route", "/v1/jobs/{id}"), ("method", "GET")];
+    assert_eq!(bucket(job_get, "0.0002"), Some(1.0));
+    // A 30 s long poll is in the 30 s bucket; past 60 s only in +Inf.
+    let claim = [("route", "/v1/queues/{queue}/claim"), ("method", "POST")];
+    assert_eq!(bucket(claim, "10"), Some(0.0));
+    assert_eq!(bucket(claim, "30"), Some(1.0));
+    assert_eq!(bucket(claim, "60"), Some(1.0));
+    assert_eq!(bucket(claim, "+Inf"), Some(2.0));
+    // Today's bounds, spelled as before (`le="1"`, not `le="1.0"`), and nothing else.
+    let les: Vec<String> = s
+        .series(&format!("{d}_bucket"))
+        .into_iter()
+        .filter(|(l, _)| l["route"] == "/v1/jobs/{id}" && l["method"] == "GET")
+        .map(|(l, _)| l["le"].clone())
+        .collect();
+    let want = [
+        "0.0002", "0.0005", "0.001", "0.002", "0.005", "0.01", "0.02", "0.05", "0.1", "0.2", "0.5",
+        "1", "2", "5", "10", "30", "60", "+Inf",
+    ];
+    assert_eq!(les, want);
+    // Never-seen (route, method) pairs are left out.
+    let healthz = [("route", "/healthz"), ("method", "GET")];
+    assert_eq!(s.value(&format!("{d}_count"), &healthz), None);
+    let other = [("route", "other"), ("method", "other")];
+    assert_eq!(s.value(&format!("{d}_count"), &other), Some(1.0));
+    assert!(text.contains(&format!("# TYPE {d} histogram\n")));
+}
+
+#[test]
+fn requests_and_commands_are_counted_by_their_labels() {
+    let (text, s) = rendered();
+    let req = "leasehold_requests_total";
+    let route = |status| [("route", "/v1/jobs/{id}"), ("status", status)];
+    assert_eq!(s.value(req, &route("200")), Some(2.0));
+    assert_eq!(
+        s.value(req, &[("route", "other"), ("status", "418")]),
+        Some(1.0)
+    );
+    // The existing label order is kept (people match it textually), and so is the
+    // family name in TYPE (the 0.0.4 format names a counter with its `_total`).
+    assert!(text.contains("leasehold_requests_total{route=\"/v1/jobs/{id}\",status=\"409\"} 1\n"));
+    assert!(text.contains("# TYPE leasehold_requests_total counter\n"));
+    let cmd = "leasehold_commands_total";
+    let kind = |k, o| [("kind", k), ("outcome", o)];
+    assert_eq!(s.value(cmd, &kind("complete", "stale_lease")), Some(1.0));
+    assert_eq!(s.value(cmd, &kind("claim", "ok")), Some(1.0));
+    // Seeded at 0 before the first one.
+    assert_eq!(s.value(cmd, &kind("renew", "lease_expired")), Some(0.0));
+    // Every refusal reason is shown from the start.
+    let refused = s.series("leasehold_listener_refused_total");
+    assert_eq!(
+        refused.len(),
+        leasehold_node::telemetry::metrics::Refused::ALL.len()
+    );
+    assert!(refused.iter().all(|(_, v)| *v == 0.0));
+}
+
+#[test]
+fn the_scrape_state_is_reported_as_handed_in() {
+    let (_, s) = rendered();
+    for (name, v) in [
+        ("leasehold_forwarded_total", 3.0),
+        ("leasehold_raft_commit_index", 7.0),
+        ("leasehold_raft_leader_changes_total", 0.0),
+        ("leasehold_failover_grace_last_ms", 250.0),
+        ("leasehold_snapshot_builds_total", 2.0),
+        ("leasehold_snapshot_last_size_bytes", 4096.0),
+        ("leasehold_snapshot_last_build_seconds", 1.5),
+        ("leasehold_snapshot_last_capture_seconds", 0.02),
+        ("leasehold_snapshot_last_index", 42.0),
+        ("leasehold_cluster_time_ms", 1_764_450_000_000.0),
+        ("leasehold_queues", 1.0),
+    ] {
+        assert_eq!(s.value(name, &[]), Some(v), "{name}");
+    }
+    let q = |state| [("queue", "default"), ("state", state)];
+    assert_eq!(s.value("leasehold_jobs_by_queue", &q("pending")), Some(2.0));
+    assert_eq!(
+        s.value("leasehold_jobs_by_queue", &q("completed")),
+        Some(3.0)
+    );
+    assert_eq!(s.value("leasehold_jobs", &[("state", "failed")]), Some(0.0));
+    assert_every_family(&s);
 }

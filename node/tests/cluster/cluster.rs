@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::common::{self, assert_error_shape, eventually, u64_of, Req, TestCluster};
+use crate::common::{self, assert_error_shape, eventually, u64_of, Exposition, Req, TestCluster};
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
@@ -1370,13 +1370,8 @@ async fn paging_filters_and_claim_next() {
     // With wait_ms, a job submitted during the wait is claimed.
     let empty_claims = || async {
         let m = c.get(leader, "/metrics").await.text();
-        m.lines()
-            .filter(|l| {
-                l.starts_with("leasehold_commands_total{") && l.contains("kind=\"claim_next\"")
-            })
-            .filter(|l| l.contains("outcome=\"empty\""))
-            .filter_map(|l| l.split_whitespace().last()?.parse::<u64>().ok())
-            .sum::<u64>()
+        let empty = [("kind", "claim_next"), ("outcome", "empty")];
+        Exposition::parse(&m).sum("leasehold_commands_total", &empty) as u64
     };
     let empties_before = empty_claims().await;
     assert!(

@@ -12,7 +12,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::common::{self, eventually, u64_of, Req, TestCluster, CATCH_UP_WAIT, LEADER_WAIT};
+use crate::common::{
+    self, eventually, u64_of, Exposition, Req, TestCluster, CATCH_UP_WAIT, LEADER_WAIT,
+};
 use leasehold_node::security::peer_auth::{
     self, ClusterId, PeerSecret, PEER_AUTH_HEADER, PEER_AUTH_WINDOW_MS,
 };
@@ -151,10 +153,10 @@ async fn agreed_cluster_id(c: &TestCluster, ids: &[u64]) -> ClusterId {
 /// `leasehold_requests_total{route="/raft",status="<status>"}` of node `id`.
 async fn raft_refusals(c: &TestCluster, id: u64, status: u16) -> u64 {
     let text = c.get(id, "/metrics").await.text();
-    let key = format!("leasehold_requests_total{{route=\"/raft\",status=\"{status}\"}} ");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&key))
-        .map_or(0, |n| n.trim().parse().unwrap())
+    let status = status.to_string();
+    let labels = [("route", "/raft"), ("status", status.as_str())];
+    let n = Exposition::parse(&text).value("leasehold_requests_total", &labels);
+    n.map_or(0, |n| n as u64)
 }
 
 /// The node ids `ids` agree on a leader among themselves (others may be out).
@@ -600,10 +602,9 @@ const WRITE_WAIT: Duration = Duration::from_secs(10);
 /// `leasehold_listener_refused_total{reason="<reason>"}` of node `id`.
 async fn refused_total(c: &TestCluster, id: u64, reason: &str) -> u64 {
     let text = c.get(id, "/metrics").await.text();
-    let key = format!("leasehold_listener_refused_total{{reason=\"{reason}\"}} ");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&key))
-        .map_or(0, |n| n.trim().parse().unwrap())
+    let n =
+        Exposition::parse(&text).value("leasehold_listener_refused_total", &[("reason", reason)]);
+    n.map_or(0, |n| n as u64)
 }
 
 /// Opens a connection to `addr` and sends the head of a `/raft/append` claiming a body of

@@ -12,7 +12,6 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -235,12 +234,7 @@ async fn a_tls_cluster_replicates_forwards_and_serves_the_client_and_the_cli() {
     let follower = c.ids.iter().copied().find(|id| *id != leader).unwrap();
 
     // The Rust client, given only a follower: the claim is forwarded over TLS.
-    let forwarded_before = c
-        .node(follower)
-        .node
-        .metrics
-        .forwarded
-        .load(Ordering::Relaxed);
+    let forwarded_before = c.node(follower).node.metrics.forwarded.get();
     let client = leasehold_client::Client::builder([https_url(&c, follower, "")])
         .ca_cert_pem(pki.read(&pki.ca))
         .build()
@@ -248,12 +242,7 @@ async fn a_tls_cluster_replicates_forwards_and_serves_the_client_and_the_cli() {
     let lease = client.claim("tls-job", "worker-a", 30_000).await.unwrap();
     assert_eq!(lease.generation(), 1);
     assert!(
-        c.node(follower)
-            .node
-            .metrics
-            .forwarded
-            .load(Ordering::Relaxed)
-            > forwarded_before,
+        c.node(follower).node.metrics.forwarded.get() > forwarded_before,
         "the follower forwarded the claim to the leader"
     );
     // Replicated to every node over TLS.

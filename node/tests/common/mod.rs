@@ -6,6 +6,8 @@
 
 #![allow(dead_code)]
 
+pub mod exposition;
+
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -13,6 +15,7 @@ use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use exposition::Exposition;
 use leasehold_node::server::{self, NodeConfig, RunningNode};
 use reqwest::header::HeaderMap;
 use reqwest::Method;
@@ -322,14 +325,10 @@ pub fn assert_error_shape(r: &Resp) {
 /// `leasehold_listener_refused_total{reason="<reason>"}` in a `/metrics` text: every
 /// reason is always rendered, so a missing series panics.
 pub fn refused_in(metrics: &str, reason: &str) -> u64 {
-    let series = format!("leasehold_listener_refused_total{{reason=\"{reason}\"}} ");
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(&series))
-        .unwrap_or_else(|| panic!("no {series} in /metrics"))
-        .trim()
-        .parse()
-        .expect("a count")
+    let name = "leasehold_listener_refused_total";
+    Exposition::parse(metrics)
+        .value(name, &[("reason", reason)])
+        .unwrap_or_else(|| panic!("no {name}{{reason=\"{reason}\"}} in /metrics")) as u64
 }
 
 pub fn u64_of(v: &Value, field: &str) -> u64 {
