@@ -692,11 +692,11 @@ pub const EXIT_STORAGE_FAILED: i32 = 74;
 /// Ends the process at once if `serve` stopped because its storage failed: one line on
 /// stderr and [`EXIT_STORAGE_FAILED`], no graceful shutdown (it would try to write
 /// again, and a failing disk may hang it). Other results go back to [`main`].
-fn exit_if_storage_failed(r: anyhow::Result<()>) -> anyhow::Result<()> {
-    let failed = r
-        .as_ref()
-        .err()
-        .and_then(|e| e.downcast_ref::<crate::store::StorageFailed>());
+fn exit_if_storage_failed(r: Result<(), RunError>) -> Result<(), RunError> {
+    let failed = match &r {
+        Err(RunError::Start(crate::server::StartError::StorageFailed(failed))) => Some(failed),
+        _ => None,
+    };
     if let Some(failed) = failed {
         eprintln!(
             "error: {}; exiting with code {EXIT_STORAGE_FAILED}: do not just restart it, check the disk first (docs/operations.md, \"When the disk fails\")",

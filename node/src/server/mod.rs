@@ -228,6 +228,9 @@ pub enum StartError {
     AllowOrigin(#[from] crate::security::browser::BadOrigin),
     #[error("building the client that forwards to the leader")]
     ForwardClient(#[source] reqwest::Error),
+    /// The node ran, then its storage failed a write or an fsync (issue 19's fail-stop).
+    #[error(transparent)]
+    StorageFailed(#[from] crate::store::StorageFailed),
 }
 
 /// `Raft::initialize`'s refusal.
