@@ -373,7 +373,6 @@ async fn leader_crash_mid_lease_loses_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn elections_wait_for_the_injected_clock() {
     use leasehold_node::time::clock::HeldClock;
-    use std::sync::atomic::Ordering;
     use std::sync::Arc;
     let clock = Arc::new(HeldClock::at(1_000_000));
     let shared = clock.clone();
@@ -390,13 +389,7 @@ async fn elections_wait_for_the_injected_clock() {
     let started = |c: &TestCluster| -> u64 {
         survivors
             .iter()
-            .map(|id| {
-                c.node(*id)
-                    .node
-                    .metrics
-                    .elections_started
-                    .load(Ordering::Relaxed)
-            })
+            .map(|id| c.node(*id).node.metrics.elections_started.get())
             .sum()
     };
     let before = started(&c);
