@@ -9,10 +9,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::common::{eventually, u64_of, Req, Resp, TestCluster, LEADER_WAIT};
+use crate::common::binary::{self, Out};
+use crate::common::{u64_of, Req, Resp, TestCluster};
 use leasehold_node::security::auth::AuthPolicy;
 use serde_json::{json, Value};
-use tokio::process::Command;
 
 const ADMIN: &str = "adm-7f3e";
 /// Worker bound to owners `team-a/…`.
@@ -119,44 +119,6 @@ fn post(path: &str, body: Value, token: &str) -> Req {
     with_token(Req::post(path, &body), token)
 }
 
-/// `/v1/cluster` needs a token now, so the harness's own leader wait cannot be used:
-/// ask the nodes in process.
-async fn wait_for_leader(c: &TestCluster) -> u64 {
-    eventually("one leader known to every node", LEADER_WAIT, || async {
-        let seen: Vec<Option<u64>> = c
-            .running()
-            .iter()
-            .map(|id| c.node(*id).node.raft.metrics().borrow().current_leader)
-            .collect();
-        match seen[0] {
-            Some(l) if seen.iter().all(|s| *s == Some(l)) => Ok(l),
-            _ => Err(format!("{seen:?}")),
-        }
-    })
-    .await
-}
-
-/// `(applied_index, digest)` of every node, once all agree.
-async fn settled_digest(c: &TestCluster) -> (u64, String) {
-    eventually("every replica at the same digest", SETTLE_WAIT, || async {
-        let mut views = Vec::new();
-        for id in c.running() {
-            let r = c.try_send(id, &get("/v1/cluster/digest", READER)).await?;
-            if r.status != 200 {
-                return Err(format!("node {id}: {} {}", r.status, r.text()));
-            }
-            let v = r.json();
-            views.push((u64_of(&v, "applied_index"), v["digest"].to_string()));
-        }
-        if views.iter().all(|v| *v == views[0]) {
-            Ok(views[0].clone())
-        } else {
-            Err(format!("{views:?}"))
-        }
-    })
-    .await
-}
-
 /// A 401 with docs/api.md's body and a Bearer challenge.
 #[track_caller]
 fn assert_401(r: &Resp) {
@@ -209,7 +171,7 @@ fn refused_requests() -> Vec<(Req, u16)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn tokens_roles_and_owner_prefixes_are_enforced_on_every_node() {
     let (c, _dir) = start_cluster().await;
-    let leader = wait_for_leader(&c).await;
+    let leader = c.wait_for_leader_in_process().await;
     let follower = c.follower_of(leader);
 
     open_routes_need_no_token(&c).await;
@@ -217,7 +179,9 @@ async fn tokens_roles_and_owner_prefixes_are_enforced_on_every_node() {
     // no tick moves the state while the refusals are sent.
     let seed = post("/v1/jobs", json!({"id": "seed"}), ADMIN);
     c.send_retrying(&[leader], &seed, SETTLE_WAIT).await.ok(201);
-    let before = settled_digest(&c).await;
+    let before = c
+        .settled_digest(&get("/v1/cluster/digest", READER), SETTLE_WAIT)
+        .await;
     let forwarded_before = forwarded(&c, follower);
 
     for node in [leader, follower] {
@@ -243,7 +207,8 @@ async fn tokens_roles_and_owner_prefixes_are_enforced_on_every_node() {
     assert_401(&c.send(follower, &own).await);
     assert_eq!(forwarded(&c, follower), forwarded_before + 1);
     assert_eq!(
-        settled_digest(&c).await,
+        c.settled_digest(&get("/v1/cluster/digest", READER), SETTLE_WAIT)
+            .await,
         before,
         "refusals changed no state"
     );
@@ -456,7 +421,7 @@ fn cross_tenant_requests(generation: u64) -> Vec<(Req, u16)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn scoped_tokens_see_and_touch_only_their_tenants_jobs() {
     let (c, _dir) = start_cluster().await;
-    let leader = wait_for_leader(&c).await;
+    let leader = c.wait_for_leader_in_process().await;
     let follower = c.follower_of(leader);
     let generation = seed_team_b(&c, leader).await;
     let jobs = ["team-b/1", "team-b/2", "team-a/in-b"];
@@ -579,7 +544,7 @@ async fn tenant_a_works_in_its_own_scope(c: &TestCluster, leader: u64, follower:
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn idempotency_keys_belong_to_the_token_that_sent_them() {
     let (c, _dir) = start_cluster().await;
-    let leader = wait_for_leader(&c).await;
+    let leader = c.wait_for_leader_in_process().await;
     let follower = c.follower_of(leader);
     let submit = |token: &str| post("/v1/jobs", json!({"queue": "shared"}), token).key("K-same");
     let req = submit(ADMIN);
@@ -615,50 +580,20 @@ async fn idempotency_keys_belong_to_the_token_that_sent_them() {
 
 // ---- the binary ---------------------------------------------------------------------
 
-struct Out {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-/// Runs `leasehold` with `LEASEHOLD_TOKEN` set to `env_token` (removed when `None`).
+/// Runs `leasehold` with `LEASEHOLD_TOKEN` set to `env_token` (unset when `None`).
 async fn leasehold(c: &TestCluster, env_token: Option<&str>, args: &[&str]) -> Out {
-    let endpoints: Vec<String> = c.ids.iter().map(|id| c.addr(*id).to_string()).collect();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_leasehold"));
-    cmd.args(args)
-        .env("LEASEHOLD_ENDPOINTS", endpoints.join(","))
-        .env_remove("RUST_LOG")
-        .env_remove("LEASEHOLD_TOKEN")
-        .kill_on_drop(true);
+    let mut cmd = binary::leasehold(args);
+    cmd.env("LEASEHOLD_ENDPOINTS", c.endpoints());
     if let Some(t) = env_token {
         cmd.env("LEASEHOLD_TOKEN", t);
     }
-    let out = tokio::time::timeout(CMD_WAIT, cmd.output())
-        .await
-        .unwrap_or_else(|_| panic!("leasehold {args:?} did not finish within {CMD_WAIT:?}"))
-        .expect("running leasehold");
-    Out {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
-
-#[track_caller]
-fn json_out(out: &Out, what: &str) -> Value {
-    assert_eq!(
-        out.code, 0,
-        "{what}: stdout={:?} stderr={:?}",
-        out.stdout, out.stderr
-    );
-    serde_json::from_str(out.stdout.trim())
-        .unwrap_or_else(|e| panic!("{what}: not JSON ({e}): {:?}", out.stdout))
+    binary::run(cmd, CMD_WAIT).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_cli_sends_its_token_and_explains_a_401() {
     let (c, _dir) = start_cluster().await;
-    wait_for_leader(&c).await;
+    c.wait_for_leader_in_process().await;
 
     let missing = leasehold(&c, None, &["cluster", "status"]).await;
     assert_eq!(missing.code, 1, "an api.md error: {:?}", missing.stderr);
@@ -676,14 +611,15 @@ async fn the_cli_sends_its_token_and_explains_a_401() {
     ];
     let mut with_flag = flag.to_vec();
     with_flag.extend(["--token", TEAM_A, "--output", "json"]);
-    let lease = json_out(&leasehold(&c, None, &with_flag).await, "claim with --token");
+    let lease = leasehold(&c, None, &with_flag)
+        .await
+        .json_for("claim with --token");
     assert_eq!(lease["owner"], "team-a/w");
 
     let status = ["cluster", "status", "--output", "json"];
-    let view = json_out(
-        &leasehold(&c, Some(READER), &status).await,
-        "LEASEHOLD_TOKEN",
-    );
+    let view = leasehold(&c, Some(READER), &status)
+        .await
+        .json_for("LEASEHOLD_TOKEN");
     assert!(view["leader_id"].is_u64(), "{view}");
 
     let mut outside = flag.to_vec();
@@ -705,7 +641,7 @@ async fn worker_and_bench_send_the_token(c: &TestCluster) {
     let submit = [
         "job", "submit", "--id", "w-1", "--queue", "auth", "--output", "json",
     ];
-    json_out(&leasehold(c, Some(ADMIN), &submit).await, "submit");
+    leasehold(c, Some(ADMIN), &submit).await.json_for("submit");
     let run = [
         "worker",
         "run",
@@ -724,10 +660,9 @@ async fn worker_and_bench_send_the_token(c: &TestCluster) {
     ];
     let worker = leasehold(c, Some(TEAM_A), &run).await;
     assert_eq!(worker.code, 0, "worker: {:?}", worker.stderr);
-    let job = json_out(
-        &leasehold(c, Some(READER), &["job", "get", "w-1", "--output", "json"]).await,
-        "get w-1",
-    );
+    let job = leasehold(c, Some(READER), &["job", "get", "w-1", "--output", "json"])
+        .await
+        .json_for("get w-1");
     assert_eq!(
         (&job["state"], &job["owner"]),
         (&json!("completed"), &json!("team-a/worker"))
@@ -742,7 +677,9 @@ async fn worker_and_bench_send_the_token(c: &TestCluster) {
         "--max-secs",
         "20",
     ];
-    let report = json_out(&leasehold(c, Some(ANY_WORKER), &bench).await, "bench");
+    let report = leasehold(c, Some(ANY_WORKER), &bench)
+        .await
+        .json_for("bench");
     assert_eq!(report["errors"], 0, "{report}");
     assert_eq!(report["cycles_done"], 5, "{report}");
 }

@@ -295,23 +295,6 @@ async fn auth_cluster() -> (TestCluster, tempfile::TempDir) {
     (c, dir)
 }
 
-/// `/v1/cluster` needs a token here, so the harness's own leader wait cannot be used:
-/// ask the nodes in process.
-async fn wait_for_leader(c: &TestCluster) -> u64 {
-    eventually("one leader known to every node", LEADER_WAIT, || async {
-        let seen: Vec<Option<u64>> = c
-            .running()
-            .iter()
-            .map(|id| c.node(*id).node.raft.metrics().borrow().current_leader)
-            .collect();
-        match seen[0] {
-            Some(l) if seen.iter().all(|s| *s == Some(l)) => Ok(l),
-            _ => Err(format!("{seen:?}")),
-        }
-    })
-    .await
-}
-
 fn with_token(mut r: Req, token: &str) -> Req {
     r.headers
         .push(("authorization".into(), format!("Bearer {token}")));
@@ -351,7 +334,7 @@ async fn open_request(addr: SocketAddr, head: &str, token: &str, body: &[u8]) ->
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn one_token_cannot_take_the_slots_of_others() {
     let (c, _dir) = auth_cluster().await;
-    let leader = wait_for_leader(&c).await;
+    let leader = c.wait_for_leader_in_process().await;
     let addr = c.addr(leader);
     let cluster = with_token(Req::get("/v1/cluster"), "adm-1");
     // A reader's GETs declaring a body they never send: answered 400 at once.

@@ -3,45 +3,20 @@
 
 use std::time::Duration;
 
+use crate::common::binary::{self, Out};
 use crate::common::{self, TestCluster};
 use leasehold_client::{ClusterStatus, Job, JobPage, JobState};
 use serde_json::{json, Value};
-use tokio::process::Command;
 
 /// Bound on one CLI invocation (a short command).
 const CMD_WAIT: Duration = Duration::from_secs(30);
 /// Bound on a `worker run` with a few jobs.
 const WORKER_WAIT: Duration = Duration::from_secs(60);
 
-struct Out {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-fn endpoints(c: &TestCluster) -> String {
-    c.ids
-        .iter()
-        .map(|id| c.addr(*id).to_string())
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
 async fn leasehold(c: &TestCluster, args: &[&str], limit: Duration) -> Out {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_leasehold"));
-    cmd.args(args)
-        .env("LEASEHOLD_ENDPOINTS", endpoints(c))
-        .env_remove("RUST_LOG")
-        .kill_on_drop(true);
-    let out = tokio::time::timeout(limit, cmd.output())
-        .await
-        .unwrap_or_else(|_| panic!("leasehold {args:?} did not finish within {limit:?}"))
-        .expect("running leasehold");
-    Out {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    let mut cmd = binary::leasehold(args);
+    cmd.env("LEASEHOLD_ENDPOINTS", c.endpoints());
+    binary::run(cmd, limit).await
 }
 
 /// Runs a command that must succeed and print one JSON object; returns it parsed as `T`.
@@ -365,26 +340,20 @@ async fn wait_file(path: &std::path::Path, limit: Duration) -> tokio::time::Inst
 }
 
 fn spawn_worker(c: &TestCluster, args: &[&str]) -> tokio::process::Child {
-    Command::new(env!("CARGO_BIN_EXE_leasehold"))
-        .args(args)
-        .env("LEASEHOLD_ENDPOINTS", endpoints(c))
+    binary::leasehold(args)
+        .env("LEASEHOLD_ENDPOINTS", c.endpoints())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
         .spawn()
         .expect("spawning the worker")
 }
 
 async fn finish(child: tokio::process::Child, limit: Duration) -> Out {
-    let out = tokio::time::timeout(limit, child.wait_with_output())
+    tokio::time::timeout(limit, child.wait_with_output())
         .await
         .unwrap_or_else(|_| panic!("the worker did not exit within {limit:?}"))
-        .expect("waiting for the worker");
-    Out {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+        .expect("waiting for the worker")
+        .into()
 }
 
 /// A child that marks `started`, and `term` when it gets SIGTERM.
@@ -475,21 +444,9 @@ async fn worker_stops_on_sigint_and_releases_its_job() {
 
 /// Runs the binary with no cluster, `RUST_BACKTRACE=1` set.
 async fn leasehold_alone(args: &[&str]) -> Out {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_leasehold"));
-    cmd.args(args)
-        .env("RUST_BACKTRACE", "1")
-        .env_remove("RUST_LOG")
-        .env_remove("LEASEHOLD_ENDPOINTS")
-        .kill_on_drop(true);
-    let out = tokio::time::timeout(CMD_WAIT, cmd.output())
-        .await
-        .unwrap_or_else(|_| panic!("leasehold {args:?} did not finish within {CMD_WAIT:?}"))
-        .expect("running leasehold");
-    Out {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    let mut cmd = binary::leasehold(args);
+    cmd.env("RUST_BACKTRACE", "1");
+    binary::run(cmd, CMD_WAIT).await
 }
 
 /// Command lines that are each a user error, with what kind; files go under `dir`.
@@ -571,14 +528,11 @@ async fn dev_starts_healthy_without_a_warn_or_error_line() {
     use tokio::io::{AsyncBufReadExt, BufReader};
     let dir = tempfile::tempdir().unwrap();
     let base = free_base_port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_leasehold"))
-        .args(["dev", &format!("--base-port={base}")])
+    let mut child = binary::leasehold(&["dev", &format!("--base-port={base}")])
         .arg(format!("--dir={}", dir.path().display()))
-        .env_remove("RUST_LOG")
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .process_group(0)
-        .kill_on_drop(true)
         .spawn()
         .expect("spawning leasehold dev");
     let pgid = child.id().expect("dev's pid") as libc::pid_t;

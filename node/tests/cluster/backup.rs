@@ -11,10 +11,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::common::binary::{self, Out};
 use crate::common::{self, eventually, u64_of, Req, Resp, TestCluster, CATCH_UP_WAIT};
 use leasehold_statemachine::{Command, Entry, LeaseMachine};
 use serde_json::{json, Value};
-use tokio::process::Command as Process;
 
 /// `snapshot restore`'s default generation raise (2^32).
 const RAISE: u64 = leasehold_node::cli::snapshot::RAISE_GENERATIONS_DEFAULT;
@@ -27,57 +27,21 @@ const LIVE_KEY: &str = "claim-live-1";
 /// Jobs with a 60 kB payload each: a backup of over a megabyte.
 const BULK_JOBS: usize = 24;
 
-struct Out {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl Out {
-    #[track_caller]
-    fn json(&self) -> Value {
-        assert_eq!(
-            self.code, 0,
-            "stdout={:?} stderr={:?}",
-            self.stdout, self.stderr
-        );
-        serde_json::from_str(self.stdout.trim())
-            .unwrap_or_else(|e| panic!("not one JSON object ({e}): {:?}", self.stdout))
-    }
-}
-
 /// Runs `leasehold args…` (no endpoints or token from the environment), bounded.
 async fn leasehold(args: &[&str], env: &[(&str, &str)]) -> Out {
-    let mut cmd = Process::new(env!("CARGO_BIN_EXE_leasehold"));
-    cmd.args(args)
-        .env_remove("RUST_LOG")
-        .env_remove("LEASEHOLD_ENDPOINTS")
-        .env_remove("LEASEHOLD_TOKEN")
-        .envs(env.iter().copied())
-        .kill_on_drop(true);
-    let out = tokio::time::timeout(CMD_WAIT, cmd.output())
-        .await
-        .unwrap_or_else(|_| panic!("leasehold {args:?} did not finish within {CMD_WAIT:?}"))
-        .expect("running leasehold");
-    Out {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    let mut cmd = binary::leasehold(args);
+    cmd.envs(env.iter().copied());
+    binary::run(cmd, CMD_WAIT).await
 }
 
 /// The same, blocking: for the config tweak, which is not async.
 fn leasehold_blocking(args: &[String]) -> Out {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+    std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
         .args(args)
         .env_remove("RUST_LOG")
         .output()
-        .expect("running leasehold");
-    Out {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+        .expect("running leasehold")
+        .into()
 }
 
 fn path_str(p: &Path) -> &str {
@@ -105,31 +69,6 @@ async fn all_jobs(c: &TestCluster, node: u64) -> Vec<Value> {
     let page = c.get(node, "/v1/jobs?limit=1000").await.ok(200);
     assert!(page["next_page_token"].is_null(), "{page}");
     page["jobs"].as_array().unwrap().clone()
-}
-
-/// `(applied_index, digest)` once every running node reports the same.
-async fn settled_digest(c: &TestCluster) -> (u64, String) {
-    eventually(
-        "every replica at the same digest",
-        CATCH_UP_WAIT,
-        || async {
-            let mut views = Vec::new();
-            for id in c.running() {
-                let r = c.try_send(id, &Req::get("/v1/cluster/digest")).await?;
-                if r.status != 200 {
-                    return Err(format!("node {id}: {} {}", r.status, r.text()));
-                }
-                let v = r.json();
-                views.push((u64_of(&v, "applied_index"), v["digest"].to_string()));
-            }
-            if views.iter().all(|v| *v == views[0]) {
-                Ok(views[0].clone())
-            } else {
-                Err(format!("{views:?}"))
-            }
-        },
-    )
-    .await
 }
 
 /// What the old cluster held when it was backed up.
@@ -353,7 +292,8 @@ async fn a_backup_saved_through_a_follower_seeds_a_new_cluster() {
     }
 
     // Every replica holds the same table (nodes 2 and 3 got it by snapshot) …
-    settled_digest(&new).await;
+    new.settled_digest(&Req::get("/v1/cluster/digest"), CATCH_UP_WAIT)
+        .await;
     // … with the same jobs, read through every node, every generation raised by RAISE
     // and the lease live in the backup ended (its holder fenced off).
     let want: Vec<Value> = before
@@ -432,7 +372,8 @@ async fn a_backup_saved_through_a_follower_seeds_a_new_cluster() {
     new.post(new_leader, "/v1/jobs/done-1/claim", claim)
         .await
         .err(409, "job_completed");
-    settled_digest(&new).await;
+    new.settled_digest(&Req::get("/v1/cluster/digest"), CATCH_UP_WAIT)
+        .await;
     new.shutdown().await;
 }
 
@@ -656,7 +597,8 @@ async fn every_node_seeded_under_one_cluster_id_forms_one_cluster() {
     let (new, restored) = start_restored(backup, &dirs, &[1, 2, 3], 0).await;
     assert_eq!(restored["leases_ended"], 0, "{restored}");
     let new_leader = new.wait_for_leader().await;
-    settled_digest(&new).await;
+    new.settled_digest(&Req::get("/v1/cluster/digest"), CATCH_UP_WAIT)
+        .await;
     for id in new.running() {
         let view = new.cluster_view(id).await.unwrap();
         assert_eq!(
@@ -671,7 +613,8 @@ async fn every_node_seeded_under_one_cluster_id_forms_one_cluster() {
     new.post(new_leader, "/v1/jobs/live-1/renew", renew)
         .await
         .ok(200);
-    settled_digest(&new).await;
+    new.settled_digest(&Req::get("/v1/cluster/digest"), CATCH_UP_WAIT)
+        .await;
     new.shutdown().await;
 }
 

@@ -635,84 +635,42 @@ async fn every_request_error_code_over_http() {
     )
     .await
     .ok(200);
-    c.post(
-        n(),
-        "/v1/jobs/ok-1/claim",
-        json!({"owner":"w w","ttl_ms":1000}),
-    )
-    .await
-    .err(400, "invalid_argument");
-    c.post(
-        n(),
-        "/v1/jobs/ok-1/claim",
-        json!({"owner":"","ttl_ms":1000}),
-    )
-    .await
-    .err(400, "invalid_argument");
-    c.post(n(), "/v1/jobs/ok-1/claim", json!({"owner":"w","ttl_ms":99}))
-        .await
-        .err(400, "invalid_argument");
-    c.post(
-        n(),
-        "/v1/jobs/ok-1/claim",
-        json!({"owner":"w","ttl_ms":3_600_001}),
-    )
-    .await
-    .err(400, "invalid_argument");
-    c.post(
-        n(),
-        "/v1/queues/default/claim",
-        json!({"owner":"w","ttl_ms":50}),
-    )
-    .await
-    .err(400, "invalid_argument");
-    c.send(
-        n(),
-        &Req::post_raw("/v1/jobs/ok-1/claim", r#"{"owner":"w","ttl_ms":"#),
-    )
-    .await
-    .err(400, "invalid_argument");
-    c.send(n(), &Req::post_raw("/v1/jobs", "not json"))
-        .await
-        .err(400, "invalid_argument");
-    c.post(
-        n(),
-        "/v1/jobs/ok-1/claim",
-        json!({"owner":"w","ttl_ms":"1000"}),
-    )
-    .await
-    .err(400, "invalid_argument");
-    c.post(n(), "/v1/jobs/ok-1/claim", json!({"owner":7,"ttl_ms":1000}))
-        .await
-        .err(400, "invalid_argument");
-    c.post(n(), "/v1/jobs", json!({"id":5}))
-        .await
-        .err(400, "invalid_argument");
-    c.post(n(), "/v1/jobs/ok-1/claim", json!({"owner":"w"}))
-        .await
-        .err(400, "invalid_argument");
-    c.post(n(), "/v1/jobs/ok-1/renew", json!({"owner":"w"}))
-        .await
-        .err(400, "invalid_argument");
-    c.post(n(), "/v1/jobs/ok-1/complete", json!({"generation":1}))
-        .await
-        .err(400, "invalid_argument");
-    c.post(n(), "/v1/jobs", json!({"queue":"Bad.Queue"}))
-        .await
-        .err(400, "invalid_argument");
-    c.post(n(), "/v1/jobs", json!({"max_attempts":0}))
-        .await
-        .err(400, "invalid_argument");
-    c.post(n(), "/v1/queues/BAD/claim", claim.clone())
-        .await
-        .err(400, "invalid_argument");
-    c.post(
-        n(),
-        "/v1/queues/default/claim",
-        json!({"owner":"w","ttl_ms":1000,"wait_ms":30_001}),
-    )
-    .await
-    .err(400, "invalid_argument");
+    // Bodies each wrong in one field (type, range, format, a missing required field).
+    let bad_bodies = [
+        ("/v1/jobs/ok-1/claim", json!({"owner":"w w","ttl_ms":1000})),
+        ("/v1/jobs/ok-1/claim", json!({"owner":"","ttl_ms":1000})),
+        ("/v1/jobs/ok-1/claim", json!({"owner":"w","ttl_ms":99})),
+        (
+            "/v1/jobs/ok-1/claim",
+            json!({"owner":"w","ttl_ms":3_600_001}),
+        ),
+        ("/v1/queues/default/claim", json!({"owner":"w","ttl_ms":50})),
+        ("/v1/jobs/ok-1/claim", json!({"owner":"w","ttl_ms":"1000"})),
+        ("/v1/jobs/ok-1/claim", json!({"owner":7,"ttl_ms":1000})),
+        ("/v1/jobs", json!({"id":5})),
+        ("/v1/jobs/ok-1/claim", json!({"owner":"w"})),
+        ("/v1/jobs/ok-1/renew", json!({"owner":"w"})),
+        ("/v1/jobs/ok-1/complete", json!({"generation":1})),
+        ("/v1/jobs", json!({"queue":"Bad.Queue"})),
+        ("/v1/jobs", json!({"max_attempts":0})),
+        ("/v1/queues/BAD/claim", claim.clone()),
+        (
+            "/v1/queues/default/claim",
+            json!({"owner":"w","ttl_ms":1000,"wait_ms":30_001}),
+        ),
+    ];
+    for (path, body) in bad_bodies {
+        let r = c.post(n(), path, body.clone()).await;
+        assert_eq!(r.status, 400, "{path} {body}: {}", r.text());
+        r.err(400, "invalid_argument");
+    }
+    // Bodies that are not JSON, or cut short.
+    for raw in [
+        Req::post_raw("/v1/jobs/ok-1/claim", r#"{"owner":"w","ttl_ms":"#),
+        Req::post_raw("/v1/jobs", "not json"),
+    ] {
+        c.send(n(), &raw).await.err(400, "invalid_argument");
+    }
     for q in [
         "limit=0",
         "limit=1001",

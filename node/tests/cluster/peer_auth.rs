@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::common::binary::{self, Out};
 use crate::common::{
     self, eventually, u64_of, Exposition, Req, TestCluster, CATCH_UP_WAIT, LEADER_WAIT,
 };
@@ -53,6 +54,12 @@ async fn cluster_with(secrets: Arc<Mutex<BTreeMap<u64, PeerSecret>>>) -> TestClu
         cfg.peer_secret = secrets.lock().unwrap().get(&cfg.id).cloned();
     })
     .await
+}
+
+/// A cluster whose three nodes all hold `secret`.
+async fn cluster_sharing(secret: &PeerSecret) -> TestCluster {
+    let all = (1..=3).map(|id| (id, secret.clone())).collect();
+    cluster_with(Arc::new(Mutex::new(all))).await
 }
 
 /// `(applied_index, digest, term)` of every node, from its own view.
@@ -179,8 +186,7 @@ async fn forged_unsigned_wrongly_signed_or_stale_appends_get_401_and_change_noth
     let keys = tempfile::tempdir().unwrap();
     let (_, secret) = new_secret(&keys, "secret");
     let (_, wrong) = new_secret(&keys, "wrong");
-    let secrets = Arc::new(Mutex::new((1..=3).map(|id| (id, secret.clone())).collect()));
-    let c = cluster_with(secrets).await;
+    let c = cluster_sharing(&secret).await;
     let leader = c.wait_for_leader().await;
     c.post(leader, "/v1/jobs", json!({"id": "real"}))
         .await
@@ -321,8 +327,7 @@ async fn a_node_with_another_secret_stays_out_until_it_has_the_right_one() {
 async fn a_node_of_another_cluster_with_the_same_secret_is_refused() {
     let keys = tempfile::tempdir().unwrap();
     let (_, secret) = new_secret(&keys, "secret");
-    let secrets = Arc::new(Mutex::new((1..=3).map(|id| (id, secret.clone())).collect()));
-    let c = cluster_with(secrets).await;
+    let c = cluster_sharing(&secret).await;
     let leader = c.wait_for_leader().await;
     c.post(leader, "/v1/jobs", json!({"id": "a"})).await.ok(201);
     c.wait_all_caught_up(leader).await;
@@ -379,13 +384,10 @@ async fn a_node_of_another_cluster_with_the_same_secret_is_refused() {
     c.shutdown().await;
 }
 
-async fn leasehold(args: &[String]) -> std::process::Output {
-    let mut cmd = Process::new(env!("CARGO_BIN_EXE_leasehold"));
-    cmd.args(args).env("RUST_LOG", "info").kill_on_drop(true);
-    tokio::time::timeout(PROC_WAIT, cmd.output())
-        .await
-        .unwrap_or_else(|_| panic!("leasehold {args:?} did not finish within {PROC_WAIT:?}"))
-        .expect("running leasehold")
+async fn leasehold(args: &[String]) -> Out {
+    let mut cmd = binary::leasehold(args);
+    cmd.env("RUST_LOG", "info");
+    binary::run(cmd, PROC_WAIT).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -401,11 +403,8 @@ async fn serve_refuses_a_data_dir_of_another_node_id_naming_the_file_and_both_id
         "--peer=3=127.0.0.1:1".into(),
     ])
     .await;
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success(),
-        "serve started on node 2's data dir: {stderr}"
-    );
+    let stderr = &out.stderr;
+    assert_ne!(out.code, 0, "serve started on node 2's data dir: {stderr}");
     let file = data.join(leasehold_node::security::identity::IDENTITY_FILE);
     for needle in ["node 2", "node 3", &file.display().to_string()] {
         assert!(stderr.contains(needle), "{needle:?} not in: {stderr}");
@@ -435,8 +434,8 @@ async fn serve_refuses_a_short_or_world_readable_secret_file() {
             format!("--peer-secret-file={}", file.display()),
         ])
         .await;
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{}: {stderr}", file.display());
+        let stderr = &out.stderr;
+        assert_ne!(out.code, 0, "{}: {stderr}", file.display());
         assert!(
             stderr.contains(needle) && stderr.contains(&file.display().to_string()),
             "{stderr}"
@@ -628,8 +627,7 @@ async fn forged_headers_with_stalled_bodies_are_refused_unread_and_block_no_writ
     let keys = tempfile::tempdir().unwrap();
     let (_, secret) = new_secret(&keys, "secret");
     let (_, wrong) = new_secret(&keys, "wrong");
-    let secrets = Arc::new(Mutex::new((1..=3).map(|id| (id, secret.clone())).collect()));
-    let c = cluster_with(secrets).await;
+    let c = cluster_sharing(&secret).await;
     let leader = c.wait_for_leader().await;
     c.post(leader, "/v1/jobs", json!({"id": "before"}))
         .await
@@ -711,8 +709,7 @@ async fn replayed_heartbeats_are_refused_and_do_not_hold_off_the_election() {
     const ELECTION_WAIT: Duration = Duration::from_secs(8);
     let keys = tempfile::tempdir().unwrap();
     let (_, secret) = new_secret(&keys, "secret");
-    let secrets = Arc::new(Mutex::new((1..=3).map(|id| (id, secret.clone())).collect()));
-    let mut c = cluster_with(secrets).await;
+    let mut c = cluster_sharing(&secret).await;
     let leader = c.wait_for_leader().await;
     c.post(leader, "/v1/jobs", json!({"id": "a"})).await.ok(201);
     c.wait_all_caught_up(leader).await;
@@ -799,8 +796,7 @@ async fn a_forger_on_one_connection_gets_at_most_ten_refusals_a_second() {
     use tokio::io::AsyncWriteExt;
     let keys = tempfile::tempdir().unwrap();
     let (_, secret) = new_secret(&keys, "secret");
-    let secrets = Arc::new(Mutex::new((1..=3).map(|id| (id, secret.clone())).collect()));
-    let c = cluster_with(secrets).await;
+    let c = cluster_sharing(&secret).await;
     let leader = c.wait_for_leader().await;
     let target = c.follower_of(leader);
     let addr = c.addr(target);

@@ -15,6 +15,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::common::binary::{self, Out};
 use crate::common::{eventually, TestCluster, LEADER_WAIT};
 use leasehold_node::security::tls::{NodeTls, TlsFiles};
 use rcgen::{
@@ -212,17 +213,8 @@ async fn wait_all_applied(c: &TestCluster, http: &reqwest::Client, index: u64) {
     }
 }
 
-async fn leasehold(args: &[&str]) -> std::process::Output {
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"));
-    cmd.args(args)
-        .env_remove("RUST_LOG")
-        .env_remove("LEASEHOLD_ENDPOINTS")
-        .env_remove("LEASEHOLD_TLS_CA")
-        .kill_on_drop(true);
-    tokio::time::timeout(CMD_WAIT, cmd.output())
-        .await
-        .unwrap_or_else(|_| panic!("leasehold {args:?} did not finish within {CMD_WAIT:?}"))
-        .expect("running leasehold")
+async fn leasehold(args: &[&str]) -> Out {
+    binary::run(binary::leasehold(args), CMD_WAIT).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -302,13 +294,7 @@ async fn a_tls_cluster_replicates_forwards_and_serves_the_client_and_the_cli() {
         "json",
     ])
     .await;
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout} {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let job: Value = serde_json::from_str(stdout.trim()).unwrap();
+    let job = out.json_for("job get over https");
     assert_eq!(job["owner"], "worker-a", "{job}");
     assert_eq!(job["generation"], 1, "{job}");
     let out = leasehold(&[
@@ -321,15 +307,11 @@ async fn a_tls_cluster_replicates_forwards_and_serves_the_client_and_the_cli() {
     ])
     .await;
     assert_eq!(
-        out.status.code(),
-        Some(leasehold_node::cli::jobs::EXIT_USAGE),
+        out.code,
+        leasehold_node::cli::jobs::EXIT_USAGE,
         "https without --tls-ca is a usage error"
     );
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("--tls-ca"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.stderr.contains("--tls-ca"), "{}", out.stderr);
     c.shutdown().await;
 }
 
@@ -393,20 +375,16 @@ async fn with_client_auth_only_certified_clients_and_peers_get_in() {
     let mut with_cert = base.to_vec();
     with_cert.extend(["--tls-client-cert", &cert, "--tls-client-key", &key]);
     with_cert.extend(["--output", "json"]);
-    let out = leasehold(&with_cert).await;
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let status: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let status = leasehold(&with_cert)
+        .await
+        .json_for("status with a client cert");
     assert_eq!(status["leader_id"], leader, "{status}");
     let out = leasehold(&base).await;
     assert_eq!(
-        out.status.code(),
-        Some(leasehold_node::cli::jobs::EXIT_UNAVAILABLE),
+        out.code,
+        leasehold_node::cli::jobs::EXIT_UNAVAILABLE,
         "{}",
-        String::from_utf8_lossy(&out.stderr)
+        out.stderr
     );
     c.shutdown().await;
 }
@@ -429,15 +407,15 @@ async fn serve_refuses_a_key_of_another_certificate_naming_the_files() {
     ];
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let out = leasehold(&args).await;
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{stderr}");
+    let stderr = &out.stderr;
+    assert_ne!(out.code, 0, "{stderr}");
     assert!(
         stderr.contains("node-1.pem") && stderr.contains("node-2.key"),
         "{stderr}"
     );
     // A partial set is refused by the argument parser.
     let out = leasehold(&args[..args.len() - 1]).await;
-    assert_eq!(out.status.code(), Some(2), "--tls-cert without --tls-ca");
+    assert_eq!(out.code, 2, "--tls-cert without --tls-ca");
 }
 
 /// The acceptance check in one cluster: TLS, a peer secret and client tokens all
@@ -559,21 +537,7 @@ async fn every_guard_on_refuses_forgeries_and_strangers_and_serves_its_clients()
     };
     // Settle first: every node applied the claim (idle ticks are off in this cluster).
     let claimed_at = lease["log_index"].as_u64().unwrap();
-    for id in c.ids.clone() {
-        eventually("every node applies the claim", LEADER_WAIT, || async {
-            let v: Value = get(id, "/v1/cluster", Some("rdr-1"))
-                .await
-                .map_err(|e| e.to_string())?
-                .json()
-                .await
-                .map_err(|e| e.to_string())?;
-            match v["applied_index"].as_u64() {
-                Some(a) if a >= claimed_at => Ok(()),
-                _ => Err(v.to_string()),
-            }
-        })
-        .await;
-    }
+    c.wait_all_applied_in_process(claimed_at).await;
     let before = fingerprint().await;
     let m = c.node(leader).node.raft.metrics().borrow().clone();
     let term = m.current_term + 5;
@@ -626,21 +590,12 @@ async fn every_guard_on_refuses_forgeries_and_strangers_and_serves_its_clients()
         "json",
     ];
     let with_token: Vec<&str> = args.iter().copied().chain(["--token", "rdr-1"]).collect();
-    let out = leasehold(&with_token).await;
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout} {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let job: Value = serde_json::from_str(stdout.trim()).unwrap();
+    let job = leasehold(&with_token)
+        .await
+        .json_for("job get with a token");
     assert_eq!(job["owner"], "team-a/w", "{job}");
     let out = leasehold(&args).await;
-    assert!(!out.status.success());
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("unauthenticated"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ne!(out.code, 0);
+    assert!(out.stderr.contains("unauthenticated"), "{}", out.stderr);
     c.shutdown().await;
 }

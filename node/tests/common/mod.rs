@@ -6,6 +6,7 @@
 
 #![allow(dead_code)]
 
+pub mod binary;
 pub mod exposition;
 
 use std::collections::BTreeMap;
@@ -640,6 +641,79 @@ impl TestCluster {
             },
         )
         .await
+    }
+
+    /// [`TestCluster::wait_for_leader`] for clusters whose `/v1/cluster` needs a token:
+    /// asks the running nodes in process. Returns the leader every one of them names.
+    pub async fn wait_for_leader_in_process(&self) -> u64 {
+        eventually("one leader known to every node", LEADER_WAIT, || async {
+            let seen: Vec<Option<u64>> = self
+                .running()
+                .iter()
+                .map(|id| self.node(*id).node.raft.metrics().borrow().current_leader)
+                .collect();
+            match seen[0] {
+                Some(l) if seen.iter().all(|s| *s == Some(l)) => Ok(l),
+                _ => Err(format!("{seen:?}")),
+            }
+        })
+        .await
+    }
+
+    /// Waits until every running node applied `index`, asking them in process (for
+    /// clusters behind TLS or tokens).
+    pub async fn wait_all_applied_in_process(&self, index: u64) {
+        eventually(
+            &format!("every node to apply index {index}"),
+            CATCH_UP_WAIT,
+            || async {
+                let seen: Vec<Option<u64>> = self
+                    .running()
+                    .iter()
+                    .map(|id| self.node(*id).node.raft.metrics().borrow().last_applied)
+                    .map(|l| l.map(|l| l.index))
+                    .collect();
+                if seen.iter().all(|a| a.is_some_and(|a| a >= index)) {
+                    Ok(())
+                } else {
+                    Err(format!("applied: {seen:?}"))
+                }
+            },
+        )
+        .await
+    }
+
+    /// `(applied_index, digest)` once every running node's `/v1/cluster/digest` (sent as
+    /// `digest_req`, which may carry a token) reports the same, within `bound`.
+    pub async fn settled_digest(&self, digest_req: &Req, bound: Duration) -> (u64, String) {
+        eventually("every replica at the same digest", bound, || async {
+            let mut views = Vec::new();
+            for id in self.running() {
+                let r = self.try_send(id, digest_req).await?;
+                if r.status != 200 {
+                    return Err(format!("node {id}: {} {}", r.status, r.text()));
+                }
+                let v = r.json();
+                views.push((u64_of(&v, "applied_index"), v["digest"].to_string()));
+            }
+            if views.iter().all(|v| *v == views[0]) {
+                Ok(views[0].clone())
+            } else {
+                Err(format!("{views:?}"))
+            }
+        })
+        .await
+    }
+
+    /// Every node's address, comma-separated, as `--endpoints` and `LEASEHOLD_ENDPOINTS`
+    /// take them.
+    pub fn endpoints(&self) -> String {
+        let all: Vec<String> = self
+            .ids
+            .iter()
+            .map(|id| self.addr(*id).to_string())
+            .collect();
+        all.join(",")
     }
 
     /// Failed read-index RPCs towards this cluster's nodes so far (see `init_tracing`).
