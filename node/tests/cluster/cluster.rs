@@ -412,8 +412,18 @@ async fn elections_wait_for_the_injected_clock() {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    clock.advance(10_000);
+    // Let the clock run, at twice real time (so a heartbeat, 50 ms of real time, stays
+    // well inside the 400 ms of quiet a follower waits for): a single jump would leave a
+    // split or lost first vote with no timer to retry it.
+    let running = clock.clone();
+    let ticking = tokio::spawn(async move {
+        loop {
+            running.advance(20);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    });
     let new = c.wait_for_new_leader(old).await;
+    ticking.abort();
     assert_ne!(new, old);
     assert!(
         started(&c) > before,
