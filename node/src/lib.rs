@@ -13,11 +13,11 @@
 //!
 //! - [`cli`]: the `leasehold` command line — `serve`, `dev`, `job`, `cluster`,
 //!   `snapshot save|restore`, `worker run`, `bench` (`main.rs` only calls it).
-//! - [`server`]: `start`/`run` a node — wires storage, Raft and HTTP; the leader loop.
+//! - [`server`]: `start`/`run` a node — wires storage, Raft and HTTP, spawns its tasks.
 //! - [`http`]: the accept loop and its limits, the router, the handlers of docs/api.md,
 //!   forwarding to the leader, Raft RPC endpoints, the browser guard and token check.
 //! - [`node`]: the running [`node::Node`] and its decisions (route, propose, linearize);
-//!   group commit.
+//!   the proposer, group commit, the leader's ticks.
 //! - [`raft`]: the Raft RPC client, pre-vote and check quorum, `serve --join`.
 //! - [`store`]: the durable log store (our own WAL) and the state-machine store.
 //! - [`security`]: client tokens and scopes, the browser guard's rules, peer auth and

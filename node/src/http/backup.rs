@@ -3,7 +3,7 @@
 //! Any node serves it from its own applied state, once that state holds everything
 //! committed before the request arrived:
 //! - the leader confirms its leadership with a quorum and waits until it has applied up
-//!   to its commit index (`Node::linearize`), like a linearizable read;
+//!   to its commit index (`Proposer::linearize`), like a linearizable read;
 //! - a follower asks the leader for that index (`?read_index=true`, answered only by the
 //!   leader, after the same confirmation) and waits until it has applied it.
 //!
@@ -109,7 +109,7 @@ async fn read_index_here(node: &Node) -> Response {
             "not the leader: ask the current leader for the read index",
         ));
     }
-    match node.linearize().await {
+    match node.proposer().linearize().await {
         Ok(_) => {
             // `linearize` returns once the leader applied its read index, so what it has
             // applied now is at least that, and all of it committed.
@@ -130,7 +130,7 @@ async fn read_index_here(node: &Node) -> Response {
 /// the module doc); `Err` is the response to give instead.
 async fn catch_up(node: &Node, headers: &HeaderMap) -> Result<(), Response> {
     let local = || async {
-        match node.linearize().await {
+        match node.proposer().linearize().await {
             Ok(_) => Ok(Attempt::Done(())),
             Err(ProposeError::NotLeader) => Ok(Attempt::Again),
             Err(e) => Err(error_response(&e.to_api())),
@@ -154,10 +154,11 @@ async fn ask_read_index(
 ) -> Result<Option<u64>, Response> {
     let url = format!(
         "{}://{addr}/v1/cluster/snapshot?read_index=true",
-        node.peer_scheme
+        node.peers.scheme
     );
     let mut req = node
-        .forward_http
+        .peers
+        .http
         .get(url)
         .timeout(node.limits.write_timeout + node.limits.leader_wait)
         .header(HOPS_HEADER, super::hops(headers) + 1);
@@ -261,7 +262,7 @@ async fn encode(node: &Node) -> std::io::Result<Image> {
         len,
         last_log_id,
         jobs,
-        cluster_id: node.peer.cluster_id().map(|c| c.to_string()),
+        cluster_id: node.guards.peer.cluster_id().map(|c| c.to_string()),
     })
 }
 

@@ -55,7 +55,7 @@ fn facts_of(req: &Request) -> Facts<'_> {
 pub async fn guard(State(node): State<Arc<Node>>, req: Request, next: Next) -> Response {
     let path = req.uri().path();
     let ui = path == "/ui" || path.starts_with("/ui/");
-    let verdict = decide(&node.browser, &facts_of(&req));
+    let verdict = decide(&node.guards.browser, &facts_of(&req));
     let mut resp = match verdict {
         Ok(()) => next.run(req).await,
         Err(refusal) => {

@@ -31,7 +31,7 @@ const CHALLENGE_INVALID: &str = "Bearer realm=\"leasehold\", error=\"invalid_tok
 
 /// The middleware: without an auth file, or on an open route, a no-op.
 pub async fn check_token(State(node): State<Arc<Node>>, mut req: Request, next: Next) -> Response {
-    let Some(policy) = node.auth.as_deref() else {
+    let Some(policy) = node.guards.auth.as_deref() else {
         return next.run(req).await;
     };
     let matched = req.extensions().get::<MatchedPath>().map(|m| m.as_str());
@@ -82,7 +82,7 @@ pub fn caller_of(req: &Request) -> Option<Arc<Caller>> {
 /// refusal; a scope refusal is counted). Without an auth file everything passes; with
 /// one, a missing caller fails closed.
 pub fn check_command(node: &Node, caller: Option<&Caller>, cmd: &Command) -> Result<(), ApiError> {
-    match (&node.auth, caller) {
+    match (&node.guards.auth, caller) {
         (None, _) => Ok(()),
         (Some(_), None) => Err(Denied::Missing.to_api()),
         (Some(_), Some(c)) => c.check_command(cmd).map_err(|d| {
@@ -96,7 +96,7 @@ pub fn check_command(node: &Node, caller: Option<&Caller>, cmd: &Command) -> Res
 
 /// The scope a request is held to: `None` without an auth file or for an unscoped token.
 pub fn scope_of<'a>(node: &Node, caller: Option<&'a Caller>) -> Option<&'a Scope> {
-    node.auth.as_ref()?;
+    node.guards.auth.as_ref()?;
     caller.map(|c| &c.scope).filter(|s| s.is_scoped())
 }
 
@@ -110,7 +110,7 @@ pub fn proposed_key(
     key: Option<String>,
 ) -> Result<Option<String>, ApiError> {
     let Some(key) = key else { return Ok(None) };
-    match (&node.auth, caller) {
+    match (&node.guards.auth, caller) {
         (None, _) => Ok(Some(key)),
         (Some(_), None) => Err(Denied::Missing.to_api()),
         (Some(_), Some(c)) => scoped_idempotency_key(&c.key_scope, &key).map(Some),

@@ -36,9 +36,10 @@ const FORWARDED_HEADERS: [&str; 3] = [IDEMPOTENCY_HEADER, "content-type", "autho
 
 pub async fn forward(node: &Node, inbound: &Inbound, addr: &str) -> Result<Response, ForwardError> {
     node.metrics.forwarded.inc();
-    let url = format!("{}://{addr}{}", node.peer_scheme, inbound.path_and_query);
+    let url = format!("{}://{addr}{}", node.peers.scheme, inbound.path_and_query);
     let mut req = node
-        .forward_http
+        .peers
+        .http
         .request(inbound.method.clone(), url)
         .timeout(node.limits.write_timeout + node.limits.leader_wait + inbound.extra_wait)
         .header(HOPS_HEADER, inbound.hops + 1)

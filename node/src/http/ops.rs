@@ -72,7 +72,7 @@ pub(super) async fn cluster_view(node: &Node) -> ClusterView {
         applied_index: m.last_applied.map_or(0, |l| l.index),
         cluster_time_ms: node.cluster_time_ms(),
         state: format!("{:?}", m.state),
-        cluster_id: node.peer.cluster_id().map(|c| c.to_string()),
+        cluster_id: node.guards.peer.cluster_id().map(|c| c.to_string()),
     }
 }
 

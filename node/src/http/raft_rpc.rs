@@ -93,7 +93,7 @@ async fn decode<T: DeserializeOwned>(
         header: header.as_deref(),
         content_length,
     };
-    let stamp = match node.peer.check_head(&head) {
+    let stamp = match node.guards.peer.check_head(&head) {
         Ok(stamp) => stamp,
         Err(e) => {
             let api = ApiError::new(ErrorCode::Unauthenticated, e.to_string());
@@ -110,7 +110,8 @@ async fn decode<T: DeserializeOwned>(
     })?;
     let bytes = read_raft_body(node, req.into_body(), content_length).await?;
     let fresh = node.raft.metrics().borrow().last_log_index.is_none();
-    node.peer
+    node.guards
+        .peer
         .admit(stamp.as_ref(), &bytes, replicates, fresh)
         .await
         .map_err(|e| {
@@ -174,7 +175,7 @@ async fn read_raft_body(
 /// Counts the refusal, logs it (throttled), answers it.
 fn refused(node: &Node, path: &str, why: Refused, e: &ApiError) -> Response {
     node.metrics.refused(why);
-    node.peer.log_refusal(path, why, &e.message);
+    node.guards.peer.log_refusal(path, why, &e.message);
     error_response(e)
 }
 

@@ -151,7 +151,7 @@ fn targets(node: &Node) -> Vec<MemberProbe> {
         .map(|(id, n)| MemberProbe {
             id: *id,
             addr: n.addr.clone(),
-            dial: node.dial.get(id).unwrap_or(&n.addr).clone(),
+            dial: node.peers.dial.get(id).unwrap_or(&n.addr).clone(),
             voter: voters.contains(id),
         })
         .collect();
@@ -269,8 +269,8 @@ pub async fn members(State(node): State<Arc<Node>>, req: Request) -> Response {
         .iter()
         .filter(|t| t.id != node.id)
         .map(|t| {
-            let url = format!("{}://{}/v1/cluster", node.peer_scheme, t.dial);
-            let fut = probe(node.forward_http.clone(), url, t.id, auth.clone());
+            let url = format!("{}://{}/v1/cluster", node.peers.scheme, t.dial);
+            let fut = probe(node.peers.http.clone(), url, t.id, auth.clone());
             (t.id, tokio::spawn(fut))
         })
         .collect();

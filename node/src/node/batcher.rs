@@ -5,6 +5,10 @@
 //! A request waits only for the batches already in flight, at most
 //! [`BATCH_INFLIGHT_MAX`]; a lone request is proposed as a plain entry, so an idle
 //! cluster's latency is that of a single write.
+//!
+//! [`channel`] makes the two ends: the node holds the [`Queue`] its requests are
+//! proposed through, [`run`] drains the [`Intake`] on a [`Proposer`] handle. May import
+//! what `proposer.rs` may.
 
 use std::sync::Arc;
 
@@ -13,7 +17,7 @@ use leasehold_statemachine::{BatchItem, Command, Outcome, Reply};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-use crate::node::{Node, ProposeError};
+use super::proposer::{ProposeError, Proposer};
 
 /// Batches proposed concurrently. More overlap hides the commit latency of each; too
 /// many would only split the queue into smaller batches.
@@ -22,23 +26,82 @@ pub const BATCH_INFLIGHT_MAX: usize = 4;
 pub const QUEUE_MAX: usize = 8192;
 
 /// A command waiting to be proposed, and where its reply goes.
-pub struct Pending {
-    pub command: Command,
-    pub key: Option<String>,
-    pub reply: oneshot::Sender<Result<Reply, ProposeError>>,
+struct Pending {
+    command: Command,
+    key: Option<String>,
+    reply: oneshot::Sender<Result<Reply, ProposeError>>,
 }
 
-pub fn channel() -> (mpsc::Sender<Pending>, mpsc::Receiver<Pending>) {
-    mpsc::channel(QUEUE_MAX)
+/// The node's end: where requests are proposed ([`Queue::propose`]).
+pub struct Queue {
+    tx: mpsc::Sender<Pending>,
+    in_flight: Arc<InFlight>,
+}
+
+/// The batcher's end ([`run`]).
+pub struct Intake {
+    rx: mpsc::Receiver<Pending>,
+    in_flight: Arc<InFlight>,
+}
+
+/// A new queue and the intake that drains it.
+pub fn channel() -> (Queue, Intake) {
+    let (tx, rx) = mpsc::channel(QUEUE_MAX);
+    let in_flight = Arc::new(InFlight::default());
+    let intake = Intake {
+        rx,
+        in_flight: in_flight.clone(),
+    };
+    (Queue { tx, in_flight }, intake)
+}
+
+impl Queue {
+    /// Proposes `command` in `term`, which [`Proposer::ready_term`] has just returned.
+    /// On an idle node (nothing being committed, nothing queued) a batch would hold this
+    /// one command anyway: it is proposed from here, in `term` (nothing awaited since).
+    /// Otherwise it queues for the next batch.
+    pub async fn propose(
+        &self,
+        proposer: &Proposer,
+        term: u64,
+        command: Command,
+        key: Option<String>,
+    ) -> Result<Reply, ProposeError> {
+        if self.tx.capacity() == self.tx.max_capacity() {
+            if let Some(_slot) = self.in_flight.try_first() {
+                return proposer.propose_stamped(term, command, key).await;
+            }
+        }
+        self.enqueue(command, key).await
+    }
+
+    /// Queues `command` for the next batch, which is proposed once its term is ready,
+    /// and waits for its reply (the path of a request that arrives while others commit).
+    pub async fn enqueue(
+        &self,
+        command: Command,
+        key: Option<String>,
+    ) -> Result<Reply, ProposeError> {
+        let (reply, rx) = oneshot::channel();
+        let pending = Pending {
+            command,
+            key,
+            reply,
+        };
+        let shutting_down = || ProposeError::Unavailable("shutting down".into());
+        self.tx.send(pending).await.map_err(|_| shutting_down())?;
+        rx.await.unwrap_or_else(|_| Err(shutting_down()))
+    }
 }
 
 /// Takes whatever is queued (up to a batch) each time a slot is free, until cancelled.
-pub async fn run(node: Arc<Node>, mut rx: mpsc::Receiver<Pending>, cancel: CancellationToken) {
-    let inflight = Arc::new(Semaphore::new(BATCH_INFLIGHT_MAX));
+pub async fn run(intake: Intake, proposer: Proposer, cancel: CancellationToken) {
+    let Intake { mut rx, in_flight } = intake;
+    let batches = Arc::new(Semaphore::new(BATCH_INFLIGHT_MAX));
     loop {
         let permit = tokio::select! {
             _ = cancel.cancelled() => return,
-            p = inflight.clone().acquire_owned() => p.expect("the semaphore is never closed"),
+            p = batches.clone().acquire_owned() => p.expect("the semaphore is never closed"),
         };
         let first = tokio::select! {
             _ = cancel.cancelled() => return,
@@ -51,20 +114,20 @@ pub async fn run(node: Arc<Node>, mut rx: mpsc::Receiver<Pending>, cancel: Cance
                 Err(_) => break,
             }
         }
-        let node = node.clone();
+        let (proposer, in_flight) = (proposer.clone(), in_flight.clone());
         tokio::spawn(async move {
-            let slot = node.commits_in_flight.enter();
-            commit(&node, batch).await;
+            let slot = in_flight.enter();
+            commit(&proposer, batch).await;
             drop(slot);
             drop(permit);
         });
     }
 }
 
-/// Proposes a batch once its term is ready (`Node::ready_term`): requests may have
+/// Proposes a batch once its term is ready (`Proposer::ready_term`): requests may have
 /// queued in an earlier term, and a stamp taken before the new term is ready would cost
 /// the failover grace (issue 16, item 4).
-async fn commit(node: &Node, mut batch: Vec<Pending>) {
+async fn commit(node: &Proposer, mut batch: Vec<Pending>) {
     if batch.len() == 1 {
         let p = batch.pop().expect("one pending");
         let _ = p.reply.send(node.propose_ready(p.command, p.key).await);
@@ -103,7 +166,7 @@ async fn commit(node: &Node, mut batch: Vec<Pending>) {
     }
 }
 
-/// Counts commits in flight (see `Node::commits_in_flight`).
+/// Counts commits in flight: while none is, a request skips the batcher.
 #[derive(Debug, Default)]
 pub struct InFlight(std::sync::atomic::AtomicUsize);
 

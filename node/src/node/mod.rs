@@ -1,25 +1,34 @@
-//! [`Node`]: one running Leasehold server — its Raft handle, applied state, timekeeper —
-//! and the decisions a request needs: is this node the leader, whom to forward to, how a
-//! stamped entry is proposed.
+//! [`Node`]: one running Leasehold server as its request handlers see it — its Raft
+//! handle, applied state, timekeeper, limits and metrics, how it reaches its peers, who
+//! may call it — and the decisions a request needs: is this node the leader, whom to
+//! forward to, how a command is proposed.
 //!
-//! The folder: this file and [`batcher`] (group commit). Below `http`, above `raft`: it
-//! may import `raft`, `store` and the lower layers (`security`, `time`, `telemetry`,
-//! `types`), never `http`, `server` or `cli`. What a `raft` task needs of a node it gets
-//! as handles ([`Node::election_handles`], [`Node::join_handles`]), not as a `Node`.
+//! The folder, one concern a file:
+//! - this file: [`Node`], [`Route`] and [`decide_route`];
+//! - `proposer.rs`: [`Proposer`], stamping and proposing an entry, linearizable reads;
+//! - `batcher.rs`: group commit, on a [`Proposer`];
+//! - `ticks.rs`: the leader's ticks that carry cluster time, on a [`Proposer`].
+//!
+//! Below `http`, above `raft`: it may import `raft`, `store` and the lower layers
+//! (`security`, `time`, `telemetry`, `types`), never `http`, `server` or `cli`. A task
+//! gets the handles it uses, never a `Node`: [`Node::proposer`] for the batcher and the
+//! ticks, [`Node::election_handles`] and [`Node::join_handles`] for `raft`'s tasks.
 
 pub mod batcher;
+pub mod proposer;
+pub mod ticks;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold_statemachine::{ApiError, Command, Entry, ErrorCode, Reply};
-use openraft::error::{CheckIsLeaderError, ClientWriteError, RaftError};
+use leasehold_statemachine::{Command, Reply};
 use openraft::ServerState;
 
-use crate::node::batcher::Pending;
+pub use self::proposer::{ProposeError, Proposer};
 use crate::raft::election::{ElectionHandles, Elector};
 use crate::raft::join::{JoinHandles, Joining};
+use crate::security::Guards;
 use crate::store::SmShared;
 use crate::telemetry::metrics::Metrics;
 use crate::time::timekeeper::Timekeeper;
@@ -57,29 +66,44 @@ pub struct Node {
     pub sm: Arc<SmShared>,
     pub time: Arc<Timekeeper>,
     pub limits: Limits,
-    /// Peers dialled at another address than the membership's (`serve --peer-dial`).
-    pub dial: BTreeMap<NodeId, String>,
     /// Shared with the election timer (`raft::election::ElectionHandles`).
     pub metrics: Arc<Metrics>,
-    /// Client for forwarding requests to the leader (pooled, shared).
-    pub forward_http: reqwest::Client,
-    /// `http` or, with `serve --tls-*`, `https`: the scheme of forwarded requests.
-    pub peer_scheme: &'static str,
-    /// Queue of the group-commit batcher (`batcher.rs`).
-    pub proposals: tokio::sync::mpsc::Sender<Pending>,
-    /// Commits in flight, through the batcher or proposed directly: while none is, a
-    /// request skips the batcher (nothing to share an entry with) and its task hops.
-    pub commits_in_flight: crate::node::batcher::InFlight,
-    /// Client tokens (`serve --auth-file`); `None`: the client API is open.
-    pub auth: Option<Arc<crate::security::auth::AuthPolicy>>,
-    /// Peer RPC: the secret, this node's cluster id, what `/raft/…` admits.
-    pub peer: Arc<crate::security::peer_auth::PeerGuard>,
+    /// How this node reaches its peers: forwarding, joining.
+    pub peers: Peers,
+    /// Who may call: client tokens, peer auth, the browser guard.
+    pub guards: Guards,
     /// Set while `serve --join` has not been added yet: the node refuses to vote.
     pub joining: Arc<Joining>,
-    /// Election timing and pre-vote (`election.rs`).
+    /// Election timing, pre-vote and check quorum (`raft/election.rs`).
     pub elector: Arc<Elector>,
-    /// What the browser guard admits (`security/browser.rs`: `--allow-origin`, Host names).
-    pub browser: crate::security::browser::BrowserPolicy,
+    proposer: Proposer,
+    /// The group-commit batcher's queue (`batcher.rs`).
+    commits: batcher::Queue,
+}
+
+/// How a node reaches its peers (forwarded client requests, `--join`).
+#[derive(Clone)]
+pub struct Peers {
+    /// Peers dialled at another address than the membership's (`serve --peer-dial`).
+    pub dial: BTreeMap<NodeId, String>,
+    /// Client for forwarding requests to the leader (pooled, shared).
+    pub http: reqwest::Client,
+    /// `http` or, with `serve --tls-*`, `https`: the scheme of forwarded requests.
+    pub scheme: &'static str,
+}
+
+/// The parts a [`Node`] is made of ([`Node::new`]), each built by its own module.
+pub struct Parts {
+    pub id: NodeId,
+    pub raft: Raft,
+    pub sm: Arc<SmShared>,
+    pub time: Arc<Timekeeper>,
+    pub limits: Limits,
+    pub metrics: Arc<Metrics>,
+    pub peers: Peers,
+    pub guards: Guards,
+    pub joining: Arc<Joining>,
+    pub elector: Arc<Elector>,
 }
 
 /// Where a request that needs the leader goes.
@@ -119,36 +143,6 @@ pub fn decide_route(
     }
 }
 
-/// Why a proposal did not produce a reply.
-#[derive(Debug, Clone)]
-pub enum ProposeError {
-    /// This node is not (or no longer) the leader; the entry was not applied.
-    NotLeader,
-    /// The outcome is unknown (timed out after proposing).
-    Unknown,
-    /// Raft is shutting down or failed.
-    Unavailable(String),
-    /// Check quorum deposed this leader (`Route::NoQuorum`).
-    NoQuorum,
-}
-
-impl ProposeError {
-    pub fn to_api(&self) -> ApiError {
-        match self {
-            ProposeError::NotLeader => ApiError::new(ErrorCode::Unavailable, "leadership changed; retry"),
-            ProposeError::Unknown => ApiError::new(
-                ErrorCode::Timeout,
-                "the write was proposed but its outcome is unknown; retry with the same Idempotency-Key",
-            ),
-            ProposeError::Unavailable(m) => ApiError::new(ErrorCode::Unavailable, m.clone()),
-            ProposeError::NoQuorum => ApiError::new(
-                ErrorCode::Unavailable,
-                "this node led but has heard from no quorum within its lease; retry on another node",
-            ),
-        }
-    }
-}
-
 pub fn member_addrs(m: &RaftMetrics) -> BTreeMap<NodeId, String> {
     m.membership_config
         .nodes()
@@ -157,6 +151,44 @@ pub fn member_addrs(m: &RaftMetrics) -> BTreeMap<NodeId, String> {
 }
 
 impl Node {
+    /// The node, and the intake its batcher drains (`batcher::run`).
+    pub fn new(p: Parts) -> (Node, batcher::Intake) {
+        let proposer = Proposer::new(
+            p.id,
+            p.raft.clone(),
+            p.sm.clone(),
+            p.time.clone(),
+            p.elector.clone(),
+            &p.limits,
+        );
+        let (commits, intake) = batcher::channel();
+        let node = Node {
+            id: p.id,
+            raft: p.raft,
+            sm: p.sm,
+            time: p.time,
+            limits: p.limits,
+            metrics: p.metrics,
+            peers: p.peers,
+            guards: p.guards,
+            joining: p.joining,
+            elector: p.elector,
+            proposer,
+            commits,
+        };
+        (node, intake)
+    }
+
+    /// The handle the batcher and the ticks run on, and that linearizes reads.
+    pub fn proposer(&self) -> &Proposer {
+        &self.proposer
+    }
+
+    /// The group-commit batcher's queue.
+    pub fn commit_queue(&self) -> &batcher::Queue {
+        &self.commits
+    }
+
     pub fn raft_metrics(&self) -> RaftMetrics {
         self.raft.metrics().borrow().clone()
     }
@@ -177,8 +209,8 @@ impl Node {
         JoinHandles {
             id: self.id,
             joining: self.joining.clone(),
-            forward_http: self.forward_http.clone(),
-            peer_scheme: self.peer_scheme,
+            forward_http: self.peers.http.clone(),
+            peer_scheme: self.peers.scheme,
         }
     }
 
@@ -202,7 +234,7 @@ impl Node {
             return Route::NoQuorum;
         }
         let mut addrs = member_addrs(&m);
-        for (id, addr) in &self.dial {
+        for (id, addr) in &self.peers.dial {
             if let Some(a) = addrs.get_mut(id) {
                 a.clone_from(addr);
             }
@@ -219,8 +251,7 @@ impl Node {
 
     /// Cluster time now, as this node estimates it.
     pub fn cluster_time_ms(&self) -> u64 {
-        let term = self.raft.metrics().borrow().current_term;
-        self.time.estimate(self.sm.read(|s| s.last_stamp), term)
+        self.proposer.cluster_time_ms()
     }
 
     /// Proposes a client command in the current term, once the term is ready to stamp,
@@ -230,135 +261,10 @@ impl Node {
         command: Command,
         idempotency_key: Option<String>,
     ) -> Result<Reply, ProposeError> {
-        let term = self.ready_term().await?;
-        // An idle node: nothing is being committed and nothing waits, so a batch would
-        // hold this one command anyway. Propose it from here, in the term just found
-        // ready (nothing awaited since).
-        if self.proposals.capacity() == self.proposals.max_capacity() {
-            if let Some(_slot) = self.commits_in_flight.try_first() {
-                return self.propose_stamped(term, command, idempotency_key).await;
-            }
-        }
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let pending = Pending {
-            command,
-            key: idempotency_key,
-            reply: tx,
-        };
-        if self.proposals.send(pending).await.is_err() {
-            return Err(ProposeError::Unavailable("shutting down".into()));
-        }
-        rx.await
-            .unwrap_or_else(|_| Err(ProposeError::Unavailable("shutting down".into())))
-    }
-
-    /// The current term, once this node leads it with a quorum and it is ready to stamp
-    /// (its first stamped entry applied, see `timekeeper.rs`); waits at most
-    /// `leader_wait`.
-    ///
-    /// Issue 16, item 4: a command stamped before its term is ready (queued in an old
-    /// term, proposed after this node won a newer one) becomes the new term's first entry
-    /// with a stale stamp: the state machine then sees no leaderless gap, and the failover
-    /// grace that protects live leases across the election is lost.
-    pub async fn ready_term(&self) -> Result<u64, ProposeError> {
-        let deadline = tokio::time::Instant::now() + self.limits.leader_wait;
-        let mut ready = self.time.subscribe_ready();
-        loop {
-            let (state, term) = {
-                let m = self.raft.metrics();
-                let m = m.borrow();
-                (m.state, m.current_term)
-            };
-            if state != ServerState::Leader {
-                return Err(ProposeError::NotLeader);
-            }
-            // Deposed by check quorum: requests still queued in the batcher must not be
-            // stamped either (each would wait out the write timeout and, stamped on a
-            // line the cluster does not follow, could only mislead).
-            if self.elector.deposed() {
-                return Err(ProposeError::NoQuorum);
-            }
-            if *ready.borrow_and_update() == term {
-                return Ok(term);
-            }
-            // Map the watch guard away at once: it must not live across an await.
-            let changed =
-                tokio::time::timeout_at(deadline, async { ready.changed().await.map_err(|_| ()) });
-            match changed.await {
-                Ok(Ok(())) => {}
-                Ok(Err(())) => return Err(ProposeError::Unavailable("shutting down".into())),
-                Err(_) => {
-                    return Err(ProposeError::Unavailable(
-                        "the new leader is not ready yet".into(),
-                    ))
-                }
-            }
-        }
-    }
-
-    /// Stamps and proposes in the current term, once it is ready ([`Self::ready_term`]):
-    /// the batcher's path, and a lone request's on an idle node.
-    pub async fn propose_ready(
-        &self,
-        command: Command,
-        idempotency_key: Option<String>,
-    ) -> Result<Reply, ProposeError> {
-        let term = self.ready_term().await?;
-        self.propose_stamped(term, command, idempotency_key).await
-    }
-
-    /// Stamps and proposes in `term` without waiting for the term to be ready: the
-    /// leader loop's first entry of a term, which is what makes it ready, and callers
-    /// that have just had [`Self::ready_term`] return `term` come here directly. If the term changes before openraft takes the entry, the state machine
-    /// store refuses it (`store/state_machine.rs`: the proposer's term must be the log's).
-    pub async fn propose_stamped(
-        &self,
-        term: u64,
-        command: Command,
-        idempotency_key: Option<String>,
-    ) -> Result<Reply, ProposeError> {
-        let stamp_ms = self.time.issue(self.sm.read(|s| s.last_stamp), term);
-        let entry = Entry {
-            stamp_ms,
-            term,
-            idempotency_key,
-            command,
-        };
-        match tokio::time::timeout(self.limits.write_timeout, self.raft.client_write(entry)).await {
-            Err(_) => Err(ProposeError::Unknown),
-            Ok(Ok(resp)) => Ok(resp.data),
-            // Sent before proposing, or after the entry was truncated: not applied.
-            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_)))) => {
-                Err(ProposeError::NotLeader)
-            }
-            // Raft failed or is stopping, possibly after the entry was appended: the
-            // outcome is unknown (504), never "not applied" (503).
-            Ok(Err(e)) => {
-                tracing::warn!(error = %e, "write outcome unknown");
-                Err(ProposeError::Unknown)
-            }
-        }
-    }
-
-    /// Confirms leadership with a quorum and waits until applied; then reads are
-    /// linearizable. Returns the cluster time to judge them at.
-    pub async fn linearize(&self) -> Result<u64, ProposeError> {
-        let confirmed =
-            tokio::time::timeout(self.limits.write_timeout, self.raft.ensure_linearizable()).await;
-        match confirmed {
-            Err(_) => Err(ProposeError::Unavailable(
-                "could not confirm leadership in time".into(),
-            )),
-            Ok(Ok(_)) => Ok(self.cluster_time_ms()),
-            Ok(Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(_)))) => {
-                Err(ProposeError::NotLeader)
-            }
-            // Still leader, but no quorum answered: retrying at once would spin.
-            Ok(Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(e)))) => Err(
-                ProposeError::Unavailable(format!("leadership not confirmed: {e}")),
-            ),
-            Ok(Err(e)) => Err(ProposeError::Unavailable(e.to_string())),
-        }
+        let term = self.proposer.ready_term().await?;
+        self.commits
+            .propose(&self.proposer, term, command, idempotency_key)
+            .await
     }
 
     /// The store time a linearizable read is judged at.
@@ -369,7 +275,7 @@ impl Node {
     /// last stamp) the lease would be live again. So the expiry is recorded first with a
     /// tick, whose stamp is at least `now`.
     pub async fn read_time(&self) -> Result<u64, ProposeError> {
-        let now = self.linearize().await?;
+        let now = self.proposer.linearize().await?;
         let unrecorded = self
             .sm
             .read(|s| s.machine.next_expiry_ms().is_some_and(|t| t <= now));

@@ -10,6 +10,8 @@
 //! - [`identity`]: the data dir's identity file (node and cluster id) and its file modes.
 //! - [`tls`]: TLS for the listener and for peer calls (rustls, `ring`), mTLS.
 //!
+//! [`Guards`] bundles the policies a running node applies.
+//!
 //! A lower layer: anyone may import it. It imports only `time`, `telemetry` and `types`,
 //! never a layer above (`store`, `raft`, `node`, `http`, `server`, `cli`).
 
@@ -20,3 +22,15 @@ pub mod peer_auth;
 pub mod peer_replay;
 pub mod scope;
 pub mod tls;
+
+use std::sync::Arc;
+
+/// The policies a running node applies to who calls it.
+pub struct Guards {
+    /// Client tokens (`serve --auth-file`); `None`: the client API is open.
+    pub auth: Option<Arc<auth::AuthPolicy>>,
+    /// Peer RPC: the secret, this node's cluster id, what `/raft/…` admits.
+    pub peer: Arc<peer_auth::PeerGuard>,
+    /// What the browser guard admits (`--allow-origin`, Host names).
+    pub browser: browser::BrowserPolicy,
+}

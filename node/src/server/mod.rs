@@ -1,5 +1,5 @@
 //! Starting and stopping a node: open storage, start Raft, form the cluster from the
-//! peer list, serve HTTP, and run the leader loop that keeps cluster time.
+//! peer list, serve HTTP, and run the node's tasks (batcher, ticks, elections, join).
 //!
 //! `start(listener, config)` takes a bound listener so tests can bind port 0.
 //!
@@ -11,16 +11,16 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold_statemachine::{Command, Outcome};
-use openraft::{BasicNode, ServerState, SnapshotPolicy};
+use openraft::{BasicNode, SnapshotPolicy};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::node::{Limits, Node};
+use crate::node::{Limits, Node, Parts, Peers};
 use crate::raft::election::Elector;
 use crate::raft::network::Network;
 use crate::security::peer_auth::{ClusterId, PeerGuard, PeerSecret};
+use crate::security::Guards;
 use crate::store::{LogStore, SmShared, StateMachineStore, StorageFailed};
 use crate::telemetry::metrics::{leader_took_office, Metrics};
 use crate::time::clock::{SharedClock, SystemClock};
@@ -288,27 +288,29 @@ pub async fn start(listener: TcpListener, cfg: NodeConfig) -> Result<RunningNode
         cfg.peers.values(),
         &cfg.allow_origins,
     )?;
-    let (proposals, proposal_rx) = crate::node::batcher::channel();
-    let node = Arc::new(Node {
+    let (node, intake) = Node::new(Parts {
         id: cfg.id,
         raft: opened.raft,
         sm: opened.sm,
         time: Arc::new(Timekeeper::new(cfg.clock.clone())),
         limits: cfg.limits.clone(),
-        dial: cfg.dial.clone(),
         metrics: Arc::new(Metrics::default()),
-        forward_http: forward_client(&cfg)?,
-        peer_scheme: crate::security::tls::peer_scheme(cfg.tls.as_deref()),
-        proposals,
-        commits_in_flight: Default::default(),
-        auth: cfg.auth.clone(),
-        peer: opened.peer,
+        peers: Peers {
+            dial: cfg.dial.clone(),
+            http: forward_client(&cfg)?,
+            scheme: crate::security::tls::peer_scheme(cfg.tls.as_deref()),
+        },
+        guards: Guards {
+            auth: cfg.auth.clone(),
+            peer: opened.peer,
+            browser,
+        },
         joining: Arc::new(crate::raft::join::Joining::new(opened.stage)),
         elector: opened.elector,
-        browser,
     });
+    let node = Arc::new(node);
     let cancel = CancellationToken::new();
-    let mut tasks = spawn_tasks(&node, listener, opened.network, proposal_rx, &cfg, &cancel);
+    let mut tasks = spawn_tasks(&node, listener, opened.network, intake, &cfg, &cancel);
     if joining {
         tasks.push(tokio::spawn(crate::raft::join::run(
             node.join_handles(),
@@ -386,13 +388,13 @@ async fn open(cfg: &NodeConfig) -> Result<Opened, StartError> {
     })
 }
 
-/// Serves `listener` and starts the node's tasks: the batcher, the leader loop, the
+/// Serves `listener` and starts the node's tasks: the batcher, the ticks, the
 /// election timer and the leader-change counter (in this order).
 fn spawn_tasks(
     node: &Arc<Node>,
     listener: TcpListener,
     network: Network,
-    proposal_rx: tokio::sync::mpsc::Receiver<crate::node::batcher::Pending>,
+    intake: crate::node::batcher::Intake,
     cfg: &NodeConfig,
     cancel: &CancellationToken,
 ) -> Vec<JoinHandle<()>> {
@@ -406,12 +408,13 @@ fn spawn_tasks(
         cancel.clone(),
     ));
     let batcher = tokio::spawn(crate::node::batcher::run(
-        node.clone(),
-        proposal_rx,
+        intake,
+        node.proposer().clone(),
         cancel.clone(),
     ));
-    let leader = tokio::spawn(leader_loop(
-        node.clone(),
+    let ticks = tokio::spawn(crate::node::ticks::run(
+        node.proposer().clone(),
+        node.metrics.clone(),
         cfg.tick_interval_ms,
         cancel.clone(),
     ));
@@ -420,8 +423,9 @@ fn spawn_tasks(
         network,
         cancel.clone(),
     ));
-    let mut tasks = vec![server, leader, batcher, elections];
-    tasks.push(tokio::spawn(watch_leader(node.clone(), cancel.clone())));
+    let mut tasks = vec![server, ticks, batcher, elections];
+    let leaders = watch_leader(node.raft.clone(), node.metrics.clone(), cancel.clone());
+    tasks.push(tokio::spawn(leaders));
     tasks
 }
 
@@ -512,11 +516,11 @@ pub async fn run(
     Ok(())
 }
 
-/// Counts leader changes into `node.metrics.leader_changes` until `cancel`. openraft
+/// Counts leader changes into `metrics.leader_changes` until `cancel`. openraft
 /// publishes its server metrics (vote, state, leader, membership) only when one changes,
 /// so this wakes once per change, not per log entry.
-pub async fn watch_leader(node: Arc<Node>, cancel: CancellationToken) {
-    let mut rx = node.raft.server_metrics();
+pub async fn watch_leader(raft: Raft, metrics: Arc<Metrics>, cancel: CancellationToken) {
+    let mut rx = raft.server_metrics();
     let mut last = None;
     loop {
         let seen = {
@@ -525,125 +529,12 @@ pub async fn watch_leader(node: Arc<Node>, cancel: CancellationToken) {
                 .map(|leader| (m.vote.leader_id().get_term(), leader))
         };
         if leader_took_office(last, seen) {
-            node.metrics.leader_changes.inc();
+            metrics.leader_changes.inc();
             last = seen;
         }
         tokio::select! {
             _ = cancel.cancelled() => return,
             changed = rx.changed() => if changed.is_err() { return },
         }
-    }
-}
-
-/// Why the leader should write a tick now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TickReason {
-    /// First stamped entry of a new term: applies the failover grace at once and makes
-    /// the term ready for client writes.
-    NewTerm,
-    /// Leases are live and nothing was applied for a while: keep cluster time fresh.
-    KeepTime,
-}
-
-/// The leader loop's decision, as a pure function.
-pub fn decide_tick(
-    is_leader: bool,
-    term: u64,
-    ready_term: u64,
-    live_leases: bool,
-    since_last_stamp_ms: Option<u64>,
-    tick_interval_ms: u64,
-) -> Option<TickReason> {
-    if !is_leader {
-        return None;
-    }
-    if ready_term < term {
-        return Some(TickReason::NewTerm);
-    }
-    let stale = since_last_stamp_ms.is_none_or(|ms| ms >= tick_interval_ms);
-    (live_leases && stale).then_some(TickReason::KeepTime)
-}
-
-const LEADER_LOOP_STEP: Duration = Duration::from_millis(50);
-
-async fn leader_loop(node: Arc<Node>, tick_interval_ms: u64, cancel: CancellationToken) {
-    let metrics = node.raft.metrics();
-    loop {
-        // A fixed step, not a wait on metrics: openraft republishes them on every report.
-        tokio::select! {
-            _ = cancel.cancelled() => return,
-            _ = tokio::time::sleep(LEADER_LOOP_STEP) => {}
-        }
-        let (is_leader, term) = {
-            let m = metrics.borrow();
-            // A leader deposed by check quorum writes nothing: its ticks could not
-            // commit, and each would stamp on a line the cluster may not follow.
-            (
-                m.state == ServerState::Leader
-                    && m.current_leader == Some(node.id)
-                    && !node.elector.deposed(),
-                m.current_term,
-            )
-        };
-        let (live, last_stamp) = node
-            .sm
-            .read(|s| (s.machine.next_expiry_ms().is_some(), s.last_stamp));
-        let mono = node.time.clock().mono_ms();
-        let since = last_stamp.map(|(_, at)| mono.saturating_sub(at));
-        let Some(reason) = decide_tick(
-            is_leader,
-            term,
-            node.time.ready_term(),
-            live,
-            since,
-            tick_interval_ms,
-        ) else {
-            continue;
-        };
-        if reason == TickReason::NewTerm && node.linearize().await.is_err() {
-            // No quorum confirmed yet: the next step tries again.
-            continue;
-        }
-        match node.propose_stamped(term, Command::Tick, None).await {
-            Ok(Ok(Outcome::Ticked)) => {
-                node.metrics.ticks.inc();
-                if reason == TickReason::NewTerm {
-                    tracing::info!(
-                        term,
-                        "leader ready: first stamped entry of the term applied"
-                    );
-                    node.time.mark_ready(term);
-                }
-            }
-            other => tracing::debug!(?other, "tick not applied"),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_new_term_ticks_first() {
-        assert_eq!(
-            decide_tick(true, 5, 4, false, Some(0), 250),
-            Some(TickReason::NewTerm)
-        );
-    }
-
-    #[test]
-    fn followers_never_tick() {
-        assert_eq!(decide_tick(false, 5, 4, true, None, 250), None);
-    }
-
-    #[test]
-    fn ticks_only_while_leases_live_and_time_is_stale() {
-        assert_eq!(
-            decide_tick(true, 5, 5, true, Some(300), 250),
-            Some(TickReason::KeepTime)
-        );
-        assert_eq!(decide_tick(true, 5, 5, true, Some(100), 250), None);
-        assert_eq!(decide_tick(true, 5, 5, false, Some(10_000), 250), None);
     }
 }

@@ -756,7 +756,7 @@ pub fn write_snapshot_file(dir: &Path, meta: &SnapshotMeta, machine: Vec<u8>) ->
 
 /// An entry whose proposer stamped it for another term than the one it committed in is
 /// refused, deterministically (both terms are in the log), and changes nothing. Its stamp
-/// was taken on that other term's line, before this term was ready (`Node::ready_term`),
+/// was taken on that other term's line, before this term was ready (`Proposer::ready_term`),
 /// and applying it could move cluster time off the committed line or, as a new term's
 /// first entry, hide the leaderless gap from the failover grace (issue 16, items 1, 4).
 /// Only a leadership change in the instant between stamping and openraft taking the

@@ -349,6 +349,7 @@ async fn a_node_of_another_cluster_with_the_same_secret_is_refused() {
     let rogue = server::start(listener, cfg).await.unwrap();
     let rogue_cluster = rogue
         .node
+        .guards
         .peer
         .cluster_id()
         .expect("the initializing node has an id");
@@ -560,7 +561,13 @@ async fn a_wiped_first_node_rejoins_with_cluster_id_and_not_without() {
     c.stop(1).await;
     std::fs::remove_dir_all(c.data_dir(1)).unwrap();
     c.restart(1).await;
-    let own = c.node(1).node.peer.cluster_id().expect("it initialized");
+    let own = c
+        .node(1)
+        .node
+        .guards
+        .peer
+        .cluster_id()
+        .expect("it initialized");
     assert_ne!(own, cluster);
     eventually(
         "node 2 or 3 to refuse node 1 (403)",

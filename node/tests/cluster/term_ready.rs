@@ -1,7 +1,7 @@
 //! Issue 16, item 4: every stamped proposal waits for its term to be ready.
 //!
-//! A new leader's term is "ready" once its first stamped entry (the leader loop's
-//! new-term tick) is applied: only then has it applied its predecessor's entries, so only
+//! A new leader's term is "ready" once its first stamped entry (the leader's
+//! new-term tick, `node/ticks.rs`) is applied: only then has it applied its predecessor's entries, so only
 //! then is its estimate of cluster time based on the newest stamp — and that tick is the
 //! entry that carries the failover grace. The group-commit batcher used to read the
 //! current term when it took a batch and stamp it at once: a request queued before an
@@ -15,7 +15,6 @@
 use std::time::Duration;
 
 use crate::common::TestCluster;
-use leasehold_node::node::batcher::Pending;
 use leasehold_statemachine::{Command, Outcome};
 use openraft::ServerState;
 use serde_json::json;
@@ -59,21 +58,17 @@ async fn a_batch_queued_across_an_election_waits_for_the_new_term_to_be_ready() 
     };
     // The instant it leads: a command waiting in its batcher's queue gets proposed.
     let ready_then = node.time.ready_term();
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let pending = Pending {
-        command: Command::Claim {
+    let queued = node.commit_queue().enqueue(
+        Command::Claim {
             job_id: "queued".into(),
             owner: "w".into(),
             ttl_ms: 60_000,
         },
-        key: None,
-        reply: tx,
-    };
-    node.proposals.send(pending).await.expect("batcher running");
-    let reply = tokio::time::timeout(BOUND, rx)
+        None,
+    );
+    let reply = tokio::time::timeout(BOUND, queued)
         .await
-        .expect("answered in time")
-        .expect("batcher answered");
+        .expect("answered in time");
     let ready_when_answered = node.time.ready_term();
     eprintln!(
         "node {f} leads term {term} (was {old_term}); ready term {ready_then} when the \

@@ -41,6 +41,28 @@
 //! commit and apply after the answer — its outcome is unknown, exactly docs/api.md's 504. A
 //! retry with the same `Idempotency-Key` gets the real answer.
 //!
+//! # Why these limits are not `tower` layers
+//!
+//! The router is a tower service, and this loop calls it as one. Issue 18 asked for the
+//! request timeout, the in-flight limits and load shedding as tower layers where they
+//! fit; they were weighed and kept here, because each needs what a layer on the router
+//! does not have or does not do:
+//! - `tower::limit::ConcurrencyLimit` makes a request *wait* for a permit, one pool for
+//!   all; the budgets here refuse at once (503 + `Retry-After`), share a pool fairly per
+//!   caller (a token, else the source address, which only the accept loop knows), and
+//!   let a handler move its slot to the long-poll budget (`HeldSlot`).
+//!   `tower::load_shed` sheds only when the inner service is not ready, which a router
+//!   always is.
+//! - The request timeout depends on the budget (client or Raft) and answers 504 with the
+//!   API's error body, counted by reason; `tower::timeout` + `HandleErrorLayer` could give
+//!   the 504, but not the per-budget choice without a second router.
+//! - The connection limits (the table, eviction, the per-source cap, the opening
+//!   linger, header read timeout, the body tarpit's evictability) act on connections,
+//!   below any request service: they are what axum's own `serve` cannot do.
+//!
+//! So [`handle`] is the one place a request's slot and deadline are decided, from the
+//! route table's budget (`http/routes.rs`).
+//!
 //! [`serve_connection`] is generic over the byte stream so that TLS can wrap the accepted
 //! `TcpStream` (a tokio-rustls acceptor) before hyper sees it.
 
@@ -517,7 +539,7 @@ fn caller_key(node: &Node, source: IpAddr, req: &Request<Incoming>) -> CallerKey
         .headers()
         .get(axum::http::header::AUTHORIZATION)
         .map(HeaderValue::as_bytes);
-    match (node.auth.as_deref(), header) {
+    match (node.guards.auth.as_deref(), header) {
         (Some(policy), Some(h)) => match policy.authenticate(Some(h)) {
             Ok(caller) => CallerKey::Token(caller.label.clone()),
             Err(_) => CallerKey::Source(source),
@@ -534,7 +556,7 @@ fn is_member_address(node: &Node, ip: IpAddr) -> bool {
     let members = crate::node::member_addrs(&node.raft.metrics().borrow());
     members
         .values()
-        .chain(node.dial.values())
+        .chain(node.peers.dial.values())
         .filter_map(|a| a.parse::<std::net::SocketAddr>().ok())
         .any(|a| a.ip() == ip)
 }

@@ -1,0 +1,218 @@
+//! [`Proposer`]: how a client command becomes a stamped log entry — wait until this
+//! node leads a term that is ready to stamp, stamp it with cluster time, propose it,
+//! and tell "not applied" from "outcome unknown" — and how a read is made
+//! linearizable. A handle of cheap clones: the node, the group-commit batcher
+//! (`batcher.rs`) and the leader's ticks (`ticks.rs`) each hold one, so none of them
+//! needs the whole [`Node`](super::Node).
+//!
+//! May import `raft` (the elector's check-quorum verdict), `store`, `time` and `types`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold_statemachine::{ApiError, Command, Entry, ErrorCode, Reply};
+use openraft::error::{CheckIsLeaderError, ClientWriteError, RaftError};
+use openraft::ServerState;
+
+use crate::raft::election::Elector;
+use crate::store::SmShared;
+use crate::time::timekeeper::Timekeeper;
+use crate::types::{NodeId, Raft};
+
+/// Why a proposal did not produce a reply.
+#[derive(Debug, Clone)]
+pub enum ProposeError {
+    /// This node is not (or no longer) the leader; the entry was not applied.
+    NotLeader,
+    /// The outcome is unknown (timed out after proposing).
+    Unknown,
+    /// Raft is shutting down or failed.
+    Unavailable(String),
+    /// Check quorum deposed this leader (`Route::NoQuorum`).
+    NoQuorum,
+}
+
+impl ProposeError {
+    pub fn to_api(&self) -> ApiError {
+        match self {
+            ProposeError::NotLeader => ApiError::new(ErrorCode::Unavailable, "leadership changed; retry"),
+            ProposeError::Unknown => ApiError::new(
+                ErrorCode::Timeout,
+                "the write was proposed but its outcome is unknown; retry with the same Idempotency-Key",
+            ),
+            ProposeError::Unavailable(m) => ApiError::new(ErrorCode::Unavailable, m.clone()),
+            ProposeError::NoQuorum => ApiError::new(
+                ErrorCode::Unavailable,
+                "this node led but has heard from no quorum within its lease; retry on another node",
+            ),
+        }
+    }
+}
+
+/// What proposing and linearizing need of a node (see the module doc).
+#[derive(Clone)]
+pub struct Proposer {
+    pub id: NodeId,
+    raft: Raft,
+    sm: Arc<SmShared>,
+    time: Arc<Timekeeper>,
+    elector: Arc<Elector>,
+    /// A proposed write whose outcome is not known by then: [`ProposeError::Unknown`].
+    write_timeout: Duration,
+    /// How long [`Proposer::ready_term`] waits for a ready term.
+    leader_wait: Duration,
+}
+
+impl Proposer {
+    pub fn new(
+        id: NodeId,
+        raft: Raft,
+        sm: Arc<SmShared>,
+        time: Arc<Timekeeper>,
+        elector: Arc<Elector>,
+        limits: &super::Limits,
+    ) -> Proposer {
+        Proposer {
+            id,
+            raft,
+            sm,
+            time,
+            elector,
+            write_timeout: limits.write_timeout,
+            leader_wait: limits.leader_wait,
+        }
+    }
+
+    pub fn raft(&self) -> &Raft {
+        &self.raft
+    }
+
+    pub fn sm(&self) -> &SmShared {
+        &self.sm
+    }
+
+    pub fn time(&self) -> &Timekeeper {
+        &self.time
+    }
+
+    /// Whether check quorum deposed this node as leader (`Elector::deposed`).
+    pub fn deposed(&self) -> bool {
+        self.elector.deposed()
+    }
+
+    /// Cluster time now, as this node estimates it.
+    pub fn cluster_time_ms(&self) -> u64 {
+        let term = self.raft.metrics().borrow().current_term;
+        self.time.estimate(self.sm.read(|s| s.last_stamp), term)
+    }
+
+    /// The current term, once this node leads it with a quorum and it is ready to stamp
+    /// (its first stamped entry applied, see `timekeeper.rs`); waits at most
+    /// `leader_wait`.
+    ///
+    /// Issue 16, item 4: a command stamped before its term is ready (queued in an old
+    /// term, proposed after this node won a newer one) becomes the new term's first entry
+    /// with a stale stamp: the state machine then sees no leaderless gap, and the failover
+    /// grace that protects live leases across the election is lost.
+    pub async fn ready_term(&self) -> Result<u64, ProposeError> {
+        let deadline = tokio::time::Instant::now() + self.leader_wait;
+        let mut ready = self.time.subscribe_ready();
+        loop {
+            let (state, term) = {
+                let m = self.raft.metrics();
+                let m = m.borrow();
+                (m.state, m.current_term)
+            };
+            if state != ServerState::Leader {
+                return Err(ProposeError::NotLeader);
+            }
+            // Deposed by check quorum: requests still queued in the batcher must not be
+            // stamped either (each would wait out the write timeout and, stamped on a
+            // line the cluster does not follow, could only mislead).
+            if self.elector.deposed() {
+                return Err(ProposeError::NoQuorum);
+            }
+            if *ready.borrow_and_update() == term {
+                return Ok(term);
+            }
+            // Map the watch guard away at once: it must not live across an await.
+            let changed =
+                tokio::time::timeout_at(deadline, async { ready.changed().await.map_err(|_| ()) });
+            match changed.await {
+                Ok(Ok(())) => {}
+                Ok(Err(())) => return Err(ProposeError::Unavailable("shutting down".into())),
+                Err(_) => {
+                    return Err(ProposeError::Unavailable(
+                        "the new leader is not ready yet".into(),
+                    ))
+                }
+            }
+        }
+    }
+
+    /// Stamps and proposes in the current term, once it is ready ([`Self::ready_term`]):
+    /// the batcher's path.
+    pub async fn propose_ready(
+        &self,
+        command: Command,
+        idempotency_key: Option<String>,
+    ) -> Result<Reply, ProposeError> {
+        let term = self.ready_term().await?;
+        self.propose_stamped(term, command, idempotency_key).await
+    }
+
+    /// Stamps and proposes in `term` without waiting for the term to be ready: the
+    /// leader's first entry of a term, which is what makes it ready, and callers that
+    /// have just had [`Self::ready_term`] return `term` come here directly. If the term
+    /// changes before openraft takes the entry, the state machine store refuses it
+    /// (`store/state_machine.rs`: the proposer's term must be the log's).
+    pub async fn propose_stamped(
+        &self,
+        term: u64,
+        command: Command,
+        idempotency_key: Option<String>,
+    ) -> Result<Reply, ProposeError> {
+        let stamp_ms = self.time.issue(self.sm.read(|s| s.last_stamp), term);
+        let entry = Entry {
+            stamp_ms,
+            term,
+            idempotency_key,
+            command,
+        };
+        match tokio::time::timeout(self.write_timeout, self.raft.client_write(entry)).await {
+            Err(_) => Err(ProposeError::Unknown),
+            Ok(Ok(resp)) => Ok(resp.data),
+            // Sent before proposing, or after the entry was truncated: not applied.
+            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_)))) => {
+                Err(ProposeError::NotLeader)
+            }
+            // Raft failed or is stopping, possibly after the entry was appended: the
+            // outcome is unknown (504), never "not applied" (503).
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "write outcome unknown");
+                Err(ProposeError::Unknown)
+            }
+        }
+    }
+
+    /// Confirms leadership with a quorum and waits until applied; then reads are
+    /// linearizable. Returns the cluster time to judge them at.
+    pub async fn linearize(&self) -> Result<u64, ProposeError> {
+        let confirmed =
+            tokio::time::timeout(self.write_timeout, self.raft.ensure_linearizable()).await;
+        match confirmed {
+            Err(_) => Err(ProposeError::Unavailable(
+                "could not confirm leadership in time".into(),
+            )),
+            Ok(Ok(_)) => Ok(self.cluster_time_ms()),
+            Ok(Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(_)))) => {
+                Err(ProposeError::NotLeader)
+            }
+            // Still leader, but no quorum answered: retrying at once would spin.
+            Ok(Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(e)))) => Err(
+                ProposeError::Unavailable(format!("leadership not confirmed: {e}")),
+            ),
+            Ok(Err(e)) => Err(ProposeError::Unavailable(e.to_string())),
+        }
+    }
+}
