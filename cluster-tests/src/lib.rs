@@ -6,6 +6,7 @@
 //! - [`checker`]: the invariants, checked over a [`history::RunRecord`];
 //! - [`fixture`]: the cluster of real processes ([`leasehold_proc_cluster`]'s, shared
 //!   with `leasehold bench failover`) and the checker's end-of-run reads of it;
+//! - [`holders`]: lease holders that must keep their leases through a scenario;
 //! - [`nodes`]: what a run needs of its cluster ([`nodes::Nodes`]), whatever runs it;
 //! - [`docker`]: the container cluster — nodes in Docker on the test's own network,
 //!   faults through the engine (kill, pause, network disconnect, restart);
@@ -18,6 +19,7 @@ pub mod checker;
 pub mod docker;
 pub mod fixture;
 pub mod history;
+pub mod holders;
 pub mod nodes;
 pub mod scenario;
 pub mod workload;

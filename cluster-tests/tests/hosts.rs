@@ -19,12 +19,22 @@ use std::time::Duration;
 use leasehold_cluster_tests::docker::cluster::image;
 use leasehold_cluster_tests::docker::{unavailable, DockerCluster, DockerOpts};
 use leasehold_cluster_tests::history::{mono_now, Nanos, Op, OpKind, Outcome};
+use leasehold_cluster_tests::holders::{HoldSpec, Holders};
 use leasehold_cluster_tests::nodes::Nodes;
 use leasehold_cluster_tests::scenario::{print_rerun, seed, Bins, Chaos, LEADER_BOUND};
 use tokio::time::Instant;
 
 /// The lease TTL (the chaos suite's): above the election timeout (0.5–1 s).
 const TTL: u64 = 2_000;
+
+/// Lease holders that must keep their leases through a rolling restart or a membership
+/// change (`cluster-tests/tests/membership.rs`'s): a 4 s lease renewed every 400 ms, with
+/// enough client attempts (~6 s of backoff) to outlast a leader change.
+const HOLD: HoldSpec = HoldSpec {
+    ttl_ms: 4_000,
+    renew_every: Duration::from_millis(400),
+    attempts: 12,
+};
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -243,7 +253,8 @@ async fn split_2_2_1_of_five_has_no_majority() {
 }
 
 /// A rolling `docker restart` of every node, one at a time, each waited back into an
-/// agreed cluster before the next, while workers hold and renew leases.
+/// agreed cluster before the next, while workers claim and renew and three holders keep
+/// one lease each throughout (same generation, every renewal granted).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rolling_restart_while_leases_are_held() {
     let _serial = SERIAL.lock().await;
@@ -251,6 +262,7 @@ async fn rolling_restart_while_leases_are_held() {
         return;
     };
     c.spawn_workers(6, &jobs("job", 8), |_| {});
+    let holders = Holders::start(&mut c, 3, HOLD).await;
     c.run_for(Duration::from_secs(2)).await;
     for id in Nodes::ids(&c.cluster) {
         c.cluster.restart(id).await;
@@ -260,6 +272,8 @@ async fn rolling_restart_while_leases_are_held() {
         c.run_for(Duration::from_secs(1)).await;
     }
     c.run_for(Duration::from_secs(2)).await;
+    let renewed = holders.finish().await;
+    eprintln!("hosts rolling restart: 3 holders kept their leases, {renewed} renewals");
     finish(c).await;
 }
 
@@ -289,7 +303,8 @@ async fn wait_voters(c: &Hosts, want: &[u64], bound: Duration) {
 /// The membership runbook (docs/operations.md) in containers: a fourth container
 /// starts empty with `serve --join node<via>:7001` and becomes a voter by itself; then a
 /// member is removed with `leasehold cluster remove-node` (the CLI in a container) and
-/// its container stopped — with workers holding leases throughout.
+/// its container stopped — with workers at work and three holders keeping one lease
+/// each throughout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn membership_join_and_remove_in_containers() {
     let _serial = SERIAL.lock().await;
@@ -298,6 +313,7 @@ async fn membership_join_and_remove_in_containers() {
     };
     let bound = Duration::from_secs(60);
     c.spawn_workers(6, &jobs("job", 8), |_| {});
+    let holders = Holders::start(&mut c, 3, HOLD).await;
     c.run_for(Duration::from_secs(2)).await;
     let via = follower(&c, leader(&c).await);
     c.cluster.add_joining(4, via).await;
@@ -324,5 +340,7 @@ async fn membership_join_and_remove_in_containers() {
     c.cluster.remove_container(victim).await;
     c.fault(format!("docker stop and rm node {victim}"));
     c.run_for(Duration::from_secs(2)).await;
+    let renewed = holders.finish().await;
+    eprintln!("hosts membership: 3 holders kept their leases, {renewed} renewals");
     finish(c).await;
 }
