@@ -3,7 +3,7 @@
 //! container, volume and network a test creates ([`LABEL`], [`PID_LABEL`]), so a later
 //! run removes what a crashed one left ([`remove_leftovers`]); and the check that decides
 //! whether the container tests can run here ([`unavailable`]).
-//! Imports std and tokio only.
+//! Imports std, tokio and libc (the kill of a `docker` call past its bound) only.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -60,19 +60,35 @@ pub async fn docker(args: &[&str]) -> Result<String, DockerError> {
     }
 }
 
-/// [`docker`] for where no runtime is at hand (a `Drop`, a skip check). Not bounded by
-/// a timer: used only for `info`, `inspect`, `ls` and `rm -f`, which do not wait on
-/// containers.
+/// [`docker`] for where no runtime is at hand (a `Drop`, the skip check): the same
+/// bound, kept by a thread that waits for the child while this one waits on a channel.
 pub fn docker_blocking(args: &[&str]) -> Result<String, DockerError> {
-    let out = std::process::Command::new("docker")
+    let spawn_err = |err| DockerError::Spawn {
+        args: args.join(" "),
+        err,
+    };
+    let child = std::process::Command::new("docker")
         .args(args)
         .stdin(Stdio::null())
-        .output()
-        .map_err(|err| DockerError::Spawn {
-            args: args.join(" "),
-            err,
-        })?;
-    finished(args, out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(spawn_err)?;
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(DOCKER_BOUND) {
+        Ok(out) => finished(args, out.map_err(spawn_err)?),
+        Err(_) => {
+            // SAFETY: kill(2) of our child, not reaped yet (its waiter is still waiting).
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+            Err(DockerError::Timeout {
+                args: args.join(" "),
+            })
+        }
+    }
 }
 
 /// Why the container tests cannot run here (`None`: they can): no Docker daemon
