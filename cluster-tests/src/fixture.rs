@@ -3,7 +3,9 @@
 //! use, plus the two end-of-run reads only the checker needs — every job's final state
 //! and every replica's digest — which speak in [`crate::history`]'s types and through
 //! the Rust client, so they live here and not in the shared crate.
-//! Imports the shared crate, the client and `history`; the scenarios and tests import it.
+//! The reads work on any [`Nodes`] (processes or containers).
+//! Imports the shared crate, the client, `history` and `nodes`; the scenarios and tests
+//! import it.
 
 use std::time::Duration;
 
@@ -14,10 +16,11 @@ pub use leasehold_proc_cluster::{
 };
 
 use crate::history::{FinalJob, ReplicaDigest};
+use crate::nodes::Nodes;
 
 /// Every node's digest, once all are running, answer, and agree on applied index and
 /// digest (or, after `bound`, what they last said: the checker judges it).
-pub async fn converged_digests(c: &ProcCluster, bound: Duration) -> Vec<ReplicaDigest> {
+pub async fn converged_digests(c: &impl Nodes, bound: Duration) -> Vec<ReplicaDigest> {
     let deadline = Instant::now() + bound;
     loop {
         let mut all = Vec::new();
@@ -38,7 +41,7 @@ pub async fn converged_digests(c: &ProcCluster, bound: Duration) -> Vec<ReplicaD
 
 /// Reads each job through the cluster (linearizable, via any node), retrying each
 /// read until `bound`. A job that does not exist is left out.
-pub async fn final_jobs(c: &ProcCluster, ids: &[String], bound: Duration) -> Vec<FinalJob> {
+pub async fn final_jobs(c: &impl Nodes, ids: &[String], bound: Duration) -> Vec<FinalJob> {
     let client = leasehold_client::Client::new(c.endpoints()).expect("client config");
     let mut out = Vec::new();
     for id in ids {

@@ -1,6 +1,8 @@
 //! One chaos run: a cluster of real processes, a fenced destination, workers recording a
 //! history, faults injected by the scenario, then healing, a liveness check, the final
-//! observations and the checker's verdict.
+//! observations and the checker's verdict. The cluster is any [`Nodes`]: the process
+//! cluster by default ([`Chaos::start`]), or containers ([`Chaos::on`] with a
+//! [`crate::docker::DockerCluster`]).
 //!
 //! Every run is seeded: `CHAOS_SEED` if set, else a fresh seed, printed with the command
 //! that re-runs the scenario with it. The seed fixes the fault schedule and the workers'
@@ -20,6 +22,7 @@ use tokio::time::Instant;
 use crate::checker::{check, Report, CLUSTER_TIME_DRIFT_PERCENT};
 use crate::fixture::{self, ClusterOpts, ProcCluster};
 use crate::history::{Accepted, Op, OpKind, Outcome, Recorder, RunRecord};
+use crate::nodes::Nodes;
 use crate::workload::{
     run_worker, worker_client, Actor, ProcMode, ProcWorker, WorkerConfig, WorkerProcess,
 };
@@ -44,11 +47,15 @@ pub struct Bins {
     pub worker: PathBuf,
 }
 
-pub struct Chaos {
+/// What an actor of a run does with each operation: records it in the run's history.
+/// (Boxed, not `impl FnMut`: an opaque type would capture the run's cluster type.)
+pub type Recording = Box<dyn FnMut(Op) + Send>;
+
+pub struct Chaos<C: Nodes = ProcCluster> {
     pub name: String,
     pub seed: u64,
     pub rng: StdRng,
-    pub cluster: ProcCluster,
+    pub cluster: C,
     pub rec: Recorder,
     pub ttl_ms: u64,
     pub dest_url: String,
@@ -62,7 +69,7 @@ pub struct Chaos {
     next_worker: u64,
 }
 
-impl Chaos {
+impl Chaos<ProcCluster> {
     /// Starts the cluster and the destination with the run's [`seed`]; prints the seed
     /// and how to re-run.
     pub async fn start(name: &str, opts: ClusterOpts, ttl_ms: u64, bins: Bins) -> Chaos {
@@ -77,29 +84,30 @@ impl Chaos {
         bins: Bins,
         seed: u64,
     ) -> Chaos {
-        eprintln!(
-            "chaos {name}: seed {seed}; re-run: CHAOS_SEED={seed} cargo test -p \
-             leasehold-cluster-tests --release --test chaos -- {name} --exact"
-        );
+        print_rerun(name, "chaos", seed);
         assert_clock_rates_checkable(&opts);
         let opts = ClusterOpts {
             bin: crate::fixture::leasehold_bin(&opts.bin.to_string_lossy()),
             ..opts
         };
         let cluster = ProcCluster::start(opts, LEADER_BOUND).await;
+        Chaos::on(name, cluster, ttl_ms, bins, seed).await
+    }
+}
+
+/// Prints the seed and the command that re-runs scenario `name` of test binary `test`.
+pub fn print_rerun(name: &str, test: &str, seed: u64) {
+    eprintln!(
+        "{test} {name}: seed {seed}; re-run: CHAOS_SEED={seed} cargo test -p \
+         leasehold-cluster-tests --release --test {test} -- {name} --exact"
+    );
+}
+
+impl<C: Nodes> Chaos<C> {
+    /// A run on a started `cluster`: starts the fenced destination on the host.
+    pub async fn on(name: &str, cluster: C, ttl_ms: u64, bins: Bins, seed: u64) -> Chaos<C> {
         let dest = Arc::new(FencedStore::new());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("binding the destination");
-        let dest_url = format!("http://{}", listener.local_addr().expect("bound"));
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let store = dest.clone();
-        tokio::spawn(async move {
-            let _ = serve(listener, store, async move {
-                let _ = rx.await;
-            })
-            .await;
-        });
+        let (dest_url, dest_stop) = serve_destination(dest.clone(), "127.0.0.1:0").await;
         Chaos {
             name: name.to_owned(),
             seed,
@@ -110,7 +118,7 @@ impl Chaos {
             dest_url,
             bins,
             dest,
-            dest_stop: Some(tx),
+            dest_stop: Some(dest_stop),
             workers: Vec::new(),
             procs: Vec::new(),
             faults: Vec::new(),
@@ -133,7 +141,7 @@ impl Chaos {
     }
 
     /// An actor (one-off operations, recorded) for the test itself.
-    pub fn actor(&mut self, owner: &str) -> Actor<impl FnMut(Op)> {
+    pub fn actor(&mut self, owner: &str) -> Actor<Recording> {
         let client = worker_client(&self.cluster.endpoints());
         self.actor_with(owner, client)
     }
@@ -143,9 +151,14 @@ impl Chaos {
         &mut self,
         owner: &str,
         client: leasehold_client::Client,
-    ) -> Actor<impl FnMut(Op)> {
+    ) -> Actor<Recording> {
         let rec = self.rec.clone();
-        Actor::new(owner, client, &self.dest_url, move |op| rec.record(op))
+        Actor::new(
+            owner,
+            client,
+            &self.dest_url,
+            Box::new(move |op| rec.record(op)),
+        )
     }
 
     /// Starts `n` in-process workers on `jobs`, each configured by `tweak`.
@@ -211,7 +224,7 @@ impl Chaos {
     /// checks the history. Panics (keeping logs and data) on any violation.
     pub async fn finish(mut self) -> Report {
         self.fault("heal all");
-        self.cluster.heal_all();
+        self.cluster.heal_all().await;
         self.cluster.wait_leader(LEADER_BOUND).await;
         for (stop, _) in &self.workers {
             stop.store(true, Ordering::Relaxed);
@@ -319,6 +332,25 @@ impl Chaos {
         }
         report
     }
+}
+
+/// Serves the fenced destination `store` on `bind`; its URL and the sender that stops it.
+async fn serve_destination(
+    store: Arc<FencedStore>,
+    bind: &str,
+) -> (String, tokio::sync::oneshot::Sender<()>) {
+    let listener = tokio::net::TcpListener::bind(bind)
+        .await
+        .expect("binding the destination");
+    let url = format!("http://{}", listener.local_addr().expect("bound"));
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let _ = serve(listener, store, async move {
+            let _ = rx.await;
+        })
+        .await;
+    });
+    (url, tx)
 }
 
 /// The checker's cluster-time rule allows [`CLUSTER_TIME_DRIFT_PERCENT`]: a node whose

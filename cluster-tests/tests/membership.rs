@@ -9,13 +9,11 @@
 
 use std::collections::BTreeSet;
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_cluster_tests::fixture::{Added, ClusterOpts};
+use leasehold_cluster_tests::holders::{HoldSpec, Holders};
 use leasehold_cluster_tests::scenario::{Bins, Chaos, LEADER_BOUND};
-use leasehold_cluster_tests::workload::worker_client_with_attempts;
 use serde_json::Value;
 use tokio::time::Instant;
 
@@ -103,68 +101,18 @@ async fn wait_voters(c: &Chaos, via: u64, want: &[u64]) {
 /// ~1.6 s. The wiped node of the last step may be the leader, and at this test's timing
 /// (100 / 500–1000 ms) its successor takes up to ~2 s; a renewal refused as expired after
 /// that is still a lost lease.
-fn holder_client(endpoints: &[String]) -> leasehold_client::Client {
-    worker_client_with_attempts(endpoints, 12)
-}
-
-/// Holders: each claims a job once and renews it every [`HOLD_RENEW`] until stopped.
-/// A renewal refused (or a generation change) is a lost lease.
-struct Holders {
-    stop: Arc<AtomicBool>,
-    renewed: Arc<AtomicU64>,
-    tasks: Vec<tokio::task::JoinHandle<Result<u64, String>>>,
-}
-
-impl Holders {
-    async fn start(c: &mut Chaos, n: usize) -> Holders {
-        let stop = Arc::new(AtomicBool::new(false));
-        let renewed = Arc::new(AtomicU64::new(0));
-        let mut tasks = Vec::new();
-        for i in 0..n {
-            let client = holder_client(&c.cluster.endpoints());
-            let mut a = c.actor_with(&format!("holder-{i}"), client);
-            let job = format!("held-{i}");
-            let lease = a.claim(&job, HOLD_TTL).await.expect("a holder's claim");
-            let (stop, renewed) = (stop.clone(), renewed.clone());
-            tasks.push(tokio::spawn(async move {
-                let generation = lease.generation();
-                while !stop.load(Ordering::Relaxed) {
-                    tokio::time::sleep(HOLD_RENEW).await;
-                    a.renew(&lease).await.map_err(|e| {
-                        format!("holder of {job} lost generation {generation}: {e}")
-                    })?;
-                    renewed.fetch_add(1, Ordering::Relaxed);
-                }
-                Ok(generation)
-            }));
-        }
-        Holders {
-            stop,
-            renewed,
-            tasks,
-        }
-    }
-
-    /// Stops them; every one must have renewed until the end.
-    async fn finish(self) {
-        self.stop.store(true, Ordering::Relaxed);
-        for t in self.tasks {
-            let r = tokio::time::timeout(Duration::from_secs(30), t)
-                .await
-                .expect("a holder stops")
-                .expect("a holder task does not panic");
-            assert_eq!(r, Ok(1), "a holder lost its lease");
-        }
-        assert!(self.renewed.load(Ordering::Relaxed) > 0);
-    }
-}
+const HOLD: HoldSpec = HoldSpec {
+    ttl_ms: HOLD_TTL,
+    renew_every: HOLD_RENEW,
+    attempts: 12,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grow_shrink_and_replace_a_wiped_node_with_leases_held_throughout() {
     let name = "grow_shrink_and_replace_a_wiped_node_with_leases_held_throughout";
     let mut c = Chaos::start(name, ClusterOpts::new(bins().leasehold), TTL, bins()).await;
     c.spawn_workers(4, &jobs("job", 8), |_| {});
-    let holders = Holders::start(&mut c, 4).await;
+    let holders = Holders::start(&mut c, 4, HOLD).await;
     c.run_for(Duration::from_secs(2)).await;
 
     // Grow: node 4 joins by itself through node 2 (a follower or the leader).

@@ -29,7 +29,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use cluster::ProcCluster;
-pub use observe::{agreed_leader, Status};
+pub use observe::{agreed_leader, get_json_at, try_wait_leader_at, Status};
 pub use opts::{Added, ClusterOpts, NodeSpec};
 
 /// Poll step of every wait.

@@ -2,7 +2,10 @@
 //! for a leader every running node agrees on, and the tails of the nodes' logs.
 //!
 //! The agreement itself is a plain function of what was seen ([`agreed_leader`]), so it
-//! is tested without processes. Imports `cluster` (the nodes and the probe client).
+//! is tested without processes. The reads and the wait also come as free functions over a
+//! list of `(id, base URL)` ([`get_json_at`], [`try_wait_leader_at`]): the container
+//! cluster of `cluster-tests` (nodes in Docker, reached by their container addresses)
+//! observes its nodes with them. Imports `cluster` (the nodes and the probe client).
 
 use std::time::Duration;
 
@@ -42,12 +45,45 @@ pub fn agreed_leader(seen: &[(u64, Option<Status>)]) -> Option<&Status> {
         .filter(|s| s.state == "Leader")
 }
 
+/// `GET {base}{path}` as JSON, if it answers in time with that shape.
+pub async fn get_json_at<T: DeserializeOwned>(
+    http: &reqwest::Client,
+    base: &str,
+    path: &str,
+) -> Option<T> {
+    let resp = http.get(format!("{base}{path}")).send().await.ok()?;
+    resp.json().await.ok()
+}
+
+/// Waits until every node of `nodes` (`(id, base URL)`, the nodes that should answer)
+/// names the same leader, which says it leads; returns that leader's status. After
+/// `bound`, an error naming what it last saw.
+pub async fn try_wait_leader_at(
+    http: &reqwest::Client,
+    nodes: &[(u64, String)],
+    bound: Duration,
+) -> Result<Status, Error> {
+    let deadline = Instant::now() + bound;
+    loop {
+        let mut seen = Vec::new();
+        for (id, base) in nodes {
+            seen.push((*id, get_json_at(http, base, "/v1/cluster").await));
+        }
+        if let Some(s) = agreed_leader(&seen) {
+            return Ok(s.clone());
+        }
+        if Instant::now() >= deadline {
+            let seen = format!("{seen:?}");
+            return Err(Error::NoLeader { bound, seen });
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
 impl ProcCluster {
     /// `GET path` of node `id` as JSON, if it answers in time with that shape.
     pub async fn get_json<T: DeserializeOwned>(&self, id: u64, path: &str) -> Option<T> {
-        let url = format!("{}{path}", self.endpoint(id));
-        let resp = self.http.get(url).send().await.ok()?;
-        resp.json().await.ok()
+        get_json_at(&self.http, &self.endpoint(id), path).await
     }
 
     /// `/v1/cluster` of one node, if it runs and answers in time.
@@ -72,33 +108,19 @@ impl ProcCluster {
         best.map(|(_, id)| id)
     }
 
-    /// Every running, unpaused node with what it answered.
-    async fn running_statuses(&self) -> Vec<(u64, Option<Status>)> {
-        let mut seen = Vec::new();
-        for id in self.ids() {
-            if self.is_running(id) && !self.is_paused(id) {
-                seen.push((id, self.status(id).await));
-            }
-        }
-        seen
+    /// Every running, unpaused node with its base URL: the nodes a wait hears from.
+    pub fn answering(&self) -> Vec<(u64, String)> {
+        self.ids()
+            .into_iter()
+            .filter(|&id| self.is_running(id) && !self.is_paused(id))
+            .map(|id| (id, self.endpoint(id)))
+            .collect()
     }
 
     /// Waits until every running, unpaused node names the same leader, which says it
-    /// leads; returns that leader's status. After `bound`, an error naming what it last
-    /// saw.
+    /// leads ([`try_wait_leader_at`] over [`ProcCluster::answering`]).
     pub async fn try_wait_leader(&self, bound: Duration) -> Result<Status, Error> {
-        let deadline = Instant::now() + bound;
-        loop {
-            let seen = self.running_statuses().await;
-            if let Some(s) = agreed_leader(&seen) {
-                return Ok(s.clone());
-            }
-            if Instant::now() >= deadline {
-                let seen = format!("{seen:?}");
-                return Err(Error::NoLeader { bound, seen });
-            }
-            tokio::time::sleep(POLL).await;
-        }
+        try_wait_leader_at(&self.http, &self.answering(), bound).await
     }
 
     /// [`ProcCluster::try_wait_leader`]'s leader id, panicking after `bound`.
