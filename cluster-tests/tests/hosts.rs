@@ -6,10 +6,11 @@
 //! destination runs on the host, and the history passes the chaos suite's checker.
 //!
 //! Skipped, with the reason printed, when no Docker daemon answers, the image is
-//! missing, or we are not root, or with `LEASEHOLD_SKIP_DOCKER=1` (CI's workspace test
+//! missing or older than this build, or we are not root, or with `LEASEHOLD_SKIP_DOCKER=1` (CI's workspace test
 //! run, which comes before `deploy/smoke.sh` builds the image; CI runs this binary after
-//! it). With `LEASEHOLD_REQUIRE_DOCKER=1` those are failures instead. The image is used
-//! as it is: build it from the binary under test first (`deploy/build-image.sh`).
+//! it). With `LEASEHOLD_REQUIRE_DOCKER=1` those are failures instead. The image must be
+//! made from this build (`deploy/build-image.sh` after `cargo build --release`): one
+//! made before the test binary was built is refused as stale.
 //!
 //! The scenarios run one at a time, like the chaos suite's. Each is seeded (`CHAOS_SEED`
 //! re-runs one; the seed and the command are printed first).
@@ -57,7 +58,7 @@ fn skip_reason() -> Option<String> {
     let reason = if std::env::var("LEASEHOLD_SKIP_DOCKER").as_deref() == Ok("1") {
         Some("LEASEHOLD_SKIP_DOCKER=1".to_owned())
     } else {
-        unavailable(&image())
+        unavailable(&image(), &bins().leasehold)
     };
     let reason = reason?;
     assert!(

@@ -94,7 +94,7 @@ pub fn docker_blocking(args: &[&str]) -> Result<String, DockerError> {
 /// Why the container tests cannot run here (`None`: they can): no Docker daemon
 /// answers, the image is missing, or we are not root (the peer secret must be given to
 /// the image's uid 10001, as `deploy/make-secrets.sh` does).
-pub fn unavailable(image: &str) -> Option<String> {
+pub fn unavailable(image: &str, built: &std::path::Path) -> Option<String> {
     if let Err(e) = docker_blocking(&["info", "--format", "{{.ServerVersion}}"]) {
         return Some(format!("no Docker daemon answers ({e})"));
     }
@@ -103,11 +103,38 @@ pub fn unavailable(image: &str) -> Option<String> {
             "image {image} is missing (make it with deploy/build-image.sh or deploy/smoke.sh)"
         ));
     }
+    if let Some(stale) = older_than(image, built) {
+        return Some(stale);
+    }
     // SAFETY: geteuid(2) has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         return Some("not root: the peer secret must be chowned to uid 10001".into());
     }
     None
+}
+
+/// Why `image` cannot stand for the build under test, if it was made before `built`
+/// (the binary the tests were built with) was: it would hold an older binary. `None`
+/// also when either time cannot be read (the run then uses the image as it is).
+fn older_than(image: &str, built: &std::path::Path) -> Option<String> {
+    let created = docker_blocking(&["image", "inspect", "--format", "{{.Created}}", image]).ok()?;
+    let out = std::process::Command::new("date")
+        .args(["-u", "-d", created.trim(), "+%s"])
+        .output()
+        .ok()?;
+    let created_s: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().ok()?;
+    let modified = std::fs::metadata(built).ok()?.modified().ok()?;
+    let built_s = modified
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_secs();
+    (created_s < built_s).then(|| {
+        format!(
+            "image {image} is older than this build ({}): make it again with \
+             deploy/build-image.sh",
+            built.display()
+        )
+    })
 }
 
 /// Whether process `pid` still runs (its `/proc` entry exists).
