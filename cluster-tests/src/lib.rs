@@ -6,12 +6,14 @@
 //! - [`checker`]: the invariants, checked over a [`history::RunRecord`];
 //! - [`fixture`]: the cluster of real processes ([`leasehold_proc_cluster`]'s, shared
 //!   with `leasehold bench failover`) and the checker's end-of-run reads of it;
+//! - [`nemesis`]: the mixed random fault schedule of the chaos suite and the soak;
 //! - [`proxy`]: a TCP fault proxy per directed link (blackhole, delay, drop), from
 //!   [`leasehold_proc_cluster`];
 
 pub mod checker;
 pub mod fixture;
 pub mod history;
+pub mod nemesis;
 pub mod scenario;
 pub mod workload;
 

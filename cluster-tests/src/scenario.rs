@@ -209,7 +209,13 @@ impl Chaos {
 
     /// Heals everything, stops the workers, checks liveness, reads the final state, and
     /// checks the history. Panics (keeping logs and data) on any violation.
-    pub async fn finish(mut self) -> Report {
+    pub async fn finish(self) -> Report {
+        self.finish_then(|_, _| {}).await
+    }
+
+    /// [`Chaos::finish`], handing the checker's report and the whole history to `seen`
+    /// before any panic on a violation (the soak prints its tables from them).
+    pub async fn finish_then(mut self, seen: impl FnOnce(&Report, &[Op])) -> Report {
         self.fault("heal all");
         self.cluster.heal_all();
         self.cluster.wait_leader(LEADER_BOUND).await;
@@ -231,7 +237,7 @@ impl Chaos {
             );
         }
         self.liveness().await;
-        let report = self.verdict().await;
+        let report = self.verdict(seen).await;
         if let Some(tx) = self.dest_stop.take() {
             let _ = tx.send(());
         }
@@ -267,7 +273,12 @@ impl Chaos {
         assert!(g2 > g1, "liveness: generation {g2} after {g1}");
     }
 
-    async fn verdict(&mut self) -> Report {
+    /// The faults noted so far, each with its time since the start.
+    pub fn faults(&self) -> &[String] {
+        &self.faults
+    }
+
+    async fn verdict(&mut self, seen: impl FnOnce(&Report, &[Op])) -> Report {
         let ops = self.rec.ops();
         let jobs: Vec<String> = ops
             .iter()
@@ -295,6 +306,7 @@ impl Chaos {
             accepted,
         };
         let report = check(&run);
+        seen(&report, &run.ops);
         eprintln!(
             "chaos {}: seed {} · {:.1}s · {} faults · {}",
             self.name,

@@ -299,6 +299,11 @@ impl ProcCluster {
         assert_eq!(rc, 0, "kill({}, {sig}) failed", child.id());
     }
 
+    /// The pid of node `id`'s process, if it runs (paused or not).
+    pub fn pid(&self, id: u64) -> Option<u32> {
+        self.nodes[&id].child.as_ref().map(|c| c.id())
+    }
+
     pub fn is_running(&self, id: u64) -> bool {
         self.nodes[&id].child.is_some()
     }
