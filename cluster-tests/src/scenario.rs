@@ -213,9 +213,10 @@ impl Chaos {
         self.finish_then(|_, _| {}).await
     }
 
-    /// [`Chaos::finish`], handing the checker's report and the whole history to `seen`
-    /// before any panic on a violation (the soak prints its tables from them).
-    pub async fn finish_then(mut self, seen: impl FnOnce(&Report, &[Op])) -> Report {
+    /// [`Chaos::finish`], handing the checker's report and the run's record (history,
+    /// final jobs, replicas' digests) to `seen` before any panic on a violation (the soak
+    /// prints its tables from them; a membership test checks who the replicas are).
+    pub async fn finish_then(mut self, seen: impl FnOnce(&Report, &RunRecord)) -> Report {
         self.fault("heal all");
         self.cluster.heal_all();
         self.cluster.wait_leader(LEADER_BOUND).await;
@@ -278,7 +279,7 @@ impl Chaos {
         &self.faults
     }
 
-    async fn verdict(&mut self, seen: impl FnOnce(&Report, &[Op])) -> Report {
+    async fn verdict(&mut self, seen: impl FnOnce(&Report, &RunRecord)) -> Report {
         let ops = self.rec.ops();
         let jobs: Vec<String> = ops
             .iter()
@@ -306,7 +307,7 @@ impl Chaos {
             accepted,
         };
         let report = check(&run);
-        seen(&report, &run.ops);
+        seen(&report, &run);
         eprintln!(
             "chaos {}: seed {} · {:.1}s · {} faults · {}",
             self.name,

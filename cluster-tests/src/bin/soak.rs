@@ -21,7 +21,7 @@ use anyhow::{bail, Context};
 use clap::Parser;
 use leasehold_cluster_tests::checker::Report;
 use leasehold_cluster_tests::fixture::ClusterOpts;
-use leasehold_cluster_tests::history::{Op, Outcome};
+use leasehold_cluster_tests::history::{Op, Outcome, RunRecord};
 use leasehold_cluster_tests::nemesis::{self, FAULT_KINDS};
 use leasehold_cluster_tests::scenario::{Bins, Chaos};
 use leasehold_cluster_tests::workload::ProcMode;
@@ -211,8 +211,8 @@ async fn soak(args: &Args, seed: u64) -> anyhow::Result<SoakReport> {
     let applied = nemesis::run_mixed_schedule(&mut c, length, |c| sampler.maybe_sample(c)).await;
     sampler.sample(&c);
     let mut out = None;
-    c.finish_then(|r: &Report, ops: &[Op]| {
-        let report = build_report(args, seed, &sampler, &applied, r, ops);
+    c.finish_then(|r: &Report, run: &RunRecord| {
+        let report = build_report(args, seed, &sampler, &applied, r, &run.ops);
         print_report(&report);
         out = Some(write_json(args, &report).map(|()| report));
     })
