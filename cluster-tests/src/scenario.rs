@@ -77,9 +77,10 @@ impl Chaos {
         bins: Bins,
         seed: u64,
     ) -> Chaos {
+        let test = test_binary();
         eprintln!(
             "chaos {name}: seed {seed}; re-run: CHAOS_SEED={seed} cargo test -p \
-             leasehold-cluster-tests --release --test chaos -- {name} --exact"
+             leasehold-cluster-tests --release --test {test} -- {name} --exact"
         );
         assert_clock_rates_checkable(&opts);
         let opts = ClusterOpts {
@@ -346,6 +347,23 @@ fn assert_clock_rates_checkable(opts: &ClusterOpts) {
             i + 1,
             n.clock_rate
         );
+    }
+}
+
+/// The integration test this runs in (`chaos`, `membership`…), from the executable's
+/// name (cargo names it `<test>-<16 hex digits>`); `chaos` if that cannot be told.
+fn test_binary() -> String {
+    let exe = std::env::current_exe().ok();
+    let stem = exe
+        .as_deref()
+        .and_then(|p| p.file_stem())
+        .and_then(|s| s.to_str())
+        .unwrap_or("chaos");
+    match stem.rsplit_once('-') {
+        Some((test, hash)) if hash.len() == 16 && hash.bytes().all(|b| b.is_ascii_hexdigit()) => {
+            test.to_owned()
+        }
+        _ => "chaos".to_owned(),
     }
 }
 
