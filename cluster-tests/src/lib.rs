@@ -12,6 +12,7 @@
 //!   faults through the engine (kill, pause, network disconnect, restart);
 //! - [`scenario`]: one seeded chaos run on either cluster, ending in the verdict;
 //! - [`workload`]: the workers (in-process tasks or processes) and their recording;
+//! - [`nemesis`]: the mixed random fault schedule of the chaos suite and the soak;
 //! - [`proxy`]: a TCP fault proxy per directed link (blackhole, delay, drop), from
 //!   [`leasehold_proc_cluster`];
 
@@ -20,6 +21,7 @@ pub mod docker;
 pub mod fixture;
 pub mod history;
 pub mod holders;
+pub mod nemesis;
 pub mod nodes;
 pub mod scenario;
 pub mod workload;

@@ -84,7 +84,7 @@ impl Chaos<ProcCluster> {
         bins: Bins,
         seed: u64,
     ) -> Chaos {
-        print_rerun(name, "chaos", seed);
+        print_rerun(name, &test_binary(), seed);
         assert_clock_rates_checkable(&opts);
         let opts = ClusterOpts {
             bin: crate::fixture::leasehold_bin(&opts.bin.to_string_lossy()),
@@ -222,7 +222,14 @@ impl<C: Nodes> Chaos<C> {
 
     /// Heals everything, stops the workers, checks liveness, reads the final state, and
     /// checks the history. Panics (keeping logs and data) on any violation.
-    pub async fn finish(mut self) -> Report {
+    pub async fn finish(self) -> Report {
+        self.finish_then(|_, _| {}).await
+    }
+
+    /// [`Chaos::finish`], handing the checker's report and the run's record (history,
+    /// final jobs, replicas' digests) to `seen` before any panic on a violation (the soak
+    /// prints its tables from them; a membership test checks who the replicas are).
+    pub async fn finish_then(mut self, seen: impl FnOnce(&Report, &RunRecord)) -> Report {
         self.fault("heal all");
         self.cluster.heal_all().await;
         self.cluster.wait_leader(LEADER_BOUND).await;
@@ -244,7 +251,7 @@ impl<C: Nodes> Chaos<C> {
             );
         }
         self.liveness().await;
-        let report = self.verdict().await;
+        let report = self.verdict(seen).await;
         if let Some(tx) = self.dest_stop.take() {
             let _ = tx.send(());
         }
@@ -280,7 +287,12 @@ impl<C: Nodes> Chaos<C> {
         assert!(g2 > g1, "liveness: generation {g2} after {g1}");
     }
 
-    async fn verdict(&mut self) -> Report {
+    /// The faults noted so far, each with its time since the start.
+    pub fn faults(&self) -> &[String] {
+        &self.faults
+    }
+
+    async fn verdict(&mut self, seen: impl FnOnce(&Report, &RunRecord)) -> Report {
         let ops = self.rec.ops();
         let jobs: Vec<String> = ops
             .iter()
@@ -308,6 +320,7 @@ impl<C: Nodes> Chaos<C> {
             accepted,
         };
         let report = check(&run);
+        seen(&report, &run);
         eprintln!(
             "chaos {}: seed {} · {:.1}s · {} faults · {}",
             self.name,
@@ -365,6 +378,23 @@ fn assert_clock_rates_checkable(opts: &ClusterOpts) {
             i + 1,
             n.clock_rate
         );
+    }
+}
+
+/// The integration test this runs in (`chaos`, `membership`…), from the executable's
+/// name (cargo names it `<test>-<16 hex digits>`); `chaos` if that cannot be told.
+fn test_binary() -> String {
+    let exe = std::env::current_exe().ok();
+    let stem = exe
+        .as_deref()
+        .and_then(|p| p.file_stem())
+        .and_then(|s| s.to_str())
+        .unwrap_or("chaos");
+    match stem.rsplit_once('-') {
+        Some((test, hash)) if hash.len() == 16 && hash.bytes().all(|b| b.is_ascii_hexdigit()) => {
+            test.to_owned()
+        }
+        _ => "chaos".to_owned(),
     }
 }
 

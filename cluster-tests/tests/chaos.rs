@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use leasehold_cluster_tests::fixture::{ClusterOpts, NodeSpec};
 use leasehold_cluster_tests::history::{mono_now, Op, OpKind, Outcome};
+use leasehold_cluster_tests::nemesis;
 use leasehold_cluster_tests::proxy::Fault;
 use leasehold_cluster_tests::scenario::{count, Bins, Chaos, LEADER_BOUND};
 use leasehold_cluster_tests::workload::{spawn_prober, ProcMode};
@@ -392,22 +393,15 @@ fn chaos_seconds(default: f64) -> f64 {
 }
 
 /// A random schedule of every fault above, including worker processes frozen past their
-/// lease. `CHAOS_SECONDS` (default 30) sets its length.
+/// lease (the nemesis the `soak` binary runs too). `CHAOS_SECONDS` (default 30) sets
+/// its length.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mixed_random_schedule() {
     let _serial = SERIAL.lock().await;
     let secs = chaos_seconds(30.0);
     let seed = leasehold_cluster_tests::scenario::seed();
     // The node specs come from the seed too.
-    let mut specs = vec![NodeSpec::default(); 3];
-    {
-        use rand::{Rng, SeedableRng};
-        let mut r = rand::rngs::StdRng::seed_from_u64(seed ^ 0x5eed);
-        for s in specs.iter_mut() {
-            s.clock_offset_ms = r.gen_range(-2 * TTL as i64..=2 * TTL as i64);
-        }
-        specs[r.gen_range(0..3)].clock_rate = 1.005;
-    }
+    let specs = nemesis::mixed_specs(seed, TTL);
     let mut c =
         Chaos::start_seeded("mixed_random_schedule", opts_with(specs), TTL, bins(), seed).await;
     let js = jobs("job", 12);
@@ -416,120 +410,8 @@ async fn mixed_random_schedule() {
         let cfg = c.worker_config(&js);
         c.spawn_process(cfg, ProcMode::Loop { seconds: secs }, None);
     }
-    let until = Instant::now() + Duration::from_secs_f64(secs);
-    while Instant::now() < until {
-        let quiet = c.ms(300, 2_000);
-        c.run_for(quiet).await;
-        inject_random_fault(&mut c).await;
-    }
+    nemesis::run_mixed_schedule(&mut c, Duration::from_secs_f64(secs), |_| {}).await;
     c.finish().await;
-}
-
-/// One fault from the menu, applied and then healed.
-async fn inject_random_fault(c: &mut Chaos) {
-    let ids = c.cluster.ids();
-    let pick = |c: &mut Chaos| ids[c.ms(0, ids.len() as u64 - 1).as_millis() as usize];
-    let kind = c.ms(0, 8).as_millis();
-    match kind {
-        0 => {
-            let l = leader(c).await;
-            c.cluster.kill(l);
-            c.fault(format!("SIGKILL leader {l}"));
-            let d = c.ms(1_000, 5_000);
-            c.run_for(d).await;
-            c.cluster.restart(l);
-            c.fault(format!("restart {l} after {d:?}"));
-        }
-        1 => {
-            let n = pick(c);
-            c.cluster.kill(n);
-            c.fault(format!("SIGKILL node {n}"));
-            let d = c.ms(500, 3_000);
-            c.run_for(d).await;
-            c.cluster.restart(n);
-            c.fault(format!("restart {n} after {d:?}"));
-        }
-        2 => {
-            let n = if c.ms(0, 1).as_millis() == 0 {
-                leader(c).await
-            } else {
-                pick(c)
-            };
-            let d = c.ms(200, 2 * TTL + 1_000);
-            c.cluster.pause(n);
-            c.fault(format!("SIGSTOP node {n} for {d:?}"));
-            c.run_for(d).await;
-            c.cluster.resume(n);
-            c.fault(format!("SIGCONT node {n}"));
-        }
-        3 => {
-            let l = leader(c).await;
-            c.cluster.isolate(&[l]);
-            let d = c.ms(500, 2 * TTL);
-            c.fault(format!("isolate leader {l} for {d:?}"));
-            c.run_for(d).await;
-            c.cluster.heal_network();
-            c.fault("heal network");
-        }
-        4 => {
-            let (a, b) = (pick(c), pick(c));
-            if a != b {
-                c.cluster.set_link(a, b, Fault::Blackhole);
-                let d = c.ms(500, 3_000);
-                c.fault(format!("one-way blackhole {a}->{b} for {d:?}"));
-                c.run_for(d).await;
-                c.cluster.heal_network();
-                c.fault("heal network");
-            }
-        }
-        5 => {
-            let (a, b) = (pick(c), pick(c));
-            if a != b {
-                let delay = c.ms(20, 300);
-                c.cluster.set_link(a, b, Fault::Delay(delay));
-                c.cluster.set_link(b, a, Fault::Delay(delay));
-                let d = c.ms(1_000, 4_000);
-                c.fault(format!("delay {a}<->{b} by {delay:?} for {d:?}"));
-                c.run_for(d).await;
-                c.cluster.heal_network();
-                c.fault("heal network");
-            }
-        }
-        6 => {
-            let n = pick(c);
-            c.cluster.set_link(n, (n % 3) + 1, Fault::Drop);
-            let d = c.ms(300, 2_000);
-            c.fault(format!("drop connections {n}->{} for {d:?}", (n % 3) + 1));
-            c.run_for(d).await;
-            c.cluster.heal_network();
-            c.fault("heal network");
-        }
-        7 => {
-            let until = Instant::now() + c.ms(2_000, 5_000);
-            c.fault("flapping partitions");
-            while Instant::now() < until {
-                let n = pick(c);
-                c.cluster.isolate(&[n]);
-                let d = c.ms(150, 700);
-                c.run_for(d).await;
-                c.cluster.heal_network();
-                let d = c.ms(100, 400);
-                c.run_for(d).await;
-            }
-            c.fault("flapping over");
-        }
-        _ => {
-            if c.process_count() > 0 {
-                let i = c.ms(0, c.process_count() as u64 - 1).as_millis() as usize;
-                let d = c.ms(TTL + 500, 3 * TTL);
-                c.process(i).pause();
-                c.fault(format!("SIGSTOP worker process {i} for {d:?}"));
-                c.run_for(d).await;
-                c.process(i).resume();
-                c.fault(format!("SIGCONT worker process {i}"));
-            }
-        }
-    }
 }
 
 /// Leases of the compound schedule: 1.5 s, as in issue 16's finding.

@@ -6,14 +6,23 @@
 //! The run passes only if the checker finds no violation in the recorded history, every
 //! holder kept its lease (same generation, every renewal granted), and every replica that
 //! is still a member converged to the same state.
+//!
+//! `add_and_remove_a_node_while_leaders_are_killed_and_workers_freeze` (issue 19, item 5)
+//! makes the same changes under faults: a node joins and an original node is removed
+//! while the leader is SIGKILLed and worker processes are SIGSTOPped past their leases;
+//! the checker, every live node's view of the voters and the replicas' digests decide.
+//!
+//! The tests run one at a time (two cores; overlapping clusters turn timeouts into noise).
 
 use std::collections::BTreeSet;
 use std::process::Command;
 use std::time::Duration;
 
 use leasehold_cluster_tests::fixture::{Added, ClusterOpts};
+use leasehold_cluster_tests::history::{ReplicaDigest, RunRecord};
 use leasehold_cluster_tests::holders::{HoldSpec, Holders};
 use leasehold_cluster_tests::scenario::{Bins, Chaos, LEADER_BOUND};
+use leasehold_cluster_tests::workload::ProcMode;
 use serde_json::Value;
 use tokio::time::Instant;
 
@@ -23,6 +32,11 @@ const HOLD_TTL: u64 = 4_000;
 const HOLD_RENEW: Duration = Duration::from_millis(400);
 /// Bound on every membership step (a learner's catch-up is bounded at 30 s server-side).
 const STEP_BOUND: Duration = Duration::from_secs(60);
+/// How long the worker processes of the chaos scenario loop (past its last fault).
+const PROCESS_SECONDS: f64 = 45.0;
+
+/// Held for a whole test (an async mutex: each test has its own runtime).
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn bins() -> Bins {
     Bins {
@@ -109,6 +123,7 @@ const HOLD: HoldSpec = HoldSpec {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grow_shrink_and_replace_a_wiped_node_with_leases_held_throughout() {
+    let _serial = SERIAL.lock().await;
     let name = "grow_shrink_and_replace_a_wiped_node_with_leases_held_throughout";
     let mut c = Chaos::start(name, ClusterOpts::new(bins().leasehold), TTL, bins()).await;
     c.spawn_workers(4, &jobs("job", 8), |_| {});
@@ -218,4 +233,128 @@ async fn grow_shrink_and_replace_a_wiped_node_with_leases_held_throughout() {
     // The checker, and every member (the replaced node included) on the same state.
     let report = c.finish().await;
     assert!(report.is_ok());
+}
+
+/// Waits until every node of the cluster reports exactly these voters and no learners.
+async fn wait_all_voters(c: &Chaos, want: &[u64]) {
+    for id in c.cluster.ids() {
+        wait_voters(c, id, want).await;
+    }
+}
+
+/// SIGKILLs the leader and SIGSTOPs a worker process at once; restarts the leader after
+/// 1–3 s and resumes the worker after TTL + 0.5 s … 3×TTL (past its lease). Returns the
+/// leader that was killed.
+async fn kill_leader_and_freeze_a_worker(c: &mut Chaos) -> u64 {
+    let l = c.cluster.wait_leader(LEADER_BOUND).await;
+    let i = c.ms(0, c.process_count() as u64 - 1).as_millis() as usize;
+    let down = c.ms(1_000, 3_000);
+    let freeze = c.ms(TTL + 500, 3 * TTL);
+    c.process(i).pause();
+    c.cluster.kill(l);
+    c.fault(format!(
+        "SIGKILL leader {l} for {down:?}, SIGSTOP worker process {i} for {freeze:?}"
+    ));
+    c.run_for(down).await;
+    c.cluster.restart(l);
+    c.fault(format!("restart {l}"));
+    c.run_for(freeze.saturating_sub(down)).await;
+    c.process(i).resume();
+    c.fault(format!("SIGCONT worker process {i}"));
+    l
+}
+
+/// Removes `target` through `via` (`DELETE`, retried: a killed leader may lose the
+/// request, and 404 means an earlier try went through), killing the leader right after
+/// the first request; returns once every remaining node reports `want`.
+async fn remove_under_a_leader_kill(c: &mut Chaos, target: u64, via: u64, want: &[u64]) {
+    let url = format!("{}/v1/cluster/nodes/{target}", c.cluster.endpoint(via));
+    let first = tokio::spawn(reqwest::Client::new().delete(url.clone()).send());
+    c.fault(format!("DELETE /v1/cluster/nodes/{target} via {via}"));
+    let d = c.ms(0, 300);
+    c.run_for(d).await;
+    kill_leader_and_freeze_a_worker(c).await;
+    // The first request's fate does not matter, only that it is over (bounded).
+    let _ = tokio::time::timeout(STEP_BOUND, first).await;
+    let deadline = Instant::now() + STEP_BOUND;
+    loop {
+        let (status, body) = delete_node(c, via, target).await;
+        if status == 200 || status == 404 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "removing node {target}: {status} {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for id in want {
+        wait_voters(c, *id, want).await;
+    }
+}
+
+/// Issue 19, item 5: node 4 joins (`serve --join`) while the leader is killed and a
+/// worker process is frozen past its lease; then an original node other than the leader
+/// is removed while the leader is killed again; then the new membership's leader is
+/// killed once more. Every live node must report the same voters (the added one in, the
+/// removed one out), the checker must find no violation, and every replica — node 4
+/// included — must end on the same applied index and state digest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn add_and_remove_a_node_while_leaders_are_killed_and_workers_freeze() {
+    let _serial = SERIAL.lock().await;
+    let name = "add_and_remove_a_node_while_leaders_are_killed_and_workers_freeze";
+    let mut c = Chaos::start(name, ClusterOpts::new(bins().leasehold), TTL, bins()).await;
+    let js = jobs("job", 8);
+    c.spawn_workers(4, &js, |_| {});
+    for _ in 0..2 {
+        let cfg = c.worker_config(&js);
+        let seconds = PROCESS_SECONDS;
+        c.spawn_process(cfg, ProcMode::Loop { seconds }, None);
+    }
+    c.run_for(Duration::from_secs(2)).await;
+
+    let via = 1 + c.ms(0, 2).as_millis() as u64;
+    c.cluster.add_process(4, Added::JoinVia(via));
+    c.fault(format!("start node 4 with --join via node {via}"));
+    let d = c.ms(0, 1_500);
+    c.run_for(d).await;
+    kill_leader_and_freeze_a_worker(&mut c).await;
+    wait_all_voters(&c, &[1, 2, 3, 4]).await;
+    c.fault("voters 1, 2, 3, 4 on every node");
+
+    let leader = c.cluster.wait_leader(LEADER_BOUND).await;
+    let originals: Vec<u64> = (1..=3).filter(|&i| i != leader).collect();
+    let target = originals[c.ms(0, 1).as_millis() as usize];
+    let via = *[1, 2, 3, 4]
+        .iter()
+        .find(|&&i| i != target && i != leader)
+        .expect("a third member");
+    let want: Vec<u64> = (1..=4).filter(|&i| i != target).collect();
+    remove_under_a_leader_kill(&mut c, target, via, &want).await;
+    c.cluster.forget(target);
+    c.fault(format!("node {target} removed and stopped"));
+    wait_all_voters(&c, &want).await;
+
+    kill_leader_and_freeze_a_worker(&mut c).await;
+    wait_all_voters(&c, &want).await;
+    c.fault(format!("voters {want:?} on every node"));
+    c.run_for(Duration::from_secs(2)).await;
+
+    let mut replicas: Vec<ReplicaDigest> = Vec::new();
+    let report = c
+        .finish_then(|_, run: &RunRecord| replicas = run.replicas.clone())
+        .await;
+    assert!(report.is_ok());
+    let nodes: BTreeSet<u64> = replicas.iter().map(|r| r.node_id).collect();
+    assert_eq!(
+        nodes,
+        want.iter().copied().collect(),
+        "the replicas that answered: {replicas:?}"
+    );
+    assert!(
+        replicas
+            .windows(2)
+            .all(|w| (w[0].applied_index, &w[0].digest) == (w[1].applied_index, &w[1].digest)),
+        "node 4 (added under faults) or another member did not catch up: {replicas:?}"
+    );
 }
