@@ -561,3 +561,51 @@ async fn power_loss_while_writing_a_snapshot_keeps_the_old_or_the_new_one() {
     }
     eprintln!("snapshot power loss: {total} crash points");
 }
+
+/// Not a check, a measurement (run with `--ignored --nocapture`): the cost of the
+/// `Disk::Real` indirection on the WAL's write path — a 300-byte `pwrite` + `fdatasync`
+/// into an allocated file, through `DiskFile::Real` and through `std::fs::File`, in
+/// alternating rounds in one run.
+#[test]
+#[ignore]
+fn disk_real_write_path_costs_what_std_costs() {
+    use std::os::unix::fs::FileExt;
+    const WRITES: u64 = 1_000;
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("bench");
+    let file = Disk::Real
+        .open(&path, leasehold_node::fsio::Open::CreateNew, None)
+        .unwrap();
+    file.allocate(WRITES * 300).unwrap();
+    file.sync_all().unwrap();
+    let buf = [7u8; 300];
+    // Written once first: both then overwrite written blocks (the first write into an
+    // allocated, still "unwritten" extent costs a metadata update the others do not).
+    file.write_all_at(&vec![1u8; (WRITES * 300) as usize], 0)
+        .unwrap();
+    file.sync_all().unwrap();
+    let (mut via_disk, mut via_std) = (Duration::ZERO, Duration::ZERO);
+    for round in 0..6 {
+        let t = Instant::now();
+        for i in 0..WRITES {
+            if round % 2 == 0 {
+                file.write_all_at(&buf, i * 300).unwrap();
+                file.sync_data().unwrap();
+            } else {
+                file.std().write_all_at(&buf, i * 300).unwrap();
+                file.std().sync_data().unwrap();
+            }
+        }
+        *(if round % 2 == 0 {
+            &mut via_disk
+        } else {
+            &mut via_std
+        }) += t.elapsed();
+    }
+    let per = |d: Duration| d / (3 * WRITES as u32);
+    eprintln!(
+        "pwrite+fdatasync: DiskFile::Real {:?}, std::fs::File {:?} per write",
+        per(via_disk),
+        per(via_std)
+    );
+}

@@ -104,7 +104,7 @@ pub struct WalOptions {
 impl Default for WalOptions {
     fn default() -> Self {
         WalOptions {
-            // Reserved on disk when the segment is created (`reserve`), so a full disk
+            // Reserved on disk when the segment is created (`DiskFile::allocate`), so a full disk
             // shows at a rotation, not in the middle of a segment. A segment is deleted
             // once every entry in it is purged: smaller gives space back sooner, larger
             // rotates less.
