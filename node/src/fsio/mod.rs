@@ -9,9 +9,10 @@
 //! `#[cfg(any(test, feature = "fault-injection"))]`, `Disk::Faulty` ([`fault`]) does the
 //! same real operations on the same real files but keeps an undo journal, so a test can
 //! cut the power at any operation, fail one with EIO/ENOSPC, or shorten writes, and then
-//! reopen the directory with the real implementation (issue 19). Cargo's feature
-//! unification turns `fault-injection` on in workspace test builds (cluster-tests enables
-//! it); nothing selects the faulty disk unless a test constructs one.
+//! reopen the directory with the real implementation (issue 19). The node's tests
+//! enable `fault-injection` through a dev-dependency of the crate on itself, and cargo's
+//! feature unification may then turn it on in other test builds of the workspace too;
+//! the `leasehold` binary never constructs a faulty disk, so nothing selects it there.
 //!
 //! Directory entries are made durable here too: a file created, renamed or removed, or a
 //! directory created, survives a power loss only once the directory holding that entry is
