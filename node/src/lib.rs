@@ -3,12 +3,12 @@
 //! # Layout
 //!
 //! Folders by concern, whose imports point one way, from the command line down to
-//! storage; below them, four lower layers that any folder may use:
+//! storage; below them, five lower layers that any folder may use:
 //!
 //! ```text
 //! cli -> server -> http -> node -> raft -> store
 //!
-//! security -> telemetry -> time -> types        (used by any of the above)
+//! security -> telemetry -> time -> types -> fsio   (used by any of the above)
 //! ```
 //!
 //! - [`cli`]: the `leasehold` command line — `serve`, `dev`, `job`, `cluster`,
@@ -25,6 +25,8 @@
 //! - [`telemetry`]: Prometheus metrics, throttled logging.
 //! - [`time`]: clocks and cluster time.
 //! - [`types`]: the openraft type configuration and the Raft RPC wire names.
+//! - [`fsio`]: the one file layer the stores and the identity write through
+//!   ([`fsio::Disk`]), and its fault-injecting twin for the power-loss tests.
 //! - [`fuzzing`]: fuzz entry points for every decoder of untrusted bytes (it may import
 //!   anything it fuzzes; nothing imports it).
 //!
@@ -35,6 +37,7 @@
 //! the sources and fails on an import against these arrows.
 
 pub mod cli;
+pub mod fsio;
 pub mod fuzzing;
 pub mod http;
 pub mod node;

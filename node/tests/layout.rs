@@ -10,9 +10,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The folders (and top-level files) from the top layer down. A module may import only
-/// those after it; `security`, `telemetry`, `time` and `types` are the lower layers that
+/// those after it; `security`, `telemetry`, `time`, `types` and `fsio` are the lower layers that
 /// anyone may use, and they import only each other, downward.
-const LAYERS: [&str; 10] = [
+const LAYERS: [&str; 11] = [
     "cli",
     "server",
     "http",
@@ -23,6 +23,7 @@ const LAYERS: [&str; 10] = [
     "telemetry",
     "time",
     "types",
+    "fsio",
 ];
 /// Top-level modules outside the layering: fuzz entry points may import anything they
 /// fuzz, and nothing imports them.

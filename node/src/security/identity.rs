@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::fsio::{Disk, Open};
 use crate::security::peer_auth::ClusterId;
 use crate::types::NodeId;
 
@@ -146,36 +147,23 @@ pub fn load(path: &Path) -> Result<Option<Identity>, IdentityError> {
 
 /// Writes the identity atomically: tmp (0600) → fsync → rename → fsync the dir.
 pub fn store(dir: &Path, identity: &Identity) -> Result<(), IdentityError> {
+    store_on(&Disk::Real, dir, identity)
+}
+
+/// [`store`] through `disk` (a fault-injecting one in tests).
+pub fn store_on(disk: &Disk, dir: &Path, identity: &Identity) -> Result<(), IdentityError> {
     let tmp = dir.join(IDENTITY_TMP);
     let path = dir.join(IDENTITY_FILE);
     let json = serde_json::to_vec(identity).expect("the identity serializes");
-    let _ = std::fs::remove_file(&tmp);
-    let mut f = create_private(&tmp).map_err(io_err("creating", &tmp))?;
+    let _ = disk.remove_file(&tmp);
+    let mut f = disk
+        .open(&tmp, Open::CreateNew, Some(DATA_FILE_MODE))
+        .map_err(io_err("creating", &tmp))?;
     f.write_all(&json)
         .and_then(|()| f.sync_all())
         .map_err(io_err("writing", &tmp))?;
-    std::fs::rename(&tmp, &path).map_err(io_err("renaming into place", &path))?;
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io_err("syncing", dir))
-}
-
-#[cfg(unix)]
-fn create_private(path: &Path) -> std::io::Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(DATA_FILE_MODE)
-        .open(path)
-}
-
-#[cfg(not(unix))]
-fn create_private(path: &Path) -> std::io::Result<std::fs::File> {
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(path)
+    disk.rename_synced(&tmp, &path)
+        .map_err(io_err("renaming into place", &path))
 }
 
 /// Sets the process umask so every file and dir created from now on (the log store's
@@ -200,40 +188,11 @@ pub fn prepare_dir(dir: &Path) -> Result<(), IdentityError> {
     Ok(())
 }
 
-/// [`create_private_dir`], then fsyncs the parent of each directory it created, so the
-/// new data dir's entry survives a power loss like what is written in it (issue 19).
+/// Creates the data dir (0700) and any missing parents, each new directory's entry
+/// fsynced into its parent, so the data dir survives a power loss like what is written in
+/// it (issue 19).
 fn create_private_dir_synced(dir: &Path) -> std::io::Result<()> {
-    let mut created = Vec::new();
-    let mut p = dir;
-    while !p.is_dir() {
-        let Some(parent) = p.parent() else { break };
-        let parent = if parent.as_os_str().is_empty() {
-            Path::new(".")
-        } else {
-            parent
-        };
-        created.push(parent.to_path_buf());
-        p = parent;
-    }
-    create_private_dir(dir)?;
-    for parent in created.iter().rev() {
-        std::fs::File::open(parent)?.sync_all()?;
-    }
-    Ok(())
-}
-
-#[cfg(unix)]
-fn create_private_dir(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(DATA_DIR_MODE)
-        .create(dir)
-}
-
-#[cfg(not(unix))]
-fn create_private_dir(dir: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)
+    Disk::Real.create_dir_all_synced(dir, Some(DATA_DIR_MODE))
 }
 
 #[cfg(unix)]

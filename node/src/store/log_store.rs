@@ -19,6 +19,7 @@ use openraft::storage::{LogFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::{AnyError, OptionalSend, StorageError, StorageIOError};
 
 use super::wal::{Wal, WalDamage, WalOptions, WalStats};
+use crate::fsio::Disk;
 use crate::types::{LogId, NodeId, TypeConfig, Vote};
 
 type Entry = openraft::Entry<TypeConfig>;
@@ -48,8 +49,13 @@ impl LogStore {
 
     /// [`LogStore::open`] with explicit segment and cache sizes.
     pub async fn open_with(dir: &Path, opts: WalOptions) -> Result<LogStore, io::Error> {
+        LogStore::open_on(Disk::Real, dir, opts).await
+    }
+
+    /// [`LogStore::open_with`] writing through `disk` (a fault-injecting one in tests).
+    pub async fn open_on(disk: Disk, dir: &Path, opts: WalOptions) -> Result<LogStore, io::Error> {
         let owned = dir.to_path_buf();
-        let wal = tokio::task::spawn_blocking(move || Wal::open(&owned, opts))
+        let wal = tokio::task::spawn_blocking(move || Wal::open(disk, &owned, opts))
             .await
             .map_err(io::Error::other)?
             .map_err(|e| {

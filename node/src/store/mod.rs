@@ -8,6 +8,9 @@
 //!   on open from the latest snapshot file, after which openraft re-applies the log up to
 //!   the persisted committed index. [`SmShared`] is the read handle for the HTTP layer.
 //!
+//! Both, and the data dir's identity files, change files only through a [`Disk`](crate::fsio::Disk)
+//! (`crate::fsio`): `std` in production, a fault-injecting layer in tests.
+//!
 //! Each store owns the directory it is opened on; the node gives them `<data>/log` and
 //! `<data>/sm`:
 //!
@@ -19,12 +22,12 @@
 //! ```
 //!
 //! The bottom of the server's layers: it may import only the lower layers (`telemetry`
-//! for its snapshot counts, `time` for the state machine's clock, `types`), never `raft`,
+//! for its snapshot counts, `time` for the state machine's clock, `types`, `fsio` for
+//! every file change), never `raft`,
 //! `node`, `http`, `server` or `cli`.
 //!
 //! [`LeaseMachine`]: leasehold_statemachine::LeaseMachine
 
-mod durable;
 mod log_store;
 pub mod rejections;
 mod state_machine;

@@ -40,6 +40,7 @@ use openraft::{
 use tokio::sync::watch;
 
 use super::rejections::RecentRejections;
+use crate::fsio::{Disk, DiskFile, Open};
 use crate::telemetry::metrics::SnapshotStats;
 use crate::time::clock::SharedClock;
 use crate::types::{LogId, NodeId, SnapshotMeta, StoredMembership, TypeConfig};
@@ -207,13 +208,25 @@ impl StateMachineStore {
         clock: SharedClock,
         config: Config,
     ) -> Result<Self, SnapshotFileError> {
+        Self::open_on(Disk::Real, dir, clock, config).await
+    }
+
+    /// [`StateMachineStore::open_with_config`] writing the snapshot file through `disk`
+    /// (a fault-injecting one in tests).
+    pub async fn open_on(
+        disk: Disk,
+        dir: &Path,
+        clock: SharedClock,
+        config: Config,
+    ) -> Result<Self, SnapshotFileError> {
         let files = SnapshotFiles {
+            disk: disk.clone(),
             dir: dir.to_path_buf(),
             current: tokio::sync::Mutex::new(None),
         };
         let loaded = {
             let owned = dir.to_path_buf();
-            tokio::task::spawn_blocking(move || open_dir(&owned))
+            tokio::task::spawn_blocking(move || open_dir(&disk, &owned))
                 .await
                 .map_err(|e| SnapshotFileError::Io {
                     path: dir.join(SNAPSHOT_FILE),
@@ -479,6 +492,7 @@ fn snapshot_id(last: Option<LogId>) -> String {
 
 /// The snapshot file of one store.
 struct SnapshotFiles {
+    disk: Disk,
     dir: PathBuf,
     /// Meta of the snapshot on disk. The lock also serializes writers: a build runs
     /// concurrently with applies and installs, and must not replace a newer snapshot
@@ -502,9 +516,10 @@ impl SnapshotFiles {
             );
             return Ok(0);
         }
-        let dir = self.dir.clone();
+        let (disk, dir) = (self.disk.clone(), self.dir.clone());
         let written = meta.clone();
-        let bytes = run_in_background_thread(move || write_file(&dir, &written, &body)).await?;
+        let bytes =
+            run_in_background_thread(move || write_file(&disk, &dir, &written, &body)).await?;
         *current = Some(meta);
         Ok(bytes)
     }
@@ -526,14 +541,17 @@ impl SnapshotFiles {
 
 /// Creates the directory, clears a half-written file from a crash, and loads the
 /// snapshot if there is one.
-fn open_dir(dir: &Path) -> Result<Option<(SnapshotMeta, LeaseMachine)>, SnapshotFileError> {
+fn open_dir(
+    disk: &Disk,
+    dir: &Path,
+) -> Result<Option<(SnapshotMeta, LeaseMachine)>, SnapshotFileError> {
     let io_err = |path: &Path| {
         let path = path.to_path_buf();
         move |source| SnapshotFileError::Io { path, source }
     };
-    super::durable::create_dir_all_synced(dir).map_err(io_err(dir))?;
+    disk.create_dir_all_synced(dir, None).map_err(io_err(dir))?;
     let tmp = dir.join(SNAPSHOT_TMP);
-    match fs::remove_file(&tmp) {
+    match disk.remove_file(&tmp) {
         Ok(()) => tracing::warn!(path = %tmp.display(), "removed a half-written snapshot"),
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(io_err(&tmp)(e)),
@@ -595,14 +613,14 @@ fn lower_this_threads_priority() {
 }
 
 /// Counts, checksums and periodically fdatasyncs what goes through it into the file.
-struct SyncingWriter {
-    file: File,
+struct SyncingWriter<F> {
+    file: F,
     crc: crc32fast::Hasher,
     since_sync: u64,
     total: u64,
 }
 
-impl Write for SyncingWriter {
+impl<F: SnapshotSink> Write for SyncingWriter<F> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         let n = self.file.write(buf)?;
         self.crc.update(&buf[..n]);
@@ -622,20 +640,48 @@ impl Write for SyncingWriter {
 
 /// Writes `snapshot.tmp` (see [`write_format`]) and renames it over `snapshot.bin`.
 /// Returns the body's size.
-fn write_file(dir: &Path, meta: &SnapshotMeta, body: &Body) -> io::Result<u64> {
+fn write_file(disk: &Disk, dir: &Path, meta: &SnapshotMeta, body: &Body) -> io::Result<u64> {
     let tmp = dir.join(SNAPSHOT_TMP);
-    let (file, body_len) = write_format(File::create(&tmp)?, meta, body)?;
+    let (file, body_len) = write_format(disk.open(&tmp, Open::Truncate, None)?, meta, body)?;
     drop(file);
-    fs::rename(&tmp, dir.join(SNAPSHOT_FILE))?;
     // The rename is only durable once the directory entry is.
-    super::durable::sync_dir(dir)?;
+    disk.rename_synced(&tmp, &dir.join(SNAPSHOT_FILE))?;
     Ok(body_len)
+}
+
+/// What [`write_format`] writes into: a file of the store's [`Disk`], or a backup's
+/// temp file.
+trait SnapshotSink: Write + io::Seek {
+    fn sync_data(&self) -> io::Result<()>;
+    fn sync_all(&self) -> io::Result<()>;
+}
+
+impl SnapshotSink for DiskFile {
+    fn sync_data(&self) -> io::Result<()> {
+        DiskFile::sync_data(self)
+    }
+    fn sync_all(&self) -> io::Result<()> {
+        DiskFile::sync_all(self)
+    }
+}
+
+impl SnapshotSink for File {
+    fn sync_data(&self) -> io::Result<()> {
+        File::sync_data(self)
+    }
+    fn sync_all(&self) -> io::Result<()> {
+        File::sync_all(self)
+    }
 }
 
 /// Writes the whole file format into `file`, which must be empty: the header with a zero
 /// CRC, the meta, the body; then patches the CRC in and fsyncs. Returns the file and the
 /// body's size.
-fn write_format(mut file: File, meta: &SnapshotMeta, body: &Body) -> io::Result<(File, u64)> {
+fn write_format<F: SnapshotSink>(
+    mut file: F,
+    meta: &SnapshotMeta,
+    body: &Body,
+) -> io::Result<(F, u64)> {
     let meta_bytes =
         bincode::serialize(meta).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
     let meta_len = u32::try_from(meta_bytes.len())
@@ -751,7 +797,7 @@ pub fn read_snapshot_file(path: &Path) -> Result<(SnapshotMeta, Vec<u8>), Snapsh
 /// store does (tmp, fsync, rename, fsync the directory): seeds a data dir from a backup.
 /// Returns the size of the machine part.
 pub fn write_snapshot_file(dir: &Path, meta: &SnapshotMeta, machine: Vec<u8>) -> io::Result<u64> {
-    write_file(dir, meta, &Body::Bytes(machine))
+    write_file(&Disk::Real, dir, meta, &Body::Bytes(machine))
 }
 
 /// An entry whose proposer stamped it for another term than the one it committed in is
@@ -809,13 +855,22 @@ mod tests {
         let machine = lm.snapshot();
         let path = dir.path().join(SNAPSHOT_FILE);
         // Received bytes and this node's own records, streamed: the same file.
-        let body_len = write_file(dir.path(), &meta, &Body::Bytes(machine.clone())).unwrap();
+        let body_len = write_file(
+            &Disk::Real,
+            dir.path(),
+            &meta,
+            &Body::Bytes(machine.clone()),
+        )
+        .unwrap();
         assert_eq!(body_len, machine.len() as u64);
         let (m, d) = read_file(&path).unwrap();
         assert_eq!((m, d), (meta.clone(), machine.clone()));
         let bytes_written = fs::read(&path).unwrap();
         let streamed = Body::Source(lm.snapshot_source());
-        assert_eq!(write_file(dir.path(), &meta, &streamed).unwrap(), body_len);
+        assert_eq!(
+            write_file(&Disk::Real, dir.path(), &meta, &streamed).unwrap(),
+            body_len
+        );
         assert_eq!(fs::read(&path).unwrap(), bytes_written);
         assert!(!dir.path().join(SNAPSHOT_TMP).exists());
 

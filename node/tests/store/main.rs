@@ -13,5 +13,6 @@
 //! (no cluster here).
 
 mod fuzz_replay;
+mod power_loss;
 mod storage_suite;
 mod wal_damage;

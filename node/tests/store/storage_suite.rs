@@ -40,7 +40,7 @@ fn openraft_storage_suite() {
     }
 }
 
-fn clock() -> SharedClock {
+pub(crate) fn clock() -> SharedClock {
     SystemClock::new().shared()
 }
 
@@ -48,7 +48,7 @@ fn log_id(term: u64, index: u64) -> LogId {
     LogId::new(CommittedLeaderId::new(term, 1), index)
 }
 
-fn entry(term: u64, index: u64, command: Command) -> Entry<TypeConfig> {
+pub(crate) fn entry(term: u64, index: u64, command: Command) -> Entry<TypeConfig> {
     Entry {
         log_id: log_id(term, index),
         payload: EntryPayload::Normal(leasehold_statemachine::Entry {
@@ -62,7 +62,7 @@ fn entry(term: u64, index: u64, command: Command) -> Entry<TypeConfig> {
     }
 }
 
-fn submit(id: &str) -> Command {
+pub(crate) fn submit(id: &str) -> Command {
     Command::Submit {
         id: Some(id.to_string()),
         queue: "q".to_string(),
@@ -79,7 +79,7 @@ fn claim(id: &str, owner: &str) -> Command {
     }
 }
 
-fn membership_entry(term: u64, index: u64) -> Entry<TypeConfig> {
+pub(crate) fn membership_entry(term: u64, index: u64) -> Entry<TypeConfig> {
     Entry {
         log_id: log_id(term, index),
         payload: EntryPayload::Membership(Membership::new(vec![BTreeSet::from([1, 2, 3])], None)),

@@ -4,8 +4,8 @@
 //! latch set by a failed write. Replay builds it, the writer updates it under the
 //! `Wal`'s lock; nothing here touches a file but through the handles it holds.
 
+use crate::fsio::DiskFile;
 use std::collections::{BTreeMap, VecDeque};
-use std::fs::File;
 use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -27,7 +27,7 @@ pub(super) struct Loc {
 
 /// An open segment file.
 pub(super) struct Segment {
-    pub(super) file: Arc<File>,
+    pub(super) file: Arc<DiskFile>,
     pub(super) path: PathBuf,
     /// The highest entry index written to this segment, if any.
     pub(super) max_index: Option<u64>,

@@ -62,14 +62,13 @@
 //! - `replay.rs`: [`Wal::open`] — the lock, replay, the torn-tail repair, damage;
 //! - `index.rs`: the in-memory index the other two keep.
 //!
-//! Imports only `types` of the crate and `store/durable.rs` (directory fsyncs): the log
+//! Imports only `types` of the crate and `fsio/` (every file change): the log
 //! store (`store/log_store.rs`) is its one user.
 
 mod format;
 mod index;
 mod replay;
 
-use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -84,7 +83,7 @@ use self::format::{
 };
 use self::index::{Inner, Loc, Segment};
 use self::replay::damaged;
-use super::durable::{remove_file_synced, sync_dir};
+use crate::fsio::{Disk, DiskFile, Open};
 use crate::types::{LogId, TypeConfig, Vote};
 
 pub use self::format::frame_batches_for_fuzzing;
@@ -105,7 +104,7 @@ pub struct WalOptions {
 impl Default for WalOptions {
     fn default() -> Self {
         WalOptions {
-            // Reserved on disk when the segment is created (`reserve`), so a full disk
+            // Reserved on disk when the segment is created (`DiskFile::allocate`), so a full disk
             // shows at a rotation, not in the middle of a segment. A segment is deleted
             // once every entry in it is purged: smaller gives space back sooner, larger
             // rotates less.
@@ -139,6 +138,8 @@ pub struct WalStats {
 /// from one task (the Raft core), reads from any.
 pub struct Wal {
     dir: PathBuf,
+    /// Every change to the segment files goes through it (`fsio/`).
+    disk: Disk,
     opts: WalOptions,
     state: Mutex<Inner>,
     writes: AtomicU64,
@@ -147,12 +148,12 @@ pub struct Wal {
     /// (`Wal::failure`).
     fatal: watch::Sender<Option<String>>,
     // Held for the life of the Wal: another process opening the same directory fails.
-    _lock: File,
+    _lock: DiskFile,
 }
 
 /// A framed batch, ready to be written outside the lock.
 struct Batch {
-    file: Arc<File>,
+    file: Arc<DiskFile>,
     offset: u64,
     bytes: Vec<u8>,
 }
@@ -324,7 +325,8 @@ impl Wal {
         // Oldest first, each removal on disk before the next: a crash leaves the live
         // segments numbered one after another, as replay requires.
         for path in doomed {
-            remove_file_synced(&path)
+            self.disk
+                .remove_file_synced(&path)
                 .map_err(|e| self.fail(e, "removing a purged raft log segment"))?;
         }
         Ok(())
@@ -390,7 +392,7 @@ impl Wal {
         let need = (BATCH_HEAD + body.len()) as u64;
         if st.pos + need > st.cap {
             let seq = st.active + 1;
-            let (seg, end, cap) = create_segment(&self.dir, seq, &self.opts, need, st)?;
+            let (seg, end, cap) = create_segment(&self.disk, &self.dir, seq, &self.opts, need, st)?;
             st.segments.insert(seq, seg);
             st.active = seq;
             st.pos = end;
@@ -459,12 +461,15 @@ impl Drop for Wal {
     }
 }
 
-/// Creates segment `seq`: header, a checkpoint batch of `st`, preallocated with room for
+/// Creates segment `seq`: header, a checkpoint batch of `st`, allocated (`fallocate`:
+/// a full disk then fails here, at a rotation, where the write latches the log cleanly,
+/// not as ENOSPC on a later write into a hole; issue 19) with room for
 /// `room` more bytes at least, fsynced with its directory entry, before anything else is
 /// written to it. Returns it, where the next batch goes in it, and its size. Every batch
 /// then lies inside its segment's preallocated size, so replay can bound a batch's length
 /// by the segment.
 fn create_segment(
+    disk: &Disk,
     dir: &Path,
     seq: u64,
     opts: &WalOptions,
@@ -472,11 +477,7 @@ fn create_segment(
     st: &Inner,
 ) -> io::Result<(Segment, u64, u64)> {
     let path = segment_path(dir, seq);
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(&path)?;
+    let file = disk.open(&path, Open::CreateNew, None)?;
     let mut body = Vec::new();
     push_record(&mut body, &st.checkpoint())?;
     let mut bytes = Vec::with_capacity(HEADER_LEN as usize + BATCH_HEAD + body.len());
@@ -486,9 +487,9 @@ fn create_segment(
     file.write_all_at(&bytes, 0)?;
     let end = bytes.len() as u64;
     let size = opts.segment_bytes.max(end + room);
-    reserve(&file, size)?;
+    file.allocate(size)?;
     file.sync_all()?;
-    sync_dir(dir)?;
+    disk.sync_dir(dir)?;
     let seg = Segment {
         file: Arc::new(file),
         path,
@@ -499,16 +500,17 @@ fn create_segment(
 
 /// Reads the body of the batch at `at` back and checks its CRC: a bit that flipped on
 /// disk since replay must not reach a follower as another entry (issue 19).
-fn read_batch(file: &File, at: u64, path: &Path) -> io::Result<Vec<u8>> {
+fn read_batch(file: &DiskFile, at: u64, path: &Path) -> io::Result<Vec<u8>> {
     let mut head = [0u8; BATCH_HEAD];
-    file.read_exact_at(&mut head, at)?;
+    file.std().read_exact_at(&mut head, at)?;
     let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
     let crc = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
     if len > MAX_BATCH_BYTES {
         return Err(damaged(path, at, "batch length out of bounds on read"));
     }
     let mut body = vec![0u8; len as usize];
-    file.read_exact_at(&mut body, at + BATCH_HEAD as u64)?;
+    file.std()
+        .read_exact_at(&mut body, at + BATCH_HEAD as u64)?;
     if batch_crc(len, &body) != crc {
         return Err(damaged(path, at, "batch fails its checksum on read"));
     }
@@ -519,7 +521,7 @@ fn read_batch(file: &File, at: u64, path: &Path) -> io::Result<Vec<u8>> {
 /// mostly share a batch: each batch is read and checked once.
 fn read_back(
     out: &mut [Option<Entry>],
-    from_disk: Vec<(usize, Loc, Arc<File>, PathBuf)>,
+    from_disk: Vec<(usize, Loc, Arc<DiskFile>, PathBuf)>,
 ) -> io::Result<()> {
     let mut batch: Option<(u64, u64, Vec<u8>)> = None;
     for (at, loc, file, path) in from_disk {
@@ -542,25 +544,4 @@ fn read_back(
         }
     }
     Ok(())
-}
-
-/// Sizes `file` to `size` bytes with the blocks allocated (`fallocate`), not a sparse
-/// `set_len`: a full disk then fails here, at a rotation, where the write latches the log
-/// cleanly, instead of as ENOSPC on some later write into a hole (issue 19). The blocks
-/// stay "unwritten" extents, which still read as zeros, as replay needs. Where the
-/// filesystem cannot (EOPNOTSUPP), falls back to `set_len`.
-pub(super) fn reserve(file: &File, size: u64) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-    let len = libc::off_t::try_from(size)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "segment size too large"))?;
-    // SAFETY: fallocate only reads its integer arguments; the fd is open for writing.
-    let r = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len) };
-    if r == 0 {
-        return Ok(());
-    }
-    let e = io::Error::last_os_error();
-    if e.raw_os_error() == Some(libc::EOPNOTSUPP) {
-        return file.set_len(size);
-    }
-    Err(e)
 }

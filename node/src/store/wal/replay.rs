@@ -3,7 +3,7 @@
 //! damaged file. What counts as a torn tail and what as damage is in `wal/mod.rs`.
 
 use std::collections::BTreeMap;
-use std::fs::{self, OpenOptions, TryLockError};
+use std::fs::{self, TryLockError};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
@@ -11,27 +11,24 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 
-use super::super::durable::{create_dir_all_synced, remove_file_synced};
 use super::format::{
     batch_crc, decode_record, segment_path, Record, BATCH_HEAD, HEADER_LEN, MAGIC, MAX_BATCH_BYTES,
     RECORD_HEAD,
 };
 use super::index::{Inner, Loc, Segment};
-use super::{create_segment, reserve, Wal, WalOptions, WalState};
+use super::{create_segment, Wal, WalOptions, WalState};
+use crate::fsio::{Disk, Open};
 use crate::types::LogId;
 
 impl Wal {
     /// Opens (or creates) the log in `dir` and replays it. Fails if another `Wal` holds
-    /// the directory, or if a segment is damaged (naming the file).
-    pub fn open(dir: &Path, opts: WalOptions) -> io::Result<Wal> {
+    /// the directory, or if a segment is damaged (naming the file). Every change to the
+    /// files goes through `disk`.
+    pub fn open(disk: Disk, dir: &Path, opts: WalOptions) -> io::Result<Wal> {
         // `<data>/log` did not exist before a first start: its entry in the data dir is
         // fsynced with it.
-        create_dir_all_synced(dir)?;
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(dir.join("LOCK"))?;
+        disk.create_dir_all_synced(dir, None)?;
+        let lock = disk.open(&dir.join("LOCK"), Open::Create, None)?;
         match lock.try_lock() {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) => {
@@ -45,9 +42,9 @@ impl Wal {
             }
             Err(TryLockError::Error(e)) => return Err(e),
         }
-        let mut inner = replay(dir, &opts)?;
+        let mut inner = replay(&disk, dir, &opts)?;
         if inner.segments.is_empty() {
-            let (seg, end, cap) = create_segment(dir, 1, &opts, 0, &inner)?;
+            let (seg, end, cap) = create_segment(&disk, dir, 1, &opts, 0, &inner)?;
             inner.segments.insert(1, seg);
             inner.active = 1;
             inner.pos = end;
@@ -55,6 +52,7 @@ impl Wal {
         }
         Ok(Wal {
             dir: dir.to_path_buf(),
+            disk,
             opts,
             state: Mutex::new(inner),
             writes: AtomicU64::new(0),
@@ -113,7 +111,7 @@ fn segment_seqs(dir: &Path) -> io::Result<Vec<u64>> {
 
 /// Reads every segment in `dir` back into memory state; see the module docs for what is
 /// a torn tail and what is damage.
-fn replay(dir: &Path, opts: &WalOptions) -> io::Result<Inner> {
+fn replay(disk: &Disk, dir: &Path, opts: &WalOptions) -> io::Result<Inner> {
     let mut seqs = segment_seqs(dir)?;
     check_consecutive(dir, &seqs)?;
     // A last segment whose header and checkpoint never reached the disk whole was being
@@ -128,7 +126,7 @@ fn replay(dir: &Path, opts: &WalOptions) -> io::Result<Inner> {
             last_data = Some(data); // read once: replayed below
             break;
         }
-        remove_file_synced(&path)?;
+        disk.remove_file_synced(&path)?;
         seqs.pop();
     }
     let mut st = Inner::empty();
@@ -148,13 +146,13 @@ fn replay(dir: &Path, opts: &WalOptions) -> io::Result<Inner> {
             return Err(damaged(&path, 0, "not a Leasehold log segment header"));
         }
         let (pos, max_index) = scan_segment(&data, seq, is_last, &path, &mut st, opts)?;
-        let file = OpenOptions::new().read(true).write(true).open(&path)?;
+        let file = disk.open(&path, Open::Existing, None)?;
         if is_last {
             // Cut a torn tail and re-extend: zeros past the end again, so that recovery
             // next time cannot mistake old bytes for a batch.
             if data[pos..].iter().any(|&b| b != 0) {
                 file.set_len(pos as u64)?;
-                reserve(&file, opts.segment_bytes.max(pos as u64))?;
+                file.allocate(opts.segment_bytes.max(pos as u64))?;
                 file.sync_all()?;
             }
         }
@@ -229,7 +227,10 @@ fn never_used(data: &[u8], seq: u64, path: &Path) -> io::Result<bool> {
     let mut want = MAGIC.to_vec();
     want.extend_from_slice(&seq.to_le_bytes());
     let head = &data[..data.len().min(HEADER_LEN as usize)];
-    let torn_head = head.iter().zip(&want).any(|(&b, &w)| b != w);
+    // Shorter than a header: the file was created and its first write never (or only
+    // partly) landed — e.g. ENOSPC on it — which a crash leaves too (issue 19; found by
+    // `power_loss`, seed 0x5eed1900, ENOSPC at op 19, as a panic slicing past the end).
+    let torn_head = head.len() < want.len() || head.iter().zip(&want).any(|(&b, &w)| b != w);
     if torn_head {
         if !head.iter().zip(&want).all(|(&b, &w)| b == w || b == 0) {
             return Ok(false); // not what a torn write leaves: damage, reported by the caller

@@ -1,0 +1,534 @@
+//! [`FaultDisk`]: the test disk. It does every operation for real, on real files, and
+//! first writes down how to undo it: the pre-image of each byte a write or `set_len`
+//! changes since the file's last fsync (and its old length), and each directory entry
+//! (create, rename, unlink, mkdir) since its directory's last fsync. Then, seeded:
+//!
+//! - [`FaultDisk::power_loss`] undoes all of that — what a power cut loses — optionally
+//!   tearing the most recent write (a random prefix of it stays), and kills the disk: every
+//!   later operation through it fails, so the stores' handles can be dropped (their `Drop`
+//!   flushes) without touching the files. The test then reopens the directory with
+//!   [`Disk::Real`](super::Disk::Real): recovery runs on the real code path.
+//! - [`Plan::crash_at`]: the power goes at the Nth operation, which is not done.
+//! - [`Plan::fail_at`]: the Nth operation (or the Nth of a kind, or the first on a path)
+//!   fails with an errno (EIO, ENOSPC) and is not done; later ones go ahead.
+//! - [`Plan::short_writes`]: writes store a random prefix of their buffer and say so.
+//!
+//! Every operation is counted and kept in a trace, so a test can first run a workload on a
+//! fault-free disk to learn how many operations it does, then crash it at each of them.
+//!
+//! Only in test builds and with the `fault-injection` feature. Imports `std`, `rand`.
+
+use std::collections::HashMap;
+use std::fs::{self, File};
+use std::io::{self, Seek};
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::{parent_of, Open};
+
+/// What an operation is, for counting, tracing and targeting faults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OpKind {
+    Open,
+    Write,
+    SetLen,
+    Allocate,
+    Sync,
+    Rename,
+    Remove,
+    Mkdir,
+    SyncDir,
+}
+
+/// The faults a [`FaultDisk`] injects. `Default` injects none.
+#[derive(Debug, Clone, Default)]
+pub struct Plan {
+    /// The power goes at this operation (0-based count of all operations).
+    pub crash_at: Option<u64>,
+    /// This operation fails with the errno and is not done.
+    pub fail_at: Option<FailAt>,
+    /// Each write stores only a random prefix (at least one byte) of its buffer.
+    pub short_writes: bool,
+}
+
+/// Where [`Plan::fail_at`] strikes.
+#[derive(Debug, Clone)]
+pub struct FailAt {
+    /// The `nth` operation (0-based) counting only operations of this kind (all if `None`)
+    /// and only on paths containing `path_contains` (all if `None`).
+    pub nth: u64,
+    pub kind: Option<OpKind>,
+    pub path_contains: Option<String>,
+    pub errno: i32,
+}
+
+/// One traced operation.
+#[derive(Debug, Clone)]
+pub struct Op {
+    pub kind: OpKind,
+    pub path: PathBuf,
+}
+
+/// How to undo one change to a file's bytes.
+#[derive(Debug)]
+enum Undo {
+    /// Bytes `[off, off + old.len())` were `old`; the write went up to `end`; if it grew
+    /// the file, the file was `grew_from` long.
+    Write {
+        off: u64,
+        old: Vec<u8>,
+        end: u64,
+        grew_from: Option<u64>,
+        seq: u64,
+    },
+    /// The file was `old_len` long, and `cut` were its bytes from `new_len` on.
+    Len {
+        old_len: u64,
+        new_len: u64,
+        cut: Vec<u8>,
+    },
+}
+
+/// A file's changes since its last fsync, and a handle to undo them by.
+#[derive(Debug)]
+struct Journal {
+    file: Arc<File>,
+    undo: Vec<Undo>,
+}
+
+/// An unsynced directory entry.
+#[derive(Debug)]
+enum DirOp {
+    Created(PathBuf),
+    Mkdir(PathBuf),
+    /// `from` was renamed to `to`; `to` held `replaced` before (durable bytes and mode).
+    Renamed {
+        from: PathBuf,
+        to: PathBuf,
+        replaced: Option<(Vec<u8>, u32)>,
+    },
+    /// `path` held these durable bytes and mode.
+    Removed {
+        path: PathBuf,
+        bytes: Vec<u8>,
+        mode: u32,
+    },
+}
+
+#[derive(Debug)]
+struct State {
+    plan: Plan,
+    rng: StdRng,
+    ops: u64,
+    matched: u64,
+    trace: Vec<Op>,
+    dead: bool,
+    /// Unsynced changes of each file, by inode.
+    files: HashMap<u64, Journal>,
+    /// Unsynced directory entries, oldest first, with the directory holding each.
+    dirs: Vec<(PathBuf, DirOp)>,
+    seq: u64,
+}
+
+/// The fault-injecting disk (see the module doc). Clones share one state.
+#[derive(Debug, Clone)]
+pub struct FaultDisk {
+    state: Arc<Mutex<State>>,
+}
+
+/// A file opened through a [`FaultDisk`].
+#[derive(Debug)]
+pub struct FaultFile {
+    file: Arc<File>,
+    ino: u64,
+    path: PathBuf,
+    disk: FaultDisk,
+}
+
+fn errno(e: i32) -> io::Error {
+    io::Error::from_raw_os_error(e)
+}
+
+impl FaultDisk {
+    pub fn new(plan: Plan, seed: u64) -> FaultDisk {
+        FaultDisk {
+            state: Arc::new(Mutex::new(State {
+                plan,
+                rng: StdRng::seed_from_u64(seed),
+                ops: 0,
+                matched: 0,
+                trace: Vec::new(),
+                dead: false,
+                files: HashMap::new(),
+                dirs: Vec::new(),
+                seq: 0,
+            })),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding it leaves the journal as it was: still usable.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Operations done or attempted so far.
+    pub fn ops(&self) -> u64 {
+        self.lock().ops
+    }
+
+    /// Every operation so far, in order.
+    pub fn trace(&self) -> Vec<Op> {
+        self.lock().trace.clone()
+    }
+
+    /// Whether the power is off (a crash point was reached or `power_loss` ran).
+    pub fn is_dead(&self) -> bool {
+        self.lock().dead
+    }
+
+    /// Counts an operation and decides whether it may go ahead.
+    fn admit(&self, kind: OpKind, path: &Path) -> io::Result<MutexGuard<'_, State>> {
+        let mut st = self.lock();
+        if st.dead {
+            return Err(errno(libc::EIO));
+        }
+        let n = st.ops;
+        st.ops += 1;
+        st.trace.push(Op {
+            kind,
+            path: path.to_path_buf(),
+        });
+        if st.plan.crash_at == Some(n) {
+            st.dead = true;
+            return Err(errno(libc::EIO));
+        }
+        if let Some(f) = st.plan.fail_at.clone() {
+            let kind_ok = f.kind.is_none_or(|k| k == kind);
+            let path_ok = f
+                .path_contains
+                .as_ref()
+                .is_none_or(|s| path.to_string_lossy().contains(s.as_str()));
+            if kind_ok && path_ok {
+                let m = st.matched;
+                st.matched += 1;
+                if m == f.nth {
+                    return Err(errno(f.errno));
+                }
+            }
+        }
+        Ok(st)
+    }
+
+    pub(super) fn open(&self, path: &Path, how: Open, mode: Option<u32>) -> io::Result<FaultFile> {
+        let mut st = self.admit(OpKind::Open, path)?;
+        let existed = path.exists();
+        // A truncating open of an existing file cuts bytes a power loss brings back.
+        let before = match (existed, how) {
+            (true, Open::Truncate) => Some(fs::read(path)?),
+            _ => None,
+        };
+        let file = how.options(mode).open(path)?;
+        let meta = file.metadata()?;
+        let file = Arc::new(file);
+        if !existed {
+            st.dirs
+                .push((parent_of(path).to_path_buf(), DirOp::Created(path.into())));
+        }
+        let journal = match st.files.entry(meta.ino()) {
+            std::collections::hash_map::Entry::Occupied(j) => j.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                // A handle of its own (its own open file description): the journal
+                // outlives the caller's file, and must not keep the caller's `flock`.
+                let undo_by = fs::OpenOptions::new().read(true).write(true).open(path)?;
+                v.insert(Journal {
+                    file: Arc::new(undo_by),
+                    undo: Vec::new(),
+                })
+            }
+        };
+        if let Some(cut) = before.filter(|b| !b.is_empty()) {
+            journal.undo.push(Undo::Len {
+                old_len: cut.len() as u64,
+                new_len: 0,
+                cut,
+            });
+        }
+        drop(st);
+        Ok(FaultFile {
+            file,
+            ino: meta.ino(),
+            path: path.to_path_buf(),
+            disk: self.clone(),
+        })
+    }
+
+    /// The bytes `path` would hold after a power loss, and its mode.
+    fn durable_image(st: &State, path: &Path) -> io::Result<(Vec<u8>, u32, u64)> {
+        let meta = fs::metadata(path)?;
+        let mut bytes = fs::read(path)?;
+        if let Some(j) = st.files.get(&meta.ino()) {
+            for u in j.undo.iter().rev() {
+                undo_in_memory(&mut bytes, u);
+            }
+        }
+        Ok((bytes, meta.mode() & 0o7777, meta.ino()))
+    }
+
+    pub(super) fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let mut st = self.admit(OpKind::Rename, to)?;
+        let replaced = match Self::durable_image(&st, to) {
+            Ok((bytes, mode, ino)) => {
+                st.files.remove(&ino);
+                Some((bytes, mode))
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(e),
+        };
+        fs::rename(from, to)?;
+        let op = DirOp::Renamed {
+            from: from.into(),
+            to: to.into(),
+            replaced,
+        };
+        st.dirs.push((parent_of(to).to_path_buf(), op));
+        Ok(())
+    }
+
+    pub(super) fn remove_file(&self, path: &Path) -> io::Result<()> {
+        let mut st = self.admit(OpKind::Remove, path)?;
+        let (bytes, mode, ino) = Self::durable_image(&st, path)?;
+        fs::remove_file(path)?;
+        st.files.remove(&ino);
+        let op = DirOp::Removed {
+            path: path.into(),
+            bytes,
+            mode,
+        };
+        st.dirs.push((parent_of(path).to_path_buf(), op));
+        Ok(())
+    }
+
+    pub(super) fn create_dir(&self, dir: &Path, mode: Option<u32>) -> io::Result<()> {
+        let mut st = self.admit(OpKind::Mkdir, dir)?;
+        super::Disk::Real.create_dir(dir, mode)?;
+        st.dirs
+            .push((parent_of(dir).to_path_buf(), DirOp::Mkdir(dir.into())));
+        Ok(())
+    }
+
+    pub(super) fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        let mut st = self.admit(OpKind::SyncDir, dir)?;
+        File::open(dir)?.sync_all()?;
+        st.dirs.retain(|(d, _)| d != dir);
+        Ok(())
+    }
+
+    /// Cuts the power: undoes every byte written since its file's last fsync and every
+    /// directory entry since its directory's last fsync, newest first. With `tear`, the
+    /// most recent write keeps a random prefix of its bytes. The disk is dead afterwards.
+    pub fn power_loss(&self, tear: bool) -> io::Result<()> {
+        let mut st = self.lock();
+        st.dead = true;
+        let newest = st
+            .files
+            .values()
+            .flat_map(|j| j.undo.iter())
+            .filter_map(|u| match u {
+                Undo::Write { seq, .. } => Some(*seq),
+                Undo::Len { .. } => None,
+            })
+            .max();
+        let torn_seq = newest.filter(|_| tear);
+        let files = std::mem::take(&mut st.files);
+        for j in files.values() {
+            for u in j.undo.iter().rev() {
+                let keep = match u {
+                    Undo::Write { seq, off, end, .. } if Some(*seq) == torn_seq => {
+                        st.rng.gen_range(0..=(end - off))
+                    }
+                    _ => 0,
+                };
+                undo_on_file(&j.file, u, keep)?;
+            }
+        }
+        let dirs = std::mem::take(&mut st.dirs);
+        for (_, op) in dirs.into_iter().rev() {
+            undo_dir_op(op)?;
+        }
+        Ok(())
+    }
+}
+
+/// Applies `u` to an in-memory copy of the file.
+fn undo_in_memory(bytes: &mut Vec<u8>, u: &Undo) {
+    match u {
+        Undo::Write {
+            off,
+            old,
+            grew_from,
+            ..
+        } => {
+            let off = *off as usize;
+            bytes[off..off + old.len()].copy_from_slice(old);
+            if let Some(len) = grew_from {
+                bytes.truncate(*len as usize);
+            }
+        }
+        Undo::Len {
+            old_len,
+            new_len,
+            cut,
+        } => {
+            bytes.resize(*old_len as usize, 0);
+            let at = *new_len as usize;
+            bytes[at..at + cut.len()].copy_from_slice(cut);
+        }
+    }
+}
+
+/// Applies `u` to the file, keeping the first `keep` bytes of a write.
+fn undo_on_file(file: &File, u: &Undo, keep: u64) -> io::Result<()> {
+    match u {
+        Undo::Write {
+            off,
+            old,
+            grew_from,
+            ..
+        } => {
+            let k = (keep as usize).min(old.len());
+            file.write_all_at(&old[k..], off + k as u64)?;
+            if let Some(len) = grew_from {
+                file.set_len((*len).max(off + keep))?;
+            }
+        }
+        Undo::Len {
+            old_len,
+            new_len,
+            cut,
+        } => {
+            file.set_len(*old_len)?;
+            file.write_all_at(cut, *new_len)?;
+        }
+    }
+    Ok(())
+}
+
+fn undo_dir_op(op: DirOp) -> io::Result<()> {
+    let restore = |path: &Path, bytes: &[u8], mode: u32| -> io::Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        fs::write(path, bytes)?;
+        fs::set_permissions(path, fs::Permissions::from_mode(mode))
+    };
+    match op {
+        DirOp::Created(path) => ignore_missing(fs::remove_file(&path)),
+        DirOp::Mkdir(dir) => ignore_missing(fs::remove_dir_all(&dir)),
+        DirOp::Renamed { from, to, replaced } => {
+            fs::rename(&to, &from)?;
+            match replaced {
+                Some((bytes, mode)) => restore(&to, &bytes, mode),
+                None => Ok(()),
+            }
+        }
+        DirOp::Removed { path, bytes, mode } => restore(&path, &bytes, mode),
+    }
+}
+
+fn ignore_missing(r: io::Result<()>) -> io::Result<()> {
+    match r {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        r => r,
+    }
+}
+
+impl FaultFile {
+    pub(super) fn std(&self) -> &File {
+        &self.file
+    }
+
+    /// Journals the pre-image of `[off, off + len)` and returns how much to write.
+    fn journal_write(&self, st: &mut State, off: u64, len: usize) -> io::Result<usize> {
+        let n = if st.plan.short_writes && len > 1 {
+            st.rng.gen_range(1..=len)
+        } else {
+            len
+        };
+        let cur = self.file.metadata()?.len();
+        let end = off + n as u64;
+        let have = cur.saturating_sub(off).min(n as u64) as usize;
+        let mut old = vec![0u8; have];
+        self.file.read_exact_at(&mut old, off)?;
+        st.seq += 1;
+        let undo = Undo::Write {
+            off,
+            old,
+            end,
+            grew_from: (end > cur).then_some(cur),
+            seq: st.seq,
+        };
+        self.journal(st).undo.push(undo);
+        Ok(n)
+    }
+
+    fn journal<'a>(&self, st: &'a mut State) -> &'a mut Journal {
+        // Opening made it; only a file replaced by a rename or removed since has none,
+        // and then its bytes no longer matter to a power loss.
+        st.files.entry(self.ino).or_insert_with(|| Journal {
+            file: self.file.clone(),
+            undo: Vec::new(),
+        })
+    }
+
+    pub(super) fn write_at(&self, buf: &[u8], off: u64) -> io::Result<usize> {
+        let mut st = self.disk.admit(OpKind::Write, &self.path)?;
+        let n = self.journal_write(&mut st, off, buf.len())?;
+        self.file.write_at(&buf[..n], off)
+    }
+
+    pub(super) fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let mut st = self.disk.admit(OpKind::Write, &self.path)?;
+        let off = (&*self.file).stream_position()?;
+        let n = self.journal_write(&mut st, off, buf.len())?;
+        io::Write::write(&mut &*self.file, &buf[..n])
+    }
+
+    pub(super) fn set_len(&self, size: u64) -> io::Result<()> {
+        let mut st = self.disk.admit(OpKind::SetLen, &self.path)?;
+        self.journal_len(&mut st, size)?;
+        self.file.set_len(size)
+    }
+
+    fn journal_len(&self, st: &mut State, size: u64) -> io::Result<()> {
+        let cur = self.file.metadata()?.len();
+        let mut cut = vec![0u8; cur.saturating_sub(size) as usize];
+        self.file.read_exact_at(&mut cut, size.min(cur))?;
+        let undo = Undo::Len {
+            old_len: cur,
+            new_len: size.min(cur),
+            cut,
+        };
+        self.journal(st).undo.push(undo);
+        Ok(())
+    }
+
+    pub(super) fn allocate(&self, size: u64) -> io::Result<()> {
+        let mut st = self.disk.admit(OpKind::Allocate, &self.path)?;
+        let cur = self.file.metadata()?.len();
+        if size > cur {
+            self.journal_len(&mut st, cur)?;
+        }
+        super::allocate(&self.file, size)
+    }
+
+    pub(super) fn sync(&self) -> io::Result<()> {
+        let mut st = self.disk.admit(OpKind::Sync, &self.path)?;
+        self.file.sync_all()?;
+        if let Some(j) = st.files.get_mut(&self.ino) {
+            j.undo.clear();
+        }
+        Ok(())
+    }
+}
