@@ -40,6 +40,23 @@ pub fn seed() -> u64 {
     }
 }
 
+/// The [`Bins`] of a test of this crate, as cargo built them for it. A macro because
+/// `CARGO_BIN_EXE_…` is set only where an integration test is compiled.
+#[macro_export]
+macro_rules! test_bins {
+    () => {
+        $crate::scenario::Bins {
+            leasehold: env!("CARGO_BIN_EXE_leasehold-under-test").into(),
+            worker: env!("CARGO_BIN_EXE_chaos-worker").into(),
+        }
+    };
+}
+
+/// `n` job ids: `prefix-0` … `prefix-{n-1}`.
+pub fn job_ids(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{prefix}-{i}")).collect()
+}
+
 /// Paths of the binaries the test was built with (`env!("CARGO_BIN_EXE_…")`).
 #[derive(Debug, Clone)]
 pub struct Bins {

@@ -17,7 +17,7 @@ use leasehold_cluster_tests::fixture::{ClusterOpts, NodeSpec};
 use leasehold_cluster_tests::history::{mono_now, Op, OpKind, Outcome};
 use leasehold_cluster_tests::nemesis;
 use leasehold_cluster_tests::proxy::Fault;
-use leasehold_cluster_tests::scenario::{count, Bins, Chaos, LEADER_BOUND};
+use leasehold_cluster_tests::scenario::{count, job_ids, Bins, Chaos, LEADER_BOUND};
 use leasehold_cluster_tests::workload::{spawn_prober, ProcMode};
 use tokio::sync::mpsc;
 use tokio::time::{timeout, Instant};
@@ -31,10 +31,7 @@ const TTL: u64 = 2_000;
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn bins() -> Bins {
-    Bins {
-        leasehold: env!("CARGO_BIN_EXE_leasehold-under-test").into(),
-        worker: env!("CARGO_BIN_EXE_chaos-worker").into(),
-    }
+    leasehold_cluster_tests::test_bins!()
 }
 
 fn opts() -> ClusterOpts {
@@ -43,10 +40,6 @@ fn opts() -> ClusterOpts {
 
 fn opts_with(nodes: Vec<NodeSpec>) -> ClusterOpts {
     ClusterOpts { nodes, ..opts() }
-}
-
-fn jobs(prefix: &str, n: usize) -> Vec<String> {
-    (0..n).map(|i| format!("{prefix}-{i}")).collect()
 }
 
 async fn start(name: &str, opts: ClusterOpts) -> Chaos {
@@ -156,7 +149,7 @@ async fn worked_example_frozen_worker_process() {
 async fn leader_killed_with_claim_in_flight() {
     let _serial = SERIAL.lock().await;
     let mut c = start("leader_killed_with_claim_in_flight", opts()).await;
-    c.spawn_workers(6, &jobs("job", 8), |_| {});
+    c.spawn_workers(6, &job_ids("job", 8), |_| {});
     c.run_for(Duration::from_secs(2)).await;
     for round in 0..2 {
         let l = leader(&c).await;
@@ -188,7 +181,7 @@ async fn leader_killed_with_claim_in_flight() {
 async fn whole_cluster_killed_at_once() {
     let _serial = SERIAL.lock().await;
     let mut c = start("whole_cluster_killed_at_once", opts()).await;
-    let js = jobs("job", 8);
+    let js = job_ids("job", 8);
     c.spawn_workers(6, &js, |_| {});
     let cfg = c.worker_config(&js);
     c.spawn_process(cfg, ProcMode::Loop { seconds: 15.0 }, None);
@@ -215,7 +208,7 @@ async fn whole_cluster_killed_at_once() {
 async fn pause_leader(name: &str, pause: Duration) {
     let _serial = SERIAL.lock().await;
     let mut c = start(name, opts()).await;
-    c.spawn_workers(6, &jobs("job", 8), |_| {});
+    c.spawn_workers(6, &job_ids("job", 8), |_| {});
     c.run_for(Duration::from_secs(2)).await;
     let l = leader(&c).await;
     c.cluster.pause(l);
@@ -262,7 +255,7 @@ async fn node_paused_longer_than_ttl() {
 async fn leader_isolated_on_minority_side() {
     let _serial = SERIAL.lock().await;
     let mut c = start("leader_isolated_on_minority_side", opts()).await;
-    c.spawn_workers(6, &jobs("job", 8), |_| {});
+    c.spawn_workers(6, &job_ids("job", 8), |_| {});
     c.run_for(Duration::from_secs(2)).await;
     let l = leader(&c).await;
     c.cluster.isolate(&[l]);
@@ -282,7 +275,7 @@ async fn leader_isolated_on_minority_side() {
 async fn one_way_and_flapping_partitions() {
     let _serial = SERIAL.lock().await;
     let mut c = start("one_way_and_flapping_partitions", opts()).await;
-    c.spawn_workers(6, &jobs("job", 8), |_| {});
+    c.spawn_workers(6, &job_ids("job", 8), |_| {});
     c.run_for(Duration::from_secs(2)).await;
     let l = leader(&c).await;
     for other in c.cluster.ids() {
@@ -328,7 +321,7 @@ async fn clock_offsets_with_forced_leader_changes() {
         NodeSpec::default(),
     ];
     let mut c = start("clock_offsets_with_forced_leader_changes", opts_with(nodes)).await;
-    c.spawn_workers(6, &jobs("job", 8), |_| {});
+    c.spawn_workers(6, &job_ids("job", 8), |_| {});
     c.run_for(Duration::from_secs(2)).await;
     for round in 0..4 {
         let l = leader(&c).await;
@@ -364,7 +357,7 @@ async fn fast_monotonic_clock_on_the_leader() {
     let mut c = start("fast_monotonic_clock_on_the_leader", opts_with(nodes)).await;
     c.cluster.make_leader(1, LEADER_BOUND).await;
     c.fault("node 1 (clock 0.5% fast) leads");
-    c.spawn_workers(6, &jobs("job", 8), |_| {});
+    c.spawn_workers(6, &job_ids("job", 8), |_| {});
     c.run_for(Duration::from_secs(5)).await;
     c.cluster.pause(1);
     c.fault("SIGSTOP node 1");
@@ -383,7 +376,7 @@ async fn fast_monotonic_clock_on_the_leader() {
 async fn many_workers_compete_for_hot_jobs() {
     let _serial = SERIAL.lock().await;
     let mut c = start("many_workers_compete_for_hot_jobs", opts()).await;
-    c.spawn_workers(16, &jobs("hot", 2), |w| {
+    c.spawn_workers(16, &job_ids("hot", 2), |w| {
         w.p_complete = 0.0;
         w.p_release = 0.95;
         w.think_frac = 0.05;
@@ -439,7 +432,7 @@ async fn mixed_random_schedule() {
     let specs = nemesis::mixed_specs(seed, TTL);
     let mut c =
         Chaos::start_seeded("mixed_random_schedule", opts_with(specs), TTL, bins(), seed).await;
-    let js = jobs("job", 12);
+    let js = job_ids("job", 12);
     c.spawn_workers(8, &js, |_| {});
     for _ in 0..2 {
         let cfg = c.worker_config(&js);
@@ -471,7 +464,7 @@ async fn compound_random_faults() {
     o.election_timeout_min_ms = 200;
     o.election_timeout_max_ms = 400;
     let mut c = Chaos::start("compound_random_faults", o, COMPOUND_TTL, bins()).await;
-    let js = jobs("job", 4);
+    let js = job_ids("job", 4);
     c.spawn_workers(6, &js, |_| {});
     let cfg = c.worker_config(&js);
     c.spawn_process(cfg, ProcMode::Loop { seconds: secs }, None);

@@ -22,7 +22,7 @@ use leasehold_cluster_tests::docker::{unavailable, DockerCluster, DockerOpts};
 use leasehold_cluster_tests::history::{mono_now, Nanos, Op, OpKind, Outcome};
 use leasehold_cluster_tests::holders::{HoldSpec, Holders};
 use leasehold_cluster_tests::nodes::Nodes;
-use leasehold_cluster_tests::scenario::{print_rerun, seed, Bins, Chaos, LEADER_BOUND};
+use leasehold_cluster_tests::scenario::{job_ids, print_rerun, seed, Bins, Chaos, LEADER_BOUND};
 use tokio::time::Instant;
 
 /// The lease TTL (the chaos suite's): above the election timeout (0.5–1 s).
@@ -42,14 +42,7 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 type Hosts = Chaos<DockerCluster>;
 
 fn bins() -> Bins {
-    Bins {
-        leasehold: env!("CARGO_BIN_EXE_leasehold-under-test").into(),
-        worker: env!("CARGO_BIN_EXE_chaos-worker").into(),
-    }
-}
-
-fn jobs(prefix: &str, n: usize) -> Vec<String> {
-    (0..n).map(|i| format!("{prefix}-{i}")).collect()
+    leasehold_cluster_tests::test_bins!()
 }
 
 /// Why this run skips the container tests, or `None`; panics instead of skipping under
@@ -130,7 +123,7 @@ async fn kill_and_pause_leader_and_follower() {
     let Some(mut c) = start("kill_and_pause_leader_and_follower", 3).await else {
         return;
     };
-    c.spawn_workers(6, &jobs("job", 8), |_| {});
+    c.spawn_workers(6, &job_ids("job", 8), |_| {});
     c.run_for(Duration::from_secs(2)).await;
     let l = leader(&c).await;
     c.cluster.kill(l).await;
@@ -172,7 +165,7 @@ async fn network_disconnect_of_leader_and_follower() {
     let Some(mut c) = start("network_disconnect_of_leader_and_follower", 3).await else {
         return;
     };
-    c.spawn_workers(6, &jobs("job", 8), |_| {});
+    c.spawn_workers(6, &job_ids("job", 8), |_| {});
     c.run_for(Duration::from_secs(2)).await;
     let l = leader(&c).await;
     c.cluster.isolate(&[l]).await;
@@ -216,7 +209,7 @@ async fn split_2_2_1_of_five_has_no_majority() {
     let Some(mut c) = start("split_2_2_1_of_five_has_no_majority", 5).await else {
         return;
     };
-    c.spawn_workers(6, &jobs("job", 8), |_| {});
+    c.spawn_workers(6, &job_ids("job", 8), |_| {});
     c.run_for(Duration::from_secs(2)).await;
     let l = leader(&c).await;
     // The leader's side is the one the host still reaches: its writes are the ones
@@ -271,7 +264,7 @@ async fn rolling_restart_while_leases_are_held() {
     let Some(mut c) = start("rolling_restart_while_leases_are_held", 3).await else {
         return;
     };
-    c.spawn_workers(6, &jobs("job", 8), |_| {});
+    c.spawn_workers(6, &job_ids("job", 8), |_| {});
     let holders = Holders::start(&mut c, 3, HOLD).await;
     c.run_for(Duration::from_secs(2)).await;
     for id in Nodes::ids(&c.cluster) {
@@ -322,7 +315,7 @@ async fn membership_join_and_remove_in_containers() {
         return;
     };
     let bound = Duration::from_secs(60);
-    c.spawn_workers(6, &jobs("job", 8), |_| {});
+    c.spawn_workers(6, &job_ids("job", 8), |_| {});
     let holders = Holders::start(&mut c, 3, HOLD).await;
     c.run_for(Duration::from_secs(2)).await;
     let via = follower(&c, leader(&c).await);

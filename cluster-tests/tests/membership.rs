@@ -21,7 +21,7 @@ use std::time::Duration;
 use leasehold_cluster_tests::fixture::{Added, ClusterOpts};
 use leasehold_cluster_tests::history::{ReplicaDigest, RunRecord};
 use leasehold_cluster_tests::holders::{HoldSpec, Holders};
-use leasehold_cluster_tests::scenario::{Bins, Chaos, LEADER_BOUND};
+use leasehold_cluster_tests::scenario::{job_ids, Bins, Chaos, LEADER_BOUND};
 use leasehold_cluster_tests::workload::ProcMode;
 use serde_json::Value;
 use tokio::time::Instant;
@@ -39,14 +39,7 @@ const PROCESS_SECONDS: f64 = 45.0;
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn bins() -> Bins {
-    Bins {
-        leasehold: env!("CARGO_BIN_EXE_leasehold-under-test").into(),
-        worker: env!("CARGO_BIN_EXE_chaos-worker").into(),
-    }
-}
-
-fn jobs(prefix: &str, n: usize) -> Vec<String> {
-    (0..n).map(|i| format!("{prefix}-{i}")).collect()
+    leasehold_cluster_tests::test_bins!()
 }
 
 /// `leasehold cluster …` through the given node, as an operator would run it.
@@ -126,7 +119,7 @@ async fn grow_shrink_and_replace_a_wiped_node_with_leases_held_throughout() {
     let _serial = SERIAL.lock().await;
     let name = "grow_shrink_and_replace_a_wiped_node_with_leases_held_throughout";
     let mut c = Chaos::start(name, ClusterOpts::new(bins().leasehold), TTL, bins()).await;
-    c.spawn_workers(4, &jobs("job", 8), |_| {});
+    c.spawn_workers(4, &job_ids("job", 8), |_| {});
     let holders = Holders::start(&mut c, 4, HOLD).await;
     c.run_for(Duration::from_secs(2)).await;
 
@@ -154,7 +147,7 @@ async fn grow_shrink_and_replace_a_wiped_node_with_leases_held_throughout() {
         "re-adding voter 4: {out}"
     );
     // More workers, on all five nodes.
-    c.spawn_workers(2, &jobs("job5", 4), |_| {});
+    c.spawn_workers(2, &job_ids("job5", 4), |_| {});
     c.run_for(Duration::from_secs(2)).await;
 
     // Shrink: remove the leader with the CLI (through another node), then one more
@@ -304,7 +297,7 @@ async fn add_and_remove_a_node_while_leaders_are_killed_and_workers_freeze() {
     let _serial = SERIAL.lock().await;
     let name = "add_and_remove_a_node_while_leaders_are_killed_and_workers_freeze";
     let mut c = Chaos::start(name, ClusterOpts::new(bins().leasehold), TTL, bins()).await;
-    let js = jobs("job", 8);
+    let js = job_ids("job", 8);
     c.spawn_workers(4, &js, |_| {});
     for _ in 0..2 {
         let cfg = c.worker_config(&js);
