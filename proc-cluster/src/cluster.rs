@@ -218,12 +218,20 @@ impl ProcCluster {
         or_panic(self.try_spawn(id));
     }
 
+    /// Where node `id`, added through `via`, joins: `via`, or if `via` was removed and
+    /// forgotten since, any other node (the cluster's leader is reached through it).
+    fn join_target(&self, id: u64, via: u64) -> SocketAddr {
+        let other = || self.nodes.iter().find(|(n, _)| **n != id).map(|(_, n)| n);
+        let node = self.nodes.get(&via).or_else(other);
+        node.expect("a node besides the joining one").listen
+    }
+
     /// `--peer` (and `--join`) flags of node `id`.
     fn peer_flags(&self, id: u64) -> Vec<String> {
         match self.nodes[&id].added {
             Some(Added::JoinVia(via)) => vec![
                 format!("--peer={id}={}", self.nodes[&id].listen),
-                format!("--join={}", self.nodes[&via].listen),
+                format!("--join={}", self.join_target(id, via)),
             ],
             _ => self
                 .nodes
@@ -481,6 +489,21 @@ mod tests {
         assert_eq!(dials.len(), 1, "{args:?}");
         assert!(dials[0].starts_with("--peer-dial=3="), "{args:?}");
         assert!(!args.iter().any(|a| a.starts_with("--peer=2=")), "{args:?}");
+    }
+
+    /// Found by the membership-under-chaos test (1 seed in 3): node 4 joined through
+    /// node 2, node 2 was removed and forgotten, and restarting node 4 panicked looking
+    /// up node 2's address for `--join`.
+    #[test]
+    fn a_node_that_joined_through_a_forgotten_peer_restarts_through_another() {
+        let mut c = unstarted(4, false);
+        c.nodes.get_mut(&4).unwrap().added = Some(Added::JoinVia(2));
+        c.forget(2);
+        let args = c.serve_args(4);
+        let joins: Vec<_> = args.iter().filter(|a| a.starts_with("--join=")).collect();
+        assert_eq!(joins.len(), 1, "{args:?}");
+        let others = [1, 3].map(|n| format!("--join={}", c.nodes[&n].listen));
+        assert!(others.contains(joins[0]), "{args:?}");
     }
 
     #[test]
