@@ -1,10 +1,12 @@
 //! The mixed random fault schedule ("nemesis") shared by `tests/chaos.rs`'
 //! `mixed_random_schedule` and the `soak` binary: node specs drawn from the seed (wall
 //! clock offsets within ±2×TTL, one monotonic clock 0.5 % fast) and a menu of faults —
-//! leader and node SIGKILLs, SIGSTOPs of nodes, leader isolation, one-way blackholes,
+//! leader and node crashes (power losses too, on a cluster with fault journals:
+//! [`crate::power::crash`]), SIGSTOPs of nodes, leader isolation, one-way blackholes,
 //! delays, dropped connections, flapping partitions, worker processes frozen past their
 //! lease — each applied and healed before the next.
-//! Imports [`crate::scenario`] and the fixture's types; the tests and the soak import it.
+//! Imports [`crate::scenario`], [`crate::power`] and the fixture's types; the tests and
+//! the soak import it.
 
 use std::time::Duration;
 
@@ -12,6 +14,7 @@ use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
 
 use crate::fixture::NodeSpec;
+use crate::power::crash;
 use crate::proxy::Fault;
 use crate::scenario::{Chaos, LEADER_BOUND};
 
@@ -64,14 +67,15 @@ pub async fn inject_random_fault(c: &mut Chaos) -> Option<&'static str> {
     applied.then_some(FAULT_KINDS[kind])
 }
 
-/// Kills of the leader or of any node (restarted later), and SIGSTOPs of a node.
+/// Crashes of the leader or of any node (restarted later; a power loss or a SIGKILL,
+/// see [`crash`]), and SIGSTOPs of a node.
 async fn node_fault(c: &mut Chaos, kind: usize) -> bool {
     let ttl = c.ttl_ms;
     match kind {
         0 => {
             let l = leader(c).await;
-            c.cluster.kill(l);
-            c.fault(format!("SIGKILL leader {l}"));
+            let how = crash(&mut c.cluster, l, &mut c.rng).await;
+            c.fault(format!("{how} (the leader)"));
             let d = c.ms(1_000, 5_000);
             c.run_for(d).await;
             c.cluster.restart(l);
@@ -79,8 +83,8 @@ async fn node_fault(c: &mut Chaos, kind: usize) -> bool {
         }
         1 => {
             let n = pick(c);
-            c.cluster.kill(n);
-            c.fault(format!("SIGKILL node {n}"));
+            let how = crash(&mut c.cluster, n, &mut c.rng).await;
+            c.fault(how);
             let d = c.ms(500, 3_000);
             c.run_for(d).await;
             c.cluster.restart(n);

@@ -30,6 +30,8 @@ pub(crate) struct ProcNode {
     listen: SocketAddr,
     data_dir: PathBuf,
     log: PathBuf,
+    /// Its fault journal, given to it with [`ClusterOpts::fault_journal_env`].
+    journal: PathBuf,
     child: Option<Child>,
     paused: bool,
     /// Started after the cluster formed ([`ProcCluster::add_process`]).
@@ -43,6 +45,7 @@ impl ProcNode {
             listen: try_free_port()?,
             data_dir: root.join(format!("n{id}")),
             log: root.join(format!("n{id}.log")),
+            journal: root.join(format!("n{id}.journal")),
             child: None,
             paused: false,
             added,
@@ -191,6 +194,20 @@ impl ProcCluster {
         or_panic(self.try_spawn(id));
     }
 
+    /// Node `id`'s data dir.
+    pub fn data_dir(&self, id: u64) -> &Path {
+        &self.nodes[&id].data_dir
+    }
+
+    /// Node `id`'s fault journal, if the cluster gives its nodes one
+    /// ([`ClusterOpts::fault_journal_env`]).
+    pub fn fault_journal(&self, id: u64) -> Option<&Path> {
+        self.opts
+            .fault_journal_env
+            .as_ref()
+            .map(|_| self.nodes[&id].journal.as_path())
+    }
+
     /// The `HOST:PORT` a node listens on (its address in the membership).
     pub fn addr(&self, id: u64) -> SocketAddr {
         self.nodes[&id].listen
@@ -285,7 +302,11 @@ impl ProcCluster {
             .open(&n.log)
             .map_err(log_err)?;
         let out = log.try_clone().map_err(log_err)?;
-        let child = Command::new(&bin)
+        let mut cmd = Command::new(&bin);
+        if let Some(var) = &self.opts.fault_journal_env {
+            cmd.env(var, &n.journal);
+        }
+        let child = cmd
             .args(&args)
             .env("RUST_LOG", filter)
             .stdin(Stdio::null())
@@ -330,6 +351,21 @@ impl ProcCluster {
             let _ = child.wait();
         }
         n.paused = false;
+    }
+
+    /// Whether node `id`'s process has ended (by itself: it is reaped here) or was not
+    /// running.
+    pub fn try_reap(&mut self, id: u64) -> bool {
+        let n = self.nodes.get_mut(&id).expect("known node");
+        let Some(child) = n.child.as_mut() else {
+            return true;
+        };
+        if let Ok(Some(_)) = child.try_wait() {
+            n.child = None;
+            n.paused = false;
+            return true;
+        }
+        false
     }
 
     /// Starts a killed node again on its data dir and port.

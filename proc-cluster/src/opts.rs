@@ -52,6 +52,11 @@ pub struct ClusterOpts {
     pub dir: Option<PathBuf>,
     /// The temp dir's name prefix (`dir: None`).
     pub temp_prefix: String,
+    /// The environment variable that gives each node a fault journal file (the node
+    /// crate's `fsio::fault::JOURNAL_ENV`), set to `<root>/n<id>.journal`; `None`: no
+    /// journal. A binary built to honour it (the cluster tests' `leasehold-under-test`)
+    /// then journals every write, so a test can cut the power on a killed node.
+    pub fault_journal_env: Option<String>,
 }
 
 impl ClusterOpts {
@@ -67,6 +72,7 @@ impl ClusterOpts {
             probe_timeout: Duration::from_millis(800),
             dir: None,
             temp_prefix: "leasehold-chaos-".into(),
+            fault_journal_env: None,
         }
     }
 }

@@ -193,10 +193,11 @@ fn bins() -> anyhow::Result<Bins> {
 /// even when [`Chaos::finish_then`] then panics on a violation (keeping the nodes' data).
 async fn soak(args: &Args, seed: u64) -> anyhow::Result<SoakReport> {
     let bins = bins()?;
-    let opts = ClusterOpts {
+    // Fault journals: half the nemesis's crashes are power losses.
+    let opts = leasehold_cluster_tests::power::journaled(ClusterOpts {
         nodes: nemesis::mixed_specs(seed, TTL_MS),
         ..ClusterOpts::new(bins.leasehold.clone())
-    };
+    });
     let length = Duration::from_secs_f64(args.minutes * 60.0);
     let mut c = Chaos::start_seeded("soak", opts, TTL_MS, bins, seed).await;
     let jobs: Vec<String> = (0..JOBS).map(|i| format!("job-{i}")).collect();

@@ -367,10 +367,15 @@ pub async fn shutdown_signal() {
     let _ = ctrl_c.await;
 }
 
-pub async fn serve(args: ServeArgs) -> Result<(), RunError> {
+/// `leasehold serve`, writing the data dir through `disk` ([`crate::fsio::Disk::Real`]
+/// but in tests).
+pub async fn serve(args: ServeArgs, disk: crate::fsio::Disk) -> Result<(), RunError> {
     // Before any file is created: the data dir is private (0700 dirs, 0600 files).
     crate::security::identity::restrict_umask();
-    let cfg = args.node_config()?;
+    let cfg = NodeConfig {
+        disk,
+        ..args.node_config()?
+    };
     log_client_auth(&cfg, args.auth_file.as_deref());
     match &cfg.tls {
         Some(t) => tracing::info!(
@@ -593,8 +598,14 @@ fn worker_threads(cmd: &Cmd) -> Result<Option<usize>, FlagError> {
 /// even with `RUST_BACKTRACE=1` (an error returned from `main` would be printed in its
 /// Debug form). A panic is a bug: it keeps its backtrace.
 pub fn main() -> std::process::ExitCode {
+    main_on(crate::fsio::Disk::Real)
+}
+
+/// [`main`] with `serve` writing its data dir through `disk`: the cluster tests'
+/// `leasehold-under-test` passes a fault-injecting one (`fsio::fault::disk_from_env`).
+pub fn main_on(disk: crate::fsio::Disk) -> std::process::ExitCode {
     let cli = Cli::try_parse().unwrap_or_else(|e| exit_on_clap_error(e));
-    match run(cli) {
+    match run(cli, disk) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             let line = crate::security::tls::chain(&e);
@@ -659,7 +670,7 @@ fn runtime(command: &Cmd) -> Result<tokio::runtime::Runtime, RunError> {
 
 /// Runs a parsed command line. Client commands exit here with their own code
 /// ([`crate::cli::jobs::report`]); the others return their error to [`main`].
-fn run(args: Cli) -> Result<(), RunError> {
+fn run(args: Cli, disk: crate::fsio::Disk) -> Result<(), RunError> {
     use crate::cli::jobs::report;
     let Cli { command, client } = args;
     // Client commands print one line per error and nothing else on stderr: no logging.
@@ -672,7 +683,7 @@ fn run(args: Cli) -> Result<(), RunError> {
         let exit =
             |r: Result<(), crate::cli::jobs::CliError>| -> ! { std::process::exit(report(r)) };
         match command {
-            Cmd::Serve(a) => exit_if_storage_failed(serve(a).await),
+            Cmd::Serve(a) => exit_if_storage_failed(serve(a, disk).await),
             Cmd::Dev(a) => dev(a).await,
             Cmd::Bench(a) => Ok(crate::cli::bench::run(a, &client).await?),
             Cmd::Job(a) => exit(crate::cli::jobs::run_job(a, &client).await),

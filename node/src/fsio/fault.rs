@@ -16,7 +16,16 @@
 //! Every operation is counted and kept in a trace, so a test can first run a workload on a
 //! fault-free disk to learn how many operations it does, then crash it at each of them.
 //!
-//! Only in test builds and with the `fault-injection` feature. Imports `std`, `rand`.
+//! A process can be powered off too ([`FaultDisk::journaled`], selected by
+//! [`disk_from_env`]): the disk then also appends each undo step to a journal file outside
+//! the data dir — a file's pre-image before the change, "synced" after an fsync returns, a
+//! directory entry after it changed — so after a SIGKILL, [`undo_unsynced`] rebuilds the
+//! journal from that file and cuts the power on the data dir the process left: the chaos
+//! suite's whole-cluster power loss. The page cache a SIGKILL leaves is what the journal
+//! takes back.
+//!
+//! Only in test builds and with the `fault-injection` feature. Imports `std`, `rand`,
+//! `serde`, `bincode`.
 
 use std::collections::HashMap;
 use std::fs::{self, File};
@@ -27,8 +36,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
 
 use super::{parent_of, Open};
+
+mod journal;
+pub use journal::{arm_crash, disk_from_env, undo_unsynced, Undone, JOURNAL_ENV};
+use journal::{Record, Sink};
 
 /// What an operation is, for counting, tracing and targeting faults.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -74,7 +88,7 @@ pub struct Op {
 }
 
 /// How to undo one change to a file's bytes.
-#[derive(Debug)]
+#[derive(Debug, Serialize, Deserialize)]
 enum Undo {
     /// Bytes `[off, off + old.len())` were `old`; the write went up to `end`; if it grew
     /// the file, the file was `grew_from` long.
@@ -101,7 +115,7 @@ struct Journal {
 }
 
 /// An unsynced directory entry.
-#[derive(Debug)]
+#[derive(Debug, Serialize, Deserialize)]
 enum DirOp {
     Created(PathBuf),
     Mkdir(PathBuf),
@@ -132,6 +146,90 @@ struct State {
     /// Unsynced directory entries, oldest first, with the directory holding each.
     dirs: Vec<(PathBuf, DirOp)>,
     seq: u64,
+    /// Keep [`State::trace`] (off for a journaled disk: a process's trace would grow
+    /// without bound).
+    tracing: bool,
+    /// Where a journaled disk writes each change to `files` and `dirs` down.
+    sink: Option<Sink>,
+}
+
+/// Every change to the undo state goes through these, so a journaled disk's file says
+/// the same as its memory.
+impl State {
+    /// Records how to undo a change to file `ino` before the change is made.
+    fn push_undo(&mut self, ino: u64, file: &Arc<File>, undo: Undo) -> io::Result<()> {
+        if let Some(sink) = &mut self.sink {
+            sink.append(&Record::Undo { ino, undo: &undo })?;
+        }
+        let journal = self.files.entry(ino).or_insert_with(|| Journal {
+            file: file.clone(),
+            undo: Vec::new(),
+        });
+        journal.undo.push(undo);
+        Ok(())
+    }
+
+    /// File `ino`'s journal, with an undo handle of its own opened at `path` if new.
+    fn journal_for(&mut self, ino: u64, path: &Path) -> io::Result<&mut Journal> {
+        use std::collections::hash_map::Entry;
+        match self.files.entry(ino) {
+            Entry::Occupied(j) => Ok(j.into_mut()),
+            Entry::Vacant(v) => Ok(v.insert(Journal {
+                file: Arc::new(undo_handle(path)?),
+                undo: Vec::new(),
+            })),
+        }
+    }
+
+    /// File `ino`'s bytes are durable: an fsync of it returned.
+    fn synced(&mut self, ino: u64) -> io::Result<()> {
+        if let Some(j) = self.files.get_mut(&ino) {
+            j.undo.clear();
+        }
+        match &mut self.sink {
+            Some(sink) => {
+                sink.append(&Record::Synced(ino))?;
+                sink.compact_if_due(&self.files, &self.dirs)
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// File `ino` was removed or renamed over: its bytes no longer matter.
+    fn forget(&mut self, ino: u64) -> io::Result<()> {
+        self.files.remove(&ino);
+        match &mut self.sink {
+            Some(sink) => sink.append(&Record::Forget(ino)),
+            None => Ok(()),
+        }
+    }
+
+    /// A directory entry changed in `dir` (recorded after the change: a crash before the
+    /// record leaves the change, which the disk may have written out too).
+    fn push_dir(&mut self, dir: &Path, op: DirOp) -> io::Result<()> {
+        if let Some(sink) = &mut self.sink {
+            sink.append(&Record::Dir { dir, op: &op })?;
+        }
+        self.dirs.push((dir.to_path_buf(), op));
+        Ok(())
+    }
+
+    /// A write was made: a journaled disk armed to crash may kill the process now,
+    /// with the write in the page cache and not yet fsynced.
+    fn after_write(&mut self) {
+        if let Some(sink) = &mut self.sink {
+            sink.after_write();
+        }
+    }
+
+    /// `dir`'s entries are durable: an fsync of it returned.
+    fn dir_synced(&mut self, dir: &Path) -> io::Result<()> {
+        self.dirs.retain(|(d, _)| d != dir);
+        match &mut self.sink {
+            Some(sink) => sink.append(&Record::DirSynced(dir)),
+            None => Ok(()),
+        }
+    }
 }
 
 /// The fault-injecting disk (see the module doc). Clones share one state.
@@ -155,18 +253,37 @@ fn errno(e: i32) -> io::Error {
 
 impl FaultDisk {
     pub fn new(plan: Plan, seed: u64) -> FaultDisk {
+        FaultDisk::with_state(State {
+            plan,
+            rng: StdRng::seed_from_u64(seed),
+            ops: 0,
+            matched: 0,
+            trace: Vec::new(),
+            dead: false,
+            files: HashMap::new(),
+            dirs: Vec::new(),
+            seq: 0,
+            tracing: true,
+            sink: None,
+        })
+    }
+
+    /// A fault-free disk that also writes its undo journal to `journal` (created, or
+    /// emptied), for a process that will be SIGKILLed and then have [`undo_unsynced`]
+    /// applied to its data dir. Keeps no trace.
+    pub fn journaled(journal: &Path) -> io::Result<FaultDisk> {
+        let disk = FaultDisk::new(Plan::default(), 0);
+        {
+            let mut st = disk.lock();
+            st.tracing = false;
+            st.sink = Some(Sink::create_disarmed(journal)?);
+        }
+        Ok(disk)
+    }
+
+    fn with_state(state: State) -> FaultDisk {
         FaultDisk {
-            state: Arc::new(Mutex::new(State {
-                plan,
-                rng: StdRng::seed_from_u64(seed),
-                ops: 0,
-                matched: 0,
-                trace: Vec::new(),
-                dead: false,
-                files: HashMap::new(),
-                dirs: Vec::new(),
-                seq: 0,
-            })),
+            state: Arc::new(Mutex::new(state)),
         }
     }
 
@@ -198,10 +315,12 @@ impl FaultDisk {
         }
         let n = st.ops;
         st.ops += 1;
-        st.trace.push(Op {
-            kind,
-            path: path.to_path_buf(),
-        });
+        if st.tracing {
+            st.trace.push(Op {
+                kind,
+                path: path.to_path_buf(),
+            });
+        }
         if st.plan.crash_at == Some(n) {
             st.dead = true;
             return Err(errno(libc::EIO));
@@ -226,41 +345,31 @@ impl FaultDisk {
     pub(super) fn open(&self, path: &Path, how: Open, mode: Option<u32>) -> io::Result<FaultFile> {
         let mut st = self.admit(OpKind::Open, path)?;
         let existed = path.exists();
-        // A truncating open of an existing file cuts bytes a power loss brings back.
-        let before = match (existed, how) {
-            (true, Open::Truncate) => Some(fs::read(path)?),
-            _ => None,
-        };
-        let file = how.options(mode).open(path)?;
-        let meta = file.metadata()?;
-        let file = Arc::new(file);
-        if !existed {
-            st.dirs
-                .push((parent_of(path).to_path_buf(), DirOp::Created(path.into())));
-        }
-        let journal = match st.files.entry(meta.ino()) {
-            std::collections::hash_map::Entry::Occupied(j) => j.into_mut(),
-            std::collections::hash_map::Entry::Vacant(v) => {
-                // A handle of its own (its own open file description): the journal
-                // outlives the caller's file, and must not keep the caller's `flock`.
-                let undo_by = fs::OpenOptions::new().read(true).write(true).open(path)?;
-                v.insert(Journal {
-                    file: Arc::new(undo_by),
-                    undo: Vec::new(),
-                })
+        // A truncating open of an existing file cuts bytes a power loss brings back:
+        // recorded before the cut.
+        if existed && how == Open::Truncate {
+            let cut = fs::read(path)?;
+            if !cut.is_empty() {
+                let undo_by = Arc::new(undo_handle(path)?);
+                let ino = undo_by.metadata()?.ino();
+                let undo = Undo::Len {
+                    old_len: cut.len() as u64,
+                    new_len: 0,
+                    cut,
+                };
+                st.push_undo(ino, &undo_by, undo)?;
             }
-        };
-        if let Some(cut) = before.filter(|b| !b.is_empty()) {
-            journal.undo.push(Undo::Len {
-                old_len: cut.len() as u64,
-                new_len: 0,
-                cut,
-            });
         }
+        let file = how.options(mode).open(path)?;
+        let ino = file.metadata()?.ino();
+        if !existed {
+            st.push_dir(parent_of(path), DirOp::Created(path.into()))?;
+        }
+        st.journal_for(ino, path)?;
         drop(st);
         Ok(FaultFile {
-            file,
-            ino: meta.ino(),
+            file: Arc::new(file),
+            ino,
             path: path.to_path_buf(),
             disk: self.clone(),
         })
@@ -281,50 +390,45 @@ impl FaultDisk {
     pub(super) fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         let mut st = self.admit(OpKind::Rename, to)?;
         let replaced = match Self::durable_image(&st, to) {
-            Ok((bytes, mode, ino)) => {
-                st.files.remove(&ino);
-                Some((bytes, mode))
-            }
+            Ok(image) => Some(image),
             Err(e) if e.kind() == io::ErrorKind::NotFound => None,
             Err(e) => return Err(e),
         };
         fs::rename(from, to)?;
+        if let Some((_, _, ino)) = replaced {
+            st.forget(ino)?;
+        }
         let op = DirOp::Renamed {
             from: from.into(),
             to: to.into(),
-            replaced,
+            replaced: replaced.map(|(bytes, mode, _)| (bytes, mode)),
         };
-        st.dirs.push((parent_of(to).to_path_buf(), op));
-        Ok(())
+        st.push_dir(parent_of(to), op)
     }
 
     pub(super) fn remove_file(&self, path: &Path) -> io::Result<()> {
         let mut st = self.admit(OpKind::Remove, path)?;
         let (bytes, mode, ino) = Self::durable_image(&st, path)?;
         fs::remove_file(path)?;
-        st.files.remove(&ino);
+        st.forget(ino)?;
         let op = DirOp::Removed {
             path: path.into(),
             bytes,
             mode,
         };
-        st.dirs.push((parent_of(path).to_path_buf(), op));
-        Ok(())
+        st.push_dir(parent_of(path), op)
     }
 
     pub(super) fn create_dir(&self, dir: &Path, mode: Option<u32>) -> io::Result<()> {
         let mut st = self.admit(OpKind::Mkdir, dir)?;
         super::Disk::Real.create_dir(dir, mode)?;
-        st.dirs
-            .push((parent_of(dir).to_path_buf(), DirOp::Mkdir(dir.into())));
-        Ok(())
+        st.push_dir(parent_of(dir), DirOp::Mkdir(dir.into()))
     }
 
     pub(super) fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         let mut st = self.admit(OpKind::SyncDir, dir)?;
         File::open(dir)?.sync_all()?;
-        st.dirs.retain(|(d, _)| d != dir);
-        Ok(())
+        st.dir_synced(dir)
     }
 
     /// Cuts the power: undoes every byte written since its file's last fsync and every
@@ -333,6 +437,7 @@ impl FaultDisk {
     pub fn power_loss(&self, tear: bool) -> io::Result<()> {
         let mut st = self.lock();
         st.dead = true;
+        st.sink = None;
         let newest = st
             .files
             .values()
@@ -437,6 +542,12 @@ fn undo_dir_op(op: DirOp) -> io::Result<()> {
     }
 }
 
+/// A handle of its own (its own open file description) to undo `path`'s changes by: the
+/// journal outlives the caller's file, and must not keep the caller's `flock`.
+fn undo_handle(path: &Path) -> io::Result<File> {
+    fs::OpenOptions::new().read(true).write(true).open(path)
+}
+
 fn ignore_missing(r: io::Result<()>) -> io::Result<()> {
     match r {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
@@ -469,30 +580,27 @@ impl FaultFile {
             grew_from: (end > cur).then_some(cur),
             seq: st.seq,
         };
-        self.journal(st).undo.push(undo);
+        // Opening made the file's journal; only a file replaced by a rename or removed
+        // since has none, and then its bytes no longer matter to a power loss.
+        st.push_undo(self.ino, &self.file, undo)?;
         Ok(n)
-    }
-
-    fn journal<'a>(&self, st: &'a mut State) -> &'a mut Journal {
-        // Opening made it; only a file replaced by a rename or removed since has none,
-        // and then its bytes no longer matter to a power loss.
-        st.files.entry(self.ino).or_insert_with(|| Journal {
-            file: self.file.clone(),
-            undo: Vec::new(),
-        })
     }
 
     pub(super) fn write_at(&self, buf: &[u8], off: u64) -> io::Result<usize> {
         let mut st = self.disk.admit(OpKind::Write, &self.path)?;
         let n = self.journal_write(&mut st, off, buf.len())?;
-        self.file.write_at(&buf[..n], off)
+        let written = self.file.write_at(&buf[..n], off)?;
+        st.after_write();
+        Ok(written)
     }
 
     pub(super) fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         let mut st = self.disk.admit(OpKind::Write, &self.path)?;
         let off = (&*self.file).stream_position()?;
         let n = self.journal_write(&mut st, off, buf.len())?;
-        io::Write::write(&mut &*self.file, &buf[..n])
+        let written = io::Write::write(&mut &*self.file, &buf[..n])?;
+        st.after_write();
+        Ok(written)
     }
 
     pub(super) fn set_len(&self, size: u64) -> io::Result<()> {
@@ -510,8 +618,7 @@ impl FaultFile {
             new_len: size.min(cur),
             cut,
         };
-        self.journal(st).undo.push(undo);
-        Ok(())
+        st.push_undo(self.ino, &self.file, undo)
     }
 
     pub(super) fn allocate(&self, size: u64) -> io::Result<()> {
@@ -526,9 +633,6 @@ impl FaultFile {
     pub(super) fn sync(&self) -> io::Result<()> {
         let mut st = self.disk.admit(OpKind::Sync, &self.path)?;
         self.file.sync_all()?;
-        if let Some(j) = st.files.get_mut(&self.ino) {
-            j.undo.clear();
-        }
-        Ok(())
+        st.synced(self.ino)
     }
 }

@@ -115,11 +115,21 @@ pub fn decide(
 /// Startup: makes the data dir private, then loads, checks and (when new) writes the
 /// identity. Call before opening anything else in the dir.
 pub fn open(dir: &Path, id: NodeId, flag: Option<ClusterId>) -> Result<Identity, IdentityError> {
-    prepare_dir(dir)?;
+    open_on(&Disk::Real, dir, id, flag)
+}
+
+/// [`open`] creating the dir and writing the identity through `disk`.
+pub fn open_on(
+    disk: &Disk,
+    dir: &Path,
+    id: NodeId,
+    flag: Option<ClusterId>,
+) -> Result<Identity, IdentityError> {
+    prepare_dir_on(disk, dir)?;
     let path = dir.join(IDENTITY_FILE);
     let (identity, write) = decide(load(&path)?, &path, id, flag)?;
     if write {
-        store(dir, &identity)?;
+        store_on(disk, dir, &identity)?;
     }
     Ok(identity)
 }
@@ -179,20 +189,21 @@ pub fn restrict_umask() {
 
 /// Creates the data dir (0700), or tightens an existing one and what is in it.
 pub fn prepare_dir(dir: &Path) -> Result<(), IdentityError> {
-    create_private_dir_synced(dir).map_err(io_err("creating data dir", dir))?;
+    prepare_dir_on(&Disk::Real, dir)
+}
+
+/// [`prepare_dir`] creating the dir through `disk`.
+fn prepare_dir_on(disk: &Disk, dir: &Path) -> Result<(), IdentityError> {
+    // 0700, with any missing parents, each new directory's entry fsynced into its
+    // parent: the data dir survives a power loss like what is written in it (issue 19).
+    disk.create_dir_all_synced(dir, Some(DATA_DIR_MODE))
+        .map_err(io_err("creating data dir", dir))?;
     let fixed = fix_modes(dir, 0)?;
     if fixed > 0 {
         tracing::warn!(dir = %dir.display(), fixed,
             "made the data dir private: dirs are now 0700, files 0600");
     }
     Ok(())
-}
-
-/// Creates the data dir (0700) and any missing parents, each new directory's entry
-/// fsynced into its parent, so the data dir survives a power loss like what is written in
-/// it (issue 19).
-fn create_private_dir_synced(dir: &Path) -> std::io::Result<()> {
-    Disk::Real.create_dir_all_synced(dir, Some(DATA_DIR_MODE))
 }
 
 #[cfg(unix)]

@@ -640,6 +640,8 @@ pub struct PeerGuard {
     secret: Option<PeerSecret>,
     clock: SharedClock,
     data_dir: PathBuf,
+    /// What the identity file is written through ([`PeerGuard::on_disk`]).
+    disk: crate::fsio::Disk,
     cluster: std::sync::RwLock<Option<ClusterId>>,
     /// Serializes giving this node a cluster id (adopting one, or generating one).
     assigning: tokio::sync::Mutex<()>,
@@ -677,6 +679,7 @@ impl PeerGuard {
             node_id,
             secret,
             data_dir,
+            disk: crate::fsio::Disk::Real,
             cluster: std::sync::RwLock::new(cluster),
             assigning: tokio::sync::Mutex::new(()),
             boot: rand::random(),
@@ -686,6 +689,11 @@ impl PeerGuard {
             received: std::sync::Mutex::default(),
             log: LogThrottle::new(PEER_REFUSAL_LOG_INTERVAL),
         }
+    }
+
+    /// Writes the identity file (when it adopts a cluster id) through `disk`.
+    pub fn on_disk(self, disk: crate::fsio::Disk) -> Self {
+        PeerGuard { disk, ..self }
     }
 
     pub fn cluster_id(&self) -> Option<ClusterId> {
@@ -826,9 +834,12 @@ impl PeerGuard {
             cluster_id: Some(id),
             node_id: self.node_id,
         };
-        tokio::task::spawn_blocking(move || crate::security::identity::store(&dir, &identity))
-            .await
-            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?;
+        let disk = self.disk.clone();
+        tokio::task::spawn_blocking(move || {
+            crate::security::identity::store_on(&disk, &dir, &identity)
+        })
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?;
         *self.cluster.write().unwrap_or_else(|e| e.into_inner()) = Some(id);
         Ok(())
     }

@@ -4,7 +4,7 @@
 //! `start(listener, config)` takes a bound listener so tests can bind port 0.
 //!
 //! The wiring layer: it may import `http`, `node`, `raft`, `store` and the lower layers
-//! (`security`, `time`, `telemetry`, `types`); only `cli` (and tests) import it.
+//! (`security`, `time`, `telemetry`, `fsio`, `types`); only `cli` (and tests) import it.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -16,12 +16,13 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::fsio::Disk;
 use crate::node::{Limits, Node, Parts, Peers};
 use crate::raft::election::Elector;
 use crate::raft::network::Network;
 use crate::security::peer_auth::{ClusterId, PeerGuard, PeerSecret};
 use crate::security::Guards;
-use crate::store::{LogStore, SmShared, StateMachineStore, StorageFailed};
+use crate::store::{LogStore, SmShared, StateMachineStore, StorageFailed, WalOptions};
 use crate::telemetry::metrics::{leader_took_office, Metrics};
 use crate::time::clock::{SharedClock, SystemClock};
 use crate::time::timekeeper::Timekeeper;
@@ -113,6 +114,9 @@ pub struct NodeConfig {
     /// `serve/dev --allow-origin`: web origins whose pages may call this node
     /// (`http/browser.rs`); checked when the node starts.
     pub allow_origins: Vec<String>,
+    /// What the data dir is written through: [`Disk::Real`], or in a test build a
+    /// fault-injecting disk (`fsio::fault`).
+    pub disk: Disk,
 }
 
 impl NodeConfig {
@@ -133,6 +137,7 @@ impl NodeConfig {
             tls: None,
             join: None,
             allow_origins: Vec::new(),
+            disk: Disk::Real,
         }
     }
 }
@@ -344,16 +349,30 @@ struct Opened {
 /// Opens the data dir (identity first), the two stores and Raft, and reads where a join
 /// stands.
 async fn open(cfg: &NodeConfig) -> Result<Opened, StartError> {
+    if !matches!(cfg.disk, Disk::Real) {
+        tracing::warn!(
+            "FAULT INJECTION: the data dir is written through a test disk that journals \
+             every write (fsio::fault); never in production"
+        );
+    }
     // Before anything else touches the dir: refuse another node's (or cluster's) data.
-    let identity = crate::security::identity::open(&cfg.data_dir, cfg.id, cfg.cluster_id)?;
-    let peer = Arc::new(peer_guard(cfg, identity.cluster_id));
+    let identity =
+        crate::security::identity::open_on(&cfg.disk, &cfg.data_dir, cfg.id, cfg.cluster_id)?;
+    let peer = Arc::new(peer_guard(cfg, identity.cluster_id).on_disk(cfg.disk.clone()));
     let dir = || cfg.data_dir.clone();
-    let log_store = LogStore::open(&cfg.data_dir.join("log"))
+    let log_dir = cfg.data_dir.join("log");
+    let log_store = LogStore::open_on(cfg.disk.clone(), &log_dir, WalOptions::default())
         .await
         .map_err(|source| StartError::OpenLog { dir: dir(), source })?;
-    let sm_store = StateMachineStore::open(&cfg.data_dir.join("sm"), cfg.clock.clone())
-        .await
-        .map_err(|source| StartError::OpenStateMachine { dir: dir(), source })?;
+    let sm_dir = cfg.data_dir.join("sm");
+    let sm_store = StateMachineStore::open_on(
+        cfg.disk.clone(),
+        &sm_dir,
+        cfg.clock.clone(),
+        Default::default(),
+    )
+    .await
+    .map_err(|source| StartError::OpenStateMachine { dir: dir(), source })?;
     let sm = sm_store.shared();
     let network = Network::new(cfg.dial.clone(), peer.clone()).with_tls(cfg.tls.clone());
     let elector = Arc::new(Elector::new(
