@@ -14,5 +14,6 @@
 
 mod fuzz_replay;
 mod power_loss;
+mod power_loss_files;
 mod storage_suite;
 mod wal_damage;

@@ -6,8 +6,8 @@
 //! torn), and the directory is reopened on the real disk. What was acknowledged — every
 //! step that returned `Ok` and wrote — must be there, nothing after it that the log did
 //! not write whole, and the open must succeed. Then the same with EIO and ENOSPC at each
-//! operation, and with short writes. Last, the state machine's snapshot file: power cut
-//! at every operation of two snapshot builds and an install.
+//! operation, and with short writes. The files beside the WAL (the snapshot, the
+//! identity) are in `power_loss_files`.
 //!
 //! `POWER_LOSS_SEEDS` (default 16) sets how many seeds run, `POWER_LOSS_SEED` runs one;
 //! each failure prints its seed and crash point and the command that reruns it.
@@ -20,15 +20,14 @@ use std::time::{Duration, Instant};
 
 use leasehold_node::fsio::fault::{FailAt, FaultDisk, Plan};
 use leasehold_node::fsio::Disk;
-use leasehold_node::store::{LogStore, StateMachineStore, WalOptions};
+use leasehold_node::store::{LogStore, WalOptions};
 use leasehold_node::types::{LogId, TypeConfig, Vote};
-use openraft::storage::{RaftLogReader, RaftLogStorage, RaftLogStorageExt, RaftStateMachine};
-use openraft::RaftSnapshotBuilder;
+use openraft::storage::{RaftLogReader, RaftLogStorage, RaftLogStorageExt};
 use openraft::{Entry, StorageError};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::storage_suite::{clock, entry, membership_entry, submit};
+use super::storage_suite::{entry, submit};
 
 /// Small enough that a workload rotates every few appends and purges delete segments.
 const OPTS: WalOptions = WalOptions {
@@ -299,7 +298,7 @@ async fn check_reopen(dir: &Path, ok: &Allowed, why: &str) {
     );
 }
 
-fn seeds() -> Vec<u64> {
+pub(super) fn seeds() -> Vec<u64> {
     if let Some(s) = std::env::var("POWER_LOSS_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -314,7 +313,7 @@ fn seeds() -> Vec<u64> {
     (0..n).map(|i| base + i).collect()
 }
 
-fn rerun(seed: u64, test: &str) -> String {
+pub(super) fn rerun(seed: u64, test: &str) -> String {
     format!(
         "seed {seed}; rerun: POWER_LOSS_SEED={seed} cargo test --release -p leasehold-node \
          --test store {test}"
@@ -470,96 +469,6 @@ async fn a_segment_shorter_than_its_header_is_dropped_not_a_panic() {
             "header cut to {len} bytes: the unused segment is kept"
         );
     }
-}
-
-/// What a snapshot workload acknowledged: the last applied id of each snapshot written.
-type Snap = Option<LogId>;
-
-/// Builds a snapshot at 2, one at 3, then installs one at 4 (built on `donor`): returns
-/// the snapshots acknowledged before the first failure.
-async fn snapshot_steps(sm: &mut StateMachineStore, donor: &Path) -> Vec<Snap> {
-    let mut acked = Vec::new();
-    let first = vec![membership_entry(1, 1), entry(1, 2, submit("a"))];
-    for batch in [first, vec![entry(1, 3, submit("b"))]] {
-        if sm.apply(batch).await.is_err() {
-            return acked;
-        }
-        match sm.get_snapshot_builder().await.build_snapshot().await {
-            Ok(s) => acked.push(s.meta.last_log_id),
-            Err(_) => return acked,
-        }
-    }
-    let mut other = StateMachineStore::open(donor, clock()).await.unwrap();
-    other
-        .apply(vec![membership_entry(1, 1), entry(2, 4, submit("d"))])
-        .await
-        .unwrap();
-    let meta = other
-        .get_snapshot_builder()
-        .await
-        .build_snapshot()
-        .await
-        .unwrap()
-        .meta;
-    let bytes = other.shared().read(|s| s.machine.snapshot());
-    let mut data = sm.begin_receiving_snapshot().await.unwrap();
-    *data = std::io::Cursor::new(bytes);
-    if sm.install_snapshot(&meta, data).await.is_ok() {
-        acked.push(meta.last_log_id);
-    }
-    acked
-}
-
-/// Power cut at every disk operation of two snapshot builds and an install: the store
-/// reopens (never a damaged-snapshot error) on the last snapshot acknowledged, or on the
-/// one being written when the power went.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn power_loss_while_writing_a_snapshot_keeps_the_old_or_the_new_one() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dry = FaultDisk::new(Plan::default(), 0);
-    let config = leasehold_statemachine::Config::default();
-    let mut sm = StateMachineStore::open_on(
-        Disk::Faulty(dry.clone()),
-        &tmp.path().join("dry"),
-        clock(),
-        config,
-    )
-    .await
-    .unwrap();
-    let all = snapshot_steps(&mut sm, &tmp.path().join("donor")).await;
-    assert_eq!(all.len(), 3, "the dry run writes three snapshots");
-    drop(sm);
-    let total = dry.ops();
-    for op in 0..total {
-        let why = format!("snapshot power loss at op {op} of {total}");
-        let dir = tmp.path().join(format!("sm-{op}"));
-        let disk = FaultDisk::new(
-            Plan {
-                crash_at: Some(op),
-                ..Plan::default()
-            },
-            op,
-        );
-        let opened =
-            StateMachineStore::open_on(Disk::Faulty(disk.clone()), &dir, clock(), config).await;
-        let acked = match opened {
-            Ok(mut sm) => snapshot_steps(&mut sm, &tmp.path().join(format!("donor-{op}"))).await,
-            Err(_) => Vec::new(),
-        };
-        disk.power_loss(op % 2 == 1).unwrap();
-        let mut sm = match StateMachineStore::open(&dir, clock()).await {
-            Ok(sm) => sm,
-            Err(e) => panic!("{why}: the reopen fails: {e}"),
-        };
-        let (applied, _) = sm.applied_state().await.unwrap();
-        let last_acked = acked.last().copied().flatten();
-        let next = all.get(acked.len()).copied().flatten();
-        assert!(
-            applied == last_acked || (next.is_some() && applied == next),
-            "{why}: came back at {applied:?}; acknowledged {acked:?}, next {next:?}"
-        );
-    }
-    eprintln!("snapshot power loss: {total} crash points");
 }
 
 /// Not a check, a measurement (run with `--ignored --nocapture`): the cost of the
