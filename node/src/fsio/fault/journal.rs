@@ -276,28 +276,23 @@ impl Replay<'_> {
         Ok(n)
     }
 
+    /// Applies one record through the same [`State`] methods that wrote it (the replay's
+    /// state has no sink, so they only change memory).
     fn apply(&mut self, rec: Replayed) -> io::Result<()> {
         match rec {
-            Replayed::Cwd(cwd) => self.cwd = cwd,
-            Replayed::Undo { ino, undo } => self.undo(ino, undo)?,
-            Replayed::Synced(ino) => {
-                if let Some(j) = self.st.files.get_mut(&ino) {
-                    j.undo.clear();
-                }
+            Replayed::Cwd(cwd) => {
+                self.cwd = cwd;
+                Ok(())
             }
-            Replayed::Forget(ino) => {
-                self.st.files.remove(&ino);
-            }
+            Replayed::Undo { ino, undo } => self.undo(ino, undo),
+            Replayed::Synced(ino) => self.st.synced(ino),
+            Replayed::Forget(ino) => self.st.forget(ino),
             Replayed::Dir { dir, op } => {
                 let op = op.rebased(&self.cwd);
-                self.st.dirs.push((self.cwd.join(dir), op));
+                self.st.push_dir(&self.cwd.join(dir), op)
             }
-            Replayed::DirSynced(dir) => {
-                let dir = self.cwd.join(dir);
-                self.st.dirs.retain(|(d, _)| *d != dir);
-            }
+            Replayed::DirSynced(dir) => self.st.dir_synced(&self.cwd.join(dir)),
         }
-        Ok(())
     }
 
     /// A file's pre-image. A file no longer in the data dir (removed, or renamed over,
