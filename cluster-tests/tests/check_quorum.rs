@@ -116,20 +116,7 @@ async fn an_isolated_leader_reports_not_ready_within_its_lease() {
 
     // The others elect a leader of their own meanwhile, and once healed everyone
     // follows one leader.
-    let deadline = Instant::now() + BOUND;
-    let others: Vec<u64> = c.ids().into_iter().filter(|&i| i != leader).collect();
-    'elected: loop {
-        for &o in &others {
-            if c.status(o).await.is_some_and(|s| s.state == "Leader") {
-                break 'elected;
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the connected majority elected no leader"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    elected_among_others(&c, leader).await;
     c.heal_network();
     let after = c.wait_leader(BOUND).await;
     eprintln!("leader after the heal: {after} (was {leader})");
@@ -185,4 +172,80 @@ async fn a_leader_reaching_only_a_bridge_node_does_not_block_elections() {
     c.heal_network();
     c.restart(down);
     c.wait_leader(BOUND).await;
+}
+
+/// Issue 28, item 3: a write appended on a leader that is then cut off, and truncated
+/// there when the new leader's entries reach it after the heal. openraft answers such a
+/// proposal `ForwardToLeader`, which the node took for "not applied" and retried at the
+/// new leader: with five voters the truncated entry can still commit through a node
+/// that has it, and a write without an Idempotency-Key was then applied twice. Its
+/// outcome is unknown: 504 `timeout`, never a retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_truncated_on_a_deposed_leader_is_answered_as_unknown() {
+    let c = serve_timing_cluster(3).await;
+    for round in 0..5 {
+        let leader = c.wait_leader(BOUND).await;
+        let job = format!("truncated-{round}");
+        c.isolate(&[leader]);
+        // Sent at once, before check quorum deposes the cut-off leader (200 ms): it is
+        // appended there and cannot commit.
+        let write = {
+            let url = format!("{}/v1/jobs/{job}/claim", c.endpoint(leader));
+            tokio::spawn(async move {
+                let resp = http()
+                    .post(url)
+                    .timeout(Duration::from_secs(20))
+                    .json(&json!({"owner": "w", "ttl_ms": 60_000}))
+                    .send()
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let status = resp.status().as_u16();
+                Ok::<_, String>((status, resp.text().await.unwrap_or_default()))
+            })
+        };
+        let new_leader = elected_among_others(&c, leader).await;
+        c.heal_network();
+        let (status, body) = write.await.expect("task").expect("answered");
+        eprintln!("round {round}: leader {leader} -> {new_leader}: {status} {body}");
+        if status == 503 {
+            // Deposed before the write reached Raft: nothing was appended, and nothing
+            // to test this round.
+            c.wait_leader(BOUND).await;
+            continue;
+        }
+        assert_eq!(
+            status,
+            504,
+            "a write truncated on the cut-off leader must be answered as unknown, \
+             not retried elsewhere: {body}\n{}",
+            c.log_tails(20)
+        );
+        assert!(body.contains("\"timeout\""), "{body}");
+        // With three voters the truncated entry cannot have committed: the job was never
+        // claimed (the old code's retry claimed it at the new leader).
+        let agreed = c.wait_leader(BOUND).await;
+        let url = format!("{}/v1/jobs/{job}", c.endpoint(agreed));
+        let got = http().get(url).send().await.expect("read");
+        assert_eq!(got.status().as_u16(), 404, "{}", got.text().await.unwrap());
+        return;
+    }
+    panic!("in 5 rounds the write never reached the cut-off leader's log before its deposal");
+}
+
+/// Waits until a node other than `old` leads (the majority's own election).
+async fn elected_among_others(c: &ProcCluster, old: u64) -> u64 {
+    let deadline = Instant::now() + BOUND;
+    let others: Vec<u64> = c.ids().into_iter().filter(|&i| i != old).collect();
+    loop {
+        for &o in &others {
+            if c.status(o).await.is_some_and(|s| s.state == "Leader") {
+                return o;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the connected majority elected no leader"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

@@ -104,6 +104,8 @@ pub struct Parts {
     pub guards: Guards,
     pub joining: Arc<Joining>,
     pub elector: Arc<Elector>,
+    /// The log's truncation count, for the proposer (`proposer::forwarded_outcome`).
+    pub truncations: crate::store::Truncations,
 }
 
 /// Where a request that needs the leader goes.
@@ -159,6 +161,7 @@ impl Node {
             p.sm.clone(),
             p.time.clone(),
             p.elector.clone(),
+            p.truncations.clone(),
             &p.limits,
         );
         let (commits, intake) = batcher::channel();

@@ -15,7 +15,7 @@ use openraft::error::{CheckIsLeaderError, ClientWriteError, RaftError};
 use openraft::ServerState;
 
 use crate::raft::election::Elector;
-use crate::store::SmShared;
+use crate::store::{SmShared, Truncations};
 use crate::time::timekeeper::Timekeeper;
 use crate::types::{NodeId, Raft};
 
@@ -49,6 +49,25 @@ impl ProposeError {
     }
 }
 
+/// What openraft's `ForwardToLeader` answer to a proposal means, as a pure function of
+/// this node's log truncation count before the proposal and after the answer.
+///
+/// openraft sends it when the node was not leader as the write arrived (nothing was
+/// appended: [`ProposeError::NotLeader`], retried at the new leader) and when the entry
+/// was appended and then truncated here by a new leader's conflicting entries. A
+/// truncated entry may have reached other nodes and can still commit through them (five
+/// voters: a later leader may carry it), so a retry could apply the write twice: its
+/// outcome is [`ProposeError::Unknown`] (504). A truncation while the proposal was in
+/// flight is the only way to the second case; one that touched other entries only also
+/// answers unknown, the safe direction (issue 28, item 3).
+pub fn forwarded_outcome(truncations_before: u64, truncations_after: u64) -> ProposeError {
+    if truncations_after == truncations_before {
+        ProposeError::NotLeader
+    } else {
+        ProposeError::Unknown
+    }
+}
+
 /// What proposing and linearizing need of a node (see the module doc).
 #[derive(Clone)]
 pub struct Proposer {
@@ -57,6 +76,8 @@ pub struct Proposer {
     sm: Arc<SmShared>,
     time: Arc<Timekeeper>,
     elector: Arc<Elector>,
+    /// This node's log truncations: see [`forwarded_outcome`].
+    truncations: Truncations,
     /// A proposed write whose outcome is not known by then: [`ProposeError::Unknown`].
     write_timeout: Duration,
     /// How long [`Proposer::ready_term`] waits for a ready term.
@@ -70,6 +91,7 @@ impl Proposer {
         sm: Arc<SmShared>,
         time: Arc<Timekeeper>,
         elector: Arc<Elector>,
+        truncations: Truncations,
         limits: &super::Limits,
     ) -> Proposer {
         Proposer {
@@ -78,6 +100,7 @@ impl Proposer {
             sm,
             time,
             elector,
+            truncations,
             write_timeout: limits.write_timeout,
             leader_wait: limits.leader_wait,
         }
@@ -179,12 +202,12 @@ impl Proposer {
             idempotency_key,
             command,
         };
+        let truncations = self.truncations.count();
         match tokio::time::timeout(self.write_timeout, self.raft.client_write(entry)).await {
             Err(_) => Err(ProposeError::Unknown),
             Ok(Ok(resp)) => Ok(resp.data),
-            // Sent before proposing, or after the entry was truncated: not applied.
             Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_)))) => {
-                Err(ProposeError::NotLeader)
+                Err(forwarded_outcome(truncations, self.truncations.count()))
             }
             // Raft failed or is stopping, possibly after the entry was appended: the
             // outcome is unknown (504), never "not applied" (503).
@@ -214,5 +237,21 @@ impl Proposer {
             ),
             Ok(Err(e)) => Err(ProposeError::Unavailable(e.to_string())),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_forward_answer_after_a_truncation_is_an_unknown_outcome() {
+        assert!(matches!(forwarded_outcome(3, 3), ProposeError::NotLeader));
+        assert!(matches!(forwarded_outcome(3, 4), ProposeError::Unknown));
+        assert_eq!(
+            forwarded_outcome(0, 2).to_api().code,
+            ErrorCode::Timeout,
+            "answered 504, never retried as not applied"
+        );
     }
 }

@@ -27,8 +27,11 @@
 //! voters, one down, the leader reaching only one "bridge" node — the bridge keeps
 //! hearing it and refuses the others' pre-votes, and no write commits for as long as the
 //! partition lasts. So [`run`] also watches a leader's last quorum acknowledgement
-//! (openraft's `millis_since_quorum_ack`, refreshed on every Raft core tick). A leader
-//! without one for longer than the lease is **deposed**: it stops its regular
+//! (openraft's `millis_since_quorum_ack`, refreshed on every Raft core tick; the timer
+//! adds the greatest age the value can have, see [`Freshness`]). A leader without one
+//! for longer than the lease is **deposed**, at most one 25 ms timer step after the
+//! lease ran out — well before a follower may stand (lease + its election timeout,
+//! ≥ 100 ms with `serve`'s defaults). Deposed, it stops its regular
 //! heartbeats, names no leader (`/readyz` 503, `leader_id` null), answers writes and
 //! reads 503 at once, and answers pre-votes as a follower would. openraft 0.9 has no
 //! step-down call, so the node stays leader in openraft's eyes until it meets a higher
@@ -277,6 +280,49 @@ struct LeaderWatch {
     probed: Option<u64>,
 }
 
+/// How stale openraft's `millis_since_quorum_ack` may be when the timer reads it.
+///
+/// openraft computes it when it publishes metrics, and a leader that hears from nobody
+/// publishes only on its core tick, every 1.5 heartbeats (75 ms with `serve`'s 50 ms).
+/// Read as it is, the value lags the truth by up to that tick plus the timer's own step,
+/// and a cut-off leader was deposed 25–100 ms after its lease ran out (issue 28, item 3).
+/// So the timer adds the value's greatest possible age: it was published after the
+/// timer's previous look at an unchanged value, i.e. after `published_after_ms`. The
+/// bound is never below the truth, so a deposal comes at most one timer step (25 ms)
+/// after the lease has run out, never before it.
+#[derive(Debug, Clone, Copy)]
+struct Freshness {
+    /// The timer's previous look (node clock, ms).
+    looked_ms: u64,
+    /// The current value was published no earlier than this.
+    published_after_ms: u64,
+}
+
+impl Freshness {
+    fn new(now_ms: u64) -> Freshness {
+        Freshness {
+            looked_ms: now_ms,
+            published_after_ms: now_ms,
+        }
+    }
+
+    /// The reported `since_ack_ms` plus the age the value can have at `now_ms`;
+    /// `published` says whether openraft published metrics since the previous look.
+    fn since_ack_at_most(
+        &mut self,
+        since_ack_ms: Option<u64>,
+        published: bool,
+        now_ms: u64,
+    ) -> Option<u64> {
+        if published {
+            self.published_after_ms = self.looked_ms;
+        }
+        self.looked_ms = now_ms;
+        let age = now_ms.saturating_sub(self.published_after_ms);
+        since_ack_ms.map(|ms| ms.saturating_add(age))
+    }
+}
+
 impl Elector {
     /// One check-quorum step on a leader of `term`: deposes it, restores it, or probes.
     async fn check_quorum(
@@ -362,14 +408,16 @@ pub async fn run(node: ElectionHandles, mut network: Network, cancel: Cancellati
     // When the last pre-vote round was asked for, on the node's clock.
     let mut asked: Option<u64> = None;
     let mut watch = LeaderWatch::default();
+    let mut metrics = node.raft.metrics();
+    let mut fresh = Freshness::new(elector.now_ms());
     loop {
         tokio::select! {
             _ = cancel.cancelled() => return,
             _ = tokio::time::sleep(tick) => {}
         }
+        let published = metrics.has_changed().unwrap_or(false);
         let (state, is_voter, term, since_ack_ms) = {
-            let m = node.raft.metrics();
-            let m = m.borrow();
+            let m = metrics.borrow_and_update();
             let is_voter = m
                 .membership_config
                 .membership()
@@ -377,6 +425,7 @@ pub async fn run(node: ElectionHandles, mut network: Network, cancel: Cancellati
                 .any(|id| id == node.id);
             (m.state, is_voter, m.current_term, m.millis_since_quorum_ack)
         };
+        let since_ack_ms = fresh.since_ack_at_most(since_ack_ms, published, elector.now_ms());
         if state == ServerState::Leader {
             let leading = elector
                 .check_quorum(&node.raft, term, since_ack_ms, &mut watch)
@@ -547,6 +596,32 @@ mod tests {
         // No acknowledgement yet in this term: a new leader gets one lease.
         assert!(!quorum_lost(None, ms(150), lease));
         assert!(quorum_lost(None, ms(250), lease));
+    }
+
+    /// Issue 28, item 3: openraft publishes `millis_since_quorum_ack` only on its tick
+    /// while nobody answers, so the value read can be 100 ms old; the bound adds that age.
+    #[test]
+    fn a_stale_since_ack_is_aged_by_the_time_since_it_could_have_been_published() {
+        let mut f = Freshness::new(1_000);
+        // Published between the looks at 1_000 and 1_025: at most 25 ms old.
+        assert_eq!(f.since_ack_at_most(Some(120), true, 1_025), Some(145));
+        // Not republished: it ages with every look.
+        assert_eq!(f.since_ack_at_most(Some(120), false, 1_050), Some(170));
+        assert_eq!(f.since_ack_at_most(Some(120), false, 1_075), Some(195));
+        let lease = Duration::from_millis(200);
+        assert!(!quorum_lost(Some(Duration::from_millis(195)), lease, lease));
+        // One step later the bound passes the lease: deposed within a step of it (the
+        // old reading, 120 ms, would have waited for the next publish, up to 75 ms on).
+        let bound = f.since_ack_at_most(Some(120), false, 1_100).unwrap();
+        assert_eq!(bound, 220);
+        assert!(quorum_lost(
+            Some(Duration::from_millis(bound)),
+            lease,
+            lease
+        ));
+        // A fresh publish resets the age to one step.
+        assert_eq!(f.since_ack_at_most(Some(10), true, 1_125), Some(35));
+        assert_eq!(f.since_ack_at_most(None, false, 1_150), None);
     }
 
     #[test]

@@ -312,6 +312,7 @@ pub async fn start(listener: TcpListener, cfg: NodeConfig) -> Result<RunningNode
         },
         joining: Arc::new(crate::raft::join::Joining::new(opened.stage)),
         elector: opened.elector,
+        truncations: opened.log.truncations(),
     });
     let node = Arc::new(node);
     let cancel = CancellationToken::new();

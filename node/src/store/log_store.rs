@@ -13,6 +13,7 @@ use std::fmt::Debug;
 use std::io;
 use std::ops::{Bound, RangeBounds};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use openraft::storage::{LogFlushed, LogState, RaftLogReader, RaftLogStorage};
@@ -29,6 +30,25 @@ type Entry = openraft::Entry<TypeConfig>;
 #[derive(Clone)]
 pub struct LogStore {
     wal: Arc<Wal>,
+    truncations: Truncations,
+}
+
+/// How many times openraft truncated this node's log (a new leader's entries conflicted
+/// with entries this node had appended). Shared by every clone of the [`LogStore`].
+///
+/// openraft answers a proposal `ForwardToLeader` in two cases: the node was not leader
+/// when the write arrived (nothing appended: safe to retry), or the entry was appended
+/// and then truncated here (`DeleteConflictLog`) — and a truncated entry may still have
+/// reached other nodes and commit there (five voters). The proposer tells the two apart
+/// by whether a truncation happened while its proposal was in flight (issue 28, item 3).
+#[derive(Debug, Clone, Default)]
+pub struct Truncations(Arc<AtomicU64>);
+
+impl Truncations {
+    /// Truncations so far.
+    pub fn count(&self) -> u64 {
+        self.0.load(Ordering::SeqCst)
+    }
 }
 
 impl Debug for LogStore {
@@ -68,7 +88,15 @@ impl LogStore {
                     format!("opening raft log in {}: {e}", dir.display()),
                 )
             })?;
-        Ok(LogStore { wal: Arc::new(wal) })
+        Ok(LogStore {
+            wal: Arc::new(wal),
+            truncations: Truncations::default(),
+        })
+    }
+
+    /// The handle counting this log's truncations.
+    pub fn truncations(&self) -> Truncations {
+        self.truncations.clone()
     }
 
     /// The directory holding the log's segment files.
@@ -226,6 +254,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError<NodeId>> {
+        // Counted before: openraft answers the truncated proposals only after this returns.
+        self.truncations.0.fetch_add(1, Ordering::SeqCst);
         self.wal.truncate(log_id.index).map_err(|e| write_err(&e))
     }
 

@@ -93,12 +93,21 @@ impl Timekeeper {
 
     /// A stamp for a new entry of `term` (which this node leads); never below what this
     /// node issued before in the same term.
+    ///
+    /// A caller may still hold a term it read before an await (the ticks and the batcher
+    /// read the term, wait, then stamp), so `term` can be older than the one this node
+    /// now leads. Such a stamp is issued but not remembered: the entry is refused anyway
+    /// (the state machine store takes only the log's term), and recording it would
+    /// overwrite the current term's own line, so the next stamp of the current term would
+    /// fall back to the applied basis and lose a commit latency (issue 28, item 3).
     pub fn issue(&self, basis: Option<(u64, u64)>, term: u64) -> u64 {
         let mut issued = self.issued.lock().expect("timekeeper lock");
         let mono = self.clock.mono_ms();
         let own = issued.own_in(term);
         let stamp = decide_stamp(basis, own, mono, self.clock.wall_ms());
-        issued.own = Some((term, stamp, mono));
+        if issued.own.is_none_or(|(t, _, _)| term >= t) {
+            issued.own = Some((term, stamp, mono));
+        }
         stamp
     }
 
@@ -247,6 +256,27 @@ mod tests {
         assert_eq!(tk.estimate(applied, 1), 6_000);
         assert_eq!(tk.estimate(applied, 3), 5_800);
         assert_eq!(tk.issue(applied, 3), 5_800);
+    }
+
+    /// Issue 28, item 3: a tick (or a batch) that read term 4 before an await stamps
+    /// after this node has begun stamping term 5. Its stamp must not replace term 5's own
+    /// line: the next stamp of term 5 would fall back to the lagging applied basis.
+    #[test]
+    fn a_stamp_for_an_older_term_leaves_the_current_terms_line() {
+        let clock = std::sync::Arc::new(HandClock::default());
+        let tk = Timekeeper::new(clock.clone());
+        let set = |ms: u64| clock.mono.store(ms, std::sync::atomic::Ordering::Relaxed);
+        // Term 5's line: stamped at 50_000 (mono 0); its entries apply 40 ms late.
+        assert_eq!(tk.issue(Some((50_000, 0)), 5), 50_000);
+        set(100);
+        assert_eq!(tk.issue(Some((50_000, 40)), 5), 50_100);
+        // A stale caller stamps for term 4: from the basis, 40 ms behind the line.
+        set(120);
+        assert_eq!(tk.issue(Some((50_000, 40)), 4), 50_080);
+        // Term 5 continues from its own line, not from the basis.
+        set(150);
+        assert_eq!(tk.issue(Some((50_000, 40)), 5), 50_150);
+        assert_eq!(tk.estimate(Some((50_000, 40)), 5), 50_150);
     }
 
     /// Issue 16, item 1: a leader cut off from its quorum keeps stamping entries that
