@@ -29,8 +29,8 @@
 //! partition lasts. So [`run`] also watches a leader's last quorum acknowledgement
 //! (openraft's `millis_since_quorum_ack`, refreshed on every Raft core tick; the timer
 //! adds the greatest age the value can have, see [`Freshness`]). A leader without one
-//! for longer than the lease is **deposed**, at most one 25 ms timer step after the
-//! lease ran out — well before a follower may stand (lease + its election timeout,
+//! for longer than the lease is **deposed**, within one 25 ms timer step of the lease
+//! running out — well before a follower may stand (lease + its election timeout,
 //! ≥ 100 ms with `serve`'s defaults). Deposed, it stops its regular
 //! heartbeats, names no leader (`/readyz` 503, `leader_id` null), answers writes and
 //! reads 503 at once, and answers pre-votes as a follower would. openraft 0.9 has no
@@ -288,8 +288,10 @@ struct LeaderWatch {
 /// and a cut-off leader was deposed 25–100 ms after its lease ran out (issue 28, item 3).
 /// So the timer adds the value's greatest possible age: it was published after the
 /// timer's previous look at an unchanged value, i.e. after `published_after_ms`. The
-/// bound is never below the truth, so a deposal comes at most one timer step (25 ms)
-/// after the lease has run out, never before it.
+/// bound is never below the truth and at most one timer step (25 ms) above it, so a
+/// deposal comes within one step of the lease running out: at most 25 ms after it (the
+/// old reading: up to 100 ms), and perhaps up to 25 ms before it, three and a half
+/// heartbeats without a quorum's answer.
 #[derive(Debug, Clone, Copy)]
 struct Freshness {
     /// The timer's previous look (node clock, ms).
