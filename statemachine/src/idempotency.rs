@@ -13,12 +13,26 @@
 //!  scopes["a"]:  [1, 3, 5]     scopes[""]: [2]     scopes["b"]: [4]
 //! ```
 //!
-//! Bytes: every entry is *accounted* at [`accounted_bytes`] — its key (held twice, in the
-//! entry and in the key index), the bincode size of what is remembered (the reply as it
-//! will be replayed, payload and result included) and [`ENTRY_OVERHEAD_BYTES`] for the
-//! indexes. That is a pure function of the entry, so every replica counts the same total
-//! and forgets the same keys; allocator figures would differ between replicas. The running
-//! total is recomputed from the entries on restore and checked by `check_invariants`.
+//! What is kept (issue 28 item 3): a reply that carries a job (a 201/200 Job, an error
+//! embedding the job) keeps it without its payload and result when they are the job
+//! record's — [`Shared`] names the record by handle and says which parts to read back.
+//! That is exact, not a digest: a record's payload never changes (set at submit; a delete
+//! and re-submit makes a new record, a new handle) and its result is set once, at
+//! completion, and is final; a part that was null in the reply stays inline (null). So
+//! a replay rebuilds the first reply byte for byte from the record, and an entry costs
+//! its names and message, not the 128 KiB a job can carry. Before a record goes (a
+//! delete), the entries sharing it get the parts copied in and count them from then on
+//! ([`IdempotencyTable::materialize`], through the `shared` index from handle to
+//! entries), keeping the bounds as an insert would. A table seeded from a backup keeps
+//! only [`Kept::BeforeRaise`] markers (`raise_generations`).
+//!
+//! Bytes: every entry is *accounted* at [`accounted_bytes`] — a formula of its fields'
+//! lengths: its key (held twice, in the entry and in the key index), the kept reply's
+//! text (names, message, a payload or result held inline), [`REPLY_FIXED_BYTES`] and
+//! [`ENTRY_OVERHEAD_BYTES`]. Not the bincode size of a wire struct, and not allocator
+//! figures, which differ between replicas: every replica counts the same total and
+//! forgets the same keys. The running total is recomputed from the entries on restore
+//! and checked by `check_invariants`.
 //!
 //! Forgetting, always oldest first and deterministic:
 //! 1. at every apply, keys older than the window, then the oldest while the table holds
@@ -30,46 +44,186 @@
 //!    entries written before scoping — has no quota of its own: there, quota and table
 //!    would be the same caller, and a 1/8 cap would only shorten everyone's window.
 //!
-//! Why every entry is accounted at its full size rather than stored compactly (a shared
-//! payload, or a digest plus what rebuilds the reply): docs/api.md promises the first
-//! response "byte for byte", and the job an error embeds is a view at that instant — a
-//! later complete sets its result, a delete and re-submit under the same id changes its
-//! payload — so the reply cannot be rebuilt from the job table; sharing the payload behind
-//! an `Arc` would change the wire `Job` type that node and client use. Sharing whole equal
-//! replies behind an `Arc` (tried: 4,000 keyed 409s on one held job are one reply) bounds
-//! memory but not the snapshot, which writes every entry's reply in full — 4,000 × 128 KiB,
-//! past the 64 MiB bound on disk and in every snapshot install — unless the snapshot
-//! format stored each distinct reply once, a format change that backups and `snapshot
-//! restore` would have to follow. Full-size accounting plus the per-scope quota bounds
-//! what one caller can pin (8 MiB) and what the table can hold (64 MiB), in memory and in
-//! snapshots, on every replica, which is what the attack needed. May import `command` (the
-//! reply), `limits` (bounds and key scopes) and `machine::Config`, nothing with IO.
+//! Why sharing with the record rather than other ways (issue 17 item 5 tried some): an
+//! `Arc` around equal replies bounds memory but not the snapshot, which wrote every
+//! reply in full; a digest alone cannot give the first bytes back. The record already
+//! holds the bytes, in memory and in every snapshot, bounded by the job table: the
+//! snapshot (format v3) carries the entries as kept, `Shared` included. What one caller
+//! can pin (its scope's 8 MiB) and the table (64 MiB) stay bounded, on every replica,
+//! and a delete of a record turns its sharers back into full-size entries under the
+//! same bounds. May import `command` (the reply), `wire` (the job in it), `limits`
+//! (bounds and key scopes) and `machine::Config`, nothing with IO.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
-use crate::command::Reply;
+use crate::command::{Outcome, Reply};
 use crate::limits::{self, IDEMPOTENCY_SCOPE_SHARE};
 use crate::machine::Config;
 use crate::snapshot::Inconsistency;
+use crate::wire::Job;
 
-/// What one entry costs beyond its key and its encoded reply: the key index's slot, the
-/// order map's node share, the scope FIFO's number and the in-memory reply's fixed part.
-/// A fixed figure (not `size_of`, which differs between builds) so replicas agree.
+/// What one entry costs beyond its key and its kept reply: the key index's slot, the
+/// order map's node share, the scope FIFO's number, the shared index's slot and the
+/// entry's fixed fields. A fixed figure (not `size_of`, which differs between builds) so
+/// replicas agree.
 pub(crate) const ENTRY_OVERHEAD_BYTES: u64 = 256;
+/// What a kept reply costs beyond its text (names, message, inline payload and result):
+/// its integers, tags and length prefixes — a Job's are about 150 bytes encoded.
+pub(crate) const REPLY_FIXED_BYTES: u64 = 256;
+
+/// Where a remembered reply's job has its payload and result when they are left out of
+/// the kept reply: in job record `handle`, which holds them unchanged for as long as it
+/// exists (a payload is set at submit, a result once at completion).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Shared {
+    pub handle: u64,
+    /// The reply's `payload` is the record's (it was not null).
+    pub payload: bool,
+    /// The reply's `result` is the record's (it was not null; the job was completed).
+    pub result: bool,
+}
+
+/// What an entry keeps of its first reply.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum Kept {
+    /// The reply, byte for byte once `shared` (if any) is put back from its record.
+    Reply {
+        reply: Reply,
+        shared: Option<Shared>,
+    },
+    /// Answered by the cluster a backup came from, before `raise_generations` seeded
+    /// this one: its generations are no longer current, so a retry answers
+    /// `stale_lease`. Only the job the reply was about is kept.
+    BeforeRaise { job_id: Option<String> },
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Remembered {
     pub fingerprint: u64,
-    pub reply: Reply,
     pub recorded_ms: u64,
+    pub kept: Kept,
 }
 
-/// What an entry counts against the table's and its scope's byte bounds.
+/// An entry as snapshot formats v1 and v2 wrote it: the whole reply. It decodes into an
+/// entry that keeps the whole reply (nothing shared).
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct RememberedV1 {
+    fingerprint: u64,
+    reply: Reply,
+    recorded_ms: u64,
+}
+
+impl From<RememberedV1> for Remembered {
+    fn from(r: RememberedV1) -> Self {
+        Remembered {
+            fingerprint: r.fingerprint,
+            recorded_ms: r.recorded_ms,
+            kept: Kept::Reply {
+                reply: r.reply,
+                shared: None,
+            },
+        }
+    }
+}
+
+/// The job a reply carries: a Job outcome's, or the one an error embeds.
+pub(crate) fn job_of(reply: &Reply) -> Option<&Job> {
+    match reply {
+        Ok(Outcome::Job(j)) => Some(j),
+        Err(e) => e.job.as_deref(),
+        Ok(_) => None,
+    }
+}
+
+/// [`job_of`], to change it.
+pub(crate) fn job_of_mut(reply: &mut Reply) -> Option<&mut Job> {
+    match reply {
+        Ok(Outcome::Job(j)) => Some(j),
+        Err(e) => e.job.as_deref_mut(),
+        Ok(_) => None,
+    }
+}
+
+/// The job id a reply is about, if it names one.
+pub(crate) fn job_id_of(reply: &Reply) -> Option<&str> {
+    match reply {
+        Ok(Outcome::Lease(l)) => Some(&l.job_id),
+        r => job_of(r).map(|j| j.id.as_str()),
+    }
+}
+
+/// Puts the shared parts back into a kept reply from the record's payload and result.
+pub(crate) fn put_back(
+    reply: &mut Reply,
+    s: Shared,
+    payload: Option<&String>,
+    result: Option<&String>,
+) {
+    let job = job_of_mut(reply).expect("a shared reply carries a job");
+    if s.payload {
+        job.payload = payload.cloned();
+    }
+    if s.result {
+        job.result = result.cloned();
+    }
+}
+
+fn text_len(s: &Option<String>) -> u64 {
+    s.as_ref().map_or(0, |s| s.len() as u64)
+}
+
+fn job_text_bytes(j: &Job) -> u64 {
+    (j.id.len() + j.queue.len()) as u64
+        + text_len(&j.owner)
+        + text_len(&j.payload)
+        + text_len(&j.result)
+}
+
+/// The text a reply holds: names, message, and the payload and result it holds inline.
+fn reply_text_bytes(reply: &Reply) -> u64 {
+    match reply {
+        Ok(Outcome::Lease(l)) => (l.job_id.len() + l.owner.len()) as u64,
+        Ok(Outcome::Job(j)) => job_text_bytes(j),
+        Ok(Outcome::Batch(rs)) => rs
+            .iter()
+            .map(|r| REPLY_FIXED_BYTES + reply_text_bytes(r))
+            .sum(),
+        Ok(Outcome::Deleted | Outcome::Empty | Outcome::Ticked) => 0,
+        Err(e) => e.message.len() as u64 + e.job.as_deref().map_or(0, job_text_bytes),
+    }
+}
+
+/// What an entry counts against the table's and its scope's byte bounds: a formula of
+/// its fields' lengths — the key twice (entry and index), the kept reply's text plus
+/// [`REPLY_FIXED_BYTES`], and [`ENTRY_OVERHEAD_BYTES`]. A payload or result shared with
+/// a job record is not counted: the job table owns (and bounds) those bytes.
 pub(crate) fn accounted_bytes(key: &str, remembered: &Remembered) -> u64 {
-    let encoded = bincode::serialized_size(remembered).expect("replies always encode");
-    2 * key.len() as u64 + encoded + ENTRY_OVERHEAD_BYTES
+    let kept = match &remembered.kept {
+        Kept::Reply { reply, .. } => REPLY_FIXED_BYTES + reply_text_bytes(reply),
+        Kept::BeforeRaise { job_id } => job_id.as_ref().map_or(0, |id| id.len() as u64),
+    };
+    2 * key.len() as u64 + kept + ENTRY_OVERHEAD_BYTES
+}
+
+/// How many more bytes an entry sharing `s` counts once the shared parts are copied in.
+fn shared_len(s: Shared, payload: Option<&String>, result: Option<&String>) -> u64 {
+    let len = |on: bool, t: Option<&String>| {
+        if on {
+            t.map_or(0, |t| t.len() as u64)
+        } else {
+            0
+        }
+    };
+    len(s.payload, payload) + len(s.result, result)
+}
+
+fn shared_of(r: &Remembered) -> Option<Shared> {
+    match r.kept {
+        Kept::Reply { shared, .. } => shared,
+        Kept::BeforeRaise { .. } => None,
+    }
 }
 
 /// The bounds the table keeps.
@@ -121,6 +275,9 @@ pub(crate) struct IdempotencyTable {
     scopes: HashMap<String, ScopeUse>,
     /// Sum of the entries' accounted bytes.
     bytes: u64,
+    /// Job handle → the entries sharing that record's payload or result, to copy them
+    /// in before the record goes ([`Self::materialize`]). Iterated in order only.
+    shared: BTreeMap<u64, BTreeSet<u64>>,
 }
 
 impl IdempotencyTable {
@@ -193,6 +350,9 @@ impl IdempotencyTable {
         used.seqs.push_back(seq);
         used.bytes += bytes;
         self.bytes += bytes;
+        if let Some(s) = shared_of(&remembered) {
+            self.shared.entry(s.handle).or_default().insert(seq);
+        }
         self.by_key.insert(key.clone(), seq);
         let slot = Slot {
             key,
@@ -229,6 +389,86 @@ impl IdempotencyTable {
             self.scopes.remove(scope);
         }
         self.bytes -= slot.bytes;
+        if let Some(s) = shared_of(&slot.remembered) {
+            let sharing = self
+                .shared
+                .get_mut(&s.handle)
+                .expect("shared index of an entry");
+            assert!(sharing.remove(&seq), "entry missing from the shared index");
+            if sharing.is_empty() {
+                self.shared.remove(&s.handle);
+            }
+        }
+    }
+
+    /// Job record `handle` is going (deleted): every entry sharing its payload or result
+    /// gets them copied in from `payload` and `result`, and counts them from now on. The
+    /// bounds are kept as after an insert — each grown scope's quota, then the table's,
+    /// oldest first — and only then are bytes copied, into the entries that stay: a
+    /// record shared by many entries never makes a transient copy for each.
+    pub fn materialize(
+        &mut self,
+        handle: u64,
+        payload: Option<&String>,
+        result: Option<&String>,
+        b: Bounds,
+    ) {
+        let Some(sharing) = self.shared.get(&handle) else {
+            return;
+        };
+        let mut grown = BTreeSet::new();
+        for seq in sharing.clone() {
+            let slot = self
+                .order
+                .get_mut(&seq)
+                .expect("shared index names an entry");
+            let s = shared_of(&slot.remembered).expect("a sharing entry");
+            let more = shared_len(s, payload, result);
+            slot.bytes += more;
+            self.bytes += more;
+            let scope = limits::split_idempotency_key(&slot.key).0;
+            self.scopes.get_mut(scope).expect("scope of an entry").bytes += more;
+            grown.insert(scope.to_owned());
+        }
+        for scope in grown.iter().filter(|s| !s.is_empty()) {
+            self.keep_quota(scope, b);
+        }
+        while self.over(b) {
+            let (&oldest, _) = self.order.first_key_value().expect("over means not empty");
+            self.forget(oldest);
+        }
+        for seq in self.shared.remove(&handle).unwrap_or_default() {
+            let slot = self
+                .order
+                .get_mut(&seq)
+                .expect("shared index names an entry");
+            if let Kept::Reply { reply, shared } = &mut slot.remembered.kept {
+                let s = shared.take().expect("a sharing entry");
+                put_back(reply, s, payload, result);
+            }
+            debug_assert_eq!(slot.bytes, accounted_bytes(&slot.key, &slot.remembered));
+        }
+    }
+
+    /// Every entry becomes [`Kept::BeforeRaise`] (a backup seeds a new cluster with its
+    /// generations raised): a retry of any of them answers `stale_lease`.
+    pub fn mark_before_raise(&mut self, b: Bounds) {
+        let entries = std::mem::take(self)
+            .order
+            .into_values()
+            .map(|s| {
+                let job_id = match s.remembered.kept {
+                    Kept::Reply { reply, .. } => job_id_of(&reply).map(str::to_owned),
+                    Kept::BeforeRaise { job_id } => job_id,
+                };
+                let r = Remembered {
+                    kept: Kept::BeforeRaise { job_id },
+                    ..s.remembered
+                };
+                (s.key, r)
+            })
+            .collect();
+        *self = Self::from_entries(entries, b).expect("a table's own entries, each smaller");
     }
 
     /// Entries in insertion order, for snapshots.
@@ -291,6 +531,7 @@ impl IdempotencyTable {
         );
         assert!(!self.over(b), "idempotency table over its bound");
         let mut prev = 0;
+        let mut sharing = 0;
         let mut scopes: HashMap<&str, (Vec<u64>, u64)> = HashMap::new();
         for (&seq, s) in &self.order {
             assert!(seq < self.next_seq, "idempotency number not yet issued");
@@ -308,12 +549,24 @@ impl IdempotencyTable {
                 "expired idempotency key kept"
             );
             prev = r.recorded_ms;
+            if let Some(sh) = shared_of(r) {
+                assert!(
+                    self.shared
+                        .get(&sh.handle)
+                        .is_some_and(|set| set.contains(&seq)),
+                    "{:?} missing from the shared index",
+                    s.key
+                );
+                sharing += 1;
+            }
             let used = scopes
                 .entry(limits::split_idempotency_key(&s.key).0)
                 .or_default();
             used.0.push(seq);
             used.1 += s.bytes;
         }
+        let indexed: usize = self.shared.values().map(BTreeSet::len).sum();
+        assert_eq!(indexed, sharing, "shared index size");
         let total: u64 = scopes.values().map(|u| u.1).sum();
         assert_eq!(total, self.bytes, "idempotency bytes total");
         assert_eq!(scopes.len(), self.scopes.len(), "idempotency scopes");
@@ -347,11 +600,14 @@ mod tests {
     fn entry(key: &str, at: u64, pad: usize) -> (String, Remembered) {
         let r = Remembered {
             fingerprint: at,
-            reply: Err(crate::wire::ApiError::new(
-                crate::wire::ErrorCode::LeaseHeld,
-                "x".repeat(pad),
-            )),
             recorded_ms: at,
+            kept: Kept::Reply {
+                reply: Err(crate::wire::ApiError::new(
+                    crate::wire::ErrorCode::LeaseHeld,
+                    "x".repeat(pad),
+                )),
+                shared: None,
+            },
         };
         (key.to_owned(), r)
     }
@@ -361,10 +617,10 @@ mod tests {
     }
 
     #[test]
-    fn accounted_bytes_are_key_twice_encoded_reply_and_overhead() {
+    fn accounted_bytes_are_key_twice_the_text_and_fixed_parts() {
         let (k, r) = entry("s key", 1, 100);
-        let encoded = bincode::serialize(&r).unwrap().len() as u64;
-        assert_eq!(accounted_bytes(&k, &r), 10 + encoded + ENTRY_OVERHEAD_BYTES);
+        let fixed = REPLY_FIXED_BYTES + ENTRY_OVERHEAD_BYTES;
+        assert_eq!(accounted_bytes(&k, &r), 10 + 100 + fixed);
     }
 
     #[test]
@@ -395,7 +651,7 @@ mod tests {
         let (k, r) = entry("b 1", 0, 100);
         t.insert(k, r, small());
         for i in 0..10 {
-            let (k, r) = entry(&format!("a {i}"), 1, 700);
+            let (k, r) = entry(&format!("a {i}"), 1, 500);
             t.insert(k, r, small());
             assert!(t.scope_bytes("a") <= small().scope_bytes_max);
         }

@@ -11,6 +11,9 @@
 //! - [`machine`]: `LeaseMachine::apply`, the rules, the indexes, failover grace, reads.
 //! - `idempotency`: the table of remembered replies to keyed requests, bounded in keys,
 //!   accounted bytes and per caller scope.
+//! - `replies`: what a keyed request's reply is remembered as, and how a retry is
+//!   answered from it (shared with the job record, rebuilt byte for byte).
+//! - [`raise`]: seeding a new cluster from a backup: raised generations, held leases.
 //! - `queries`: read-only questions between entries (is anything claimable?).
 //! - `queue_stats`: jobs per queue and state, kept by every transition (for metrics).
 //! - [`snapshot`]: `snapshot()`/`restore()` and `check_invariants()`; why a restore is
@@ -22,11 +25,14 @@ pub mod limits;
 pub mod machine;
 mod queries;
 mod queue_stats;
+pub mod raise;
+mod replies;
 pub mod snapshot;
 pub mod wire;
 
 pub use command::{BatchItem, Command, Entry, Outcome, Reply};
-pub use machine::{Config, GenerationOverflow, LeaseMachine, Stats};
+pub use machine::{Config, LeaseMachine, Stats};
 pub use queue_stats::QueueStats;
+pub use raise::{GenerationOverflow, Raised};
 pub use snapshot::{Inconsistency, SnapshotError, SnapshotSource};
 pub use wire::{ApiError, ErrorBody, ErrorCode, Job, JobPage, JobState, Lease};

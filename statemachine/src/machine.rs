@@ -80,15 +80,6 @@ pub(crate) struct JobRecord {
     pub log_index: u64,
 }
 
-/// [`LeaseMachine::raise_generations`] refused: raising by `by` would overflow the
-/// highest generation the machine knows, `top`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("raising generations by {by} overflows (the highest is {top})")]
-pub struct GenerationOverflow {
-    pub by: u64,
-    pub top: u64,
-}
-
 /// Counters for metrics and dashboards, as of the last applied entry.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Stats {
@@ -131,7 +122,7 @@ pub struct LeaseMachine {
     /// Where a job id this machine has never seen starts counting generations: 0, or
     /// what [`LeaseMachine::raise_generations`] added (a restored backup), so the first
     /// claim of such an id is above any token the backup's old cluster could have granted
-    /// it. In snapshots (format v2 when not 0).
+    /// it. In snapshots (v2 and v3).
     pub(crate) generation_floor: u64,
     pub(crate) idempotency: IdempotencyTable,
     // Derived indexes, rebuilt on restore. `ids` is only ever looked up, never iterated
@@ -242,52 +233,6 @@ impl LeaseMachine {
         self.last_grace_ms
     }
 
-    /// Seeding a new cluster from a backup (`leasehold snapshot restore`): raises every
-    /// job's generation — and every deleted job's remembered one — by `by`, and ends
-    /// every lease live in the backup (the job becomes claimable at once).
-    ///
-    /// The cluster the backup came from may have granted generations after the backup
-    /// was taken; a restored cluster granting the same ones again could give two workers
-    /// the same fencing token for a job. Raised by more than that cluster could have
-    /// granted since, every token the restored cluster grants is above every token the
-    /// old one did, and the workers of leases live in the backup are fenced off (their
-    /// generation is no longer current). Job ids the backup does not know — created in
-    /// the old cluster after the backup, perhaps claimed there many times — get the same
-    /// floor: their first claim here is generation `by + 1`. Errors (changing nothing) if
-    /// a generation would overflow.
-    pub fn raise_generations(&mut self, by: u64) -> Result<(), GenerationOverflow> {
-        let top = self
-            .jobs
-            .values()
-            .map(|r| r.generation)
-            .chain(self.tombstones.values().copied())
-            .chain([self.generation_floor])
-            .max()
-            .unwrap_or(0);
-        if top.checked_add(by).is_none() {
-            return Err(GenerationOverflow { by, top });
-        }
-        let now = self.clock_ms;
-        self.generation_floor += by;
-        for g in self.tombstones.values_mut() {
-            *g += by;
-        }
-        let live: Vec<(u64, u64)> = std::mem::take(&mut self.expiry).into_iter().collect();
-        for rec in self.jobs.values_mut() {
-            Arc::make_mut(rec).generation += by;
-        }
-        for (_, handle) in live {
-            let rec = Arc::make_mut(self.jobs.get_mut(&handle).expect("expiry names a job"));
-            rec.leased = false;
-            rec.lease_until_ms = rec.lease_until_ms.min(now);
-            rec.ready_at_ms = now;
-            let queue = rec.queue.clone();
-            self.ready.entry(queue).or_default().insert((now, handle));
-            self.recount(handle, Some(Slot::Leased), Some(Slot::Pending));
-        }
-        Ok(())
-    }
-
     /// The earliest live lease's expiry, if any (the node ticks while leases are live).
     pub fn next_expiry_ms(&self) -> Option<u64> {
         self.expiry.first().map(|(t, _)| *t)
@@ -359,7 +304,7 @@ impl LeaseMachine {
         let fingerprint = cmd.fingerprint();
         if let Some(first) = self.idempotency.get(key) {
             if first.fingerprint == fingerprint {
-                return first.reply.clone();
+                return self.replay(first, cmd);
             }
             return Err(ApiError::new(
                 ErrorCode::IdempotencyKeyReused,
@@ -374,8 +319,8 @@ impl LeaseMachine {
         }
         let remembered = Remembered {
             fingerprint,
-            reply: reply.clone(),
             recorded_ms: now,
+            kept: self.kept(reply.clone()),
         };
         self.idempotency
             .insert(key.to_owned(), remembered, Bounds::of(&self.config));
@@ -463,7 +408,7 @@ impl LeaseMachine {
         }
     }
 
-    fn view(&self, rec: &JobRecord, now: u64) -> Job {
+    pub(crate) fn view(&self, rec: &JobRecord, now: u64) -> Job {
         let live = rec.status == Status::Open && rec.leased && rec.lease_until_ms > now;
         let state = match rec.status {
             Status::Completed => JobState::Completed,
@@ -777,6 +722,13 @@ impl LeaseMachine {
             Status::Failed => self.failed -= 1,
         }
         let rec = self.jobs.remove(&handle).expect("exists");
+        // Remembered replies sharing the record's payload or result copy them first.
+        self.idempotency.materialize(
+            handle,
+            rec.payload.as_ref(),
+            rec.result.as_ref(),
+            Bounds::of(&self.config),
+        );
         count_move(
             &mut self.queue_counts,
             &rec.queue,

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use bincode::Options;
 use serde::{Deserialize, Serialize};
 
-use crate::idempotency::{Bounds, IdempotencyTable, Remembered};
+use crate::idempotency::{Bounds, IdempotencyTable, Remembered, RememberedV1};
 use crate::machine::{Config, JobRecord, LeaseMachine, Status};
 use crate::queue_stats::{count_move, QueueStats, Slot};
 
@@ -18,16 +18,22 @@ use crate::queue_stats::{count_move, QueueStats, Slot};
 /// but one seeded from a backup): `[1] ++ bincode(state)`.
 pub const SNAPSHOT_FORMAT_V1: u8 = 1;
 /// Version byte of a snapshot of a machine with a generation floor (seeded from a backup
-/// by `leasehold snapshot restore`): `[2] ++ bincode(state) ++ bincode(floor: u64)`. A
-/// machine without one still writes v1, which every earlier build reads.
+/// by `leasehold snapshot restore`): `[2] ++ bincode(state) ++ bincode(floor: u64)`.
 pub const SNAPSHOT_FORMAT_V2: u8 = 2;
+/// Version byte of what this build writes: `[3] ++ bincode(state) ++ bincode(floor)`,
+/// the floor 0 or not, where the idempotency entries are kept as the table keeps them
+/// (`idempotency.rs`: a reply's job may share its payload and result with its record, an
+/// entry may be marked as answered before a raise). v1 and v2 still decode, their
+/// entries keeping whole replies. Earlier builds refuse v3: upgrade every node of a
+/// cluster together (docs/operations.md).
+pub const SNAPSHOT_FORMAT_V3: u8 = 3;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
     #[error("snapshot is empty")]
     Empty,
     #[error(
-        "snapshot format version {0} is not supported (this build reads {SNAPSHOT_FORMAT_V1} and {SNAPSHOT_FORMAT_V2})"
+        "snapshot format version {0} is not supported (this build reads {SNAPSHOT_FORMAT_V1} to {SNAPSHOT_FORMAT_V3})"
     )]
     UnknownVersion(u8),
     #[error("snapshot does not decode: {0}")]
@@ -65,6 +71,8 @@ pub enum Inconsistency {
     KeyFromFuture(String),
     #[error("expired idempotency key {0:?} kept")]
     ExpiredKeyKept(String),
+    #[error("idempotency key {0:?} shares a payload or result no job record holds")]
+    SharedNotHeld(String),
 }
 
 /// A queue, its members' handles, its claimable jobs' (ready_at_ms, handle) and its jobs
@@ -99,40 +107,65 @@ impl<'a> QueueIndexes<'a> {
     }
 }
 
-#[derive(Serialize)]
-struct SnapshotRef<'a> {
+/// The machine's scalars, first in every snapshot format (bincode writes a nested struct
+/// as its fields in order, so grouping them changes no byte).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+struct Header {
     config: Config,
     clock_ms: u64,
     term: u64,
     last_log_index: u64,
     next_handle: u64,
     grace_applied: u64,
+}
+
+#[derive(Serialize)]
+struct SnapshotRef<'a> {
+    header: Header,
     jobs: &'a BTreeMap<u64, Arc<JobRecord>>,
     tombstones: &'a BTreeMap<String, u64>,
     idempotency: Vec<(&'a String, &'a Remembered)>,
-    /// After the state, in v2 only (see [`encode_into`]).
+    /// After the state (see [`encode_into`]).
     #[serde(skip)]
     generation_floor: u64,
 }
 
-/// The records of a machine at one instant, detached from it: taking one costs a walk
-/// of the job table's keys (records are shared, and the machine copies a record it
-/// writes while a source still holds it), so a node can encode a million-job snapshot
-/// without holding off applies for the whole encoding. It is also what `restore`
-/// decodes: the same fields in the same order as `SnapshotRef`.
+/// The state as a snapshot carries it, with the idempotency entries in the shape `R` of
+/// the format version (`RememberedV1` in v1 and v2): the same fields in the same order
+/// as `SnapshotRef`.
 #[derive(Debug, Clone, Deserialize)]
-pub struct SnapshotSource {
-    config: Config,
-    clock_ms: u64,
-    term: u64,
-    last_log_index: u64,
-    next_handle: u64,
-    grace_applied: u64,
+struct State<R> {
+    header: Header,
     jobs: BTreeMap<u64, Arc<JobRecord>>,
     tombstones: BTreeMap<String, u64>,
-    idempotency: Vec<(String, Remembered)>,
-    /// Not part of the bincode struct: v2 carries it after the state.
-    #[serde(skip)]
+    idempotency: Vec<(String, R)>,
+}
+
+impl State<RememberedV1> {
+    /// The entries of a v1/v2 snapshot keep whole replies.
+    fn upgrade(self) -> State<Remembered> {
+        State {
+            header: self.header,
+            jobs: self.jobs,
+            tombstones: self.tombstones,
+            idempotency: self
+                .idempotency
+                .into_iter()
+                .map(|(k, r)| (k, r.into()))
+                .collect(),
+        }
+    }
+}
+
+/// The records of a machine at one instant, detached from it: taking one costs a walk
+/// of the job table's keys (records are shared, and the machine copies a record it
+/// writes while a source still holds it) and a copy of the idempotency entries (small:
+/// a job's payload and result are shared with its record), so a node can encode a
+/// million-job snapshot without holding off applies for the whole encoding. It is also
+/// what `restore` decodes.
+#[derive(Debug, Clone)]
+pub struct SnapshotSource {
+    state: State<Remembered>,
     generation_floor: u64,
 }
 
@@ -153,16 +186,12 @@ impl SnapshotSource {
     }
 
     fn as_ref(&self) -> SnapshotRef<'_> {
+        let s = &self.state;
         SnapshotRef {
-            config: self.config,
-            clock_ms: self.clock_ms,
-            term: self.term,
-            last_log_index: self.last_log_index,
-            next_handle: self.next_handle,
-            grace_applied: self.grace_applied,
-            jobs: &self.jobs,
-            tombstones: &self.tombstones,
-            idempotency: self.idempotency.iter().map(|(k, r)| (k, r)).collect(),
+            header: s.header,
+            jobs: &s.jobs,
+            tombstones: &s.tombstones,
+            idempotency: s.idempotency.iter().map(|(k, r)| (k, r)).collect(),
             generation_floor: self.generation_floor,
         }
     }
@@ -174,28 +203,53 @@ fn encode(state: &SnapshotRef<'_>) -> Vec<u8> {
     out
 }
 
-/// The version byte, the state, and in v2 the generation floor after it.
+/// The version byte (v3), the state, and the generation floor after it.
 fn encode_into<W: std::io::Write>(state: &SnapshotRef<'_>, mut w: W) -> bincode::Result<()> {
-    if state.generation_floor == 0 {
-        w.write_all(&[SNAPSHOT_FORMAT_V1])?;
-        bincode::serialize_into(w, state)
-    } else {
-        w.write_all(&[SNAPSHOT_FORMAT_V2])?;
-        bincode::serialize_into(&mut w, state)?;
-        bincode::serialize_into(w, &state.generation_floor)
+    w.write_all(&[SNAPSHOT_FORMAT_V3])?;
+    bincode::serialize_into(&mut w, state)?;
+    bincode::serialize_into(w, &state.generation_floor)
+}
+
+/// The state and generation floor of a snapshot body of format `version`.
+fn decode(
+    version: u8,
+    body: &[u8],
+    options: impl Options,
+) -> Result<(State<Remembered>, u64), SnapshotError> {
+    let decoded = match version {
+        SNAPSHOT_FORMAT_V1 => options
+            .deserialize::<State<RememberedV1>>(body)
+            .map(|s| (s.upgrade(), 0)),
+        SNAPSHOT_FORMAT_V2 => options
+            .deserialize::<(State<RememberedV1>, u64)>(body)
+            .map(|(s, floor)| (s.upgrade(), floor)),
+        SNAPSHOT_FORMAT_V3 => options.deserialize::<(State<Remembered>, u64)>(body),
+        _ => return Err(SnapshotError::UnknownVersion(version)),
+    };
+    let (s, floor) = decoded.map_err(|e| SnapshotError::Decode(e.to_string()))?;
+    if version == SNAPSHOT_FORMAT_V2 && floor == 0 {
+        // One state, one encoding: without a floor v2's writers wrote v1.
+        return Err(Inconsistency::V2WithoutFloor.into());
     }
+    Ok((s, floor))
 }
 
 impl LeaseMachine {
-    /// The records as of now, to [`SnapshotSource::encode`] later (elsewhere).
-    pub fn snapshot_source(&self) -> SnapshotSource {
-        SnapshotSource {
+    fn header(&self) -> Header {
+        Header {
             config: self.config,
             clock_ms: self.clock_ms,
             term: self.term,
             last_log_index: self.last_log_index,
             next_handle: self.next_handle,
             grace_applied: self.grace_applied,
+        }
+    }
+
+    /// The records as of now, to [`SnapshotSource::encode`] later (elsewhere).
+    pub fn snapshot_source(&self) -> SnapshotSource {
+        let state = State {
+            header: self.header(),
             jobs: self.jobs.clone(),
             tombstones: self.tombstones.clone(),
             idempotency: self
@@ -203,20 +257,18 @@ impl LeaseMachine {
                 .entries()
                 .map(|(k, r)| (k.clone(), r.clone()))
                 .collect(),
+        };
+        SnapshotSource {
+            state,
             generation_floor: self.generation_floor,
         }
     }
 
-    /// The whole state as bytes: `[SNAPSHOT_FORMAT_V1] ++ bincode(state)`, or v2 with
-    /// the generation floor after it.
+    /// The whole state as bytes: `[SNAPSHOT_FORMAT_V3] ++ bincode(state) ++
+    /// bincode(generation floor)`.
     pub fn snapshot(&self) -> Vec<u8> {
         let state = SnapshotRef {
-            config: self.config,
-            clock_ms: self.clock_ms,
-            term: self.term,
-            last_log_index: self.last_log_index,
-            next_handle: self.next_handle,
-            grace_applied: self.grace_applied,
+            header: self.header(),
             jobs: &self.jobs,
             tombstones: &self.tombstones,
             idempotency: self.idempotency.entries().collect(),
@@ -239,32 +291,17 @@ impl LeaseMachine {
         let options = bincode::DefaultOptions::new()
             .with_fixint_encoding()
             .reject_trailing_bytes();
-        let decoded = match version {
-            SNAPSHOT_FORMAT_V1 => options.deserialize::<SnapshotSource>(body),
-            SNAPSHOT_FORMAT_V2 => {
-                options
-                    .deserialize::<(SnapshotSource, u64)>(body)
-                    .map(|(mut s, floor)| {
-                        s.generation_floor = floor;
-                        s
-                    })
-            }
-            _ => return Err(SnapshotError::UnknownVersion(version)),
-        };
-        let s = decoded.map_err(|e| SnapshotError::Decode(e.to_string()))?;
-        if version == SNAPSHOT_FORMAT_V2 && s.generation_floor == 0 {
-            // One state, one encoding: without a floor it is written as v1.
-            return Err(Inconsistency::V2WithoutFloor.into());
-        }
-        let mut m = LeaseMachine::new(s.config);
-        m.clock_ms = s.clock_ms;
-        m.term = s.term;
-        m.last_log_index = s.last_log_index;
-        m.next_handle = s.next_handle;
-        m.grace_applied = s.grace_applied;
+        let (s, generation_floor) = decode(version, body, options)?;
+        let h = s.header;
+        let mut m = LeaseMachine::new(h.config);
+        m.clock_ms = h.clock_ms;
+        m.term = h.term;
+        m.last_log_index = h.last_log_index;
+        m.next_handle = h.next_handle;
+        m.grace_applied = h.grace_applied;
         m.tombstones = s.tombstones;
-        m.generation_floor = s.generation_floor;
-        m.idempotency = IdempotencyTable::from_entries(s.idempotency, Bounds::of(&s.config))?;
+        m.generation_floor = generation_floor;
+        m.idempotency = IdempotencyTable::from_entries(s.idempotency, Bounds::of(&h.config))?;
         m.ids.reserve(s.jobs.len());
         // The indexes are collected into vectors and built in bulk: a million one-by-one
         // tree inserts (and a queue-name copy per record) were most of a restart.
@@ -347,6 +384,9 @@ impl LeaseMachine {
             if r.recorded_ms.saturating_add(cfg.idempotency_window_ms) <= self.clock_ms {
                 return Err(Inconsistency::ExpiredKeyKept(key.clone()));
             }
+            if !self.shared_ok(r) {
+                return Err(Inconsistency::SharedNotHeld(key.clone()));
+            }
         }
         Ok(())
     }
@@ -423,6 +463,9 @@ impl LeaseMachine {
         assert_eq!(self.failed, rebuilt.failed, "failed count");
         self.idempotency
             .check_invariants(self.clock_ms, Bounds::of(&self.config));
+        for (key, r) in self.idempotency.entries() {
+            assert!(self.shared_ok(r), "{key:?} shares what no record holds");
+        }
         let _: &BTreeSet<(u64, u64)> = &self.expiry;
     }
 }

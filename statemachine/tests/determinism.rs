@@ -6,7 +6,7 @@
 //! final bytes, and `restore` refuses what is not a snapshot it wrote: an empty input, an
 //! unknown version byte, garbage, a truncated snapshot, a snapshot with bytes appended.
 
-use leasehold_statemachine::snapshot::SNAPSHOT_FORMAT_V1;
+use leasehold_statemachine::snapshot::{SNAPSHOT_FORMAT_V1, SNAPSHOT_FORMAT_V3};
 use leasehold_statemachine::{
     Command, Config, Entry, ErrorCode, JobState, LeaseMachine, Outcome, Reply, SnapshotError,
 };
@@ -311,8 +311,8 @@ fn restore_rejects_an_empty_input_and_unknown_versions() {
     let mut m = LeaseMachine::new(config());
     replay(&mut m, &random_log(1, 500), 1);
     let snap = m.snapshot();
-    assert_eq!(snap[0], SNAPSHOT_FORMAT_V1);
-    for version in [0u8, 3, 0x7f, 0xff] {
+    assert_eq!(snap[0], SNAPSHOT_FORMAT_V3);
+    for version in [0u8, 4, 0x7f, 0xff] {
         let mut bytes = snap.clone();
         bytes[0] = version;
         match LeaseMachine::restore(&bytes) {

@@ -6,10 +6,11 @@
 //! `check_invariants()`, so an index drifting from the records fails here too.
 
 use leasehold_statemachine::limits;
-use leasehold_statemachine::snapshot::{SNAPSHOT_FORMAT_V1, SNAPSHOT_FORMAT_V2};
+use leasehold_statemachine::snapshot::{SNAPSHOT_FORMAT_V2, SNAPSHOT_FORMAT_V3};
 use leasehold_statemachine::wire::SubmitRequest;
 use leasehold_statemachine::{
-    ApiError, Command, Config, Entry, ErrorCode, Job, JobState, Lease, LeaseMachine, Outcome, Reply,
+    ApiError, Command, Config, Entry, ErrorCode, Job, JobState, Lease, LeaseMachine, Outcome,
+    Raised, Reply,
 };
 
 // ---- harness ----------------------------------------------------------------------------
@@ -1531,15 +1532,18 @@ fn raising_generations_fences_off_every_token_the_old_cluster_may_have_granted()
     const BY: u64 = 1 << 32;
     h.m.raise_generations(BY).expect("no overflow");
     h.m.check_invariants();
-    // The lease live in the backup is over: its holder is fenced off, the job claimable.
+    // The lease live in the backup is held at the raised generation: its holder is
+    // fenced off, and nobody else may claim it yet.
     let j = h.job("live");
-    assert_eq!((j.state, j.generation), (JobState::Pending, 1 + BY));
+    assert_eq!((j.state, j.generation), (JobState::Leased, 1 + BY));
     assert_eq!(
         code(h.at(1_006, renew("live", "w1", 1, None))),
         ErrorCode::StaleLease
     );
-    let again = lease(h.at(1_007, claim("live", "w4", 60_000)));
-    assert_eq!(again.generation, 2 + BY);
+    assert_eq!(
+        code(h.at(1_007, claim("live", "w4", 60_000))),
+        ErrorCode::LeaseHeld
+    );
     // A completed job stays completed, above the old tokens.
     let j = h.job("done");
     assert_eq!((j.state, j.generation), (JobState::Completed, 1 + BY));
@@ -1564,16 +1568,16 @@ fn raising_generations_fences_off_every_token_the_old_cluster_may_have_granted()
         1 + BY
     );
     h.m.check_invariants();
-    // The floor travels in snapshots (format v2) and survives a round trip.
+    // The floor travels in snapshots (format v3) and survives a round trip.
     let snap = h.m.snapshot();
-    assert_eq!(snap[0], SNAPSHOT_FORMAT_V2);
+    assert_eq!(snap[0], SNAPSHOT_FORMAT_V3);
     let copy = LeaseMachine::restore(&snap).expect("restores");
     assert_eq!(copy.digest(), h.m.digest());
     let mut c = H {
         m: copy,
         idx: h.idx,
     };
-    assert_eq!(c.job("live").generation, 2 + BY);
+    assert_eq!(c.job("live").generation, 1 + BY);
     assert_eq!(
         lease(c.at(1_013, claim("later", "w8", 60_000))).generation,
         1 + BY
@@ -1587,15 +1591,14 @@ fn raising_generations_fences_off_every_token_the_old_cluster_may_have_granted()
 }
 
 #[test]
-fn a_machine_without_a_floor_writes_format_v1() {
+fn a_machine_writes_format_v3_and_a_v2_image_without_a_floor_is_refused() {
     let mut h = H::new();
     lease(h.at(1_000, claim("a", "w", 60_000)));
-    h.m.raise_generations(0).expect("raising by 0 is a no-op");
-    assert_eq!(h.m.snapshot()[0], SNAPSHOT_FORMAT_V1);
-    // A v2 image with a floor of 0 is not how any state is written: refused.
+    assert_eq!(h.m.snapshot()[0], SNAPSHOT_FORMAT_V3);
+    // A v2 image with a floor of 0 is not how any state was written: refused. (v1 and
+    // v2 images of earlier builds decode: `idempotency_bytes.rs` reads two.)
     let mut bytes = h.m.snapshot();
     bytes[0] = SNAPSHOT_FORMAT_V2;
-    bytes.extend_from_slice(&0u64.to_le_bytes());
     assert!(LeaseMachine::restore(&bytes).is_err());
 }
 
@@ -1606,4 +1609,103 @@ fn raising_generations_past_u64_changes_nothing() {
     let before = h.m.snapshot();
     assert!(h.m.raise_generations(u64::MAX).is_err());
     assert_eq!(h.m.snapshot(), before);
+}
+
+/// Issue 28 item 3: the old holder's own deadline is at most a TTL after its last renew,
+/// which was before the restored cluster began running; restored-cluster time resumes at
+/// the backup's clock and never runs faster than real time. So the lease is held — at
+/// the raised generation, for nobody — until `max(lease_until, clock + ttl) + grace cap`,
+/// and then expires as any lease does.
+#[test]
+fn a_lease_live_in_a_backup_is_held_for_its_ttl_and_the_grace_cap_after_the_raise() {
+    const BY: u64 = 1 << 32;
+    let mut h = H::new();
+    let grace = Config::default().grace_ms_max;
+    lease(h.at(1_000, claim("j", "w1", 10_000)));
+    lease(h.at(1_500, claim("long", "w3", 100_000)));
+    h.at(2_000, Command::Tick).unwrap();
+    let raised = h.m.raise_generations(BY).expect("no overflow");
+    // max(11_000, 2_000 + 10_000) + grace; the longer lease: max(101_500, 102_000) + grace.
+    let until = 12_000 + grace;
+    assert_eq!(
+        raised,
+        Raised {
+            leases_held: 2,
+            held_until_ms: Some(102_000 + grace)
+        }
+    );
+    h.m.check_invariants();
+    let j = h.job("j");
+    assert_eq!(
+        (j.state, j.owner.as_deref(), j.generation, j.lease_until_ms),
+        (JobState::Leased, Some("w1"), 1 + BY, Some(until))
+    );
+    assert_eq!(h.m.stats().leased, 2);
+    // A copy through a snapshot holds it the same (the hold is the record's lease).
+    let mut c = H {
+        m: LeaseMachine::restore(&h.m.snapshot()).unwrap(),
+        idx: h.idx,
+    };
+    for m in [&mut h, &mut c] {
+        let e = err(m.at(until - 1, claim("j", "w2", 5_000)));
+        assert_eq!(e.code, ErrorCode::LeaseHeld, "{e}");
+        for cmd in [
+            renew("j", "w1", 1, None),
+            complete("j", "w1", 1),
+            release("j", "w1", 1),
+        ] {
+            assert_eq!(code(m.at(until - 1, cmd)), ErrorCode::StaleLease);
+        }
+        assert_eq!(code(m.at(until - 1, delete("j"))), ErrorCode::LeaseHeld);
+        // At the hold's end it expires as any lease does: claimable, above every token.
+        let l = lease(m.at(until, claim("j", "w2", 5_000)));
+        assert_eq!(l.generation, 2 + BY);
+        assert_eq!(m.m.stats().leased, 2, "j again, and long still held");
+    }
+    assert_eq!(c.m.digest(), h.m.digest());
+}
+
+/// Issue 28 item 3: a reply remembered before the raise names generations of the old
+/// cluster; a same-key same-body retry answers 409 `stale_lease` with the job as it is
+/// now, never the old bytes — through a snapshot too.
+#[test]
+fn replies_remembered_before_the_raise_answer_stale_lease() {
+    const BY: u64 = 1 << 32;
+    let mut h = H::new();
+    let first = lease(h.keyed(1_000, "k-claim", claim("j", "w1", 60_000)));
+    assert_eq!(first.generation, 1);
+    h.keyed(1_001, "k-submit", submit(Some("s"), "q")).unwrap();
+    let missing = renew("nope", "w1", 1, None);
+    assert_eq!(
+        code(h.keyed(1_002, "k-404", missing.clone())),
+        ErrorCode::NotFound
+    );
+    h.m.raise_generations(BY).expect("no overflow");
+    h.m.check_invariants();
+    let mut c = H {
+        m: LeaseMachine::restore(&h.m.snapshot()).unwrap(),
+        idx: h.idx,
+    };
+    for m in [&mut h, &mut c] {
+        let e = err(m.keyed(1_003, "k-claim", claim("j", "w1", 60_000)));
+        assert_eq!(e.code, ErrorCode::StaleLease, "{e}");
+        assert!(e.message.contains("backup"), "{e}");
+        let job = e.job.expect("the current job");
+        assert_eq!((job.id.as_str(), job.generation), ("j", 1 + BY));
+        let e = err(m.keyed(1_004, "k-submit", submit(Some("s"), "q")));
+        assert_eq!(e.code, ErrorCode::StaleLease);
+        assert_eq!(e.job.expect("the job").id, "s");
+        let e = err(m.keyed(1_005, "k-404", missing.clone()));
+        assert_eq!((e.code, e.job), (ErrorCode::StaleLease, None));
+        // A different body under the key is still a reuse.
+        let other = claim("j", "w9", 60_000);
+        assert_eq!(
+            code(m.keyed(1_006, "k-claim", other)),
+            ErrorCode::IdempotencyKeyReused
+        );
+        // Keys first used after the raise replay as always.
+        let r = m.keyed(1_007, "k-new", submit(Some("t"), "q"));
+        assert_eq!(m.keyed(1_008, "k-new", submit(Some("t"), "q")), r);
+    }
+    assert_eq!(c.m.digest(), h.m.digest());
 }

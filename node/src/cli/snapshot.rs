@@ -42,7 +42,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::{Args, Subcommand};
-use leasehold_statemachine::{ErrorBody, ErrorCode, LeaseMachine};
+use leasehold_statemachine::{ErrorBody, ErrorCode, LeaseMachine, Raised};
 use openraft::storage::RaftLogStorage;
 use openraft::{BasicNode, Membership};
 use serde::Serialize;
@@ -114,10 +114,11 @@ pub struct RestoreArgs {
     /// that still runs.
     #[arg(long)]
     pub cluster_id: Option<ClusterId>,
-    /// Raise every job's generation by this much and end the leases live in the backup
-    /// (0: keep both as they were); job ids the backup does not know start counting at
-    /// this floor too. The old cluster may have granted generations after the backup;
-    /// above them, no fencing token is ever granted twice.
+    /// Raise every job's generation by this much, hold the leases live in the backup for
+    /// their TTL plus the failover grace (for nobody), and make replies remembered in the
+    /// backup answer stale_lease (0: keep all as it was); job ids the backup does not know
+    /// start counting at this floor too. The old cluster may have granted generations
+    /// after the backup; above them, no fencing token is ever granted twice.
     #[arg(long, default_value_t = RAISE_GENERATIONS_DEFAULT)]
     pub raise_generations: u64,
     /// Output format (as the client commands' --output: restore calls no node).
@@ -682,8 +683,11 @@ struct Restored {
     jobs: u64,
     /// By how much every generation was raised (0: not).
     generations_raised_by: u64,
-    /// Leases live in the backup that the raise ended.
-    leases_ended: u64,
+    /// Leases live in the backup, held (for nobody) after the raise until their TTL plus
+    /// the failover grace cap of restored-cluster time has passed.
+    leases_held: u64,
+    /// The latest end of those holds (cluster time); null when none was live.
+    leases_held_until_ms: Option<u64>,
     voters: BTreeMap<NodeId, String>,
 }
 
@@ -699,16 +703,15 @@ pub enum RaiseError {
 }
 
 /// Raises the backup's generations (see `LeaseMachine::raise_generations`), off the
-/// runtime: the machine bytes to seed with and how many live leases were ended.
-async fn raise(machine: Vec<u8>, by: u64) -> Result<(Vec<u8>, u64), RaiseError> {
+/// runtime: the machine bytes to seed with and what the raise held.
+async fn raise(machine: Vec<u8>, by: u64) -> Result<(Vec<u8>, Raised), RaiseError> {
     if by == 0 {
-        return Ok((machine, 0));
+        return Ok((machine, Raised::default()));
     }
     tokio::task::spawn_blocking(move || {
         let mut m = LeaseMachine::restore(&machine)?;
-        let ended = m.stats().leased;
-        m.raise_generations(by).map_err(RaiseError::Overflow)?;
-        Ok((m.snapshot(), ended))
+        let raised = m.raise_generations(by).map_err(RaiseError::Overflow)?;
+        Ok((m.snapshot(), raised))
     })
     .await?
 }
@@ -726,7 +729,7 @@ async fn restore(a: RestoreArgs) -> Result<(), CliError> {
         machine,
         jobs,
     } = checked;
-    let (machine, leases_ended) = raise(machine, a.raise_generations)
+    let (machine, raised) = raise(machine, a.raise_generations)
         .await
         .map_err(RestoreRefused::Raise)?;
     let seeded = seed(&a.data_dir, a.id, cluster_id, &peers, last, machine).await;
@@ -753,7 +756,8 @@ async fn restore(a: RestoreArgs) -> Result<(), CliError> {
         term: last.leader_id.term,
         jobs,
         generations_raised_by: a.raise_generations,
-        leases_ended,
+        leases_held: raised.leases_held,
+        leases_held_until_ms: raised.held_until_ms,
         voters: peers,
     };
     print_restored(&restored, a.cluster_id.is_some(), a.output);
@@ -876,10 +880,17 @@ fn print_restored(r: &Restored, pinned: bool, output: Output) {
     println!("jobs:       {}", r.jobs);
     if r.generations_raised_by > 0 {
         println!(
-            "generations raised by {}; {} lease(s) live in the backup ended (their jobs \
-             are claimable)",
-            r.generations_raised_by, r.leases_ended
+            "generations raised by {}; replies remembered in the backup answer stale_lease",
+            r.generations_raised_by
         );
+        if let Some(until) = r.leases_held_until_ms {
+            println!(
+                "{} lease(s) live in the backup held for their TTL plus the failover grace \
+                 (their old holders are fenced off; nobody can claim them before cluster \
+                 time {until})",
+                r.leases_held
+            );
+        }
     } else {
         println!(
             "generations NOT raised: tokens the old cluster granted after the backup may \

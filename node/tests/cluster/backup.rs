@@ -2,8 +2,9 @@
 //! cluster with the real binary, `leasehold snapshot restore` into node 1's dir of a new
 //! cluster on new ports, and what the new cluster must then show: the same jobs with
 //! every generation raised above any the old cluster could have granted since (the
-//! holders of leases live in the backup fenced off; without the raise, those leases
-//! still renew), remembered idempotency keys, a new cluster id. Then the refusals: a
+//! holders of leases live in the backup fenced off, their jobs held for the TTL plus the
+//! failover grace, then claimable; without the raise, those leases still renew),
+//! remembered idempotency keys answering `stale_lease`, a new cluster id. Then the refusals: a
 //! corrupt file, a used data dir, a node that would fork the cluster, a missing or
 //! weak token.
 
@@ -279,7 +280,7 @@ async fn a_backup_saved_through_a_follower_seeds_a_new_cluster() {
     let dirs = tempfile::tempdir().unwrap();
     let (new, restored) = start_restored(backup.clone(), &dirs, &[1], RAISE).await;
     assert_eq!(restored["generations_raised_by"], RAISE, "{restored}");
-    assert_eq!(restored["leases_ended"], 1, "{restored}");
+    assert_eq!(restored["leases_held"], 1, "{restored}");
     let new_leader = new.wait_for_leader().await;
     let new_id = restored["cluster_id"].as_str().unwrap().to_owned();
     assert_ne!(new_id, before.cluster_id, "a restore makes a NEW cluster");
@@ -295,17 +296,13 @@ async fn a_backup_saved_through_a_follower_seeds_a_new_cluster() {
     new.settled_digest(&Req::get("/v1/cluster/digest"), CATCH_UP_WAIT)
         .await;
     // … with the same jobs, read through every node, every generation raised by RAISE
-    // and the lease live in the backup ended (its holder fenced off).
+    // and the lease live in the backup held (its holder fenced off, its owner shown).
     let want: Vec<Value> = before
         .jobs
         .iter()
         .map(|j| {
             let mut e = essentials(j);
             e["generation"] = json!(u64_of(j, "generation") + RAISE);
-            if j["id"] == "live-1" {
-                e["state"] = json!("pending");
-                e["owner"] = Value::Null;
-            }
             e
         })
         .collect();
@@ -327,15 +324,17 @@ async fn a_backup_saved_through_a_follower_seeds_a_new_cluster() {
     )
     .await
     .err(409, "stale_lease");
-    // The idempotency key answers the first response, byte for byte.
+    // The idempotency key remembers the old cluster's answer, now stale: a retry is told
+    // so instead of getting the pre-raise generation again.
     let keyed = Req::post(
         "/v1/jobs/live-1/claim",
         &json!({"owner": "w-live", "ttl_ms": LONG_TTL_MS}),
     )
     .key(LIVE_KEY);
+    assert_eq!(before.live_claim.status, 200);
     let replay = new.send(new_leader, &keyed).await;
-    assert_eq!(replay.status, 200, "{}", replay.text());
-    assert_eq!(replay.body, before.live_claim.body, "the remembered answer");
+    let e = replay.err(409, "stale_lease");
+    assert_eq!(u64_of(&e["job"], "generation"), 2 + RAISE, "{e}");
     // A new claim bumps the generation past the old one; completion stays final.
     let old_gen = u64_of(
         before
@@ -351,12 +350,10 @@ async fn a_backup_saved_through_a_follower_seeds_a_new_cluster() {
         .await
         .ok(200);
     assert_eq!(u64_of(&lease, "generation"), old_gen + RAISE + 1);
-    // The job whose lease the restore ended is claimable at once, above every old token.
-    let lease = new
-        .post(new_leader, "/v1/jobs/live-1/claim", claim.clone())
+    // The job whose lease was live in the backup is held for its (hour-long) TTL.
+    new.post(new_leader, "/v1/jobs/live-1/claim", claim.clone())
         .await
-        .ok(200);
-    assert_eq!(u64_of(&lease, "generation"), 2 + RAISE + 1);
+        .err(409, "lease_held");
     // A job id the backup never knew (the old cluster may have created and claimed it
     // after the backup) starts above every old token too — and on every node, since the
     // floor is in the state the followers restored.
@@ -595,7 +592,7 @@ async fn every_node_seeded_under_one_cluster_id_forms_one_cluster() {
     let dirs = tempfile::tempdir().unwrap();
     // Without the generation raise: the backup's table exactly, live lease included.
     let (new, restored) = start_restored(backup, &dirs, &[1, 2, 3], 0).await;
-    assert_eq!(restored["leases_ended"], 0, "{restored}");
+    assert_eq!(restored["leases_held"], 0, "{restored}");
     let new_leader = new.wait_for_leader().await;
     new.settled_digest(&Req::get("/v1/cluster/digest"), CATCH_UP_WAIT)
         .await;
@@ -770,4 +767,96 @@ async fn a_failed_snapshot_save_removes_no_temp_file_it_did_not_create() {
         ["backup.snap.tmp"],
         "only ours is removed"
     );
+}
+
+// ---- a restored cluster honours the backup's leases (issue 28 item 3) -----------------
+
+/// TTL of the lease live in the backup in the hold test: short, so the hold ends soon.
+const HOLD_TTL_MS: u64 = 1_500;
+const HOLD_KEY: &str = "claim-held-1";
+/// Longest wait for the hold to end: TTL + the failover grace cap, with room.
+const HOLD_WAIT: Duration = Duration::from_secs(30);
+
+/// The store time of the machine in a backup file.
+fn backup_clock_ms(file: &Path) -> u64 {
+    let (_, machine) = leasehold_node::store::read_snapshot_file(file).unwrap();
+    LeaseMachine::restore(&machine).unwrap().clock_ms()
+}
+
+/// A job leased in the backup is held on the restored cluster for its TTL plus the
+/// failover grace cap of restored-cluster time, for nobody: another owner's claim is
+/// `lease_held` until then and granted after; the old holder's renew and complete are
+/// `stale_lease` (its generation was raised); and a same-key retry of the claim the
+/// backup remembers answers 409 `stale_lease`, never the old 200 Lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lease_live_in_the_backup_is_held_for_its_ttl_and_the_grace_after_a_restore() {
+    let files = tempfile::tempdir().unwrap();
+    let backup = files.path().join("held.snapshot");
+    let old = TestCluster::start().await;
+    let leader = old.wait_for_leader().await;
+    let claim = json!({"owner": "w-old", "ttl_ms": HOLD_TTL_MS});
+    let keyed = Req::post("/v1/jobs/held-1/claim", &claim).key(HOLD_KEY);
+    let first = old.send(leader, &keyed).await;
+    assert_eq!(u64_of(&first.ok(200), "generation"), 1);
+    let saved = save_ok(&old, leader, &backup).await;
+    assert!(saved["index"].is_u64(), "{saved}");
+    old.shutdown().await;
+    let clock_ms = backup_clock_ms(&backup);
+    let grace_ms = leasehold_statemachine::limits::GRACE_MS_MAX_DEFAULT;
+
+    let dirs = tempfile::tempdir().unwrap();
+    let (new, restored) = start_restored(backup, &dirs, &[1], RAISE).await;
+    let l = new.wait_for_leader().await;
+    let held_until = clock_ms + HOLD_TTL_MS + grace_ms;
+
+    // Another owner cannot claim it: it is held, at the raised generation.
+    let other = json!({"owner": "w-new", "ttl_ms": 30_000});
+    let held = new.post(l, "/v1/jobs/held-1/claim", other.clone()).await;
+    let e = held.err(409, "lease_held");
+    assert_eq!(u64_of(&e["job"], "generation"), 1 + RAISE, "{e}");
+    assert_eq!(e["job"]["state"], "leased", "{e}");
+    assert_eq!(e["job"]["owner"], "w-old", "{e}");
+    assert!(u64_of(&e["job"], "lease_until_ms") >= held_until, "{e}");
+    // The old holder is fenced off.
+    let token = json!({"owner": "w-old", "generation": 1});
+    new.post(l, "/v1/jobs/held-1/renew", token.clone())
+        .await
+        .err(409, "stale_lease");
+    new.post(l, "/v1/jobs/held-1/complete", token)
+        .await
+        .err(409, "stale_lease");
+    // The claim the backup remembers answers stale, not its 200 of the old cluster.
+    let retry = new.send(l, &keyed).await;
+    let e = retry.err(409, "stale_lease");
+    assert!(e["message"].as_str().unwrap().contains("backup"), "{e}");
+    assert_eq!(u64_of(&e["job"], "generation"), 1 + RAISE, "{e}");
+
+    // Claimable once TTL + grace of restored-cluster time has passed, not before.
+    let lease = eventually("the hold to end", HOLD_WAIT, || {
+        let (new, other) = (&new, other.clone());
+        async move {
+            let r = new.post(l, "/v1/jobs/held-1/claim", other).await;
+            if r.status == 200 {
+                return Ok(r.json());
+            }
+            r.err(409, "lease_held");
+            Err(r.text())
+        }
+    })
+    .await;
+    assert_eq!(u64_of(&lease, "generation"), 2 + RAISE, "{lease}");
+    let granted_at = u64_of(&lease, "cluster_time_ms");
+    assert!(
+        granted_at >= held_until,
+        "granted at {granted_at}, backup clock {clock_ms}, held until {held_until}"
+    );
+    // The restore said what it held, and until when.
+    assert_eq!(restored["leases_held"], 1, "{restored}");
+    assert!(
+        u64_of(&restored, "leases_held_until_ms") >= held_until,
+        "{restored}"
+    );
+    new.settled_digest(&Req::get("/v1/cluster/digest"), CATCH_UP_WAIT)
+        .await;
+    new.shutdown().await;
 }
