@@ -69,6 +69,8 @@ pub struct Watched {
     reports: Lines<BufReader<OwnedReadHalf>>,
     /// The command's group, once the watchdog said it started.
     pgid: Option<u32>,
+    /// The watchdog's time between SIGTERM and SIGKILL.
+    grace: Duration,
     stdout: Option<ChildStdout>,
 }
 
@@ -103,6 +105,7 @@ pub fn spawn(s: Spawn<'_>) -> std::io::Result<Watched> {
         ctl,
         reports: BufReader::new(rd).lines(),
         pgid: None,
+        grace: s.grace,
         stdout,
     })
 }
@@ -144,9 +147,12 @@ impl Watched {
         let mut pushed = lease.deadline();
         let mut stop: Option<StopReason> = None;
         let clock = lease.client().clock().clone();
+        // When the command must be dead after a stop request: the grace, or the deadline.
+        let mut dead_by: Option<LocalInstant> = None;
         let report = loop {
             // Past this, the command must long be dead: the watchdog is not answering.
-            let give_up = lease.deadline() + REPORT_SLACK;
+            let must_be_dead = dead_by.map_or(lease.deadline(), |at| at.min(lease.deadline()));
+            let give_up = must_be_dead + REPORT_SLACK;
             tokio::select! {
                 // A report already there wins over a give-up noticed in the same wake
                 // (a worker resumed from a long SIGSTOP).
@@ -158,10 +164,12 @@ impl Watched {
                 },
                 _ = ka.cancelled(), if stop.is_none() => {
                     stop = Some(StopReason::LeaseLost);
+                    dead_by = Some(clock.now() + self.grace);
                     self.send(ToWatchdog::Stop).await;
                 }
                 _ = shutdown.cancelled(), if stop.is_none() => {
                     stop = Some(StopReason::Shutdown);
+                    dead_by = Some(clock.now() + self.grace);
                     self.send(ToWatchdog::Stop).await;
                 }
                 _ = tokio::time::sleep(PUSH_STEP) => {

@@ -431,6 +431,15 @@ async fn not_started(job_id: &str, generation: u64, ka: leasehold_client::KeepAl
 /// afterwards is handed back; a lost one needs nothing.
 #[cfg(unix)]
 async fn lease_lost(job_id: &str, generation: u64, ka: leasehold_client::KeepAlive, ttl_ms: u64) {
+    // The watchdog stops the command by the deadline, and the keep-alive fires its token
+    // at the deadline: the two race. Wait for the token until a little past the
+    // deadline; a renew that came meanwhile moved the deadline and the token stays.
+    let clock = ka.lease().client().clock().clone();
+    let wait_until = ka.lease().deadline() + leasehold_client::clock::CLOCK_STEP * 2;
+    tokio::select! {
+        _ = ka.cancelled() => {}
+        _ = clock.sleep_until(wait_until) => {}
+    }
     if !ka.is_cancelled() {
         // Stopped in the grace before the deadline while a late renew went through: the
         // lease is still ours, the work is not done; hand the job back.

@@ -168,7 +168,14 @@ async fn watch(
     send(&mut wr, &FromWatchdog::Started { pid }).await?;
     let grace = Duration::from_millis(args.grace_ms);
     let mut guard = Guard::new(pid, deadline, grace);
-    let (cause, status) = guard.run(&clock, &mut signals, rd).await?;
+    let (cause, status) = match guard.run(&clock, &mut signals, rd).await {
+        Ok(ended) => ended,
+        Err(e) => {
+            // Nobody would stop the command after us: it goes first.
+            group::signal_group(pid, Signal::Kill);
+            return Err(e);
+        }
+    };
     // Told before the reap: see protocol.rs. A worker that is gone cannot be told.
     let _ = send(&mut wr, &FromWatchdog::Ended { status, cause }).await;
     child.wait().map_err(WatchdogError::Wait)?;
