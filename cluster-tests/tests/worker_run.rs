@@ -1,4 +1,4 @@
-//! `leasehold worker run` (node/src/cli/worker.rs) against real `leasehold serve` processes:
+//! `leasehold worker run` (node/src/cli/worker/) against real `leasehold serve` processes:
 //! the command it runs never outlives the lease, and never starts after it.
 //!
 //! Each test runs the worker as its own process over a three-node [`ProcCluster`]; the
