@@ -14,6 +14,11 @@
 //!   so suspended time is NOT counted there. (On macOS `mach_continuous_time` would be the
 //!   equivalent of `CLOCK_BOOTTIME`; it is not used yet.)
 //!
+//! On Linux, [`BootClock`]'s instants ([`LocalInstant::since_origin`]) are
+//! `CLOCK_BOOTTIME` since boot, the same in every process of the host: a deadline can be
+//! handed to another process as nanoseconds and compared there (how `worker run`'s
+//! watchdog holds a command's kill deadline).
+//!
 //! Timers: a tokio sleep runs on the monotonic clock, so a task sleeping until a deadline
 //! would wake late by the suspended time. [`Clock::sleep_until`] therefore sleeps in steps
 //! of at most [`CLOCK_STEP`] and re-reads the clock after each.

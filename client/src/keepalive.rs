@@ -253,6 +253,76 @@ impl Lease {
     ///
     /// Dropping stops `work` at its next `.await`; tasks or threads it spawned must watch
     /// [`LeaseCtx::cancelled`] themselves.
+    ///
+    /// # What this can and cannot guarantee
+    ///
+    /// The renewing, the deadline watch and the dropping of `work` all run in this
+    /// process, on this runtime. While they can run, `work` is stopped (dropped) within
+    /// one [`CLOCK_STEP`](crate::clock::CLOCK_STEP) of the local deadline, which comes
+    /// before the store can expire the lease (docs/design.md, "Client-side safety").
+    /// Nothing in this process can act when the process cannot:
+    /// - stopped (SIGSTOP, Ctrl-Z, a debugger, a frozen container) or killed: renewing
+    ///   and the cancellation stop with it. In-process effects stop too — but a
+    ///   subprocess, or a request already handed to another system, runs on;
+    /// - a runtime thread blocked (a blocking call in async code, a synchronous write to
+    ///   a full pipe — `println!` to a stdout nobody reads): with every runtime thread
+    ///   blocked, nothing renews and nothing cancels. Keep blocking work on
+    ///   `spawn_blocking` or threads of its own, and log without blocking;
+    /// - `work` that does not reach an `.await` (a long computation) is dropped only when
+    ///   it does.
+    ///
+    /// So in-process work is held to the deadline as long as the process runs; past
+    /// that, the fencing token ([`LeaseCtx::token`], checked by the destination) is
+    /// what keeps a late write out.
+    ///
+    /// # Subprocesses: a watchdog
+    ///
+    /// A child process is not stopped by dropping a future. Its deadline must be held by
+    /// a process that survives this one's stop or death. `leasehold worker run` does
+    /// this, and is the simplest way to run a command under a lease; to do it yourself:
+    /// - start a small watchdog process in its own process group (`setpgid`, so Ctrl-Z
+    ///   and a terminal's SIGHUP do not reach it) and let IT start the command, as the
+    ///   leader of a new group (and with `PR_SET_PDEATHSIG`, so the leader dies with the
+    ///   watchdog);
+    /// - give it the deadline as an absolute instant every process on the host reads
+    ///   alike: [`LocalInstant::since_origin`] of [`Lease::deadline`] is
+    ///   `CLOCK_BOOTTIME` on Linux with the default [`Clock`](crate::Clock);
+    /// - after each successful renew, push the new deadline over a pipe or socket; the
+    ///   watchdog SIGTERMs the group at deadline − grace without a push and SIGKILLs it
+    ///   at the deadline, and starts at once when the pipe closes (this process died);
+    /// - let the watchdog be the leader's parent, and reap it only after the group got
+    ///   SIGKILL: until then the group id cannot be reused by anyone else's processes.
+    ///
+    /// ```no_run
+    /// # async fn demo(lease: leasehold_client::Lease) -> std::io::Result<()> {
+    /// use std::process::Stdio;
+    /// use tokio::io::AsyncWriteExt;
+    /// let deadline_ns = |l: &leasehold_client::Lease| l.deadline().since_origin().as_nanos();
+    /// // `leasehold worker run` re-executes itself as such a watchdog; yours may be any
+    /// // program that reads "deadline <ns>" lines and holds the rule above.
+    /// let mut watchdog = tokio::process::Command::new("my-watchdog")
+    ///     .arg(deadline_ns(&lease).to_string())
+    ///     .args(["--", "my-command"])
+    ///     .stdin(Stdio::piped())
+    ///     .process_group(0)
+    ///     .spawn()?;
+    /// let mut push = watchdog.stdin.take().expect("piped");
+    /// let ka = lease.keep_alive();
+    /// let mut last = lease.deadline();
+    /// loop {
+    ///     tokio::select! {
+    ///         _ = watchdog.wait() => break, // the command (and its group) ended
+    ///         _ = ka.cancelled() => { drop(push); watchdog.wait().await?; break; }
+    ///         _ = tokio::time::sleep(std::time::Duration::from_millis(50)) => {
+    ///             if lease.deadline() > last {
+    ///                 last = lease.deadline();
+    ///                 push.write_all(format!("deadline {}\n", deadline_ns(&lease)).as_bytes()).await?;
+    ///             }
+    ///         }
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn run<F, Fut, T, E>(self, work: F) -> Result<Completed<T>, RunError<E>>
     where
         F: FnOnce(LeaseCtx) -> Fut,

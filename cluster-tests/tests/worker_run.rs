@@ -1,4 +1,4 @@
-//! `leasehold worker run` (node/src/cli/worker.rs) against real `leasehold serve` processes:
+//! `leasehold worker run` (node/src/cli/worker/) against real `leasehold serve` processes:
 //! the command it runs never outlives the lease, and never starts after it.
 //!
 //! Each test runs the worker as its own process over a three-node [`ProcCluster`]; the
@@ -6,6 +6,12 @@
 //! file every 50 ms, so "still producing effects" is visible from outside. Liveness of
 //! the command's process group is read from `/proc` (a zombie counts as dead: it runs no
 //! code). The tests hold one lock, so their timing does not compete for the 2 cores.
+//!
+//! The worker itself stopped (SIGSTOP), killed (SIGKILL) or hung up on (SIGHUP): the
+//! command's group is dead before the TTL has passed since, and a second owner that
+//! claims the job afterwards sees no further write from it (issue 28). A worker whose
+//! stdout nobody reads keeps renewing and completes its jobs, with one slot on a
+//! one-thread runtime and with four slots on the default one.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -110,18 +116,31 @@ fn file_len(path: &Path) -> u64 {
 }
 
 fn spawn_worker(endpoints: &str, queue: &str, ttl_ms: u64, script: &str) -> Child {
-    Command::new(bin())
-        .args(["worker", "run", "--queue", queue, "--ttl-ms"])
+    worker_command(endpoints, queue, ttl_ms, &["--max-jobs", "1"], script)
+        .spawn()
+        .expect("spawning the worker")
+}
+
+/// `worker run` on `queue` with `flags` before the `--`; stdout and stderr piped.
+fn worker_command(
+    endpoints: &str,
+    queue: &str,
+    ttl_ms: u64,
+    flags: &[&str],
+    script: &str,
+) -> Command {
+    let mut cmd = Command::new(bin());
+    cmd.args(["worker", "run", "--queue", queue, "--ttl-ms"])
         .arg(ttl_ms.to_string())
-        .args(["--max-jobs", "1", "--", "sh", "-c", script])
+        .args(flags)
+        .args(["--", "sh", "-c", script])
         .env("LEASEHOLD_ENDPOINTS", endpoints)
         .env("RUST_LOG", "info")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawning the worker")
+        .kill_on_drop(true);
+    cmd
 }
 
 /// Waits (bounded) for the worker to exit; its exit code and stderr.
@@ -305,4 +324,255 @@ async fn command_is_not_started_after_the_local_deadline() {
     assert!(!marker.exists(), "the command ran; stderr: {stderr}");
     let job = client.get_job("d-1").await.expect("the job");
     assert_ne!(job.state, JobState::Completed, "{job:?}");
+}
+
+/// What is done to the worker process while its command runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WorkerFault {
+    /// SIGSTOP, and left stopped (Ctrl-Z's effect, a frozen container, a debugger).
+    Stop,
+    /// SIGKILL (the OOM killer, `kill -9`).
+    Kill,
+    /// SIGHUP (the terminal or ssh session went away).
+    Hangup,
+}
+
+/// Sends `sig` to process `pid`.
+fn signal(pid: u32, sig: i32) {
+    let pid = i32::try_from(pid).expect("a pid");
+    // SAFETY: kill(2) with plain integers; `pid` is the test's own worker process.
+    assert_eq!(unsafe { libc::kill(pid, sig) }, 0, "kill({pid}, {sig})");
+}
+
+/// Polls (bounded by `give_up`) until group `pgid` and `grandchild` are dead; when.
+async fn wait_group_dead(pgid: i32, grandchild: i32, since: Instant, give_up: Instant) -> Instant {
+    loop {
+        let now = Instant::now();
+        let left = live_members(pgid);
+        if left.is_empty() && !is_alive(grandchild) {
+            return now;
+        }
+        assert!(
+            now < give_up,
+            "{:?} after the fault, group {pgid} still has {left:?} (grandchild {grandchild} \
+             alive: {})",
+            now - since,
+            is_alive(grandchild)
+        );
+        tokio::time::sleep(DEATH_POLL).await;
+    }
+}
+
+/// Claims `id` for a second owner as soon as the store lets anyone (bounded); when the
+/// claim was answered.
+async fn claim_when_free(client: &Client, id: &str, ttl_ms: u64) -> (Instant, u64) {
+    let until = Instant::now() + BOUND;
+    loop {
+        let tried = tokio::time::timeout(BOUND, client.claim(id, "second-owner", ttl_ms)).await;
+        match tried {
+            Ok(Ok(lease)) => return (Instant::now(), lease.generation()),
+            seen => assert!(
+                Instant::now() < until,
+                "job {id}: no second claim within {BOUND:?}; last: {seen:?}"
+            ),
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// The parent pid of `pid` (from `/proc`).
+fn parent_of(pid: i32) -> Option<i32> {
+    stat_fields(&pid.to_string())?.get(1)?.parse().ok()
+}
+
+/// The worker is stopped, killed or hung up on just after a renew, while its command's
+/// grandchild (which ignores SIGTERM) ticks into a file. The command's group must be dead
+/// within the TTL of the fault, and when a second owner gets the job — after the store
+/// expired the lease, or after the worker released it — the file must not grow any more.
+/// The watchdog must not outlive the command.
+async fn worker_fault_stops_the_command(fault: WorkerFault) {
+    let _serial = SERIAL.lock().await;
+    let (_c, client, endpoints) = cluster().await;
+    let job = format!("{fault:?}-1").to_lowercase();
+    submit(&client, &job, "fq").await;
+    let dir = tempfile::tempdir().unwrap();
+    let (ttl_ms, ttl) = (2_000, Duration::from_millis(2_000));
+    let mut worker = spawn_worker(
+        &endpoints,
+        "fq",
+        ttl_ms,
+        &ticking_command(dir.path(), "wait"),
+    );
+    let worker_pid = worker.id().expect("the worker's pid");
+    let pgid = read_pid(&dir.path().join("pgid"), BOUND).await;
+    let _guard = GroupGuard(Some(pgid));
+    let grandchild = read_pid(&dir.path().join("grandchild"), BOUND).await;
+    let watchdog = parent_of(pgid);
+
+    let claimed = wait_job(&client, &job, "leased", |j| j.state == JobState::Leased).await;
+    wait_job(&client, &job, "a renew", |j| {
+        j.lease_until_ms > claimed.lease_until_ms
+    })
+    .await;
+    let fault_at = Instant::now();
+    signal(
+        worker_pid,
+        match fault {
+            WorkerFault::Stop => libc::SIGSTOP,
+            WorkerFault::Kill => libc::SIGKILL,
+            WorkerFault::Hangup => libc::SIGHUP,
+        },
+    );
+
+    let dead_at = wait_group_dead(pgid, grandchild, fault_at, fault_at + ttl * 3).await;
+    assert!(
+        dead_at < fault_at + ttl,
+        "the command's group died {:?} after the {fault:?}, past the ttl {ttl:?}",
+        dead_at - fault_at
+    );
+    let (second_at, generation) = claim_when_free(&client, &job, ttl_ms).await;
+    assert!(
+        dead_at <= second_at,
+        "claimed again before the group was dead"
+    );
+    assert_eq!(generation, 2);
+    let ticks = file_len(&dir.path().join("ticks"));
+    assert!(ticks > 0, "the grandchild never ticked");
+    // Six ticks' worth of time under the second owner: not one more write.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        file_len(&dir.path().join("ticks")),
+        ticks,
+        "ticks under the second owner"
+    );
+    if let Some(watchdog) = watchdog {
+        assert!(
+            !is_alive(watchdog),
+            "the watchdog {watchdog} outlived its command"
+        );
+    }
+
+    match fault {
+        WorkerFault::Hangup => {
+            let (code, stderr) = finish(worker).await;
+            assert_eq!(code, 0, "stderr: {stderr}");
+            assert!(stderr.contains("released"), "stderr: {stderr}");
+        }
+        WorkerFault::Stop | WorkerFault::Kill => {
+            let _ = worker.start_kill();
+            let _ = tokio::time::timeout(WORKER_EXIT, worker.wait()).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_worker_does_not_leave_its_command_running() {
+    worker_fault_stops_the_command(WorkerFault::Stop).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_worker_does_not_leave_its_command_running() {
+    worker_fault_stops_the_command(WorkerFault::Kill).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_up_worker_stops_its_command_and_releases_the_job() {
+    worker_fault_stops_the_command(WorkerFault::Hangup).await;
+}
+
+/// Bytes each command writes to stdout, far past a pipe's 64 KiB and the worker's relay
+/// queue (4 MiB), then a result line.
+const STALLED_OUTPUT_BYTES: u64 = 8 << 20;
+
+/// `jobs` jobs run by one worker with `--concurrency jobs` whose stdout is a pipe nobody
+/// reads; each command writes [`STALLED_OUTPUT_BYTES`], then runs 3 TTLs (so it needs
+/// renewals), then prints its result. Every job must complete with its result.
+/// `threads`: the worker's runtime threads (`TOKIO_WORKER_THREADS`), if not the default.
+async fn stalled_stdout_reader(queue: &str, jobs: usize, threads: Option<usize>) {
+    let _serial = SERIAL.lock().await;
+    let (_c, client, endpoints) = cluster().await;
+    let ids: Vec<String> = (0..jobs).map(|i| format!("{queue}-{i}")).collect();
+    for id in &ids {
+        submit(&client, id, queue).await;
+    }
+    let ttl_ms = 1_500;
+    let script = format!(
+        "yes 'output that nobody reads' | head -c {STALLED_OUTPUT_BYTES}; echo; sleep {}; \
+         echo \"{{\\\"done\\\":\\\"$LEASEHOLD_JOB_ID\\\"}}\"",
+        3 * ttl_ms / 1_000 + 1
+    );
+    let n = jobs.to_string();
+    let flags = ["--concurrency", &n, "--max-jobs", &n];
+    let mut cmd = worker_command(&endpoints, queue, ttl_ms, &flags, &script);
+    if let Some(threads) = threads {
+        cmd.env("TOKIO_WORKER_THREADS", threads.to_string());
+    }
+    let mut worker = cmd.spawn().expect("spawning the worker");
+    // Held, never read: the pipe fills at 64 KiB and stays full.
+    let _stalled = worker.stdout.take().expect("the worker's stdout");
+    let mut stderr = worker.stderr.take().expect("the worker's stderr");
+    let log = tokio::spawn(async move {
+        let mut text = String::new();
+        let _ = tokio::io::AsyncReadExt::read_to_string(&mut stderr, &mut text).await;
+        text
+    });
+
+    for id in &ids {
+        let done = wait_job_within(
+            &client,
+            id,
+            "completed",
+            Duration::from_millis(ttl_ms) * 12,
+            |j| j.state == JobState::Completed,
+        )
+        .await;
+        let want = format!(r#"{{"done":"{id}"}}"#);
+        assert_eq!(done.result.as_deref(), Some(want.as_str()), "{done:?}");
+        assert_eq!(done.generation, 1, "{done:?}");
+    }
+    let status = tokio::time::timeout(WORKER_EXIT, worker.wait())
+        .await
+        .expect("the worker exits after its jobs")
+        .expect("waiting for the worker");
+    let log = tokio::time::timeout(BOUND, log)
+        .await
+        .expect("stderr closes")
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "stderr: {log}");
+}
+
+/// [`wait_job`] with its own bound.
+async fn wait_job_within(
+    client: &Client,
+    id: &str,
+    what: &str,
+    bound: Duration,
+    pred: impl Fn(&leasehold_client::Job) -> bool,
+) -> leasehold_client::Job {
+    let until = Instant::now() + bound;
+    loop {
+        let job = client.get_job(id).await;
+        match job {
+            Ok(job) if pred(&job) => return job,
+            seen => assert!(
+                Instant::now() < until,
+                "job {id}: {what} not seen within {bound:?}; last: {seen:?}"
+            ),
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// One slot on a one-thread runtime (a one-core machine): the relay of a stalled stdout
+/// must not take the thread that renews.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_stdout_reader_does_not_stop_renewals() {
+    stalled_stdout_reader("stall1", 1, Some(1)).await;
+}
+
+/// Four slots, the runtime's default threads (fewer than four here): all four relays
+/// stalled at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_stalled_relays_do_not_stop_renewals() {
+    stalled_stdout_reader("stall4", 4, None).await;
 }

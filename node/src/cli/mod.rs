@@ -568,13 +568,22 @@ fn print_dev_banner(
 pub const DEFAULT_LOG_FILTER: &str = "info,openraft=warn,openraft::core::raft_core=error";
 
 pub fn init_tracing() {
+    init_tracing_with(std::io::stderr);
+}
+
+/// [`init_tracing`] with log lines written to `writer` (which stands for stderr: ANSI
+/// colours follow whether stderr is a terminal).
+pub fn init_tracing_with<W>(writer: W)
+where
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER));
     use std::io::IsTerminal;
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr)
+        .with_writer(writer)
         .init();
 }
 
@@ -673,9 +682,27 @@ fn runtime(command: &Cmd) -> Result<tokio::runtime::Runtime, RunError> {
 fn run(args: Cli, disk: crate::fsio::Disk) -> Result<(), RunError> {
     use crate::cli::jobs::report;
     let Cli { command, client } = args;
+    #[cfg(unix)]
+    if let Cmd::Worker(crate::cli::worker::WorkerArgs {
+        command: crate::cli::worker::WorkerCmd::Watchdog(a),
+    }) = command
+    {
+        // Its own small runtime, no logging: it must never block on stderr (watchdog.rs).
+        let code = match crate::cli::worker::watchdog::main(a) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("error: {e}");
+                1
+            }
+        };
+        std::process::exit(code);
+    }
     // Client commands print one line per error and nothing else on stderr: no logging.
     let client_cmd = matches!(command, Cmd::Job(_) | Cmd::Cluster(_) | Cmd::Snapshot(_));
-    if !client_cmd {
+    if matches!(command, Cmd::Worker(_)) {
+        // Through a writer thread: a stalled stderr must not stall renewals.
+        crate::cli::worker::init_logging();
+    } else if !client_cmd {
         init_tracing();
     }
     let rt = runtime(&command)?;
@@ -688,7 +715,11 @@ fn run(args: Cli, disk: crate::fsio::Disk) -> Result<(), RunError> {
             Cmd::Bench(a) => Ok(crate::cli::bench::run(a, &client).await?),
             Cmd::Job(a) => exit(crate::cli::jobs::run_job(a, &client).await),
             Cmd::Cluster(a) => exit(crate::cli::jobs::run_cluster(a, &client).await),
-            Cmd::Worker(a) => exit(crate::cli::worker::run(a, &client).await),
+            Cmd::Worker(a) => {
+                let r = crate::cli::worker::run(a, &client).await;
+                crate::cli::worker::flush_logs();
+                exit(r)
+            }
             Cmd::Snapshot(a) => exit(crate::cli::snapshot::run(a, &client).await),
         }
     })
