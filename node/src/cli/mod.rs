@@ -329,6 +329,7 @@ impl ServeArgs {
         Ok(Some(crate::raft::join::JoinConfig {
             via: via.clone(),
             token,
+            alternates: Vec::new(),
         }))
     }
 
