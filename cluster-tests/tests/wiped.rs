@@ -215,7 +215,8 @@ async fn no_second_grant_while_a_is_down(
     }
     assert!(
         ready_seen.is_none(),
-        "node {wiped} (wiped, not re-added) said ready: {ready_seen:?}"
+        "node {wiped} (wiped, not re-added, the claim at index {claim_index} not on it) \
+         said ready: {ready_seen:?}"
     );
 }
 

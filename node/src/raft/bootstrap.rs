@@ -385,7 +385,7 @@ pub async fn run(
                     return;
                 }
             },
-            Step::Wait(why) if round % LOG_EVERY_ROUNDS == 0 => tracing::info!(
+            Step::Wait(why) if round.is_multiple_of(LOG_EVERY_ROUNDS) => tracing::info!(
                 "empty data dir: not voting or initializing until the peers say whether the \
                  cluster exists ({why})"
             ),
