@@ -212,6 +212,8 @@ pub struct Bootstrap {
     /// Peers dialled at another address (`--peer-dial`).
     dial: BTreeMap<NodeId, String>,
     data_dir: PathBuf,
+    /// `serve --join-token-file`: the admin token of a rejoin, with `--auth-file`.
+    join_token: Option<String>,
     /// Serializes a promise with the unsure node's own decisions: a node that promised
     /// never then takes an initialized founder for a sign that it lost its data.
     lock: tokio::sync::Mutex<()>,
@@ -229,8 +231,15 @@ impl Bootstrap {
             peers,
             dial,
             data_dir,
+            join_token: None,
             lock: tokio::sync::Mutex::new(()),
         }
+    }
+
+    /// The admin token a rejoin presents (`--join-token-file`).
+    pub fn with_join_token(mut self, token: Option<String>) -> Bootstrap {
+        self.join_token = token;
+        self
     }
 
     fn lowest(&self) -> NodeId {
@@ -510,7 +519,9 @@ async fn rejoin(h: BootstrapHandles, via: NodeId, advertised: String, cancel: Ca
         b.me,
         b.me
     );
-    let mut join = b.join_via_peers(None).expect("a peer answered");
+    let mut join = b
+        .join_via_peers(b.join_token.clone())
+        .expect("a peer answered");
     let via_addr = b.dial_addr(via);
     for _ in 0..join.alternates.len() {
         if join.via == via_addr {

@@ -113,6 +113,9 @@ pub struct NodeConfig {
     /// `serve --join`: ask this cluster to add this node instead of forming one from
     /// `peers` (which then lists only this node).
     pub join: Option<crate::raft::join::JoinConfig>,
+    /// `serve --join-token-file`: the admin token of a join, `--join`'s or the one a
+    /// member restarted on an empty data dir makes by itself (`raft/bootstrap.rs`).
+    pub join_token: Option<String>,
     /// `serve/dev --allow-origin`: web origins whose pages may call this node
     /// (`http/browser.rs`); checked when the node starts.
     pub allow_origins: Vec<String>,
@@ -138,6 +141,7 @@ impl NodeConfig {
             listener: Default::default(),
             tls: None,
             join: None,
+            join_token: None,
             allow_origins: Vec::new(),
             disk: Disk::Real,
         }
@@ -275,12 +279,15 @@ pub async fn start(listener: TcpListener, cfg: NodeConfig) -> Result<RunningNode
     if matches!(stage, Stage::Waiting | Stage::Admitted) {
         tracing::info!("joining a cluster: this node does not vote until the cluster has added it");
     }
-    let bootstrap = Arc::new(Bootstrap::new(
-        cfg.id,
-        cfg.peers.clone(),
-        cfg.dial.clone(),
-        cfg.data_dir.clone(),
-    ));
+    let bootstrap = Arc::new(
+        Bootstrap::new(
+            cfg.id,
+            cfg.peers.clone(),
+            cfg.dial.clone(),
+            cfg.data_dir.clone(),
+        )
+        .with_join_token(cfg.join_token.clone()),
+    );
     let browser = crate::security::browser::BrowserPolicy::new(
         crate::security::tls::peer_scheme(cfg.tls.as_deref()),
         addr.ip().is_loopback(),
@@ -337,7 +344,7 @@ fn spawn_standing(
         let join = cfg
             .join
             .clone()
-            .or_else(|| node.bootstrap.join_via_peers(None));
+            .or_else(|| node.bootstrap.join_via_peers(cfg.join_token.clone()));
         let run =
             crate::raft::join::run(node.join_handles(), join, dir, advertised, cancel.clone());
         return tokio::spawn(run);

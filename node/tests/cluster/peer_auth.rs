@@ -644,6 +644,82 @@ async fn a_wiped_first_node_founds_no_cluster_and_rejoins_once_removed() {
     c.shutdown().await;
 }
 
+/// With `--auth-file`, a wiped member rejoins by itself with `--join-token-file` (an admin
+/// token) on its unchanged command line: the membership calls of its join need one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_wiped_member_rejoins_with_its_join_token_under_auth() {
+    let policy = Arc::new(
+        leasehold_node::security::auth::AuthPolicy::parse(
+            "[[token]]\ntoken = \"adm\"\nrole = \"admin\"\n",
+        )
+        .unwrap(),
+    );
+    let mut c = TestCluster::start_with(move |cfg: &mut NodeConfig| {
+        cfg.auth = Some(policy.clone());
+        cfg.join_token = Some("adm".into());
+    })
+    .await;
+    // `/readyz` needs no token: every node ready, naming one leader.
+    let leader = eventually("every node ready under one leader", LEADER_WAIT, || async {
+        let mut leaders = Vec::new();
+        for id in c.running() {
+            let r = c.get(id, "/readyz").await;
+            if r.status != 200 {
+                return Err(format!("node {id}: {}", r.text()));
+            }
+            leaders.push(r.json()["leader_id"].as_u64());
+        }
+        match leaders[0] {
+            Some(l) if leaders.iter().all(|x| *x == Some(l)) => Ok(l),
+            _ => Err(format!("{leaders:?}")),
+        }
+    })
+    .await;
+    let wiped = c.follower_of(leader);
+    c.stop(wiped).await;
+    std::fs::remove_dir_all(c.data_dir(wiped)).unwrap();
+    c.restart(wiped).await;
+    let marker = c
+        .data_dir(wiped)
+        .join(leasehold_node::raft::join::JOINING_FILE);
+    eventually(
+        "the wiped node to find it lost its data",
+        CATCH_UP_WAIT,
+        || async {
+            if marker.exists() {
+                Ok(())
+            } else {
+                Err("no join marker yet".to_owned())
+            }
+        },
+    )
+    .await;
+    assert_eq!(c.get(wiped, "/readyz").await.status, 503);
+    let mut remove = Req::delete(format!("/v1/cluster/nodes/{wiped}"));
+    remove
+        .headers
+        .push(("authorization".into(), "Bearer adm".into()));
+    c.send(leader, &remove).await.ok(200);
+    eventually(
+        "the wiped node to rejoin and be ready",
+        CATCH_UP_WAIT,
+        || async {
+            let ready = c.get(wiped, "/readyz").await;
+            if !marker.exists() && ready.status == 200 {
+                Ok(())
+            } else {
+                Err(format!(
+                    "marker {}, readyz {}",
+                    marker.exists(),
+                    ready.text()
+                ))
+            }
+        },
+    )
+    .await;
+    c.shutdown().await;
+}
+
 // ---- issue 17 items 1 and 3 --------------------------------------------------------------
 
 /// Forged requests held open per follower: more than its `MAX_INFLIGHT_RAFT` (64).
