@@ -36,5 +36,7 @@ pub const RAFT_VOTE_PATH: &str = "/raft/vote";
 pub const RAFT_SNAPSHOT_PATH: &str = "/raft/snapshot";
 /// Pre-vote (`raft/election.rs`): ours, not openraft's.
 pub const RAFT_PREVOTE_PATH: &str = "/raft/prevote";
+/// The bootstrap probe (`raft/bootstrap.rs`): what does a peer hold? Ours too.
+pub const RAFT_BOOTSTRAP_PATH: &str = "/raft/bootstrap";
 /// The body type of every Raft RPC request and answer.
 pub const BINCODE_CONTENT_TYPE: &str = "application/x-bincode";

@@ -83,8 +83,10 @@ pub struct ServeArgs {
     /// does not vote until it is. Ignored once the data dir is a member.
     #[arg(long)]
     pub join: Option<String>,
-    /// File holding an admin token for --join, when the cluster has --auth-file.
-    #[arg(long, requires = "join")]
+    /// File holding an admin token for --join, when the cluster has --auth-file. Also
+    /// used without --join by a member restarted on an empty data dir, which rejoins by
+    /// itself once removed.
+    #[arg(long)]
     pub join_token_file: Option<PathBuf>,
     /// Dial peer ID at HOST:PORT instead of its --peer address (a proxy in front of it,
     /// a NAT); repeat per peer. Raft RPC and forwarded requests to that peer go there.
@@ -295,6 +297,7 @@ impl ServeArgs {
         }
         cfg.cluster_id = self.cluster_id;
         cfg.tls = self.tls()?;
+        cfg.join_token = self.join_token()?;
         cfg.join = self.join_config(&cfg)?;
         cfg.allow_origins = self.allow_origins.clone();
         Ok(cfg)
@@ -311,25 +314,27 @@ impl ServeArgs {
         if cfg.peers.len() != 1 {
             return Err(FlagError::JoinWithPeers);
         }
-        let token = match &self.join_token_file {
-            None => None,
-            Some(path) => {
-                let text =
-                    std::fs::read_to_string(path).map_err(|source| FlagError::JoinTokenRead {
-                        path: path.clone(),
-                        source,
-                    })?;
-                let t = text.trim();
-                if t.is_empty() || !t.bytes().all(|b| b.is_ascii_graphic()) {
-                    return Err(FlagError::JoinTokenText { path: path.clone() });
-                }
-                Some(t.to_owned())
-            }
-        };
         Ok(Some(crate::raft::join::JoinConfig {
             via: via.clone(),
-            token,
+            token: cfg.join_token.clone(),
+            alternates: Vec::new(),
         }))
+    }
+
+    /// `--join-token-file`'s token, read and checked now.
+    fn join_token(&self) -> Result<Option<String>, FlagError> {
+        let Some(path) = &self.join_token_file else {
+            return Ok(None);
+        };
+        let text = std::fs::read_to_string(path).map_err(|source| FlagError::JoinTokenRead {
+            path: path.clone(),
+            source,
+        })?;
+        let t = text.trim();
+        if t.is_empty() || !t.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(FlagError::JoinTokenText { path: path.clone() });
+        }
+        Ok(Some(t.to_owned()))
     }
 
     /// The TLS setup, every file read and checked now: a bad one stops `serve` with an

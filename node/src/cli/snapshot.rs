@@ -791,6 +791,8 @@ enum SeedError {
     Task(#[from] tokio::task::JoinError),
     #[error("writing the snapshot")]
     Snapshot(#[source] std::io::Error),
+    #[error(transparent)]
+    SeedMarker(#[from] crate::raft::join::MarkerError),
 }
 
 /// Writes D (see the module doc), the snapshot last.
@@ -830,6 +832,9 @@ async fn seed(
             source,
         }
     };
+    // The empty nodes of the new --peer list found the cluster with this seed
+    // (`raft/bootstrap.rs`) until it has committed past the snapshot.
+    crate::raft::bootstrap::mark_seed(dir, last.index)?;
     let sm = dir.join("sm");
     std::fs::create_dir_all(&sm).map_err(in_dir("creating", &sm))?;
     let meta = seeded_meta(last, peers);

@@ -120,13 +120,34 @@ pub async fn healthz() -> Response {
     (StatusCode::OK, "ok\n").into_response()
 }
 
-/// Ready: a leader is known and this node has applied all it knows to be committed.
+/// Whether a node may say it is ready, pure: it holds its state (not unsure about an
+/// empty data dir, not waiting to be re-added after losing it), is a voter or learner of
+/// the membership it applied, knows a leader, and has applied up to the highest commit
+/// index it knows of (its own, or a leader's).
+pub fn ready(
+    stage: crate::raft::join::Stage,
+    in_membership: bool,
+    leader: Option<u64>,
+    applied: u64,
+    committed: u64,
+) -> bool {
+    use crate::raft::join::Stage;
+    let holds_state = matches!(stage, Stage::Member | Stage::Admitted);
+    holds_state && in_membership && leader.is_some() && applied >= committed
+}
+
+/// Ready: see [`ready`]. What an operator waits for before restarting the next node.
 pub async fn readyz(State(node): State<Arc<Node>>) -> Response {
     let m = node.raft_metrics();
     let applied = m.last_applied.map_or(0, |l| l.index);
-    let committed = committed_index(&node).await;
+    let committed = committed_index(&node)
+        .await
+        .max(node.elector.leader_commit());
     let leader = node.known_leader(&m);
-    let ready = leader.is_some() && applied >= committed;
+    let membership = m.membership_config.membership();
+    let in_membership = membership.get_node(&node.id).is_some();
+    let stage = node.joining.stage();
+    let ready = ready(stage, in_membership, leader, applied, committed);
     let status = if ready {
         StatusCode::OK
     } else {
@@ -135,6 +156,7 @@ pub async fn readyz(State(node): State<Arc<Node>>) -> Response {
     let body = serde_json::json!({
         "ready": ready, "leader_id": leader,
         "applied_index": applied, "commit_index": committed,
+        "stage": stage.name(), "in_membership": in_membership,
     });
     json_response(status, &body)
 }

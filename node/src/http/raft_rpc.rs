@@ -25,6 +25,7 @@ use serde::Serialize;
 use super::{error_response, read_body};
 use crate::http::listener::RaftSlots;
 use crate::node::Node;
+use crate::raft::bootstrap::ProbeRequest;
 use crate::raft::election::PreVoteRequest;
 use crate::security::peer_auth::{Head, PeerAuthError, PEER_AUTH_HEADER};
 use crate::telemetry::metrics::Refused;
@@ -53,6 +54,18 @@ pub fn body_deadline(len: u64) -> Duration {
     )
 }
 
+/// Which cluster check a peer RPC gets after authentication.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Admit {
+    /// AppendEntries or InstallSnapshot: the RPCs from which a fresh node adopts its
+    /// cluster id.
+    Replicates,
+    /// A vote or pre-vote: the sender's cluster id must be this node's.
+    Votes,
+    /// The bootstrap probe: from any cluster or none (`PeerGuard::admit_probe`).
+    Probe,
+}
+
 /// A decoded request, with the Raft in-flight slot it holds until it is answered.
 struct AdmittedRpc<T> {
     rpc: T,
@@ -78,12 +91,11 @@ fn head_of(req: &Request) -> (Option<String>, Option<u64>) {
 
 /// Checks the head (MAC, time, target, replay, length: nothing of the body is read for a
 /// request that fails), takes a Raft slot, reads the body within its deadline, checks it
-/// against the header and the cluster id, then decodes. `replicates`: AppendEntries or
-/// InstallSnapshot, the RPCs from which a fresh node adopts its cluster id.
+/// against the header and the cluster id (as `kind` says), then decodes.
 async fn decode<T: DeserializeOwned>(
     node: &Node,
     req: Request,
-    replicates: bool,
+    kind: Admit,
 ) -> Result<AdmittedRpc<T>, Response> {
     let path = req.uri().path().to_owned();
     let (header, content_length) = head_of(&req);
@@ -110,17 +122,21 @@ async fn decode<T: DeserializeOwned>(
     })?;
     let bytes = read_raft_body(node, req.into_body(), content_length).await?;
     let fresh = node.raft.metrics().borrow().last_log_index.is_none();
-    node.guards
-        .peer
-        .admit(stamp.as_ref(), &bytes, replicates, fresh)
-        .await
-        .map_err(|e| {
-            let why = match e.code {
-                ErrorCode::PermissionDenied => Refused::PeerCluster,
-                _ => Refused::PeerAuthBodyDigest,
-            };
-            refused(node, &path, why, &e)
-        })?;
+    let peer = &node.guards.peer;
+    let admitted = match kind {
+        Admit::Probe => peer.admit_probe(stamp.as_ref(), &bytes),
+        _ => {
+            peer.admit(stamp.as_ref(), &bytes, kind == Admit::Replicates, fresh)
+                .await
+        }
+    };
+    admitted.map_err(|e| {
+        let why = match e.code {
+            ErrorCode::PermissionDenied => Refused::PeerCluster,
+            _ => Refused::PeerAuthBodyDigest,
+        };
+        refused(node, &path, why, &e)
+    })?;
     let rpc = bincode::deserialize(&bytes)
         .map_err(|e| (StatusCode::BAD_REQUEST, format!("bad raft body: {e}")).into_response())?;
     Ok(AdmittedRpc { rpc, _slot: slot })
@@ -194,26 +210,36 @@ fn encode<T: Serialize>(v: &T) -> Response {
     }
 }
 
-/// A node waiting to join answers no Raft RPC (see `join.rs`).
-fn joining_refusal(what: &str) -> Response {
+/// A node waiting to join answers no Raft RPC (see `join.rs`), nor does one that does not
+/// know yet whether its cluster exists (`bootstrap.rs`).
+fn joining_refusal(node: &Node, what: &str) -> Response {
+    let why = match node.joining.stage() {
+        crate::raft::join::Stage::Unsure => {
+            "has an empty data dir and does not know yet whether its cluster exists; it does not"
+        }
+        _ => "is joining the cluster and does not",
+    };
     let e = leasehold_statemachine::ApiError::new(
         leasehold_statemachine::ErrorCode::Unavailable,
-        format!("this node is joining the cluster and does not {what} until it has been added"),
+        format!("this node {why} {what} until it has been added"),
     );
     error_response(&e)
 }
 
 pub async fn append(State(node): State<Arc<Node>>, req: Request) -> Response {
     if crate::raft::join::refuses_replication(&node.joining) {
-        return joining_refusal("take replication");
+        return joining_refusal(&node, "take replication");
     }
-    match decode(&node, req, true).await {
+    type Append = openraft::raft::AppendEntriesRequest<crate::types::TypeConfig>;
+    match decode::<Append>(&node, req, Admit::Replicates).await {
         Ok(AdmittedRpc { rpc, _slot }) => {
+            let leader_commit = rpc.leader_commit.map_or(0, |l| l.index);
             let res = node.raft.append_entries(rpc).await;
             // Accepted from a leader of at least our term: the election timer starts over
             // (`election.rs`). A stale leader's (HigherVote) does not count.
             if matches!(&res, Ok(r) if !matches!(r, AppendEntriesResponse::HigherVote(_))) {
                 node.elector.heard_from_leader();
+                node.elector.heard_commit(leader_commit);
             }
             encode(&res)
         }
@@ -224,9 +250,9 @@ pub async fn append(State(node): State<Arc<Node>>, req: Request) -> Response {
 pub async fn vote(State(node): State<Arc<Node>>, req: Request) -> Response {
     if crate::raft::join::refuses_votes(&node.joining) {
         // Read nothing: the candidate sees an error and counts no vote from here.
-        return joining_refusal("vote");
+        return joining_refusal(&node, "vote");
     }
-    match decode(&node, req, false).await {
+    match decode(&node, req, Admit::Votes).await {
         Ok(AdmittedRpc { rpc, _slot }) => encode(&node.raft.vote(rpc).await),
         Err(r) => r,
     }
@@ -234,10 +260,12 @@ pub async fn vote(State(node): State<Arc<Node>>, req: Request) -> Response {
 
 pub async fn snapshot(State(node): State<Arc<Node>>, req: Request) -> Response {
     if crate::raft::join::refuses_replication(&node.joining) {
-        return joining_refusal("take replication");
+        return joining_refusal(&node, "take replication");
     }
     match decode::<openraft::raft::InstallSnapshotRequest<crate::types::TypeConfig>>(
-        &node, req, true,
+        &node,
+        req,
+        Admit::Replicates,
     )
     .await
     {
@@ -259,9 +287,10 @@ pub async fn snapshot(State(node): State<Arc<Node>>, req: Request) -> Response {
 /// touching Raft's state.
 pub async fn prevote(State(node): State<Arc<Node>>, req: Request) -> Response {
     if crate::raft::join::refuses_votes(&node.joining) {
-        return joining_refusal("vote");
+        node.metrics.prevotes_refused.inc();
+        return joining_refusal(&node, "vote");
     }
-    match decode::<PreVoteRequest>(&node, req, false).await {
+    match decode::<PreVoteRequest>(&node, req, Admit::Votes).await {
         Ok(AdmittedRpc { rpc, _slot }) => {
             let state = node.raft.metrics().borrow().state;
             let resp = node.elector.answer(state, &rpc);
@@ -273,6 +302,23 @@ pub async fn prevote(State(node): State<Arc<Node>>, req: Request) -> Response {
             };
             counter.inc();
             encode(&Ok::<_, RaftError<NodeId>>(resp))
+        }
+        Err(r) => r,
+    }
+}
+
+/// `POST /raft/bootstrap` (`bootstrap.rs`): what this node holds, and its promise to found
+/// the cluster when the lowest id asks an empty, unsure node. Answered in every stage.
+pub async fn bootstrap(State(node): State<Arc<Node>>, req: Request) -> Response {
+    match decode::<ProbeRequest>(&node, req, Admit::Probe).await {
+        Ok(AdmittedRpc { rpc, _slot }) => {
+            match node.bootstrap.answer(&node.raft, &node.joining, &rpc).await {
+                Ok(resp) => encode(&Ok::<_, RaftError<NodeId>>(resp)),
+                Err(e) => error_response(&ApiError::new(
+                    ErrorCode::Internal,
+                    crate::security::tls::chain(&e),
+                )),
+            }
         }
         Err(r) => r,
     }

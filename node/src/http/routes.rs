@@ -27,7 +27,9 @@ use super::{backup, membership, ops, raft_rpc, ui};
 use crate::node::Node;
 use crate::security::auth::{Operation, Requirement, ScopeRule};
 use crate::telemetry::metrics::RouteLabel;
-use crate::types::{RAFT_APPEND_PATH, RAFT_PREVOTE_PATH, RAFT_SNAPSHOT_PATH, RAFT_VOTE_PATH};
+use crate::types::{
+    RAFT_APPEND_PATH, RAFT_BOOTSTRAP_PATH, RAFT_PREVOTE_PATH, RAFT_SNAPSHOT_PATH, RAFT_VOTE_PATH,
+};
 
 /// What a route needs of the caller's token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -297,6 +299,15 @@ pub const ROUTES: &[RouteDef] = {
             RouteLabel::Raft,
             Raft,
         ),
+        route(
+            "POST",
+            RAFT_BOOTSTRAP_PATH,
+            |m| on(m, raft_rpc::bootstrap),
+            Open,
+            Shared,
+            RouteLabel::Raft,
+            Raft,
+        ),
     ]
 };
 
@@ -447,6 +458,7 @@ mod tests {
             "POST /raft/vote Open Shared",
             "POST /raft/prevote Open Shared",
             "POST /raft/snapshot Open Shared",
+            "POST /raft/bootstrap Open Shared",
         ];
         assert_eq!(declared, want);
     }

@@ -26,6 +26,7 @@ use leasehold_statemachine::{Command, Reply};
 use openraft::ServerState;
 
 pub use self::proposer::{ProposeError, Proposer};
+use crate::raft::bootstrap::{Bootstrap, BootstrapHandles};
 use crate::raft::election::{ElectionHandles, Elector};
 use crate::raft::join::{JoinHandles, Joining};
 use crate::security::Guards;
@@ -72,10 +73,13 @@ pub struct Node {
     pub peers: Peers,
     /// Who may call: client tokens, peer auth, the browser guard.
     pub guards: Guards,
-    /// Set while `serve --join` has not been added yet: the node refuses to vote.
+    /// Set while `serve --join` has not been added yet, or an empty data dir does not
+    /// know yet whether its cluster exists: the node refuses to vote.
     pub joining: Arc<Joining>,
     /// Election timing, pre-vote and check quorum (`raft/election.rs`).
     pub elector: Arc<Elector>,
+    /// Answers peers' bootstrap probes (`raft/bootstrap.rs`).
+    pub bootstrap: Arc<Bootstrap>,
     proposer: Proposer,
     /// The group-commit batcher's queue (`batcher.rs`).
     commits: batcher::Queue,
@@ -106,6 +110,7 @@ pub struct Parts {
     pub elector: Arc<Elector>,
     /// The log's truncation count, for the proposer (`proposer::forwarded_outcome`).
     pub truncations: crate::store::Truncations,
+    pub bootstrap: Arc<Bootstrap>,
 }
 
 /// Where a request that needs the leader goes.
@@ -176,6 +181,7 @@ impl Node {
             guards: p.guards,
             joining: p.joining,
             elector: p.elector,
+            bootstrap: p.bootstrap,
             proposer,
             commits,
         };
@@ -214,6 +220,17 @@ impl Node {
             joining: self.joining.clone(),
             forward_http: self.peers.http.clone(),
             peer_scheme: self.peers.scheme,
+        }
+    }
+
+    /// The handles the bootstrap task runs on (`raft::bootstrap::run`).
+    pub fn bootstrap_handles(&self) -> BootstrapHandles {
+        BootstrapHandles {
+            raft: self.raft.clone(),
+            joining: self.joining.clone(),
+            bootstrap: self.bootstrap.clone(),
+            peer: self.guards.peer.clone(),
+            join: self.join_handles(),
         }
     }
 

@@ -93,6 +93,10 @@ pub struct Elector {
     deposed: AtomicBool,
     /// Times this node was deposed by check quorum (`leasehold_raft_quorum_lost_total`).
     deposals: AtomicU64,
+    /// The highest commit index a leader's accepted AppendEntries carried. A follower's
+    /// own commit index stops at the end of its log, so a node catching up would look
+    /// caught up by it; `/readyz` waits for this one too.
+    leader_commit: AtomicU64,
 }
 
 /// A deposed leader probes for its quorum once every this many leases (800 ms with
@@ -121,6 +125,7 @@ impl Elector {
             log,
             deposed: AtomicBool::new(false),
             deposals: AtomicU64::new(0),
+            leader_commit: AtomicU64::new(0),
         }
     }
 
@@ -142,6 +147,16 @@ impl Elector {
     /// Records that a leader's AppendEntries or snapshot was accepted just now.
     pub fn heard_from_leader(&self) {
         self.contact_ms.fetch_max(self.now_ms(), Ordering::Relaxed);
+    }
+
+    /// Records the leader's commit index of an AppendEntries this node accepted.
+    pub fn heard_commit(&self, index: u64) {
+        self.leader_commit.fetch_max(index, Ordering::Relaxed);
+    }
+
+    /// The highest leader commit index heard ([`Elector::heard_commit`]); 0 before any.
+    pub fn leader_commit(&self) -> u64 {
+        self.leader_commit.load(Ordering::Relaxed)
     }
 
     /// Out of touch: a follower that has heard from no leader for as long as it waits

@@ -15,7 +15,15 @@
 //!    until the node is a voter; then the marker is removed and it votes like any voter.
 //!
 //! A restart keeps the stage (the marker says which), `--join` or not; a node that was
-//! already admitted counts a membership naming it a voter as its own join done.
+//! already admitted counts a membership naming it a voter as its own join done. Without
+//! `--join` (a member restarted on a wiped disk that found its cluster by itself,
+//! `bootstrap.rs`), it asks through the peers of its `--peer` list, in turn.
+//!
+//! Two stages come from `bootstrap.rs`, not from a join: **unsure** (an empty data dir
+//! that has not yet found out whether a cluster exists: no Raft RPC answered, like
+//! waiting) and, for an empty node the cluster does not name, **admitted** without a
+//! marker (replication accepted for `leasehold cluster add-node`, votes refused until it
+//! is a voter).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -44,6 +52,20 @@ pub struct JoinConfig {
     pub via: String,
     /// An admin token (`--join-token-file`), when the cluster has `--auth-file`.
     pub token: Option<String>,
+    /// Other nodes to ask when `via` does not answer (in turn): the `--peer` list of a
+    /// wiped member that rejoins by itself; empty for `serve --join`.
+    pub alternates: Vec<String>,
+}
+
+impl JoinConfig {
+    /// Asks the next node from now on (after a failed question), if there is another.
+    pub(crate) fn rotate(&mut self) {
+        if !self.alternates.is_empty() {
+            let next = self.alternates.remove(0);
+            let last = std::mem::replace(&mut self.via, next);
+            self.alternates.push(last);
+        }
+    }
 }
 
 /// Where a join stands.
@@ -55,12 +77,25 @@ pub enum Stage {
     Waiting,
     /// Not a member when admitted: replication accepted, votes refused.
     Admitted,
+    /// An empty data dir that does not know yet whether its cluster exists
+    /// (`bootstrap.rs`): no Raft RPC answered, no election, no initialization.
+    Unsure,
 }
 
 impl Stage {
+    /// How `/readyz` and the logs name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Member => "member",
+            Stage::Waiting => "waiting",
+            Stage::Admitted => "admitted",
+            Stage::Unsure => "unsure",
+        }
+    }
+
     fn marker_text(self) -> &'static str {
         match self {
-            Stage::Member => "",
+            Stage::Member | Stage::Unsure => "",
             Stage::Waiting => "waiting\n",
             Stage::Admitted => "admitted\n",
         }
@@ -82,15 +117,17 @@ impl Joining {
         match self.0.load(Ordering::Acquire) {
             1 => Stage::Waiting,
             2 => Stage::Admitted,
+            3 => Stage::Unsure,
             _ => Stage::Member,
         }
     }
 
-    fn set(&self, stage: Stage) {
+    pub(crate) fn set(&self, stage: Stage) {
         let v = match stage {
             Stage::Member => 0,
             Stage::Waiting => 1,
             Stage::Admitted => 2,
+            Stage::Unsure => 3,
         };
         self.0.store(v, Ordering::Release);
     }
@@ -122,17 +159,23 @@ fn marker_io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -
     }
 }
 
-/// Writes the marker durably (write a temp file, fsync, rename, fsync the directory).
-fn write_marker(data_dir: &Path, stage: Stage) -> Result<(), MarkerError> {
+/// Writes the marker durably.
+pub(crate) fn write_marker(data_dir: &Path, stage: Stage) -> Result<(), MarkerError> {
+    write_durably(data_dir, JOINING_FILE, stage.marker_text())
+}
+
+/// Writes `<dir>/<name>` durably (write a temp file, fsync, rename, fsync the directory):
+/// the join marker here, the founding marker in `bootstrap.rs`.
+pub(crate) fn write_durably(dir: &Path, name: &str, text: &str) -> Result<(), MarkerError> {
     use std::io::Write;
-    let path = marker_path(data_dir);
-    let tmp = data_dir.join(format!("{JOINING_FILE}.tmp"));
+    let path = dir.join(name);
+    let tmp = dir.join(format!("{name}.tmp"));
     let mut f = std::fs::File::create(&tmp).map_err(marker_io("creating", &tmp))?;
-    f.write_all(stage.marker_text().as_bytes())
+    f.write_all(text.as_bytes())
         .and_then(|()| f.sync_all())
         .map_err(marker_io("writing", &tmp))?;
     std::fs::rename(&tmp, &path).map_err(marker_io("renaming to", &path))?;
-    sync_dir(data_dir)
+    sync_dir(dir)
 }
 
 fn read_marker(data_dir: &Path) -> Result<Option<Stage>, MarkerError> {
@@ -148,11 +191,16 @@ fn read_marker(data_dir: &Path) -> Result<Option<Stage>, MarkerError> {
 }
 
 fn remove_marker(data_dir: &Path) -> Result<(), MarkerError> {
-    let path = marker_path(data_dir);
-    match std::fs::remove_file(&path) {
+    remove_durably(&marker_path(data_dir))
+}
+
+/// Removes a marker file (if there) and fsyncs its directory.
+pub(crate) fn remove_durably(path: &Path) -> Result<(), MarkerError> {
+    let data_dir = path.parent().unwrap_or(Path::new("."));
+    match std::fs::remove_file(path) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(marker_io("removing", &path)(e)),
+        Err(e) => return Err(marker_io("removing", path)(e)),
     }
     sync_dir(data_dir)
 }
@@ -165,7 +213,9 @@ fn sync_dir(dir: &Path) -> Result<(), MarkerError> {
 
 /// Decides at startup where this node stands: with `--join` on a data dir Raft has never
 /// initialized it starts a join (writing the marker); a marker left by an earlier run
-/// means that join is still in progress, `--join` or not.
+/// means that join is still in progress, `--join` or not. Without `--join`, a data dir
+/// Raft has never initialized is a member only if it promised to found the cluster (the
+/// founding marker, `bootstrap.rs`); otherwise it is unsure until it has asked its peers.
 pub fn begin(
     data_dir: &Path,
     join: Option<&JoinConfig>,
@@ -183,7 +233,9 @@ pub fn begin(
             tracing::info!("this data dir is already a member of a cluster: --join is ignored");
             Ok(Stage::Member)
         }
-        (None, _) => Ok(Stage::Member),
+        (None, true) => Ok(Stage::Member),
+        (None, false) if crate::raft::bootstrap::promised(data_dir) => Ok(Stage::Member),
+        (None, false) => Ok(Stage::Unsure),
     }
 }
 
@@ -221,7 +273,7 @@ pub async fn run(
     advertised: String,
     cancel: CancellationToken,
 ) {
-    let Some(join) = join else {
+    let Some(mut join) = join else {
         tracing::error!(
             file = %marker_path(&data_dir).display(),
             "an earlier run started joining a cluster and did not finish; restart with \
@@ -229,7 +281,8 @@ pub async fn run(
         );
         return;
     };
-    if node.joining.stage() == Stage::Waiting && !admit(&node, &join, &data_dir, &cancel).await {
+    if node.joining.stage() == Stage::Waiting && !admit(&node, &mut join, &data_dir, &cancel).await
+    {
         return;
     }
     let mut delay = JOIN_RETRY_MIN;
@@ -244,7 +297,8 @@ pub async fn run(
                         break;
                     }
                 }
-                tracing::warn!(via = %join.via, error = %chain(&e), "join not done yet; retrying")
+                tracing::warn!(via = %join.via, error = %chain(&e), "join not done yet; retrying");
+                join.rotate();
             }
         }
         if !pause(&mut delay, &cancel).await {
@@ -269,7 +323,7 @@ pub async fn run(
 /// stopped or the marker could not be written.
 async fn admit(
     node: &JoinHandles,
-    join: &JoinConfig,
+    join: &mut JoinConfig,
     data_dir: &Path,
     cancel: &CancellationToken,
 ) -> bool {
@@ -291,7 +345,8 @@ async fn admit(
                     via = %join.via,
                     error = %chain(&e),
                     "cannot read the membership yet; retrying"
-                )
+                );
+                join.rotate();
             }
         }
         if !pause(&mut delay, cancel).await {
@@ -469,10 +524,10 @@ async fn request(node: &JoinHandles, join: &JoinConfig, advertised: &str) -> Res
 
 /// Whether this node answers Raft replication (append, snapshot) now.
 pub fn refuses_replication(joining: &Joining) -> bool {
-    joining.stage() == Stage::Waiting
+    matches!(joining.stage(), Stage::Waiting | Stage::Unsure)
 }
 
-/// Whether this node refuses vote requests now (every stage of a join).
+/// Whether this node refuses vote requests now (every stage of a join, and unsure).
 pub fn refuses_votes(joining: &Joining) -> bool {
     joining.stage() != Stage::Member
 }
@@ -487,8 +542,11 @@ mod tests {
         let j = JoinConfig {
             via: "127.0.0.1:7001".into(),
             token: None,
+            alternates: Vec::new(),
         };
-        assert_eq!(begin(dir.path(), None, false).unwrap(), Stage::Member);
+        // Never initialized, no promise to found a cluster: unsure (`bootstrap.rs`).
+        assert_eq!(begin(dir.path(), None, false).unwrap(), Stage::Unsure);
+        assert_eq!(begin(dir.path(), None, true).unwrap(), Stage::Member);
         assert_eq!(begin(dir.path(), Some(&j), true).unwrap(), Stage::Member);
         assert!(!marker_path(dir.path()).exists());
         assert_eq!(begin(dir.path(), Some(&j), false).unwrap(), Stage::Waiting);
@@ -510,6 +568,7 @@ mod tests {
         let j = JoinConfig {
             via: "127.0.0.1:7001".into(),
             token: None,
+            alternates: Vec::new(),
         };
         let e = begin(&dir.path().join("gone"), Some(&j), false).unwrap_err();
         let line = chain(&e);
@@ -523,7 +582,12 @@ mod tests {
 
     #[test]
     fn the_stage_flag_round_trips() {
-        for s in [Stage::Member, Stage::Waiting, Stage::Admitted] {
+        for s in [
+            Stage::Member,
+            Stage::Waiting,
+            Stage::Admitted,
+            Stage::Unsure,
+        ] {
             assert_eq!(Joining::new(s).stage(), s);
         }
     }

@@ -4,11 +4,14 @@
 //!   wiped-follower guard.
 //! - [`election`]: our own pre-vote and check-quorum (openraft's election timer is off).
 //! - [`join`]: `serve --join` — a new node asks a running cluster to add it.
+//! - [`bootstrap`]: an empty data dir asks its peers whether the cluster exists before it
+//!   votes or initializes; the founding promise; a wiped member rejoins by itself.
 //!
 //! May import: `store`, and the lower layers (`security`, `time`, `telemetry`, `types`).
 //! Never `node`, `http`, `server` or `cli`: what it needs from a running node comes in as
 //! arguments or small handles.
 
+pub mod bootstrap;
 pub mod election;
 pub mod join;
 pub mod network;

@@ -26,8 +26,8 @@ use crate::security::peer_auth::{PeerGuard, PEER_AUTH_HEADER};
 use crate::security::tls::NodeTls;
 // The wire names live in `types`: the router and the token rules name them too.
 use crate::types::{
-    NodeId, TypeConfig, BINCODE_CONTENT_TYPE, RAFT_APPEND_PATH, RAFT_PREVOTE_PATH,
-    RAFT_SNAPSHOT_PATH, RAFT_VOTE_PATH,
+    NodeId, TypeConfig, BINCODE_CONTENT_TYPE, RAFT_APPEND_PATH, RAFT_BOOTSTRAP_PATH,
+    RAFT_PREVOTE_PATH, RAFT_SNAPSHOT_PATH, RAFT_VOTE_PATH,
 };
 
 /// How long an idle pooled connection to a peer is kept.
@@ -230,6 +230,16 @@ impl PeerClient {
         timeout: Duration,
     ) -> Result<crate::raft::election::PreVoteResponse, RpcErr<openraft::error::Infallible>> {
         self.call(RAFT_PREVOTE_PATH, req, &RPCOption::new(timeout))
+            .await
+    }
+
+    /// `POST /raft/bootstrap` (`bootstrap.rs`), bounded by `timeout`.
+    pub async fn bootstrap(
+        &self,
+        req: &crate::raft::bootstrap::ProbeRequest,
+        timeout: Duration,
+    ) -> Result<crate::raft::bootstrap::ProbeResponse, RpcErr<openraft::error::Infallible>> {
+        self.call(RAFT_BOOTSTRAP_PATH, req, &RPCOption::new(timeout))
             .await
     }
 }

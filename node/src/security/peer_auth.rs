@@ -803,6 +803,17 @@ impl PeerGuard {
         }
     }
 
+    /// Admits a bootstrap probe (`raft/bootstrap.rs`): authenticated like any peer RPC,
+    /// but from any cluster or none, since the probe is how an empty node finds out
+    /// whether its cluster exists. Its answer changes no Raft state and adopts no id.
+    pub fn admit_probe(&self, stamp: Option<&Stamp>, body: &[u8]) -> Result<(), ApiError> {
+        match stamp {
+            None => Ok(()),
+            Some(stamp) => check_body(stamp, body)
+                .map_err(|e| ApiError::new(ErrorCode::Unauthenticated, e.to_string())),
+        }
+    }
+
     async fn adopt(&self, id: ClusterId, from: NodeId) -> Result<(), ApiError> {
         let _one = self.assigning.lock().await;
         match self.cluster_id() {

@@ -11,14 +11,16 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use openraft::{BasicNode, SnapshotPolicy};
+use openraft::SnapshotPolicy;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::fsio::Disk;
 use crate::node::{Limits, Node, Parts, Peers};
+use crate::raft::bootstrap::Bootstrap;
 use crate::raft::election::Elector;
+use crate::raft::join::Stage;
 use crate::raft::network::Network;
 use crate::security::peer_auth::{ClusterId, PeerGuard, PeerSecret};
 use crate::security::Guards;
@@ -111,6 +113,9 @@ pub struct NodeConfig {
     /// `serve --join`: ask this cluster to add this node instead of forming one from
     /// `peers` (which then lists only this node).
     pub join: Option<crate::raft::join::JoinConfig>,
+    /// `serve --join-token-file`: the admin token of a join, `--join`'s or the one a
+    /// member restarted on an empty data dir makes by itself (`raft/bootstrap.rs`).
+    pub join_token: Option<String>,
     /// `serve/dev --allow-origin`: web origins whose pages may call this node
     /// (`http/browser.rs`); checked when the node starts.
     pub allow_origins: Vec<String>,
@@ -136,6 +141,7 @@ impl NodeConfig {
             listener: Default::default(),
             tls: None,
             join: None,
+            join_token: None,
             allow_origins: Vec::new(),
             disk: Disk::Real,
         }
@@ -226,8 +232,6 @@ pub enum StartError {
     #[error(transparent)]
     RaftStopped(Box<openraft::error::Fatal<NodeId>>),
     #[error(transparent)]
-    Initialize(Box<InitializeFailed>),
-    #[error(transparent)]
     JoinMarker(#[from] crate::raft::join::MarkerError),
     #[error(transparent)]
     AllowOrigin(#[from] crate::security::browser::BadOrigin),
@@ -238,19 +242,9 @@ pub enum StartError {
     StorageFailed(#[from] crate::store::StorageFailed),
 }
 
-/// `Raft::initialize`'s refusal.
-type InitializeFailed =
-    openraft::error::RaftError<NodeId, openraft::error::InitializeError<NodeId, BasicNode>>;
-
 impl From<openraft::error::Fatal<NodeId>> for StartError {
     fn from(e: openraft::error::Fatal<NodeId>) -> Self {
         StartError::RaftStopped(Box::new(e))
-    }
-}
-
-impl From<InitializeFailed> for StartError {
-    fn from(e: InitializeFailed) -> Self {
-        StartError::Initialize(Box::new(e))
     }
 }
 
@@ -281,12 +275,19 @@ pub async fn start(listener: TcpListener, cfg: NodeConfig) -> Result<RunningNode
         .ok_or(StartError::NotInPeers(cfg.id))?;
     tracing::info!(id = cfg.id, %addr, advertised = %self_addr, "starting node");
     let opened = open(&cfg).await?;
-    let joining = opened.stage != crate::raft::join::Stage::Member;
-    if joining {
+    let stage = opened.stage;
+    if matches!(stage, Stage::Waiting | Stage::Admitted) {
         tracing::info!("joining a cluster: this node does not vote until the cluster has added it");
-    } else if cfg.join.is_none() {
-        initialize_if_first(&opened.raft, &cfg, &opened.peer).await?;
     }
+    let bootstrap = Arc::new(
+        Bootstrap::new(
+            cfg.id,
+            cfg.peers.clone(),
+            cfg.dial.clone(),
+            cfg.data_dir.clone(),
+        )
+        .with_join_token(cfg.join_token.clone()),
+    );
     let browser = crate::security::browser::BrowserPolicy::new(
         crate::security::tls::peer_scheme(cfg.tls.as_deref()),
         addr.ip().is_loopback(),
@@ -310,22 +311,15 @@ pub async fn start(listener: TcpListener, cfg: NodeConfig) -> Result<RunningNode
             peer: opened.peer,
             browser,
         },
-        joining: Arc::new(crate::raft::join::Joining::new(opened.stage)),
+        joining: Arc::new(crate::raft::join::Joining::new(stage)),
         elector: opened.elector,
         truncations: opened.log.truncations(),
+        bootstrap,
     });
     let node = Arc::new(node);
     let cancel = CancellationToken::new();
     let mut tasks = spawn_tasks(&node, listener, opened.network, intake, &cfg, &cancel);
-    if joining {
-        tasks.push(tokio::spawn(crate::raft::join::run(
-            node.join_handles(),
-            cfg.join.clone(),
-            cfg.data_dir.clone(),
-            self_addr.clone(),
-            cancel.clone(),
-        )));
-    }
+    tasks.push(spawn_standing(&node, stage, &cfg, self_addr, &cancel));
     Ok(RunningNode {
         node,
         addr,
@@ -333,6 +327,37 @@ pub async fn start(listener: TcpListener, cfg: NodeConfig) -> Result<RunningNode
         tasks,
         log: opened.log,
     })
+}
+
+/// Starts what finds or makes this node's place in its cluster: a join in progress
+/// (`--join`, or a marker from an earlier run, through the `--peer` list without
+/// `--join`), or the bootstrap task (`raft/bootstrap.rs`: an empty data dir asks its peers
+/// before it votes; the lowest id founds the cluster with every peer's promise).
+fn spawn_standing(
+    node: &Arc<Node>,
+    stage: Stage,
+    cfg: &NodeConfig,
+    advertised: &str,
+    cancel: &CancellationToken,
+) -> JoinHandle<()> {
+    let (dir, advertised) = (cfg.data_dir.clone(), advertised.to_owned());
+    if matches!(stage, Stage::Waiting | Stage::Admitted) {
+        let join = cfg
+            .join
+            .clone()
+            .or_else(|| node.bootstrap.join_via_peers(cfg.join_token.clone()));
+        let run =
+            crate::raft::join::run(node.join_handles(), join, dir, advertised, cancel.clone());
+        return tokio::spawn(run);
+    }
+    let network =
+        Network::new(cfg.dial.clone(), node.guards.peer.clone()).with_tls(cfg.tls.clone());
+    tokio::spawn(crate::raft::bootstrap::run(
+        node.bootstrap_handles(),
+        network,
+        advertised,
+        cancel.clone(),
+    ))
 }
 
 /// What [`start`] opens before the node exists.
@@ -486,36 +511,6 @@ fn peer_guard(cfg: &NodeConfig, cluster_id: Option<ClusterId>) -> PeerGuard {
         cfg.data_dir.clone(),
         cluster_id,
     )
-}
-
-/// Only the lowest id of the peer list initializes, and only a node that never was
-/// initialized: a restarted node rejoins with what it has on disk. The cluster id is
-/// fixed (and on disk) before the cluster exists, so every RPC of the cluster carries it.
-async fn initialize_if_first(
-    raft: &Raft,
-    cfg: &NodeConfig,
-    peer: &PeerGuard,
-) -> Result<(), StartError> {
-    let lowest = *cfg.peers.keys().next().expect("peers has this node");
-    if cfg.id != lowest || raft.is_initialized().await? {
-        return Ok(());
-    }
-    peer.ensure_cluster_id().await?;
-    let members: BTreeMap<NodeId, BasicNode> = cfg
-        .peers
-        .iter()
-        .map(|(id, addr)| (*id, BasicNode::new(addr)))
-        .collect();
-    tracing::info!(?members, "initializing a new cluster");
-    match raft.initialize(members).await {
-        Ok(()) => Ok(()),
-        // Another start raced us to it, or a vote already exists: nothing to do.
-        Err(openraft::error::RaftError::APIError(e)) => {
-            tracing::warn!(error = %e, "initialize refused");
-            Ok(())
-        }
-        Err(e) => Err(e.into()),
-    }
 }
 
 /// Runs a node until `shutdown` resolves.

@@ -279,20 +279,30 @@ async fn a_node_with_another_secret_stays_out_until_it_has_the_right_one() {
     let keys = tempfile::tempdir().unwrap();
     let (_, secret) = new_secret(&keys, "secret");
     let (_, wrong) = new_secret(&keys, "wrong");
-    let secrets: BTreeMap<u64, PeerSecret> =
-        [(1, secret.clone()), (2, secret.clone()), (3, wrong)].into();
+    let secrets: BTreeMap<u64, PeerSecret> = [
+        (1, secret.clone()),
+        (2, secret.clone()),
+        (3, secret.clone()),
+    ]
+    .into();
     let secrets = Arc::new(Mutex::new(secrets));
     let mut c = cluster_with(secrets.clone()).await;
-    let leader = leader_among(&c, &[1, 2]).await;
+    let leader = c.wait_for_leader().await;
     c.post(leader, "/v1/jobs", json!({"id": "a"})).await.ok(201);
-    let commit = u64_of(&c.cluster_view(leader).await.unwrap(), "commit_index");
-    c.wait_applied(1, commit).await;
-    c.wait_applied(2, commit).await;
+    c.wait_all_caught_up(leader).await;
+    // A cluster forms only with every peer's promise (`raft/bootstrap.rs`), so node 3
+    // gets the wrong secret as a replacement on an empty data dir: it cannot even ask
+    // whether its cluster exists, and stays out.
+    c.stop(3).await;
+    std::fs::remove_dir_all(c.data_dir(3)).unwrap();
+    secrets.lock().unwrap().insert(3, wrong);
+    c.restart(3).await;
+    let leader = leader_among(&c, &[1, 2]).await;
     eventually(
-        "node 3 to have refused replication (401 on /raft)",
+        "nodes 1 and 2 to have refused node 3 (401 on /raft)",
         CATCH_UP_WAIT,
         || async {
-            match raft_refusals(&c, 3, 401).await {
+            match raft_refusals(&c, 1, 401).await + raft_refusals(&c, 2, 401).await {
                 0 => Err("no 401 yet".to_owned()),
                 n => Ok(n),
             }
@@ -313,10 +323,31 @@ async fn a_node_with_another_secret_stays_out_until_it_has_the_right_one() {
     // The two nodes with the secret are a quorum: the cluster keeps working.
     c.post(leader, "/v1/jobs", json!({"id": "b"})).await.ok(201);
 
-    // Control: with the right secret, node 3 joins and catches up.
+    // Control: with the right secret, node 3 finds it lost its data; removed by the
+    // operator, it rejoins and catches up.
     c.stop(3).await;
     secrets.lock().unwrap().insert(3, secret);
     c.restart(3).await;
+    let marker = c.data_dir(3).join(leasehold_node::raft::join::JOINING_FILE);
+    eventually("node 3 to find it lost its data", CATCH_UP_WAIT, || async {
+        if marker.exists() {
+            Ok(())
+        } else {
+            Err("no join marker yet".to_owned())
+        }
+    })
+    .await;
+    c.send(leader, &Req::delete("/v1/cluster/nodes/3"))
+        .await
+        .ok(200);
+    eventually("node 3 to rejoin", CATCH_UP_WAIT, || async {
+        if marker.exists() {
+            Err("still joining".to_owned())
+        } else {
+            Ok(())
+        }
+    })
+    .await;
     let commit = u64_of(&c.cluster_view(leader).await.unwrap(), "commit_index");
     c.wait_applied(3, commit).await;
     agreed_cluster_id(&c, &c.ids).await;
@@ -336,7 +367,9 @@ async fn a_node_of_another_cluster_with_the_same_secret_is_refused() {
     let top_term = before.values().map(|f| f.2).max().unwrap();
 
     // A fresh node 1 whose peer list names this cluster's nodes 2 and 3 (a wrong address
-    // in a config): it initializes a cluster of its own and campaigns at them.
+    // in a config) is made to initialize a cluster of its own — it would not by itself
+    // (`raft/bootstrap.rs`: nodes 2 and 3 say a cluster exists), but a node of another
+    // build need not ask — and campaigns at them.
     let dir = tempfile::tempdir().unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let peers = BTreeMap::from([
@@ -344,9 +377,15 @@ async fn a_node_of_another_cluster_with_the_same_secret_is_refused() {
         (2, c.addr(2).to_string()),
         (3, c.addr(3).to_string()),
     ]);
+    let members: BTreeMap<u64, openraft::BasicNode> = peers
+        .iter()
+        .map(|(id, a)| (*id, openraft::BasicNode::new(a)))
+        .collect();
     let mut cfg = NodeConfig::new(1, dir.path().to_path_buf(), peers);
     cfg.peer_secret = Some(secret);
     let rogue = server::start(listener, cfg).await.unwrap();
+    rogue.node.guards.peer.ensure_cluster_id().await.unwrap();
+    rogue.node.raft.initialize(members).await.unwrap();
     let rogue_cluster = rogue
         .node
         .guards
@@ -542,57 +581,142 @@ async fn every_node_records_the_cluster_id_in_a_private_identity_file() {
     c.shutdown().await;
 }
 
+/// Issue 28, item 2: node 1, the lowest id, wiped and started again with its old config
+/// used to initialize a cluster of its own (which nodes 2 and 3 refused). Now it founds
+/// nothing: it takes no cluster id, refuses to vote, and once the operator removes it, it
+/// rejoins by itself, adopts the cluster's id and catches up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_wiped_first_node_rejoins_with_cluster_id_and_not_without() {
-    let flag: Arc<Mutex<Option<ClusterId>>> = Arc::new(Mutex::new(None));
-    let tweak_flag = flag.clone();
-    let mut c = TestCluster::start_with(move |cfg: &mut NodeConfig| {
-        if cfg.id == 1 {
-            cfg.cluster_id = *tweak_flag.lock().unwrap();
-        }
-    })
-    .await;
+async fn a_wiped_first_node_founds_no_cluster_and_rejoins_once_removed() {
+    let mut c = TestCluster::start().await;
     let leader = c.wait_for_leader().await;
     c.post(leader, "/v1/jobs", json!({"id": "a"})).await.ok(201);
     c.wait_all_caught_up(leader).await;
     let cluster = agreed_cluster_id(&c, &c.ids).await;
 
-    // Wiped, node 1 founds a cluster of its own, which nodes 2 and 3 refuse.
     c.stop(1).await;
     std::fs::remove_dir_all(c.data_dir(1)).unwrap();
     c.restart(1).await;
-    let own = c
-        .node(1)
-        .node
-        .guards
-        .peer
-        .cluster_id()
-        .expect("it initialized");
-    assert_ne!(own, cluster);
-    eventually(
-        "node 2 or 3 to refuse node 1 (403)",
-        CATCH_UP_WAIT,
-        || async {
-            match raft_refusals(&c, 2, 403).await + raft_refusals(&c, 3, 403).await {
-                0 => Err("no 403 yet".to_owned()),
-                n => Ok(n),
-            }
-        },
-    )
+    let marker = c.data_dir(1).join(leasehold_node::raft::join::JOINING_FILE);
+    eventually("node 1 to find it lost its data", CATCH_UP_WAIT, || async {
+        if marker.exists() {
+            Ok(())
+        } else {
+            Err("no join marker yet".to_owned())
+        }
+    })
     .await;
+    assert_eq!(
+        c.node(1).node.guards.peer.cluster_id(),
+        None,
+        "it founded a cluster"
+    );
+    let vote = c.post(1, "/raft/vote", json!({})).await;
+    assert_eq!(vote.status, 503, "{}", vote.text());
+    assert_eq!(c.get(1, "/readyz").await.status, 503);
     let leader = leader_among(&c, &[2, 3]).await;
     c.post(leader, "/v1/jobs", json!({"id": "b"})).await.ok(201);
 
-    // Wiped again and started with --cluster-id, it rejoins and catches up.
-    c.stop(1).await;
-    std::fs::remove_dir_all(c.data_dir(1)).unwrap();
-    *flag.lock().unwrap() = Some(cluster);
-    c.restart(1).await;
-    c.wait_for_leader().await;
+    c.send(leader, &Req::delete("/v1/cluster/nodes/1"))
+        .await
+        .ok(200);
+    eventually("node 1 to rejoin as a voter", CATCH_UP_WAIT, || async {
+        if marker.exists() {
+            return Err("still joining".to_owned());
+        }
+        let v = c.cluster_view(leader).await?;
+        match v["voters"].as_array() {
+            Some(a) if a.len() == 3 => Ok(()),
+            _ => Err(format!("{v}")),
+        }
+    })
+    .await;
     let commit = u64_of(&c.cluster_view(leader).await.unwrap(), "commit_index");
     c.wait_applied(1, commit).await;
     assert_eq!(agreed_cluster_id(&c, &c.ids).await, cluster);
     c.get(1, "/v1/jobs/b").await.ok(200);
+    eventually("node 1 ready", CATCH_UP_WAIT, || async {
+        match c.get(1, "/readyz").await.status {
+            200 => Ok(()),
+            s => Err(s.to_string()),
+        }
+    })
+    .await;
+    c.shutdown().await;
+}
+
+/// With `--auth-file`, a wiped member rejoins by itself with `--join-token-file` (an admin
+/// token) on its unchanged command line: the membership calls of its join need one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_wiped_member_rejoins_with_its_join_token_under_auth() {
+    let policy = Arc::new(
+        leasehold_node::security::auth::AuthPolicy::parse(
+            "[[token]]\ntoken = \"adm\"\nrole = \"admin\"\n",
+        )
+        .unwrap(),
+    );
+    let mut c = TestCluster::start_with(move |cfg: &mut NodeConfig| {
+        cfg.auth = Some(policy.clone());
+        cfg.join_token = Some("adm".into());
+    })
+    .await;
+    // `/readyz` needs no token: every node ready, naming one leader.
+    let leader = eventually("every node ready under one leader", LEADER_WAIT, || async {
+        let mut leaders = Vec::new();
+        for id in c.running() {
+            let r = c.get(id, "/readyz").await;
+            if r.status != 200 {
+                return Err(format!("node {id}: {}", r.text()));
+            }
+            leaders.push(r.json()["leader_id"].as_u64());
+        }
+        match leaders[0] {
+            Some(l) if leaders.iter().all(|x| *x == Some(l)) => Ok(l),
+            _ => Err(format!("{leaders:?}")),
+        }
+    })
+    .await;
+    let wiped = c.follower_of(leader);
+    c.stop(wiped).await;
+    std::fs::remove_dir_all(c.data_dir(wiped)).unwrap();
+    c.restart(wiped).await;
+    let marker = c
+        .data_dir(wiped)
+        .join(leasehold_node::raft::join::JOINING_FILE);
+    eventually(
+        "the wiped node to find it lost its data",
+        CATCH_UP_WAIT,
+        || async {
+            if marker.exists() {
+                Ok(())
+            } else {
+                Err("no join marker yet".to_owned())
+            }
+        },
+    )
+    .await;
+    assert_eq!(c.get(wiped, "/readyz").await.status, 503);
+    let mut remove = Req::delete(format!("/v1/cluster/nodes/{wiped}"));
+    remove
+        .headers
+        .push(("authorization".into(), "Bearer adm".into()));
+    c.send(leader, &remove).await.ok(200);
+    eventually(
+        "the wiped node to rejoin and be ready",
+        CATCH_UP_WAIT,
+        || async {
+            let ready = c.get(wiped, "/readyz").await;
+            if !marker.exists() && ready.status == 200 {
+                Ok(())
+            } else {
+                Err(format!(
+                    "marker {}, readyz {}",
+                    marker.exists(),
+                    ready.text()
+                ))
+            }
+        },
+    )
+    .await;
     c.shutdown().await;
 }
 
