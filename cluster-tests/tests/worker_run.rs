@@ -176,18 +176,7 @@ async fn wait_job(
     what: &str,
     pred: impl Fn(&leasehold_client::Job) -> bool,
 ) -> leasehold_client::Job {
-    let until = Instant::now() + BOUND;
-    loop {
-        let job = client.get_job(id).await;
-        match job {
-            Ok(job) if pred(&job) => return job,
-            seen => assert!(
-                Instant::now() < until,
-                "job {id}: {what} not seen within {BOUND:?}; last: {seen:?}"
-            ),
-        }
-        tokio::time::sleep(POLL).await;
-    }
+    wait_job_within(client, id, what, BOUND, pred).await
 }
 
 /// The cluster freezes (every node SIGSTOPped) while the command runs; its direct child
