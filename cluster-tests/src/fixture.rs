@@ -2,11 +2,14 @@
 //! one `leasehold bench failover` runs on too), re-exported under the paths the tests
 //! use, plus the two end-of-run reads only the checker needs — every job's final state
 //! and every replica's digest — which speak in [`crate::history`]'s types and through
-//! the Rust client, so they live here and not in the shared crate.
+//! the Rust client, so they live here and not in the shared crate — and
+//! [`cluster_cli`], the operator's `leasehold cluster …` as the tests run it.
 //! The reads work on any [`Nodes`] (processes or containers).
 //! Imports the shared crate, the client, `history` and `nodes`; the scenarios and tests
 //! import it.
 
+use std::path::Path;
+use std::process::Command;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -17,6 +20,23 @@ pub use leasehold_proc_cluster::{
 
 use crate::history::{FinalJob, ReplicaDigest};
 use crate::nodes::Nodes;
+
+/// `leasehold cluster ARGS --endpoints=ADDR` run with `bin`, as an operator runs it:
+/// whether it succeeded, and its stdout then stderr.
+pub fn cluster_cli(bin: &Path, addr: &str, args: &[&str]) -> (bool, String) {
+    let out = Command::new(bin)
+        .arg("cluster")
+        .args(args)
+        .arg(format!("--endpoints={addr}"))
+        .output()
+        .expect("running leasehold cluster");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
 
 /// Every node's digest, once all are running, answer, and agree on applied index and
 /// digest (or, after `bound`, what they last said: the checker judges it).

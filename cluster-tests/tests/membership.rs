@@ -15,10 +15,9 @@
 //! The tests run one at a time (two cores; overlapping clusters turn timeouts into noise).
 
 use std::collections::BTreeSet;
-use std::process::Command;
 use std::time::Duration;
 
-use leasehold_cluster_tests::fixture::{Added, ClusterOpts};
+use leasehold_cluster_tests::fixture::{cluster_cli, Added, ClusterOpts};
 use leasehold_cluster_tests::history::{ReplicaDigest, RunRecord};
 use leasehold_cluster_tests::holders::{HoldSpec, Holders};
 use leasehold_cluster_tests::scenario::{job_ids, Bins, Chaos, LEADER_BOUND};
@@ -44,19 +43,9 @@ fn bins() -> Bins {
 
 /// `leasehold cluster …` through the given node, as an operator would run it.
 fn cli(c: &Chaos, via: u64, args: &[&str]) -> (bool, String) {
-    let out = Command::new(&c.bins.leasehold)
-        .arg("cluster")
-        .args(args)
-        .arg(format!("--endpoints={}", c.cluster.addr(via)))
-        .arg("--output=json")
-        .output()
-        .expect("running leasehold cluster");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
+    let args = [args, &["--output=json"]].concat();
+    let addr = c.cluster.addr(via).to_string();
+    cluster_cli(&c.bins.leasehold, &addr, &args)
 }
 
 /// `DELETE /v1/cluster/nodes/{id}` through node `via`: status and body.

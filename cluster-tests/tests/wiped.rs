@@ -17,10 +17,9 @@
 //! Run once with B a middle id and once with B the lowest id (which used to initialize a
 //! new cluster of its own). The tests run one at a time (two cores).
 
-use std::process::Command;
 use std::time::Duration;
 
-use leasehold_cluster_tests::fixture::{leasehold_bin, ClusterOpts, ProcCluster};
+use leasehold_cluster_tests::fixture::{cluster_cli, leasehold_bin, ClusterOpts, ProcCluster};
 use leasehold_cluster_tests::proxy::Fault;
 use serde_json::{json, Value};
 use tokio::time::Instant;
@@ -153,17 +152,11 @@ async fn leader_among(c: &ProcCluster, ids: &[u64], wiped: u64, claim_index: u64
 /// `leasehold cluster remove-node ID` through node `via`, as an operator runs it.
 fn remove_node(c: &ProcCluster, via: u64, id: u64) -> (bool, String) {
     let bin = leasehold_bin(env!("CARGO_BIN_EXE_leasehold-under-test"));
-    let out = Command::new(bin)
-        .args(["cluster", "remove-node", &id.to_string()])
-        .arg(format!("--endpoints={}", c.addr(via)))
-        .output()
-        .expect("running leasehold cluster remove-node");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
+    cluster_cli(
+        &bin,
+        &c.addr(via).to_string(),
+        &["remove-node", &id.to_string()],
+    )
 }
 
 /// While A is down: C keeps asking B for pre-votes and never leads; the second claim
