@@ -161,7 +161,11 @@ version=$(target/docker/leasehold --version | awk '{ print $2 }')
 say "docker build -f deploy/Dockerfile -t $IMAGE -t leasehold:$version"
 pull_flag=()
 [ "$pull" = 1 ] && pull_flag=(--pull)
-docker build "${pull_flag[@]}" -f deploy/Dockerfile -t "$IMAGE" -t "leasehold:$version" .
+# The label changes on every build, so the image's Created time is this build's even when
+# every layer comes from the cache (an unchanged binary): the container tests refuse an
+# image created before the binary they were built with (cluster-tests docker/engine.rs).
+docker build "${pull_flag[@]}" --label "org.leasehold.built-at=$(date -u +%Y-%m-%dT%H:%M:%S.%NZ)" \
+  -f deploy/Dockerfile -t "$IMAGE" -t "leasehold:$version" .
 docker run --rm "$IMAGE" --version >/dev/null || die "$IMAGE: leasehold --version failed in the image (glibc newer than the base's?)"
 size=$(docker image inspect -f '{{ .Size }}' "$IMAGE")
 say "built $IMAGE (leasehold:$version): $((size / 1000000)) MB"
