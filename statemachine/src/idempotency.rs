@@ -54,13 +54,11 @@
 //! same bounds. May import `command` (the reply), `wire` (the job in it), `limits`
 //! (bounds and key scopes) and `machine::Config`, nothing with IO.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
-
-use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use crate::command::{Outcome, Reply};
 use crate::limits::{self, IDEMPOTENCY_SCOPE_SHARE};
-use crate::machine::Config;
+use crate::machine::{Config, FixedHashMap};
 use crate::snapshot::Inconsistency;
 use crate::wire::Job;
 
@@ -76,7 +74,7 @@ pub(crate) const REPLY_FIXED_BYTES: u64 = 256;
 /// Where a remembered reply's job has its payload and result when they are left out of
 /// the kept reply: in job record `handle`, which holds them unchanged for as long as it
 /// exists (a payload is set at submit, a result once at completion).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Shared {
     pub handle: u64,
     /// The reply's `payload` is the record's (it was not null).
@@ -86,7 +84,7 @@ pub(crate) struct Shared {
 }
 
 /// What an entry keeps of its first reply.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Kept {
     /// The reply, byte for byte once `shared` (if any) is put back from its record.
     Reply {
@@ -99,33 +97,12 @@ pub(crate) enum Kept {
     BeforeRaise { job_id: Option<String> },
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// An entry in memory; snapshots carry it as `snapshot::v3::RememberedV3`.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Remembered {
     pub fingerprint: u64,
     pub recorded_ms: u64,
     pub kept: Kept,
-}
-
-/// An entry as snapshot formats v1 and v2 wrote it: the whole reply. It decodes into an
-/// entry that keeps the whole reply (nothing shared).
-#[derive(Debug, Clone, Deserialize)]
-pub(crate) struct RememberedV1 {
-    fingerprint: u64,
-    reply: Reply,
-    recorded_ms: u64,
-}
-
-impl From<RememberedV1> for Remembered {
-    fn from(r: RememberedV1) -> Self {
-        Remembered {
-            fingerprint: r.fingerprint,
-            recorded_ms: r.recorded_ms,
-            kept: Kept::Reply {
-                reply: r.reply,
-                shared: None,
-            },
-        }
-    }
 }
 
 /// The job a reply carries: a Job outcome's, or the one an error embeds.
@@ -270,9 +247,9 @@ pub(crate) struct IdempotencyTable {
     order: BTreeMap<u64, Slot>,
     next_seq: u64,
     /// Key → sequence number.
-    by_key: HashMap<String, u64>,
+    by_key: FixedHashMap<String, u64>,
     /// Scope → its entries; a scope without entries is removed.
-    scopes: HashMap<String, ScopeUse>,
+    scopes: FixedHashMap<String, ScopeUse>,
     /// Sum of the entries' accounted bytes.
     bytes: u64,
     /// Job handle → the entries sharing that record's payload or result, to copy them
@@ -532,7 +509,7 @@ impl IdempotencyTable {
         assert!(!self.over(b), "idempotency table over its bound");
         let mut prev = 0;
         let mut sharing = 0;
-        let mut scopes: HashMap<&str, (Vec<u64>, u64)> = HashMap::new();
+        let mut scopes: FixedHashMap<&str, (Vec<u64>, u64)> = FixedHashMap::default();
         for (&seq, s) in &self.order {
             assert!(seq < self.next_seq, "idempotency number not yet issued");
             assert_eq!(

@@ -8,16 +8,19 @@
 //! - [`limits`]: every bound of the API, and the validation shared with node and client.
 //! - [`wire`]: the JSON types of docs/api.md (`Job`, `Lease`, error codes, request bodies).
 //! - [`command`]: what goes into the log (`Entry`, `Command`) and what comes out (`Reply`).
-//! - [`machine`]: `LeaseMachine::apply`, the rules, the indexes, failover grace, reads.
+//! - [`machine`]: `LeaseMachine::apply` and, in its files, the job record and its
+//!   place, the indexes, the one transition point, the rules (failover grace included)
+//!   and the reads (`next_deadline_ms`).
 //! - `idempotency`: the table of remembered replies to keyed requests, bounded in keys,
 //!   accounted bytes and per caller scope.
 //! - `replies`: what a keyed request's reply is remembered as, and how a retry is
 //!   answered from it (shared with the job record, rebuilt byte for byte).
 //! - [`raise`]: seeding a new cluster from a backup: raised generations, held leases.
 //! - `queries`: read-only questions between entries (is anything claimable?).
-//! - `queue_stats`: jobs per queue and state, kept by every transition (for metrics).
-//! - [`snapshot`]: `snapshot()`/`restore()` and `check_invariants()`; why a restore is
-//!   refused ([`SnapshotError`], [`Inconsistency`]).
+//! - `queue_stats`: jobs per queue and state, kept by the transition point (for metrics).
+//! - [`snapshot`]: `snapshot()`/`restore()` and `check_invariants()`; the versioned
+//!   snapshot formats (`snapshot/v1.rs`, `v3.rs`: their own record and reply types); why
+//!   a restore is refused ([`SnapshotError`], [`Inconsistency`]).
 
 pub mod command;
 mod idempotency;
@@ -34,5 +37,5 @@ pub use command::{BatchItem, Command, Entry, Outcome, Reply};
 pub use machine::{Config, LeaseMachine, Stats};
 pub use queue_stats::QueueStats;
 pub use raise::{GenerationOverflow, Raised};
-pub use snapshot::{Inconsistency, SnapshotError, SnapshotSource};
+pub use snapshot::{Inconsistency, SnapshotError, SnapshotFormat, SnapshotSource};
 pub use wire::{ApiError, ErrorBody, ErrorCode, Job, JobPage, JobState, Lease};

@@ -10,11 +10,12 @@ impl LeaseMachine {
     /// The scan over run-out leases is short: they are settled by the next entry, and a
     /// leader ticks while leases are live.
     pub fn has_claimable(&self, queue: &str, now_ms: u64) -> bool {
-        if self.ready.get(queue).is_some_and(|q| !q.is_empty()) {
+        if self.ix.ready.get(queue).is_some_and(|q| !q.is_empty()) {
             return true;
         }
         let now = now_ms.max(self.clock_ms);
-        self.expiry
+        self.ix
+            .expiry
             .iter()
             .take_while(|(until, _)| *until <= now)
             .any(|(_, h)| self.jobs[h].queue == queue)

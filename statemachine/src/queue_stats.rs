@@ -1,20 +1,20 @@
-//! Jobs per queue and state ([`QueueStats`]), kept up to date by every transition of
-//! `machine.rs` so that a metrics scrape reads them in O(queues) instead of walking the
+//! Jobs per queue and state ([`QueueStats`]), kept up to date by the transition point
+//! (`machine/transition.rs`, through `Indexes::shift`) so that a metrics scrape reads them in O(queues) instead of walking the
 //! whole job table under the state lock.
 //!
 //! The counts are derived state, like the other indexes: not in the snapshot (its byte
 //! format is unchanged), rebuilt by `restore`, and compared with a recount over the
 //! records by `check_invariants`.
 //!
-//! A job's [`Slot`] is where the indexes put it: `Pending` in `ready`, `Leased` in
-//! `expiry`, or closed. A lease that ran out after the last applied stamp still counts
+//! A job's [`Slot`] is the count its place is in: `Pending` for `Ready`, `Leased` for
+//! `Leased`, or how it closed. A lease that ran out after the last applied stamp still counts
 //! as leased until the next entry settles it, like `Stats::leased`.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::machine::{JobRecord, LeaseMachine, Status};
+use crate::machine::{Closed, LeaseMachine, Place};
 
 /// Jobs of one queue by state, as of the last applied entry.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -43,7 +43,7 @@ impl QueueStats {
         self.failed += other.failed;
     }
 
-    fn slot_mut(&mut self, slot: Slot) -> &mut u64 {
+    pub(crate) fn slot_mut(&mut self, slot: Slot) -> &mut u64 {
         match slot {
             Slot::Pending => &mut self.pending,
             Slot::Leased => &mut self.leased,
@@ -63,12 +63,12 @@ pub(crate) enum Slot {
 }
 
 impl Slot {
-    pub(crate) fn of(rec: &JobRecord) -> Slot {
-        match rec.status {
-            Status::Completed => Slot::Completed,
-            Status::Failed => Slot::Failed,
-            Status::Open if rec.leased => Slot::Leased,
-            Status::Open => Slot::Pending,
+    pub(crate) fn of(place: Place) -> Slot {
+        match place {
+            Place::Ready { .. } => Slot::Pending,
+            Place::Leased { .. } => Slot::Leased,
+            Place::Closed(Closed::Completed) => Slot::Completed,
+            Place::Closed(Closed::Failed) => Slot::Failed,
         }
     }
 }
@@ -101,18 +101,12 @@ pub(crate) fn count_move(
 impl LeaseMachine {
     /// Every queue that holds a job, by name, with its jobs by state.
     pub fn queue_stats(&self) -> impl Iterator<Item = (&str, &QueueStats)> + '_ {
-        self.queue_counts.iter().map(|(q, s)| (q.as_str(), s))
+        self.ix.counts.iter().map(|(q, s)| (q.as_str(), s))
     }
 
     /// Number of queues that hold at least one job.
     pub fn queue_count(&self) -> usize {
-        self.queue_counts.len()
-    }
-
-    /// Moves the job `handle` between counts of its queue.
-    pub(crate) fn recount(&mut self, handle: u64, from: Option<Slot>, to: Option<Slot>) {
-        let queue = &self.jobs[&handle].queue;
-        count_move(&mut self.queue_counts, queue, from, to);
+        self.ix.counts.len()
     }
 }
 
@@ -128,7 +122,7 @@ mod tests {
     fn recount_records(m: &LeaseMachine) -> BTreeMap<String, QueueStats> {
         let mut out = BTreeMap::new();
         for rec in m.jobs.values() {
-            count_move(&mut out, &rec.queue, None, Some(Slot::of(rec)));
+            count_move(&mut out, &rec.queue, None, Some(Slot::of(rec.place)));
         }
         out
     }

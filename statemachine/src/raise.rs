@@ -7,12 +7,13 @@
 //! its own deadline (so a lease live in the backup is held, for nobody, for its TTL plus
 //! the failover grace cap), and replay a remembered reply that names pre-raise
 //! generations (so those entries answer `stale_lease`). May import `machine`
-//! and `idempotency`; nothing with IO.
+//! (moving a job only through its transition point) and `idempotency`; nothing with IO.
 
 use std::sync::Arc;
 
 use crate::idempotency::Bounds;
-use crate::machine::LeaseMachine;
+use crate::machine::transition::Cause;
+use crate::machine::{LeaseMachine, Place};
 
 /// [`LeaseMachine::raise_generations`] refused: raising by `by` would overflow the
 /// highest generation the machine knows, `top`.
@@ -82,15 +83,13 @@ impl LeaseMachine {
     /// Moves every live lease's end to its hold's end (never earlier than it was).
     fn hold_live_leases(&mut self) -> Raised {
         let (now, grace_ms) = (self.clock_ms, self.config.grace_ms_max);
-        let live = std::mem::take(&mut self.expiry);
+        let live: Vec<(u64, u64)> = self.ix.expiry.iter().copied().collect();
         let mut raised = Raised::default();
         for (until, handle) in live {
-            let rec = Arc::make_mut(self.jobs.get_mut(&handle).expect("expiry names a job"));
             let held = until
-                .max(now.saturating_add(rec.ttl_ms))
+                .max(now.saturating_add(self.jobs[&handle].ttl_ms))
                 .saturating_add(grace_ms);
-            rec.lease_until_ms = held;
-            self.expiry.insert((held, handle));
+            self.move_job(handle, Place::Leased { until_ms: held }, Cause::Raise);
             raised.leases_held += 1;
             raised.held_until_ms = raised.held_until_ms.max(Some(held));
         }

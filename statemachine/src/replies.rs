@@ -9,7 +9,7 @@
 
 use crate::command::{Command, Reply};
 use crate::idempotency::{job_of, job_of_mut, put_back, Kept, Remembered, Shared};
-use crate::machine::{LeaseMachine, Status};
+use crate::machine::LeaseMachine;
 use crate::wire::{ApiError, ErrorCode};
 
 /// The job id a command names, if any.
@@ -31,12 +31,13 @@ impl LeaseMachine {
     pub(crate) fn kept(&self, mut reply: Reply) -> Kept {
         let shared = job_of_mut(&mut reply).and_then(|job| {
             let handle = *self
+                .ix
                 .ids
                 .get(&job.id)
                 .expect("a remembered reply's job exists as it is recorded");
             let rec = &self.jobs[&handle];
             let payload = job.payload.is_some();
-            let result = job.result.is_some() && rec.status == Status::Completed;
+            let result = job.result.is_some() && rec.is_completed();
             assert!(!payload || job.payload == rec.payload, "a view's payload");
             assert!(!result || job.result == rec.result, "a view's result");
             if payload {
@@ -104,8 +105,8 @@ impl LeaseMachine {
             return false;
         };
         let payload_ok = !s.payload || (job.payload.is_none() && rec.payload.is_some());
-        let result_ok = !s.result
-            || (job.result.is_none() && rec.status == Status::Completed && rec.result.is_some());
+        let result_ok =
+            !s.result || (job.result.is_none() && rec.is_completed() && rec.result.is_some());
         job.id == rec.id && (s.payload || s.result) && payload_ok && result_ok
     }
 }

@@ -87,9 +87,7 @@ fn release(job: &str, owner: &str, generation: u64) -> Command {
 }
 
 fn delete(job: &str) -> Command {
-    Command::Delete {
-        job_id: job.into(),
-    }
+    Command::Delete { job_id: job.into() }
 }
 
 /// The history: every place a job can be in (ready, leased, completed, failed, deleted
@@ -108,15 +106,21 @@ fn scripted() -> Script {
         stamp_ms: 1_700_000_000_000,
         term: 1,
     };
-    let _ = s.apply(Some("s-a"), submit("a", "emails", Some(r#"{"to":"x"}"#), None));
+    let _ = s.apply(
+        Some("s-a"),
+        submit("a", "emails", Some(r#"{"to":"x"}"#), None),
+    );
     let _ = s.apply(None, submit("b", "emails", None, Some(1)));
     let _ = s.apply(None, submit("c", "video", Some("[1,2,3]"), None));
-    let _ = s.apply(Some("s-gen"), Command::Submit {
-        id: None,
-        queue: "video".into(),
-        payload: None,
-        max_attempts: Some(2),
-    });
+    let _ = s.apply(
+        Some("s-gen"),
+        Command::Submit {
+            id: None,
+            queue: "video".into(),
+            payload: None,
+            max_attempts: Some(2),
+        },
+    );
     let _ = s.apply(Some("l-a"), claim("a", "w1", 60_000));
     let _ = s.apply(Some("r-a"), renew("a", "w1", 1));
     let _ = s.apply(Some("c-a"), complete("a", "w1", 1, Some(r#"{"ok":true}"#)));
@@ -230,8 +234,16 @@ fn the_v3_image_of_the_previous_release_decodes_to_the_same_state() {
     let jobs = all_jobs(&decoded.m);
     assert_eq!(jobs, all_jobs(&history.m));
     // The history reached every state a job can be in.
-    for state in [JobState::Pending, JobState::Leased, JobState::Completed, JobState::Failed] {
-        assert!(jobs.iter().any(|j| j.state == state), "no {state:?} job in {jobs:#?}");
+    for state in [
+        JobState::Pending,
+        JobState::Leased,
+        JobState::Completed,
+        JobState::Failed,
+    ] {
+        assert!(
+            jobs.iter().any(|j| j.state == state),
+            "no {state:?} job in {jobs:#?}"
+        );
     }
     for queue in ["emails", "video", "reports", "default", "nowhere"] {
         let now = decoded.m.clock_ms() + 100_000;

@@ -289,16 +289,17 @@ impl Node {
 
     /// The store time a linearizable read is judged at.
     ///
-    /// Normally the leader's current cluster time. But if a lease ran out between the last
-    /// applied stamp and now, a read that reports it expired would state something the log
-    /// does not yet say — and after a whole-cluster restart (cluster time resumes from the
-    /// last stamp) the lease would be live again. So the expiry is recorded first with a
-    /// tick, whose stamp is at least `now`.
+    /// Normally the leader's current cluster time. But if a deadline passed between the
+    /// last applied stamp and now (a lease ran out; from issue 31, a scheduled job came
+    /// due: `next_deadline_ms`), a read that reports it would state something the log does
+    /// not yet say — and after a whole-cluster restart (cluster time resumes from the last
+    /// stamp) the lease would be live again. So the change is recorded first with a tick,
+    /// whose stamp is at least `now`.
     pub async fn read_time(&self) -> Result<u64, ProposeError> {
         let now = self.proposer.linearize().await?;
         let unrecorded = self
             .sm
-            .read(|s| s.machine.next_expiry_ms().is_some_and(|t| t <= now));
+            .read(|s| s.machine.next_deadline_ms().is_some_and(|t| t <= now));
         if unrecorded {
             match self.propose(Command::Tick, None).await? {
                 Ok(_) => {}

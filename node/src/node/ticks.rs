@@ -1,8 +1,10 @@
 //! The leader's ticks: the entries that carry cluster time when no client writes. The
 //! first stamped entry of each new term makes the term ready for client writes (and
-//! applies the failover grace at once); while leases are live and nothing was applied
-//! for a tick interval, a tick keeps cluster time fresh, so expiry is decided by the
-//! log, the same on every replica.
+//! applies the failover grace at once); while a deadline is pending (a live lease's
+//! expiry, and from issue 31 a scheduled job's due time: the state machine's
+//! `next_deadline_ms`) and nothing was applied for a tick interval, a tick keeps cluster
+//! time fresh, so what time does on its own is decided by the log, the same on every
+//! replica.
 //!
 //! [`decide_tick`] is the decision, a pure function; [`run`] the loop around it, on a
 //! [`Proposer`] handle. May import what `proposer.rs` may, and `telemetry`.
@@ -23,7 +25,8 @@ pub enum TickReason {
     /// First stamped entry of a new term: applies the failover grace at once and makes
     /// the term ready for client writes.
     NewTerm,
-    /// Leases are live and nothing was applied for a while: keep cluster time fresh.
+    /// A deadline is pending and nothing was applied for a while: keep cluster time
+    /// fresh.
     KeepTime,
 }
 
@@ -32,7 +35,7 @@ pub fn decide_tick(
     is_leader: bool,
     term: u64,
     ready_term: u64,
-    live_leases: bool,
+    deadline_pending: bool,
     since_last_stamp_ms: Option<u64>,
     tick_interval_ms: u64,
 ) -> Option<TickReason> {
@@ -43,7 +46,7 @@ pub fn decide_tick(
         return Some(TickReason::NewTerm);
     }
     let stale = since_last_stamp_ms.is_none_or(|ms| ms >= tick_interval_ms);
-    (live_leases && stale).then_some(TickReason::KeepTime)
+    (deadline_pending && stale).then_some(TickReason::KeepTime)
 }
 
 const LEADER_LOOP_STEP: Duration = Duration::from_millis(50);
@@ -73,16 +76,16 @@ pub async fn run(
                 m.current_term,
             )
         };
-        let (live, last_stamp) = node
+        let (pending, last_stamp) = node
             .sm()
-            .read(|s| (s.machine.next_expiry_ms().is_some(), s.last_stamp));
+            .read(|s| (s.machine.next_deadline_ms().is_some(), s.last_stamp));
         let mono = node.time().clock().mono_ms();
         let since = last_stamp.map(|(_, at)| mono.saturating_sub(at));
         let Some(reason) = decide_tick(
             is_leader,
             term,
             node.time().ready_term(),
-            live,
+            pending,
             since,
             tick_interval_ms,
         ) else {

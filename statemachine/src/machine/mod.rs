@@ -1,0 +1,322 @@
+//! [`LeaseMachine`]: the replicated lease table and the rules of docs/api.md's Leases table.
+//!
+//! `apply` is a pure function of the state and one log entry. Store time is
+//! `now = max(clock, stamp)`; expiry is judged against it and nothing else.
+//!
+//! Every job is in one [`Place`](record::Place) — ready, leased or closed — and every
+//! change of place goes through one function, `transition.rs`, which keeps the indexes
+//! and the per-queue counts in step, so every command is O(log n):
+//!
+//! ```text
+//!            claim / claim-next                    lease_until <= now (settle)
+//!  ready[queue] ─────────────────────▶ expiry ───────────────────────────────▶ ready[queue]
+//!  (ready since, handle)  ◀───────── (lease_until, handle)     release
+//!                                          │ complete
+//!                                          ▼
+//!                                   closed (no index)
+//! ```
+//!
+//! Jobs are addressed internally by a `handle` (a counter assigned at creation), so the
+//! indexes hold pairs of integers, not strings.
+//!
+//! # Layout
+//! - this file: the machine, `apply` and the dispatch of a command to its rule, keyed
+//!   requests (remembered replies) and batches.
+//! - `record`: [`JobRecord`](record::JobRecord) and its place; how a record is shown.
+//! - `indexes`: the derived indexes and counts, changed only by a place change.
+//! - `transition`: the one transition point (and the event hook).
+//! - `rules`: the rules, each deciding a job's next place.
+//! - `reads`: `job`, `list`, `next_deadline_ms`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::command::{BatchItem, Command, Entry, Outcome, Reply};
+use crate::idempotency::{Bounds, IdempotencyTable, Remembered};
+use crate::limits;
+use crate::wire::{ApiError, ErrorCode};
+
+mod indexes;
+mod reads;
+pub(crate) mod record;
+mod rules;
+pub(crate) mod transition;
+
+pub(crate) use indexes::{FixedHashMap, Indexes};
+pub(crate) use record::{Closed, JobRecord, Past, Place};
+
+/// Settings every replica must share; they are part of the snapshot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Config {
+    /// Longest failover grace added to live leases on a term change.
+    pub grace_ms_max: u64,
+    pub idempotency_window_ms: u64,
+    pub idempotency_keys_max: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            grace_ms_max: limits::GRACE_MS_MAX_DEFAULT,
+            idempotency_window_ms: limits::IDEMPOTENCY_WINDOW_MS,
+            idempotency_keys_max: limits::IDEMPOTENCY_KEYS_MAX,
+        }
+    }
+}
+
+/// Counters for metrics and dashboards, as of the last applied entry.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stats {
+    pub jobs: u64,
+    pub pending: u64,
+    pub leased: u64,
+    pub completed: u64,
+    pub failed: u64,
+    pub idempotency_keys: u64,
+    /// Accounted bytes of the idempotency table (`idempotency.rs`), at most
+    /// [`limits::IDEMPOTENCY_BYTES_MAX`].
+    pub idempotency_bytes: u64,
+    /// Accounted bytes of the idempotency table's largest scope (one caller's keys, or
+    /// the unscoped ones).
+    pub idempotency_scope_bytes_max: u64,
+    pub grace_applied: u64,
+}
+
+/// The deterministic lease state machine.
+#[derive(Debug, Clone)]
+pub struct LeaseMachine {
+    pub(crate) config: Config,
+    pub(crate) clock_ms: u64,
+    pub(crate) term: u64,
+    pub(crate) last_log_index: u64,
+    pub(crate) next_handle: u64,
+    pub(crate) grace_applied: u64,
+    /// The extension the last failover grace gave live leases, ms. Node-local like the
+    /// indexes (not in snapshots): 0 on a machine restored since.
+    pub(crate) last_grace_ms: u64,
+    /// Records behind `Arc`s: a snapshot takes a copy of the table cheaply (see
+    /// [`LeaseMachine::snapshot_source`]) and a record is copied only when written while
+    /// a snapshot still holds it.
+    pub(crate) jobs: BTreeMap<u64, Arc<JobRecord>>,
+    /// Deleted job ids and their last generation, so a re-created job's fencing token
+    /// continues upward instead of restarting at 1 (a destination would reject it).
+    pub(crate) tombstones: BTreeMap<String, u64>,
+    /// Where a job id this machine has never seen starts counting generations: 0, or
+    /// what [`LeaseMachine::raise_generations`] added (a restored backup), so the first
+    /// claim of such an id is above any token the backup's old cluster could have granted
+    /// it. In snapshots (v2 and v3).
+    pub(crate) generation_floor: u64,
+    pub(crate) idempotency: IdempotencyTable,
+    /// Derived from the records' places (`indexes.rs`), rebuilt on restore.
+    pub(crate) ix: Indexes,
+}
+
+impl Default for LeaseMachine {
+    fn default() -> Self {
+        LeaseMachine::new(Config::default())
+    }
+}
+
+impl LeaseMachine {
+    pub fn new(config: Config) -> Self {
+        LeaseMachine {
+            config,
+            clock_ms: 0,
+            term: 0,
+            last_log_index: 0,
+            next_handle: 1,
+            grace_applied: 0,
+            last_grace_ms: 0,
+            jobs: BTreeMap::new(),
+            tombstones: BTreeMap::new(),
+            generation_floor: 0,
+            idempotency: IdempotencyTable::default(),
+            ix: Indexes::default(),
+        }
+    }
+
+    pub fn config(&self) -> Config {
+        self.config
+    }
+
+    /// Store time: the largest stamp applied so far.
+    pub fn clock_ms(&self) -> u64 {
+        self.clock_ms
+    }
+
+    /// Term of the last applied entry.
+    pub fn term(&self) -> u64 {
+        self.term
+    }
+
+    pub fn last_log_index(&self) -> u64 {
+        self.last_log_index
+    }
+
+    pub fn stats(&self) -> Stats {
+        let jobs = self.jobs.len() as u64;
+        let leased = self.ix.expiry.len() as u64;
+        Stats {
+            jobs,
+            pending: jobs - leased - self.ix.completed - self.ix.failed,
+            leased,
+            completed: self.ix.completed,
+            failed: self.ix.failed,
+            idempotency_keys: self.idempotency.len() as u64,
+            idempotency_bytes: self.idempotency.bytes(),
+            idempotency_scope_bytes_max: self.idempotency.largest_scope_bytes(),
+            grace_applied: self.grace_applied,
+        }
+    }
+
+    /// Accounted bytes of one idempotency scope's keys (`""`: the unscoped keys).
+    pub fn idempotency_scope_bytes(&self, scope: &str) -> u64 {
+        self.idempotency.scope_bytes(scope)
+    }
+
+    /// The idempotency table's accounted bytes recomputed from its entries (the running
+    /// total of [`Stats::idempotency_bytes`] must equal it). O(table): for tests.
+    pub fn idempotency_bytes_recounted(&self) -> u64 {
+        self.idempotency.recount_bytes()
+    }
+
+    /// The extension the last failover grace gave live leases (ms) since this machine
+    /// was created or restored; 0 if none was granted since.
+    pub fn last_grace_ms(&self) -> u64 {
+        self.last_grace_ms
+    }
+
+    /// The earliest live lease's expiry, if any (the node ticks while leases are live).
+    /// Applies one log entry at `log_index` and returns its reply.
+    pub fn apply(&mut self, log_index: u64, entry: &Entry) -> Reply {
+        debug_assert!(log_index > self.last_log_index, "log applied out of order");
+        let now = self.clock_ms.max(entry.stamp_ms);
+        if entry.term > self.term {
+            if self.term != 0 {
+                self.grant_failover_grace(now - self.clock_ms);
+            }
+            self.term = entry.term;
+        }
+        self.clock_ms = now;
+        self.last_log_index = log_index;
+        self.settle(now);
+        self.idempotency.expire(now, Bounds::of(&self.config));
+        let reply = match &entry.command {
+            Command::Batch(items) => self.execute_batch(log_index, now, entry, items),
+            cmd => self.execute_keyed(log_index, now, entry.idempotency_key.as_deref(), cmd),
+        };
+        #[cfg(debug_assertions)]
+        self.check_invariants();
+        reply
+    }
+
+    fn execute_keyed(
+        &mut self,
+        log_index: u64,
+        now: u64,
+        key: Option<&str>,
+        cmd: &Command,
+    ) -> Reply {
+        match key {
+            None => self.execute(log_index, now, cmd),
+            // The node checked the key too; a log entry is never trusted to be well-formed,
+            // and an unchecked key would be stored in the replicated table. A node that
+            // scopes keys per caller proposes `"<scope> <key>"`.
+            Some(key) => {
+                limits::validate_stored_idempotency_key(key)?;
+                self.execute_once(log_index, now, key, cmd)
+            }
+        }
+    }
+
+    /// A batch applies its items in order, as if each were its own entry at this stamp.
+    fn execute_batch(
+        &mut self,
+        log_index: u64,
+        now: u64,
+        entry: &Entry,
+        items: &[BatchItem],
+    ) -> Reply {
+        entry.command.validate()?;
+        if entry.idempotency_key.is_some() {
+            let msg = "a batch carries idempotency keys per item, not one for the entry";
+            return Err(ApiError::new(ErrorCode::InvalidArgument, msg));
+        }
+        let replies = items
+            .iter()
+            .map(|i| self.execute_keyed(log_index, now, i.idempotency_key.as_deref(), &i.command))
+            .collect();
+        Ok(Outcome::Batch(replies))
+    }
+
+    fn execute_once(&mut self, log_index: u64, now: u64, key: &str, cmd: &Command) -> Reply {
+        let fingerprint = cmd.fingerprint();
+        if let Some(first) = self.idempotency.get(key) {
+            if first.fingerprint == fingerprint {
+                return self.replay(first, cmd);
+            }
+            return Err(ApiError::new(
+                ErrorCode::IdempotencyKeyReused,
+                format!("Idempotency-Key {key:?} was used for a different request"),
+            ));
+        }
+        let reply = self.execute(log_index, now, cmd);
+        // An empty claim-next changed nothing; remembering it would make a waiting
+        // client's re-proposal under the same key replay "empty" forever.
+        if matches!(reply, Ok(Outcome::Empty)) {
+            return reply;
+        }
+        let remembered = Remembered {
+            fingerprint,
+            recorded_ms: now,
+            kept: self.kept(reply.clone()),
+        };
+        self.idempotency
+            .insert(key.to_owned(), remembered, Bounds::of(&self.config));
+        reply
+    }
+
+    fn execute(&mut self, log_index: u64, now: u64, cmd: &Command) -> Reply {
+        cmd.validate()?;
+        match cmd {
+            Command::Submit {
+                id,
+                queue,
+                payload,
+                max_attempts,
+            } => self.submit(log_index, now, id.as_deref(), queue, payload, *max_attempts),
+            Command::Claim {
+                job_id,
+                owner,
+                ttl_ms,
+            } => self.claim(log_index, now, job_id, owner, *ttl_ms),
+            Command::ClaimNext {
+                queue,
+                owner,
+                ttl_ms,
+            } => self.claim_next(log_index, now, queue, owner, *ttl_ms),
+            Command::Renew {
+                job_id,
+                owner,
+                generation,
+                ttl_ms,
+            } => self.renew(log_index, now, job_id, owner, *generation, *ttl_ms),
+            Command::Complete {
+                job_id,
+                owner,
+                generation,
+                result,
+            } => self.complete(log_index, now, job_id, owner, *generation, result),
+            Command::Release {
+                job_id,
+                owner,
+                generation,
+            } => self.release(log_index, now, job_id, owner, *generation),
+            Command::Delete { job_id } => self.delete(job_id),
+            Command::Tick => Ok(Outcome::Ticked),
+            Command::Batch(_) => Err(ApiError::new(ErrorCode::InvalidArgument, "nested batch")),
+        }
+    }
+}

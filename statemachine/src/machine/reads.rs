@@ -1,0 +1,83 @@
+//! Reads between entries: one job, a page of jobs, and when store time must next move
+//! for something to happen on its own ([`LeaseMachine::next_deadline_ms`]). Judged at a
+//! store time the caller supplies, never earlier than the last applied stamp. May import
+//! `record`, `wire` and `limits`.
+
+use crate::limits;
+use crate::machine::LeaseMachine;
+use crate::wire::{ApiError, ErrorCode, Job, JobPage, JobState};
+
+impl LeaseMachine {
+    /// The earliest store time at which a job changes place without a command: today
+    /// the first live lease's expiry; with issue 31, also the first scheduled job's due
+    /// time. The node ticks, and a read waits for an entry, while one is due. `None`:
+    /// nothing will happen until a command comes.
+    pub fn next_deadline_ms(&self) -> Option<u64> {
+        self.next_expiry_ms()
+    }
+
+    /// The earliest live lease's expiry, if any.
+    pub fn next_expiry_ms(&self) -> Option<u64> {
+        self.ix.expiry.first().map(|(t, _)| *t)
+    }
+
+    /// The job as seen at store time `max(clock, now_ms)` (a leader judges reads at its
+    /// current cluster time, which may be ahead of the last applied stamp).
+    pub fn job(&self, job_id: &str, now_ms: u64) -> Option<Job> {
+        let handle = self.ix.ids.get(job_id)?;
+        Some(self.view(&self.jobs[handle], now_ms.max(self.clock_ms)))
+    }
+
+    /// One page of jobs in creation order, filtered by queue and state.
+    pub fn list(
+        &self,
+        queue: Option<&str>,
+        state: Option<JobState>,
+        limit: usize,
+        page_token: Option<&str>,
+        now_ms: u64,
+    ) -> Result<JobPage, ApiError> {
+        limits::validate_list_limit(limit)?;
+        if let Some(q) = queue {
+            limits::validate_queue(q)?;
+        }
+        let after = match page_token {
+            None => 0,
+            Some(t) => u64::from_str_radix(t, 16).map_err(|_| {
+                ApiError::new(ErrorCode::InvalidArgument, format!("bad page_token {t:?}"))
+            })?,
+        };
+        let now = now_ms.max(self.clock_ms);
+        let start = std::ops::Bound::Excluded(after);
+        let handles: Box<dyn Iterator<Item = u64> + '_> = match queue {
+            None => Box::new(
+                self.jobs
+                    .range((start, std::ops::Bound::Unbounded))
+                    .map(|(h, _)| *h),
+            ),
+            Some(q) => match self.ix.by_queue.get(q) {
+                None => Box::new(std::iter::empty()),
+                Some(set) => Box::new(set.range((start, std::ops::Bound::Unbounded)).copied()),
+            },
+        };
+        let mut jobs = Vec::new();
+        let mut last_handle = after;
+        let mut next_page_token = None;
+        for h in handles {
+            let job = self.view(&self.jobs[&h], now);
+            if state.is_some_and(|s| s != job.state) {
+                continue;
+            }
+            if jobs.len() == limit {
+                next_page_token = Some(format!("{last_handle:x}"));
+                break;
+            }
+            jobs.push(job);
+            last_handle = h;
+        }
+        Ok(JobPage {
+            jobs,
+            next_page_token,
+        })
+    }
+}

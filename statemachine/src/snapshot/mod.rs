@@ -1,0 +1,420 @@
+//! Snapshots — the whole state, serialized behind a format version byte — and
+//! `check_invariants`, which ties the derived indexes to the records.
+//!
+//! Only records travel; indexes are derived and rebuilt on restore, so a snapshot can
+//! never carry an index that disagrees with its records.
+//!
+//! # Formats are versioned (the rule)
+//! What a snapshot carries is written through types of its own, named after the format
+//! that introduced them (`v1.rs`: `JobRecordV1`, `ReplyV1`…; `v3.rs`: `RememberedV3`),
+//! converted to and from the in-memory types (`JobRecord`, `Remembered`, `wire::Job`),
+//! never the in-memory types themselves: a new field in memory or on the HTTP wire then
+//! changes no snapshot byte. The rules, as `node/src/store/wal/format.rs` has for WAL
+//! records:
+//! - a format, once released, never changes: the same state encodes to the same bytes
+//!   (`tests/snapshot_golden.rs` holds a v3 image of the release before issue 29);
+//! - every released format stays decodable ([`decode`] dispatches on the version byte;
+//!   v1 and v2 images load into today's machine);
+//! - a new field, or a new variant of an encoded enum, is a new format version: a new
+//!   `vN.rs` with the types that changed, an arm in [`decode`] and in [`encode_into`],
+//!   and a golden image. Unchanged types are reused from the version that introduced
+//!   them.
+//! - the writer is told which format to write ([`SnapshotFormat`]): during a rolling
+//!   upgrade an old follower installs snapshots a new leader wrote, so a new format is
+//!   written only once every node can read it (issue 29 item 5's cluster version).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bincode::Options;
+
+use crate::idempotency::{Bounds, IdempotencyTable, Remembered};
+use crate::machine::{Config, Indexes, JobRecord, LeaseMachine, Place};
+
+mod v1;
+mod v3;
+
+/// Version byte of a snapshot of a machine without a generation floor (every machine
+/// but one seeded from a backup): `[1] ++ bincode(state)`.
+pub const SNAPSHOT_FORMAT_V1: u8 = 1;
+/// Version byte of a snapshot of a machine with a generation floor (seeded from a backup
+/// by `leasehold snapshot restore`): `[2] ++ bincode(state) ++ bincode(floor: u64)`.
+pub const SNAPSHOT_FORMAT_V2: u8 = 2;
+/// Version byte of what this build writes: `[3] ++ bincode(state) ++ bincode(floor)`,
+/// the floor 0 or not, where the idempotency entries are kept as the table keeps them
+/// (`idempotency.rs`: a reply's job may share its payload and result with its record, an
+/// entry may be marked as answered before a raise). v1 and v2 still decode, their
+/// entries keeping whole replies. Earlier builds refuse v3: upgrade every node of a
+/// cluster together (docs/operations.md).
+pub const SNAPSHOT_FORMAT_V3: u8 = 3;
+
+/// A format this build can write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SnapshotFormat {
+    /// [`SNAPSHOT_FORMAT_V3`].
+    #[default]
+    V3,
+}
+
+impl SnapshotFormat {
+    pub fn version(self) -> u8 {
+        match self {
+            SnapshotFormat::V3 => SNAPSHOT_FORMAT_V3,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    #[error("snapshot is empty")]
+    Empty,
+    #[error(
+        "snapshot format version {0} is not supported (this build reads {SNAPSHOT_FORMAT_V1} to {SNAPSHOT_FORMAT_V3})"
+    )]
+    UnknownVersion(u8),
+    #[error("snapshot does not decode: {0}")]
+    Decode(String),
+    #[error("snapshot is inconsistent: {0}")]
+    Inconsistent(#[from] Inconsistency),
+}
+
+/// Why a decoded snapshot cannot have come from a machine: a snapshot comes from a peer
+/// or the disk, so content breaking an invariant is bad input, refused on restore (found
+/// by fuzzing `restore`, issue 7 part 6), not a bug to assert on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Inconsistency {
+    #[error("a v2 snapshot with generation floor 0")]
+    V2WithoutFloor,
+    #[error("job {0} indexed twice")]
+    IndexedTwice(String),
+    #[error("live job {0} is tombstoned")]
+    LiveTombstoned(String),
+    #[error("job {0} has more attempts than generations")]
+    AttemptsOverGenerations(String),
+    #[error("job {0} has attempts beyond max_attempts")]
+    AttemptsOverMax(String),
+    #[error("closed job {0} is leased")]
+    ClosedLeased(String),
+    #[error("job {0} holds an expired lease")]
+    ExpiredLease(String),
+    #[error("idempotency table over its bound")]
+    IdempotencyOverBound,
+    #[error("idempotency key {0:?} remembered twice")]
+    KeyTwice(String),
+    #[error("idempotency key {0:?} out of time order")]
+    KeyOutOfOrder(String),
+    #[error("idempotency key {0:?} from the future")]
+    KeyFromFuture(String),
+    #[error("expired idempotency key {0:?} kept")]
+    ExpiredKeyKept(String),
+    #[error("idempotency key {0:?} shares a payload or result no job record holds")]
+    SharedNotHeld(String),
+}
+
+/// The machine's scalars, first in every snapshot format.
+#[derive(Debug, Clone, Copy)]
+struct Header {
+    config: Config,
+    clock_ms: u64,
+    term: u64,
+    last_log_index: u64,
+    next_handle: u64,
+    grace_applied: u64,
+}
+
+/// Everything a snapshot carries, in memory: what `restore` decodes, and what a
+/// [`SnapshotSource`] holds.
+#[derive(Debug, Clone)]
+struct Image {
+    header: Header,
+    jobs: BTreeMap<u64, Arc<JobRecord>>,
+    tombstones: BTreeMap<String, u64>,
+    idempotency: Vec<(String, Remembered)>,
+    generation_floor: u64,
+}
+
+/// An [`Image`] borrowed from a machine or a source, to encode.
+struct ImageRef<'a> {
+    header: Header,
+    jobs: &'a BTreeMap<u64, Arc<JobRecord>>,
+    tombstones: &'a BTreeMap<String, u64>,
+    idempotency: Vec<(&'a String, &'a Remembered)>,
+    generation_floor: u64,
+}
+
+/// The records of a machine at one instant, detached from it: taking one costs a walk
+/// of the job table's keys (records are shared, and the machine copies a record it
+/// writes while a source still holds it) and a copy of the idempotency entries (small:
+/// a job's payload and result are shared with its record), so a node can encode a
+/// million-job snapshot without holding off applies for the whole encoding.
+#[derive(Debug, Clone)]
+pub struct SnapshotSource {
+    image: Image,
+}
+
+impl SnapshotSource {
+    /// [`LeaseMachine::digest`] as of the instant this was taken.
+    pub fn digest(&self) -> u64 {
+        crate::command::fnv1a(&self.encode())
+    }
+
+    /// Exactly the bytes [`LeaseMachine::snapshot`] gave at the instant this was taken.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.encode_into(&mut out).expect("state always encodes");
+        out
+    }
+
+    /// [`Self::encode`] into a writer (a file), without the whole image in memory.
+    pub fn encode_into<W: std::io::Write>(&self, w: W) -> bincode::Result<()> {
+        self.encode_as(SnapshotFormat::default(), w)
+    }
+
+    /// [`Self::encode_into`] in format `format`.
+    pub fn encode_as<W: std::io::Write>(
+        &self,
+        format: SnapshotFormat,
+        w: W,
+    ) -> bincode::Result<()> {
+        let i = &self.image;
+        let image = ImageRef {
+            header: i.header,
+            jobs: &i.jobs,
+            tombstones: &i.tombstones,
+            idempotency: i.idempotency.iter().map(|(k, r)| (k, r)).collect(),
+            generation_floor: i.generation_floor,
+        };
+        encode_into(format, &image, w)
+    }
+}
+
+/// The version byte of `format`, then the image in it.
+fn encode_into<W: std::io::Write>(
+    format: SnapshotFormat,
+    image: &ImageRef<'_>,
+    mut w: W,
+) -> bincode::Result<()> {
+    w.write_all(&[format.version()])?;
+    match format {
+        SnapshotFormat::V3 => v3::encode_into(image, w),
+    }
+}
+
+/// The image in a snapshot body of format `version`.
+fn decode(version: u8, body: &[u8], options: impl Options) -> Result<Image, SnapshotError> {
+    let err = |e: bincode::Error| SnapshotError::Decode(e.to_string());
+    let (state, idempotency, floor) = match version {
+        SNAPSHOT_FORMAT_V1 => {
+            let s: v1::StateV1<v1::RememberedV1> = options.deserialize(body).map_err(err)?;
+            let (s, idem) = split(s);
+            (s, idem, 0)
+        }
+        SNAPSHOT_FORMAT_V2 => {
+            let (s, floor): (v1::StateV1<v1::RememberedV1>, u64) =
+                options.deserialize(body).map_err(err)?;
+            if floor == 0 {
+                // One state, one encoding: without a floor v2's writers wrote v1.
+                return Err(Inconsistency::V2WithoutFloor.into());
+            }
+            let (s, idem) = split(s);
+            (s, idem, floor)
+        }
+        SNAPSHOT_FORMAT_V3 => {
+            let (s, floor): v3::BodyV3 = options.deserialize(body).map_err(err)?;
+            let (s, idem) = split(s);
+            (s, idem, floor)
+        }
+        _ => return Err(SnapshotError::UnknownVersion(version)),
+    };
+    let jobs = state
+        .jobs
+        .into_iter()
+        .map(|(h, r)| Ok((h, Arc::new(JobRecord::try_from(r)?))))
+        .collect::<Result<_, Inconsistency>>()?;
+    Ok(Image {
+        header: state.header.into(),
+        jobs,
+        tombstones: state.tombstones,
+        idempotency,
+        generation_floor: floor,
+    })
+}
+
+/// A decoded state with its idempotency entries converted to the in-memory type.
+fn split<R: Into<Remembered>>(s: v1::StateV1<R>) -> (v1::StateV1<()>, Vec<(String, Remembered)>) {
+    let idempotency = s
+        .idempotency
+        .into_iter()
+        .map(|(k, r)| (k, r.into()))
+        .collect();
+    let rest = v1::StateV1 {
+        header: s.header,
+        jobs: s.jobs,
+        tombstones: s.tombstones,
+        idempotency: Vec::new(),
+    };
+    (rest, idempotency)
+}
+
+impl LeaseMachine {
+    fn header(&self) -> Header {
+        Header {
+            config: self.config,
+            clock_ms: self.clock_ms,
+            term: self.term,
+            last_log_index: self.last_log_index,
+            next_handle: self.next_handle,
+            grace_applied: self.grace_applied,
+        }
+    }
+
+    /// The records as of now, to [`SnapshotSource::encode`] later (elsewhere).
+    pub fn snapshot_source(&self) -> SnapshotSource {
+        let image = Image {
+            header: self.header(),
+            jobs: self.jobs.clone(),
+            tombstones: self.tombstones.clone(),
+            idempotency: self
+                .idempotency
+                .entries()
+                .map(|(k, r)| (k.clone(), r.clone()))
+                .collect(),
+            generation_floor: self.generation_floor,
+        };
+        SnapshotSource { image }
+    }
+
+    /// The whole state as bytes in the format this build writes by default:
+    /// `[SNAPSHOT_FORMAT_V3] ++ bincode(state) ++ bincode(generation floor)`.
+    pub fn snapshot(&self) -> Vec<u8> {
+        self.snapshot_as(SnapshotFormat::default())
+    }
+
+    /// The whole state as bytes in format `format`.
+    pub fn snapshot_as(&self, format: SnapshotFormat) -> Vec<u8> {
+        let image = ImageRef {
+            header: self.header(),
+            jobs: &self.jobs,
+            tombstones: &self.tombstones,
+            idempotency: self.idempotency.entries().collect(),
+            generation_floor: self.generation_floor,
+        };
+        let mut out = Vec::new();
+        encode_into(format, &image, &mut out).expect("state always encodes");
+        out
+    }
+
+    /// A fingerprint of the whole state (FNV-1a of `snapshot()`): two replicas that
+    /// applied the same log have the same digest. For tests and checks, not for speed.
+    pub fn digest(&self) -> u64 {
+        crate::command::fnv1a(&self.snapshot())
+    }
+
+    /// Rebuilds a machine from `snapshot()` bytes (any format this build reads),
+    /// indexes included.
+    pub fn restore(bytes: &[u8]) -> Result<LeaseMachine, SnapshotError> {
+        let (&version, body) = bytes.split_first().ok_or(SnapshotError::Empty)?;
+        // The encoding of `bincode::serialize_into`, but bytes left over are an error, not
+        // silently ignored: they mean the input is not (only) a snapshot.
+        let options = bincode::DefaultOptions::new()
+            .with_fixint_encoding()
+            .reject_trailing_bytes();
+        let image = decode(version, body, options)?;
+        let h = image.header;
+        let mut m = LeaseMachine::new(h.config);
+        m.clock_ms = h.clock_ms;
+        m.term = h.term;
+        m.last_log_index = h.last_log_index;
+        m.next_handle = h.next_handle;
+        m.grace_applied = h.grace_applied;
+        m.tombstones = image.tombstones;
+        m.generation_floor = image.generation_floor;
+        m.idempotency = IdempotencyTable::from_entries(image.idempotency, Bounds::of(&h.config))?;
+        for (&handle, rec) in &image.jobs {
+            if handle >= m.next_handle {
+                return Err(Inconsistency::IndexedTwice(rec.id.clone()).into());
+            }
+            m.check_restored_record(rec)?;
+        }
+        m.ix = Indexes::build(image.jobs.iter().map(|(h, r)| (*h, &**r)))
+            .map_err(Inconsistency::IndexedTwice)?;
+        m.jobs = image.jobs;
+        m.check_restored_idempotency()?;
+        Ok(m)
+    }
+
+    /// What `check_invariants` asserts of one record, as an error: a snapshot comes from
+    /// a peer or the disk, so a record breaking an invariant is bad input, not a bug
+    /// (found by fuzzing `restore`, issue 7 part 6). (A closed job that is leased does
+    /// not even convert: `JobRecordV1`.)
+    fn check_restored_record(&self, rec: &JobRecord) -> Result<(), Inconsistency> {
+        let id = || rec.id.clone();
+        if self.tombstones.contains_key(&rec.id) {
+            return Err(Inconsistency::LiveTombstoned(id()));
+        }
+        if rec.generation < rec.attempts {
+            return Err(Inconsistency::AttemptsOverGenerations(id()));
+        }
+        if rec.max_attempts.is_some_and(|max| rec.attempts > max) {
+            return Err(Inconsistency::AttemptsOverMax(id()));
+        }
+        if matches!(rec.place, Place::Leased { until_ms } if until_ms <= self.clock_ms) {
+            return Err(Inconsistency::ExpiredLease(id()));
+        }
+        Ok(())
+    }
+    /// The idempotency table's bounds against the restored clock and config.
+    fn check_restored_idempotency(&self) -> Result<(), Inconsistency> {
+        let cfg = self.config;
+        if self.idempotency.len() > cfg.idempotency_keys_max {
+            return Err(Inconsistency::IdempotencyOverBound);
+        }
+        for (key, r) in self.idempotency.entries() {
+            if r.recorded_ms > self.clock_ms {
+                return Err(Inconsistency::KeyFromFuture(key.clone()));
+            }
+            if r.recorded_ms.saturating_add(cfg.idempotency_window_ms) <= self.clock_ms {
+                return Err(Inconsistency::ExpiredKeyKept(key.clone()));
+            }
+            if !self.shared_ok(r) {
+                return Err(Inconsistency::SharedNotHeld(key.clone()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Panics when an index or a count disagrees with the records' places: that is a
+    /// bug, never an input error. Run after every apply in debug builds and by the
+    /// property tests.
+    pub fn check_invariants(&self) {
+        for (&handle, rec) in &self.jobs {
+            assert!(handle < self.next_handle, "handle {handle} not yet issued");
+            assert!(
+                !self.tombstones.contains_key(&rec.id),
+                "live job {} tombstoned",
+                rec.id
+            );
+            assert!(rec.generation >= rec.attempts, "attempts beyond generation");
+            if let Some(m) = rec.max_attempts {
+                assert!(
+                    rec.attempts <= m,
+                    "attempts beyond max_attempts for {}",
+                    rec.id
+                );
+            }
+            if let Place::Leased { until_ms } = rec.place {
+                assert!(
+                    until_ms > self.clock_ms,
+                    "expired lease of {} not settled",
+                    rec.id
+                );
+            }
+        }
+        self.ix.check(&self.jobs);
+        self.idempotency
+            .check_invariants(self.clock_ms, Bounds::of(&self.config));
+        for (key, r) in self.idempotency.entries() {
+            assert!(self.shared_ok(r), "{key:?} shares what no record holds");
+        }
+    }
+}

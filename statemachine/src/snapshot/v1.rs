@@ -1,0 +1,455 @@
+//! Snapshot format v1 (`[1] ++ bincode(StateV1)`), and the types v2 and v3 took over
+//! unchanged: the header, the job record, and a remembered reply's shape. Each is its own
+//! type, converted to and from the in-memory one, so that a change of `JobRecord`,
+//! `wire::Job` or `wire::ApiError` cannot change a byte of a snapshot without a new
+//! format version (module doc of `snapshot`). Strings are `Cow`s: borrowed from the
+//! machine when encoding (no copy of a million records), owned when decoded.
+//!
+//! May import the in-memory types it converts (`machine`, `idempotency`, `wire`), never
+//! be imported by them.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::command::{Outcome, Reply};
+use crate::idempotency::{Kept, Remembered};
+use crate::machine::{Closed, Config, JobRecord, Past, Place};
+use crate::snapshot::{Header, Inconsistency};
+use crate::wire::{ApiError, ErrorCode, Job, JobState, Lease};
+
+/// `Config` as v1 to v3 carry it (`usize` is written as a u64 by bincode).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub(super) struct ConfigV1 {
+    grace_ms_max: u64,
+    idempotency_window_ms: u64,
+    idempotency_keys_max: u64,
+}
+
+/// The machine's scalars, first in every format.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub(super) struct HeaderV1 {
+    config: ConfigV1,
+    clock_ms: u64,
+    term: u64,
+    last_log_index: u64,
+    next_handle: u64,
+    grace_applied: u64,
+}
+
+impl From<&Header> for HeaderV1 {
+    fn from(h: &Header) -> Self {
+        let c = h.config;
+        HeaderV1 {
+            config: ConfigV1 {
+                grace_ms_max: c.grace_ms_max,
+                idempotency_window_ms: c.idempotency_window_ms,
+                idempotency_keys_max: c.idempotency_keys_max as u64,
+            },
+            clock_ms: h.clock_ms,
+            term: h.term,
+            last_log_index: h.last_log_index,
+            next_handle: h.next_handle,
+            grace_applied: h.grace_applied,
+        }
+    }
+}
+
+impl From<HeaderV1> for Header {
+    fn from(h: HeaderV1) -> Self {
+        let c = h.config;
+        Header {
+            config: Config {
+                grace_ms_max: c.grace_ms_max,
+                idempotency_window_ms: c.idempotency_window_ms,
+                // Saturates on a 32-bit build; the bound check refuses such a table.
+                idempotency_keys_max: usize::try_from(c.idempotency_keys_max).unwrap_or(usize::MAX),
+            },
+            clock_ms: h.clock_ms,
+            term: h.term,
+            last_log_index: h.last_log_index,
+            next_handle: h.next_handle,
+            grace_applied: h.grace_applied,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) enum StatusV1 {
+    Open,
+    Completed,
+    Failed,
+}
+
+/// A job record as v1 to v3 carry it: the place as a status, a `leased` flag, the
+/// (latest) lease end and when the job (last) became claimable.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct JobRecordV1<'a> {
+    id: Cow<'a, str>,
+    queue: Cow<'a, str>,
+    payload: Option<Cow<'a, str>>,
+    result: Option<Cow<'a, str>>,
+    generation: u64,
+    attempts: u64,
+    max_attempts: Option<u64>,
+    owner: Option<Cow<'a, str>>,
+    lease_until_ms: u64,
+    ttl_ms: u64,
+    status: StatusV1,
+    leased: bool,
+    ready_at_ms: u64,
+    created_ms: u64,
+    updated_ms: u64,
+    log_index: u64,
+}
+
+fn borrow(s: &Option<String>) -> Option<Cow<'_, str>> {
+    s.as_deref().map(Cow::Borrowed)
+}
+
+fn own(s: Option<Cow<'_, str>>) -> Option<String> {
+    s.map(Cow::into_owned)
+}
+
+impl<'a> From<&'a JobRecord> for JobRecordV1<'a> {
+    fn from(r: &'a JobRecord) -> Self {
+        let (status, leased) = match r.place {
+            Place::Ready { .. } => (StatusV1::Open, false),
+            Place::Leased { .. } => (StatusV1::Open, true),
+            Place::Closed(Closed::Completed) => (StatusV1::Completed, false),
+            Place::Closed(Closed::Failed) => (StatusV1::Failed, false),
+        };
+        JobRecordV1 {
+            id: Cow::Borrowed(&r.id),
+            queue: Cow::Borrowed(&r.queue),
+            payload: borrow(&r.payload),
+            result: borrow(&r.result),
+            generation: r.generation,
+            attempts: r.attempts,
+            max_attempts: r.max_attempts,
+            owner: borrow(&r.owner),
+            lease_until_ms: r.lease_until_ms(),
+            ttl_ms: r.ttl_ms,
+            status,
+            leased,
+            ready_at_ms: r.ready_since_ms(),
+            created_ms: r.created_ms,
+            updated_ms: r.updated_ms,
+            log_index: r.log_index,
+        }
+    }
+}
+
+impl TryFrom<JobRecordV1<'_>> for JobRecord {
+    type Error = Inconsistency;
+
+    fn try_from(r: JobRecordV1<'_>) -> Result<Self, Inconsistency> {
+        let place = match (r.status, r.leased) {
+            (StatusV1::Open, false) => Place::Ready {
+                since_ms: r.ready_at_ms,
+            },
+            (StatusV1::Open, true) => Place::Leased {
+                until_ms: r.lease_until_ms,
+            },
+            (StatusV1::Completed, false) => Place::Closed(Closed::Completed),
+            (StatusV1::Failed, false) => Place::Closed(Closed::Failed),
+            (StatusV1::Completed | StatusV1::Failed, true) => {
+                return Err(Inconsistency::ClosedLeased(r.id.into_owned()))
+            }
+        };
+        Ok(JobRecord {
+            id: r.id.into_owned(),
+            queue: r.queue.into_owned(),
+            payload: own(r.payload),
+            result: own(r.result),
+            generation: r.generation,
+            attempts: r.attempts,
+            max_attempts: r.max_attempts,
+            owner: own(r.owner),
+            ttl_ms: r.ttl_ms,
+            place,
+            past: Past {
+                lease_until_ms: r.lease_until_ms,
+                ready_since_ms: r.ready_at_ms,
+            },
+            created_ms: r.created_ms,
+            updated_ms: r.updated_ms,
+            log_index: r.log_index,
+        })
+    }
+}
+
+/// `wire::ErrorCode` as v1 to v3 carry it, by variant index. The codes after `Timeout`
+/// were appended while v3 was current (no state-machine rule answers them, so no image
+/// holds one); a code added from now on needs a new format.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub(super) enum ErrorCodeV1 {
+    InvalidArgument,
+    PayloadTooLarge,
+    NotFound,
+    AlreadyExists,
+    LeaseHeld,
+    JobCompleted,
+    JobFailed,
+    StaleLease,
+    LeaseExpired,
+    IdempotencyKeyReused,
+    Unavailable,
+    Timeout,
+    Unauthenticated,
+    PermissionDenied,
+    Internal,
+    UnsupportedMediaType,
+}
+
+/// Both directions of the one-to-one map between `ErrorCode` and `ErrorCodeV1`.
+macro_rules! error_codes {
+    ($($v:ident),*) => {
+        impl From<ErrorCode> for ErrorCodeV1 {
+            fn from(c: ErrorCode) -> Self {
+                match c { $(ErrorCode::$v => ErrorCodeV1::$v,)* }
+            }
+        }
+        impl From<ErrorCodeV1> for ErrorCode {
+            fn from(c: ErrorCodeV1) -> Self {
+                match c { $(ErrorCodeV1::$v => ErrorCode::$v,)* }
+            }
+        }
+    };
+}
+
+error_codes!(
+    InvalidArgument,
+    PayloadTooLarge,
+    NotFound,
+    AlreadyExists,
+    LeaseHeld,
+    JobCompleted,
+    JobFailed,
+    StaleLease,
+    LeaseExpired,
+    IdempotencyKeyReused,
+    Unavailable,
+    Timeout,
+    Unauthenticated,
+    PermissionDenied,
+    Internal,
+    UnsupportedMediaType
+);
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub(super) enum JobStateV1 {
+    Pending,
+    Leased,
+    Completed,
+    Failed,
+}
+
+impl From<JobState> for JobStateV1 {
+    fn from(s: JobState) -> Self {
+        match s {
+            JobState::Pending => JobStateV1::Pending,
+            JobState::Leased => JobStateV1::Leased,
+            JobState::Completed => JobStateV1::Completed,
+            JobState::Failed => JobStateV1::Failed,
+        }
+    }
+}
+
+impl From<JobStateV1> for JobState {
+    fn from(s: JobStateV1) -> Self {
+        match s {
+            JobStateV1::Pending => JobState::Pending,
+            JobStateV1::Leased => JobState::Leased,
+            JobStateV1::Completed => JobState::Completed,
+            JobStateV1::Failed => JobState::Failed,
+        }
+    }
+}
+
+/// The job of a remembered reply, as v1 to v3 carry it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct JobV1<'a> {
+    id: Cow<'a, str>,
+    queue: Cow<'a, str>,
+    state: JobStateV1,
+    owner: Option<Cow<'a, str>>,
+    generation: u64,
+    lease_until_ms: Option<u64>,
+    attempts: u64,
+    max_attempts: Option<u64>,
+    payload: Option<Cow<'a, str>>,
+    result: Option<Cow<'a, str>>,
+    created_ms: u64,
+    updated_ms: u64,
+    log_index: u64,
+}
+
+impl<'a> From<&'a Job> for JobV1<'a> {
+    fn from(j: &'a Job) -> Self {
+        JobV1 {
+            id: Cow::Borrowed(&j.id),
+            queue: Cow::Borrowed(&j.queue),
+            state: j.state.into(),
+            owner: borrow(&j.owner),
+            generation: j.generation,
+            lease_until_ms: j.lease_until_ms,
+            attempts: j.attempts,
+            max_attempts: j.max_attempts,
+            payload: borrow(&j.payload),
+            result: borrow(&j.result),
+            created_ms: j.created_ms,
+            updated_ms: j.updated_ms,
+            log_index: j.log_index,
+        }
+    }
+}
+
+impl From<JobV1<'_>> for Job {
+    fn from(j: JobV1<'_>) -> Self {
+        Job {
+            id: j.id.into_owned(),
+            queue: j.queue.into_owned(),
+            state: j.state.into(),
+            owner: own(j.owner),
+            generation: j.generation,
+            lease_until_ms: j.lease_until_ms,
+            attempts: j.attempts,
+            max_attempts: j.max_attempts,
+            payload: own(j.payload),
+            result: own(j.result),
+            created_ms: j.created_ms,
+            updated_ms: j.updated_ms,
+            log_index: j.log_index,
+        }
+    }
+}
+
+/// The lease of a remembered reply, as v1 to v3 carry it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct LeaseV1<'a> {
+    job_id: Cow<'a, str>,
+    owner: Cow<'a, str>,
+    generation: u64,
+    lease_until_ms: u64,
+    ttl_ms: u64,
+    cluster_time_ms: u64,
+    log_index: u64,
+}
+
+impl<'a> From<&'a Lease> for LeaseV1<'a> {
+    fn from(l: &'a Lease) -> Self {
+        LeaseV1 {
+            job_id: Cow::Borrowed(&l.job_id),
+            owner: Cow::Borrowed(&l.owner),
+            generation: l.generation,
+            lease_until_ms: l.lease_until_ms,
+            ttl_ms: l.ttl_ms,
+            cluster_time_ms: l.cluster_time_ms,
+            log_index: l.log_index,
+        }
+    }
+}
+
+impl From<LeaseV1<'_>> for Lease {
+    fn from(l: LeaseV1<'_>) -> Self {
+        Lease {
+            job_id: l.job_id.into_owned(),
+            owner: l.owner.into_owned(),
+            generation: l.generation,
+            lease_until_ms: l.lease_until_ms,
+            ttl_ms: l.ttl_ms,
+            cluster_time_ms: l.cluster_time_ms,
+            log_index: l.log_index,
+        }
+    }
+}
+
+/// A rejection of a remembered reply, as v1 to v3 carry it: the job always written (a
+/// binary format cannot skip a field).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct ApiErrorV1<'a> {
+    code: ErrorCodeV1,
+    message: Cow<'a, str>,
+    job: Option<Box<JobV1<'a>>>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) enum OutcomeV1<'a> {
+    Lease(LeaseV1<'a>),
+    Job(JobV1<'a>),
+    Deleted,
+    Empty,
+    Ticked,
+    Batch(Vec<ReplyV1<'a>>),
+}
+
+/// A remembered reply as v1 to v3 carry it.
+pub(super) type ReplyV1<'a> = Result<OutcomeV1<'a>, ApiErrorV1<'a>>;
+
+pub(super) fn reply_v1(r: &Reply) -> ReplyV1<'_> {
+    match r {
+        Ok(Outcome::Lease(l)) => Ok(OutcomeV1::Lease(l.into())),
+        Ok(Outcome::Job(j)) => Ok(OutcomeV1::Job(j.into())),
+        Ok(Outcome::Deleted) => Ok(OutcomeV1::Deleted),
+        Ok(Outcome::Empty) => Ok(OutcomeV1::Empty),
+        Ok(Outcome::Ticked) => Ok(OutcomeV1::Ticked),
+        Ok(Outcome::Batch(rs)) => Ok(OutcomeV1::Batch(rs.iter().map(reply_v1).collect())),
+        Err(e) => Err(ApiErrorV1 {
+            code: e.code.into(),
+            message: Cow::Borrowed(&e.message),
+            job: e.job.as_deref().map(|j| Box::new(j.into())),
+        }),
+    }
+}
+
+pub(super) fn reply_of(r: ReplyV1<'_>) -> Reply {
+    match r {
+        Ok(OutcomeV1::Lease(l)) => Ok(Outcome::Lease(l.into())),
+        Ok(OutcomeV1::Job(j)) => Ok(Outcome::Job(j.into())),
+        Ok(OutcomeV1::Deleted) => Ok(Outcome::Deleted),
+        Ok(OutcomeV1::Empty) => Ok(Outcome::Empty),
+        Ok(OutcomeV1::Ticked) => Ok(Outcome::Ticked),
+        Ok(OutcomeV1::Batch(rs)) => Ok(Outcome::Batch(rs.into_iter().map(reply_of).collect())),
+        Err(e) => Err(ApiError {
+            code: e.code.into(),
+            message: e.message.into_owned(),
+            job: e.job.map(|j| Box::new((*j).into())),
+        }),
+    }
+}
+
+/// A remembered reply as v1 and v2 wrote it: the whole reply. It decodes into an entry
+/// that keeps the whole reply (nothing shared).
+#[derive(Debug, Clone, Deserialize)]
+pub(super) struct RememberedV1 {
+    fingerprint: u64,
+    reply: ReplyV1<'static>,
+    recorded_ms: u64,
+}
+
+impl From<RememberedV1> for Remembered {
+    fn from(r: RememberedV1) -> Self {
+        Remembered {
+            fingerprint: r.fingerprint,
+            recorded_ms: r.recorded_ms,
+            kept: Kept::Reply {
+                reply: reply_of(r.reply),
+                shared: None,
+            },
+        }
+    }
+}
+
+/// The state of every format, with the idempotency entries in the shape `R` of the
+/// format (`RememberedV1` in v1 and v2, `RememberedV3` in v3). v2 and v3 append the
+/// generation floor after it.
+#[derive(Debug, Clone, Deserialize)]
+pub(super) struct StateV1<R> {
+    pub header: HeaderV1,
+    /// A map in bincode is its length and its pairs, as a vector of pairs is.
+    pub jobs: Vec<(u64, JobRecordV1<'static>)>,
+    pub tombstones: BTreeMap<String, u64>,
+    pub idempotency: Vec<(String, R)>,
+}
