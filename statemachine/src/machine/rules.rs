@@ -4,13 +4,11 @@
 //! place and moves it there through the transition point (`transition.rs`); none edits
 //! an index or a count. May import `record`, `transition`, `wire` and `limits`.
 
-use std::sync::Arc;
-
 use crate::command::{Outcome, Reply};
 use crate::idempotency::Bounds;
 use crate::limits;
 use crate::machine::record::{Closed, JobRecord, Past, Place};
-use crate::machine::transition::Cause;
+use crate::machine::transition::{Cause, JobMut};
 use crate::machine::LeaseMachine;
 use crate::wire::{ApiError, ErrorCode, Lease};
 
@@ -63,11 +61,11 @@ impl LeaseMachine {
         ApiError::new(code, message).with_job(self.view(&self.jobs[&handle], self.clock_ms))
     }
 
-    fn create(&mut self, log_index: u64, now: u64, id: &str, queue: &str, cause: Cause) -> u64 {
-        let handle = self.next_handle;
-        self.next_handle += 1;
+    /// A record for a new job `id` in `queue`, `Ready` from `now`. Its generation goes
+    /// on from a deleted namesake's, or starts at the floor.
+    fn new_record(&mut self, log_index: u64, now: u64, id: &str, queue: &str) -> JobRecord {
         let generation = self.tombstones.remove(id).unwrap_or(self.generation_floor);
-        let rec = JobRecord {
+        JobRecord {
             id: id.to_owned(),
             queue: queue.to_owned(),
             payload: None,
@@ -82,9 +80,12 @@ impl LeaseMachine {
             created_ms: now,
             updated_ms: now,
             log_index,
-        };
-        self.add_job(handle, rec, cause);
-        handle
+        }
+    }
+
+    fn take_handle(&mut self) -> u64 {
+        self.next_handle += 1;
+        self.next_handle - 1
     }
 
     pub(super) fn submit(
@@ -103,11 +104,13 @@ impl LeaseMachine {
         if let Some(&h) = self.ix.ids.get(&id) {
             return Err(self.job_error(h, ErrorCode::AlreadyExists, format!("job {id} exists")));
         }
-        let handle = self.create(log_index, now, &id, queue, Cause::Submit);
-        let rec = Arc::make_mut(self.jobs.get_mut(&handle).expect("just created"));
+        let mut rec = self.new_record(log_index, now, &id, queue);
         rec.payload = payload.clone();
         rec.max_attempts = max_attempts;
-        Ok(Outcome::Job(self.view(&self.jobs[&handle], now)))
+        let job = self.view(&rec, now);
+        let handle = self.take_handle();
+        self.add_job(handle, rec, Cause::Submit);
+        Ok(Outcome::Job(job))
     }
 
     /// A job id derived from the log index: the same on every replica, and the same for
@@ -133,7 +136,12 @@ impl LeaseMachine {
     ) -> Reply {
         let handle = match self.ix.ids.get(job_id) {
             Some(&h) => h,
-            None => self.create(log_index, now, job_id, limits::QUEUE_DEFAULT, Cause::Claim),
+            None => {
+                let rec = self.new_record(log_index, now, job_id, limits::QUEUE_DEFAULT);
+                let handle = self.take_handle();
+                self.add_job(handle, rec, Cause::Claim);
+                handle
+            }
         };
         let rec = &self.jobs[&handle];
         match rec.place {
@@ -179,12 +187,13 @@ impl LeaseMachine {
     /// Grants a new generation on a `Ready` job, or fails the job when this claim would
     /// exceed `max_attempts`.
     fn grant(&mut self, log_index: u64, now: u64, handle: u64, owner: &str, ttl_ms: u64) -> Reply {
-        let rec = Arc::make_mut(self.jobs.get_mut(&handle).expect("granted job exists"));
+        let mut job = self.job_mut(handle);
+        let rec = job.edit();
         rec.updated_ms = now;
         rec.log_index = log_index;
         if rec.max_attempts.is_some_and(|m| rec.attempts >= m) {
             let msg = format!("job {} failed: {} attempts used", rec.id, rec.attempts);
-            self.move_job(handle, Place::Closed(Closed::Failed), Cause::Fail);
+            job.move_to(Place::Closed(Closed::Failed), Cause::Fail);
             return Err(self.job_error(handle, ErrorCode::JobFailed, msg));
         }
         rec.generation += 1;
@@ -192,9 +201,10 @@ impl LeaseMachine {
         rec.owner = Some(owner.to_owned());
         rec.ttl_ms = ttl_ms;
         let until_ms = now.saturating_add(ttl_ms);
-        self.move_job(handle, Place::Leased { until_ms }, Cause::Claim);
-        let lease = lease_of(&self.jobs[&handle], owner, ttl_ms, now, log_index);
-        Ok(Outcome::Lease(lease))
+        job.move_to(Place::Leased { until_ms }, Cause::Claim);
+        Ok(Outcome::Lease(lease_of(
+            &job, owner, ttl_ms, now, log_index,
+        )))
     }
 
     /// The checks shared by renew, complete and release: the caller must hold the
@@ -244,13 +254,14 @@ impl LeaseMachine {
         }
     }
 
-    /// Marks a checked holder's job as changed by this entry: the common first step of
+    /// A checked holder's job, marked as changed by this entry: the common first step of
     /// renew, complete and release.
-    fn touch(&mut self, handle: u64, now: u64, log_index: u64) -> &mut JobRecord {
-        let rec = Arc::make_mut(self.jobs.get_mut(&handle).expect("checked holder"));
+    fn touch(&mut self, handle: u64, now: u64, log_index: u64) -> JobMut<'_> {
+        let mut job = self.job_mut(handle);
+        let rec = job.edit();
         rec.updated_ms = now;
         rec.log_index = log_index;
-        rec
+        job
     }
 
     pub(super) fn renew(
@@ -263,12 +274,13 @@ impl LeaseMachine {
         ttl_ms: Option<u64>,
     ) -> Reply {
         let handle = self.check_holder(job_id, owner, generation, now)?;
-        let rec = self.touch(handle, now, log_index);
-        let ttl_ms = ttl_ms.unwrap_or(rec.ttl_ms);
+        let mut job = self.touch(handle, now, log_index);
+        let ttl_ms = ttl_ms.unwrap_or(job.ttl_ms);
         let until_ms = now.saturating_add(ttl_ms);
-        self.move_job(handle, Place::Leased { until_ms }, Cause::Renew);
-        let lease = lease_of(&self.jobs[&handle], owner, ttl_ms, now, log_index);
-        Ok(Outcome::Lease(lease))
+        job.move_to(Place::Leased { until_ms }, Cause::Renew);
+        Ok(Outcome::Lease(lease_of(
+            &job, owner, ttl_ms, now, log_index,
+        )))
     }
 
     pub(super) fn complete(
@@ -281,8 +293,9 @@ impl LeaseMachine {
         result: &Option<String>,
     ) -> Reply {
         let handle = self.check_holder(job_id, owner, generation, now)?;
-        self.touch(handle, now, log_index).result = result.clone();
-        self.move_job(handle, Place::Closed(Closed::Completed), Cause::Complete);
+        let mut job = self.touch(handle, now, log_index);
+        job.edit().result = result.clone();
+        job.move_to(Place::Closed(Closed::Completed), Cause::Complete);
         Ok(Outcome::Job(self.view(&self.jobs[&handle], now)))
     }
 
@@ -295,12 +308,11 @@ impl LeaseMachine {
         generation: u64,
     ) -> Reply {
         let handle = self.check_holder(job_id, owner, generation, now)?;
-        self.touch(handle, now, log_index);
-        self.move_job(handle, Place::Ready { since_ms: now }, Cause::Release);
+        let mut job = self.touch(handle, now, log_index);
+        job.move_to(Place::Ready { since_ms: now }, Cause::Release);
         // The lease ends now, not at its term: a later renew by the same holder is
         // `lease_expired`, "ended at" now.
-        let rec = Arc::make_mut(self.jobs.get_mut(&handle).expect("released job"));
-        rec.past.lease_until_ms = now;
+        job.edit().past.lease_until_ms = now;
         Ok(Outcome::Job(self.view(&self.jobs[&handle], now)))
     }
 

@@ -226,14 +226,14 @@ fn decode(version: u8, body: &[u8], options: impl Options) -> Result<Image, Snap
         }
         _ => return Err(SnapshotError::UnknownVersion(version)),
     };
-    let jobs = state
-        .jobs
-        .into_iter()
-        .map(|(h, r)| Ok((h, Arc::new(JobRecord::try_from(r)?))))
-        .collect::<Result<_, Inconsistency>>()?;
+    if let Some(why) = state.jobs.inconsistency {
+        return Err(why.into());
+    }
     Ok(Image {
         header: state.header.into(),
-        jobs,
+        // Sorted already: built in bulk. A handle written twice keeps its last record,
+        // as a map decoded entry by entry did.
+        jobs: state.jobs.jobs.into_iter().collect(),
         tombstones: state.tombstones,
         idempotency,
         generation_floor: floor,

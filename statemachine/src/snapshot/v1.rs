@@ -10,6 +10,7 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -83,17 +84,19 @@ pub(super) enum StatusV1 {
 }
 
 /// A job record as v1 to v3 carry it: the place as a status, a `leased` flag, the
-/// (latest) lease end and when the job (last) became claimable.
+/// (latest) lease end and when the job (last) became claimable. `S` is the string type:
+/// `&str` borrowed from the machine when encoding (no copy of a million records, and
+/// none of a `Cow`'s branches), `String` when decoding.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub(super) struct JobRecordV1<'a> {
-    id: Cow<'a, str>,
-    queue: Cow<'a, str>,
-    payload: Option<Cow<'a, str>>,
-    result: Option<Cow<'a, str>>,
+pub(super) struct JobRecordV1<S> {
+    id: S,
+    queue: S,
+    payload: Option<S>,
+    result: Option<S>,
     generation: u64,
     attempts: u64,
     max_attempts: Option<u64>,
-    owner: Option<Cow<'a, str>>,
+    owner: Option<S>,
     lease_until_ms: u64,
     ttl_ms: u64,
     status: StatusV1,
@@ -112,7 +115,7 @@ fn own(s: Option<Cow<'_, str>>) -> Option<String> {
     s.map(Cow::into_owned)
 }
 
-impl<'a> From<&'a JobRecord> for JobRecordV1<'a> {
+impl<'a> From<&'a JobRecord> for JobRecordV1<&'a str> {
     fn from(r: &'a JobRecord) -> Self {
         let (status, leased) = match r.place {
             Place::Ready { .. } => (StatusV1::Open, false),
@@ -121,14 +124,14 @@ impl<'a> From<&'a JobRecord> for JobRecordV1<'a> {
             Place::Closed(Closed::Failed) => (StatusV1::Failed, false),
         };
         JobRecordV1 {
-            id: Cow::Borrowed(&r.id),
-            queue: Cow::Borrowed(&r.queue),
-            payload: borrow(&r.payload),
-            result: borrow(&r.result),
+            id: &r.id,
+            queue: &r.queue,
+            payload: r.payload.as_deref(),
+            result: r.result.as_deref(),
             generation: r.generation,
             attempts: r.attempts,
             max_attempts: r.max_attempts,
-            owner: borrow(&r.owner),
+            owner: r.owner.as_deref(),
             lease_until_ms: r.lease_until_ms(),
             ttl_ms: r.ttl_ms,
             status,
@@ -141,10 +144,10 @@ impl<'a> From<&'a JobRecord> for JobRecordV1<'a> {
     }
 }
 
-impl TryFrom<JobRecordV1<'_>> for JobRecord {
+impl TryFrom<JobRecordV1<String>> for JobRecord {
     type Error = Inconsistency;
 
-    fn try_from(r: JobRecordV1<'_>) -> Result<Self, Inconsistency> {
+    fn try_from(r: JobRecordV1<String>) -> Result<Self, Inconsistency> {
         let place = match (r.status, r.leased) {
             (StatusV1::Open, false) => Place::Ready {
                 since_ms: r.ready_at_ms,
@@ -155,18 +158,18 @@ impl TryFrom<JobRecordV1<'_>> for JobRecord {
             (StatusV1::Completed, false) => Place::Closed(Closed::Completed),
             (StatusV1::Failed, false) => Place::Closed(Closed::Failed),
             (StatusV1::Completed | StatusV1::Failed, true) => {
-                return Err(Inconsistency::ClosedLeased(r.id.into_owned()))
+                return Err(Inconsistency::ClosedLeased(r.id))
             }
         };
         Ok(JobRecord {
-            id: r.id.into_owned(),
-            queue: r.queue.into_owned(),
-            payload: own(r.payload),
-            result: own(r.result),
+            id: r.id,
+            queue: r.queue,
+            payload: r.payload,
+            result: r.result,
             generation: r.generation,
             attempts: r.attempts,
             max_attempts: r.max_attempts,
-            owner: own(r.owner),
+            owner: r.owner,
             ttl_ms: r.ttl_ms,
             place,
             past: Past {
@@ -448,8 +451,50 @@ impl From<RememberedV1> for Remembered {
 #[derive(Debug, Clone, Deserialize)]
 pub(super) struct StateV1<R> {
     pub header: HeaderV1,
-    /// A map in bincode is its length and its pairs, as a vector of pairs is.
-    pub jobs: Vec<(u64, JobRecordV1<'static>)>,
+    pub jobs: JobsV1,
     pub tombstones: BTreeMap<String, u64>,
     pub idempotency: Vec<(String, R)>,
+}
+
+/// The job table of every format (a map of handle to [`JobRecordV1`]), converted record
+/// by record as it is read: a million records are never held in both shapes at once.
+#[derive(Debug, Clone, Default)]
+pub(super) struct JobsV1 {
+    /// In the order read (handle order, as every build writes them).
+    pub jobs: Vec<(u64, Arc<JobRecord>)>,
+    /// The first record that cannot be one of a machine.
+    pub inconsistency: Option<Inconsistency>,
+}
+
+impl<'de> Deserialize<'de> for JobsV1 {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_map(JobsVisitor)
+    }
+}
+
+struct JobsVisitor;
+
+impl<'de> serde::de::Visitor<'de> for JobsVisitor {
+    type Value = JobsV1;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a map of job handles to job records")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<JobsV1, A::Error> {
+        // A length prefix is input: never trusted for more than a bounded reservation.
+        let mut out = JobsV1 {
+            jobs: Vec::with_capacity(map.size_hint().unwrap_or(0).min(1 << 20)),
+            inconsistency: None,
+        };
+        while let Some((handle, rec)) = map.next_entry::<u64, JobRecordV1<String>>()? {
+            match JobRecord::try_from(rec) {
+                Ok(rec) => out.jobs.push((handle, Arc::new(rec))),
+                Err(e) => {
+                    out.inconsistency.get_or_insert(e);
+                }
+            }
+        }
+        Ok(out)
+    }
 }

@@ -101,13 +101,26 @@ impl Serialize for Jobs<'_> {
     }
 }
 
+/// The idempotency entries, written as v3 entries borrowed from the table's.
+struct Entries<'a>(&'a [(&'a String, &'a Remembered)]);
+
+impl Serialize for Entries<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(
+            self.0
+                .iter()
+                .map(|(k, r)| (k.as_str(), RememberedV3::from(*r))),
+        )
+    }
+}
+
 /// `StateV1<RememberedV3>`, borrowed for writing.
 #[derive(Serialize)]
 struct StateRef<'a> {
     header: HeaderV1,
     jobs: Jobs<'a>,
     tombstones: &'a BTreeMap<String, u64>,
-    idempotency: Vec<(&'a str, RememberedV3<'a>)>,
+    idempotency: Entries<'a>,
 }
 
 /// Writes `image` in format v3, after its version byte.
@@ -119,11 +132,7 @@ pub(super) fn encode_into<W: std::io::Write>(
         header: (&image.header).into(),
         jobs: Jobs(image.jobs),
         tombstones: image.tombstones,
-        idempotency: image
-            .idempotency
-            .iter()
-            .map(|(k, r)| (k.as_str(), RememberedV3::from(*r)))
-            .collect(),
+        idempotency: Entries(&image.idempotency),
     };
     bincode::serialize_into(&mut w, &state)?;
     bincode::serialize_into(w, &image.generation_floor)
