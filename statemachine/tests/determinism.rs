@@ -1,7 +1,8 @@
 //! Determinism under replay: one seeded random log (from a small PRNG written here, so the
 //! log is the same on every run and every platform) applied on three fresh machines gives
-//! the same replies and the same `snapshot()` bytes — each machine has its own `HashMap`
-//! seed, so any iteration-order dependence would show. Cutting the replay with
+//! the same replies and the same `snapshot()` bytes (the machine's hash maps have a fixed
+//! hasher and are never iterated into output; replaying on three machines checks that
+//! nothing else depends on the machine instance). Cutting the replay with
 //! `snapshot()` + `LeaseMachine::restore()` anywhere changes neither the replies nor the
 //! final bytes, and `restore` refuses what is not a snapshot it wrote: an empty input, an
 //! unknown version byte, garbage, a truncated snapshot, a snapshot with bytes appended.

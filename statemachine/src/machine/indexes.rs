@@ -214,3 +214,76 @@ impl<'a> QueueIndexes<'a> {
         (members, ready, counts)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use crate::command::{Command, Entry};
+    use crate::machine::{LeaseMachine, Place};
+
+    /// A machine with job "a" claimed (leased) and job "b" waiting, in queue "q".
+    fn machine() -> LeaseMachine {
+        let mut m = LeaseMachine::default();
+        let commands = [
+            Command::Submit {
+                id: Some("a".into()),
+                queue: "q".into(),
+                payload: None,
+                max_attempts: None,
+            },
+            Command::Submit {
+                id: Some("b".into()),
+                queue: "q".into(),
+                payload: None,
+                max_attempts: None,
+            },
+            Command::ClaimNext {
+                queue: "q".into(),
+                owner: "w".into(),
+                ttl_ms: 1_000,
+            },
+        ];
+        for (i, command) in commands.into_iter().enumerate() {
+            let entry = Entry {
+                stamp_ms: 10,
+                term: 1,
+                idempotency_key: None,
+                command,
+            };
+            m.apply(i as u64 + 1, &entry).expect("applies");
+        }
+        m.check_invariants();
+        m
+    }
+
+    #[test]
+    #[should_panic(expected = "expiry index")]
+    fn a_place_written_around_the_transition_point_is_caught() {
+        let mut m = machine();
+        let rec = Arc::make_mut(m.jobs.get_mut(&1).expect("job a"));
+        assert!(matches!(rec.place, Place::Leased { .. }));
+        rec.place = Place::Leased { until_ms: 5_000 };
+        m.check_invariants();
+    }
+
+    #[test]
+    #[should_panic(expected = "jobs per queue and state")]
+    fn a_count_kept_by_hand_is_caught() {
+        let mut m = machine();
+        let q = m.ix.counts.get_mut("q").expect("queue q");
+        q.leased -= 1;
+        q.pending += 1;
+        m.check_invariants();
+    }
+
+    #[test]
+    fn the_indexes_are_those_of_the_places() {
+        let m = machine();
+        assert_eq!(m.ix.expiry.len(), 1);
+        assert_eq!(m.ix.ready["q"].len(), 1);
+        let counts = m.ix.counts["q"];
+        assert_eq!((counts.pending, counts.leased), (1, 1));
+        assert_eq!(m.next_deadline_ms(), Some(1_010));
+    }
+}
