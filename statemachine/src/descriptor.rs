@@ -56,11 +56,6 @@ impl Operation {
         Operation::Internal,
     ];
 
-    /// The operation a parsed command performs.
-    pub fn of_command(cmd: &Command) -> Operation {
-        cmd.descriptor().operation
-    }
-
     fn describe(self) -> &'static str {
         match self {
             Operation::Read => "read",
