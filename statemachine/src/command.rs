@@ -4,6 +4,14 @@
 //! An entry carries everything `apply` may depend on: the leader's stamp (cluster time),
 //! the leader's term (for the failover grace), and the client's idempotency key. Nothing
 //! else enters the state machine, which is what makes replay deterministic.
+//!
+//! **`Command` is append-only.** The WAL, snapshots (remembered batch items) and Raft RPC
+//! between two versions of the node decode it with bincode, which writes a variant as its
+//! index followed by its fields in order, with no names and no lengths. So a new command
+//! is a new variant at the end, with `since` one above the newest in its descriptor
+//! (`crate::descriptor`, where every fact about a command lives); an old variant never
+//! gains, loses, reorders or retypes a field, and no variant is removed or moved.
+//! `tests/command_encoding.rs` pins the bytes of one instance of every variant.
 
 use serde::{Deserialize, Serialize};
 
@@ -22,10 +30,16 @@ pub struct Entry {
     pub command: Command,
 }
 
+/// A lease operation: a [`CommandOf`] whose batch carries [`BatchItem`]s.
+pub type Command = CommandOf<Vec<BatchItem>>;
+
 /// A lease operation. Every field was validated by the node, and is validated again on
-/// apply: a rejected command is a normal reply, never a storage error.
+/// apply: a rejected command is a normal reply, never a storage error. `Items` is what a
+/// batch carries: [`Command`] uses `Vec<BatchItem>`; a batch item's command is decoded as
+/// `CommandOf<NoBatch>`, whose batch cannot exist (see [`NoBatch`]). Append-only: new
+/// variants at the end (module doc).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Command {
+pub enum CommandOf<Items> {
     /// Create a job; the id is derived from the log index when absent.
     Submit {
         id: Option<String>,
@@ -70,7 +84,7 @@ pub enum Command {
     /// Internal: several client commands proposed as one log entry (group commit). Each
     /// item is applied in order at the entry's stamp, with its own idempotency key, and
     /// gets its own reply in `Outcome::Batch`.
-    Batch(Vec<BatchItem>),
+    Batch(Items),
 }
 
 /// One command of a [`Command::Batch`].
@@ -81,45 +95,118 @@ pub struct BatchItem {
     pub command: Command,
 }
 
-std::thread_local! {
-    /// Set while a batch item's command is being decoded on this thread.
-    static DECODING_BATCH_ITEM: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+/// What a batch item's command carries in place of a batch: no value of it exists, and
+/// decoding one fails at once, before reading anything of it. Decoding is recursive, so
+/// `Batch(Batch(Batch(…)))` a million levels deep in a Raft append body or a snapshot
+/// (13 bytes a level) used to overflow the stack and abort the node (found by fuzzing,
+/// issue 7 part 6). One level is all the batcher writes, and `validate` refuses nesting
+/// on apply anyway. Decoded this way, an item's command has the same variant indices as
+/// a [`Command`] (one enum), so its bytes are those of a `Command`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoBatch {}
+
+impl<'de> Deserialize<'de> for NoBatch {
+    fn deserialize<D: serde::Deserializer<'de>>(_: D) -> Result<Self, D::Error> {
+        Err(serde::de::Error::custom("a batch item is itself a batch"))
+    }
 }
 
-/// Decodes a batch item's command, refusing a batch inside a batch *before* decoding
-/// it. Decoding is recursive, so `Batch(Batch(Batch(…)))` a million levels deep in a
-/// Raft append body or a snapshot (13 bytes a level) used to overflow the stack and
-/// abort the node (found by fuzzing, issue 7 part 6). One level is all the batcher
-/// writes, and `validate` refuses nesting on apply anyway.
 fn item_command<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Command, D::Error> {
-    struct Reset;
-    impl Drop for Reset {
-        fn drop(&mut self) {
-            DECODING_BATCH_ITEM.with(|c| c.set(false));
-        }
-    }
-    if DECODING_BATCH_ITEM.with(|c| c.replace(true)) {
-        // Only reached through a nested `Batch`: the outer item's guard resets the flag.
-        return Err(serde::de::Error::custom("a batch item is itself a batch"));
-    }
-    let _reset = Reset;
-    Command::deserialize(d)
+    CommandOf::<NoBatch>::deserialize(d).map(Command::from)
 }
 
-impl Command {
-    /// Checks every name and limit of docs/api.md.
-    pub fn validate(&self) -> Result<(), ApiError> {
-        match self {
-            Command::Submit {
+/// A batch item's command as a [`Command`]: the same variant, the same fields.
+impl From<CommandOf<NoBatch>> for Command {
+    fn from(c: CommandOf<NoBatch>) -> Command {
+        use CommandOf as C;
+        match c {
+            C::Submit {
                 id,
                 queue,
                 payload,
                 max_attempts,
+            } => C::Submit {
+                id,
+                queue,
+                payload,
+                max_attempts,
+            },
+            C::Claim {
+                job_id,
+                owner,
+                ttl_ms,
+            } => C::Claim {
+                job_id,
+                owner,
+                ttl_ms,
+            },
+            C::ClaimNext {
+                queue,
+                owner,
+                ttl_ms,
+            } => C::ClaimNext {
+                queue,
+                owner,
+                ttl_ms,
+            },
+            C::Renew {
+                job_id,
+                owner,
+                generation,
+                ttl_ms,
+            } => C::Renew {
+                job_id,
+                owner,
+                generation,
+                ttl_ms,
+            },
+            C::Complete {
+                job_id,
+                owner,
+                generation,
+                result,
+            } => C::Complete {
+                job_id,
+                owner,
+                generation,
+                result,
+            },
+            C::Release {
+                job_id,
+                owner,
+                generation,
+            } => C::Release {
+                job_id,
+                owner,
+                generation,
+            },
+            C::Delete { job_id } => C::Delete { job_id },
+            C::Tick => C::Tick,
+            C::Batch(none) => match none {},
+        }
+    }
+}
+
+impl Command {
+    /// Checks every name and limit of docs/api.md: the job id, queue and owner it names
+    /// (whatever the kind: [`Command::names`]), then the fields only some kinds have.
+    pub fn validate(&self) -> Result<(), ApiError> {
+        let names = self.names();
+        if let Some(id) = names.job_id {
+            limits::validate_job_id(id)?;
+        }
+        if let Some(queue) = names.queue {
+            limits::validate_queue(queue)?;
+        }
+        if let Some(owner) = names.owner {
+            limits::validate_owner(owner)?;
+        }
+        match self {
+            Command::Submit {
+                payload,
+                max_attempts,
+                ..
             } => {
-                if let Some(id) = id {
-                    limits::validate_job_id(id)?;
-                }
-                limits::validate_queue(queue)?;
                 if let Some(p) = payload {
                     limits::validate_json_size("payload", p)?;
                 }
@@ -127,67 +214,19 @@ impl Command {
                     limits::validate_max_attempts(*m)?;
                 }
             }
-            Command::Claim {
-                job_id,
-                owner,
-                ttl_ms,
-            } => {
-                limits::validate_job_id(job_id)?;
-                limits::validate_owner(owner)?;
-                limits::validate_ttl_ms(*ttl_ms)?;
+            Command::Claim { ttl_ms, .. } | Command::ClaimNext { ttl_ms, .. } => {
+                limits::validate_ttl_ms(*ttl_ms)?
             }
-            Command::ClaimNext {
-                queue,
-                owner,
-                ttl_ms,
-            } => {
-                limits::validate_queue(queue)?;
-                limits::validate_owner(owner)?;
-                limits::validate_ttl_ms(*ttl_ms)?;
-            }
-            Command::Renew {
-                job_id,
-                owner,
-                ttl_ms,
-                ..
-            } => {
-                limits::validate_job_id(job_id)?;
-                limits::validate_owner(owner)?;
-                if let Some(t) = ttl_ms {
-                    limits::validate_ttl_ms(*t)?;
-                }
-            }
-            Command::Complete {
-                job_id,
-                owner,
-                result,
-                ..
-            } => {
-                limits::validate_job_id(job_id)?;
-                limits::validate_owner(owner)?;
+            Command::Renew { ttl_ms, .. } => ttl_ms.map_or(Ok(()), limits::validate_ttl_ms)?,
+            Command::Complete { result, .. } => {
                 if let Some(r) = result {
                     limits::validate_json_size("result", r)?;
                 }
             }
-            Command::Release { job_id, owner, .. } => {
-                limits::validate_job_id(job_id)?;
-                limits::validate_owner(owner)?;
-            }
-            Command::Delete { job_id } => limits::validate_job_id(job_id)?,
-            Command::Tick => {}
+            Command::Release { .. } | Command::Delete { .. } | Command::Tick => {}
             // Only the shape: each item's command is validated when it is applied, and
             // gets its own error reply rather than failing the whole batch.
-            Command::Batch(items) => {
-                if items.is_empty() || items.len() > limits::BATCH_ITEMS_MAX {
-                    return Err(ApiError::new(
-                        ErrorCode::InvalidArgument,
-                        format!("a batch holds 1-{} commands", limits::BATCH_ITEMS_MAX),
-                    ));
-                }
-                if items.iter().any(|i| matches!(i.command, Command::Batch(_))) {
-                    return Err(ApiError::new(ErrorCode::InvalidArgument, "nested batch"));
-                }
-            }
+            Command::Batch(items) => validate_batch(items)?,
         }
         Ok(())
     }
@@ -198,20 +237,25 @@ impl Command {
     pub fn fingerprint(&self) -> u64 {
         fnv1a(&bincode::serialize(self).expect("commands always encode"))
     }
+}
 
-    /// A short name for metrics and logs.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Command::Submit { .. } => "submit",
-            Command::Claim { .. } => "claim",
-            Command::ClaimNext { .. } => "claim_next",
-            Command::Renew { .. } => "renew",
-            Command::Complete { .. } => "complete",
-            Command::Release { .. } => "release",
-            Command::Delete { .. } => "delete",
-            Command::Tick => "tick",
-            Command::Batch(_) => "batch",
-        }
+fn validate_batch(items: &[BatchItem]) -> Result<(), ApiError> {
+    if items.is_empty() || items.len() > limits::BATCH_ITEMS_MAX {
+        return Err(ApiError::new(
+            ErrorCode::InvalidArgument,
+            format!("a batch holds 1-{} commands", limits::BATCH_ITEMS_MAX),
+        ));
+    }
+    if items.iter().any(|i| matches!(i.command, Command::Batch(_))) {
+        return Err(ApiError::new(ErrorCode::InvalidArgument, "nested batch"));
+    }
+    Ok(())
+}
+
+impl Entry {
+    /// The entry version needed to apply it ([`Command::since`]).
+    pub fn since(&self) -> u32 {
+        self.command.since()
     }
 }
 

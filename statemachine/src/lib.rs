@@ -7,7 +7,10 @@
 //! # Layout
 //! - [`limits`]: every bound of the API, and the validation shared with node and client.
 //! - [`wire`]: the JSON types of docs/api.md (`Job`, `Lease`, error codes, request bodies).
-//! - [`command`]: what goes into the log (`Entry`, `Command`) and what comes out (`Reply`).
+//! - [`command`]: what goes into the log (`Entry`, `Command`) and what comes out (`Reply`);
+//!   `Command` is append-only.
+//! - [`descriptor`]: every fact about a command, written once: name, operation, scope
+//!   rule, outcome names, the entry version that introduced it, and what it names.
 //! - [`machine`]: `LeaseMachine::apply` and, in its files, the job record and its
 //!   place, the indexes, the one transition point, the rules (failover grace included)
 //!   and the reads (`next_deadline_ms`).
@@ -23,6 +26,7 @@
 //!   a restore is refused ([`SnapshotError`], [`Inconsistency`]).
 
 pub mod command;
+pub mod descriptor;
 mod idempotency;
 pub mod limits;
 pub mod machine;
@@ -33,7 +37,10 @@ mod replies;
 pub mod snapshot;
 pub mod wire;
 
-pub use command::{BatchItem, Command, Entry, Outcome, Reply};
+pub use command::{BatchItem, Command, CommandOf, Entry, NoBatch, Outcome, Reply};
+pub use descriptor::{
+    CommandScope, Descriptor, MissingJob, Names, Operation, DESCRIPTORS, ENTRY_VERSION_MAX,
+};
 pub use machine::{Config, LeaseMachine, Stats};
 pub use queue_stats::QueueStats;
 pub use raise::{GenerationOverflow, Raised};

@@ -15,7 +15,7 @@ use axum::http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
 use axum::http::HeaderValue;
 use axum::middleware::Next;
 use axum::response::Response;
-use leasehold_statemachine::{limits, ApiError, Command, ErrorCode};
+use leasehold_statemachine::{ApiError, Command, ErrorCode};
 
 use super::error_response;
 use super::routes::requirement;
@@ -117,34 +117,17 @@ pub fn proposed_key(
     }
 }
 
-/// On the leader, before proposing: a command naming a job by id must name a job the
-/// caller's scope holds by its stored queue (a claim of a missing job creates it in the
-/// default queue). Otherwise 404 as for a missing job, so a tenant learns nothing of
-/// another's jobs. The id itself was checked with the command ([`check_command`]).
+/// On the leader, before proposing: a command acting on a job by id must name a job
+/// the caller's scope holds by its stored queue, else 404 as for a missing job, so a
+/// tenant learns nothing of another's jobs. The rule is the command's descriptor's
+/// (`Scope::check_stored_job`); the id itself was checked with the command
+/// ([`check_command`]).
 pub fn check_stored_job(node: &Node, scope: Option<&Scope>, cmd: &Command) -> Result<(), ApiError> {
-    let Some(scope) = scope.filter(|s| s.queues.is_some()) else {
-        return Ok(());
-    };
-    let job_id = match cmd {
-        Command::Claim { job_id, .. }
-        | Command::Renew { job_id, .. }
-        | Command::Complete { job_id, .. }
-        | Command::Release { job_id, .. }
-        | Command::Delete { job_id } => job_id,
-        _ => return Ok(()),
-    };
-    let queue = node.sm.read(|s| s.machine.job(job_id, 0).map(|j| j.queue));
-    let held = match (&queue, cmd) {
-        (Some(q), _) => scope.queue_ok(q),
-        (None, Command::Claim { .. }) => scope.queue_ok(limits::QUEUE_DEFAULT),
-        // The state machine answers 404 itself.
-        (None, _) => true,
-    };
-    if held {
-        Ok(())
-    } else {
-        Err(hidden_job(node, job_id))
-    }
+    let Some(scope) = scope else { return Ok(()) };
+    let stored_queue = |id: &str| node.sm.read(|s| s.machine.job(id, 0).map(|j| j.queue));
+    scope
+        .check_stored_job(cmd, stored_queue)
+        .map_err(|id| hidden_job(node, id))
 }
 
 /// The 404 of a job the caller's scope does not hold: the same as for a missing job

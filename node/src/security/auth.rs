@@ -27,6 +27,9 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+/// What a request does, as far as permissions go: the command descriptor's vocabulary
+/// (`leasehold_statemachine::descriptor`), so a command's operation is written once.
+pub use leasehold_statemachine::Operation;
 use leasehold_statemachine::{limits, ApiError, Command, ErrorCode};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
@@ -94,74 +97,6 @@ impl fmt::Display for Role {
     }
 }
 
-/// What a request does, as far as permissions go.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Operation {
-    /// Any GET: jobs, lists, cluster status, digest, metrics.
-    Read,
-    Submit,
-    Claim,
-    ClaimNext,
-    Renew,
-    Complete,
-    Release,
-    Delete,
-    /// Cluster administration: membership changes, snapshot download (admin only).
-    Manage,
-    /// A command no client sends (tick, batch): admin only, never reached by the API.
-    Internal,
-}
-
-impl Operation {
-    pub const ALL: [Operation; 10] = [
-        Operation::Read,
-        Operation::Submit,
-        Operation::Claim,
-        Operation::ClaimNext,
-        Operation::Renew,
-        Operation::Complete,
-        Operation::Release,
-        Operation::Delete,
-        Operation::Manage,
-        Operation::Internal,
-    ];
-
-    /// The operation a parsed command performs.
-    pub fn of_command(cmd: &Command) -> Operation {
-        match cmd {
-            Command::Submit { .. } => Operation::Submit,
-            Command::Claim { .. } => Operation::Claim,
-            Command::ClaimNext { .. } => Operation::ClaimNext,
-            Command::Renew { .. } => Operation::Renew,
-            Command::Complete { .. } => Operation::Complete,
-            Command::Release { .. } => Operation::Release,
-            Command::Delete { .. } => Operation::Delete,
-            Command::Tick | Command::Batch(_) => Operation::Internal,
-        }
-    }
-
-    fn describe(self) -> &'static str {
-        match self {
-            Operation::Read => "read",
-            Operation::Submit => "submit jobs",
-            Operation::Claim => "claim jobs",
-            Operation::ClaimNext => "claim from queues",
-            Operation::Renew => "renew leases",
-            Operation::Complete => "complete jobs",
-            Operation::Release => "release leases",
-            Operation::Delete => "delete jobs",
-            Operation::Manage => "administer the cluster",
-            Operation::Internal => "propose internal commands",
-        }
-    }
-}
-
-impl fmt::Display for Operation {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.describe())
-    }
-}
-
 /// What a route asks of the caller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Requirement {
@@ -221,10 +156,12 @@ impl Caller {
     }
 
     /// A parsed command: its operation, every owner it names against the prefix, and
-    /// every queue and job id it names against the scope.
+    /// every queue and job id it names against the scope — all read from its descriptor
+    /// (`Command::facts`), a batch item by item.
     pub fn check_command(&self, cmd: &Command) -> Result<(), Denied> {
-        self.check_operation(Operation::of_command(cmd))?;
-        self.check_scope(cmd)
+        self.check_operation(cmd.descriptor().operation)?;
+        self.scope
+            .check_command(cmd)
             .map_err(|why| self.out_of_scope(why))?;
         self.check_owners(cmd)
     }
@@ -235,21 +172,6 @@ impl Caller {
             caller: self.label.clone(),
             scope: self.scope.to_string(),
             why,
-        }
-    }
-
-    fn check_scope(&self, cmd: &Command) -> Result<(), OutOfScope> {
-        let scope = &self.scope;
-        match cmd {
-            Command::Submit { id, queue, .. } => scope.check_submit(id.as_deref(), queue),
-            Command::ClaimNext { queue, .. } => scope.check_claim_from(queue),
-            Command::Claim { job_id, .. }
-            | Command::Renew { job_id, .. }
-            | Command::Complete { job_id, .. }
-            | Command::Release { job_id, .. }
-            | Command::Delete { job_id } => scope.check_id(job_id),
-            Command::Batch(items) => items.iter().try_for_each(|i| self.check_scope(&i.command)),
-            Command::Tick => Ok(()),
         }
     }
 
@@ -271,20 +193,12 @@ impl Caller {
     }
 }
 
-/// Every `owner` a command acts as.
+/// Every `owner` a command acts as (a batch's items').
 fn command_owners(cmd: &Command) -> Vec<&str> {
-    match cmd {
-        Command::Claim { owner, .. }
-        | Command::ClaimNext { owner, .. }
-        | Command::Renew { owner, .. }
-        | Command::Complete { owner, .. }
-        | Command::Release { owner, .. } => vec![owner.as_str()],
-        Command::Batch(items) => items
-            .iter()
-            .flat_map(|i| command_owners(&i.command))
-            .collect(),
-        Command::Submit { .. } | Command::Delete { .. } | Command::Tick => vec![],
-    }
+    cmd.leaves()
+        .into_iter()
+        .filter_map(|c| c.names().owner)
+        .collect()
 }
 
 /// Why a request was refused.

@@ -10,11 +10,19 @@
 //! jobs it holds. A token with a `job_prefix` but no `queues` may not claim from a
 //! queue at all: a queue's next job may be anyone's.
 //!
-//! May import: the state machine crate (types, limits), `sha2`. No IO, no clock.
+//! Which of a command's names a scope checks, and how, is the command's descriptor
+//! (`leasehold_statemachine::descriptor`): [`Scope::check_command`] and
+//! [`Scope::check_stored_job`] read its [`CommandScope`] and [`Names`] and match on no
+//! command kind, so a new command is checked by what it names.
+//!
+//! May import: the state machine crate (types, limits, descriptors), `sha2`. No IO, no
+//! clock.
 
 use std::fmt;
 
-use leasehold_statemachine::{limits, ApiError, JobPage, JobState, LeaseMachine};
+use leasehold_statemachine::{
+    limits, ApiError, Command, CommandScope, JobPage, JobState, LeaseMachine, MissingJob, Names,
+};
 use sha2::{Digest, Sha256};
 
 /// Most patterns in one token's `queues`.
@@ -102,6 +110,8 @@ pub enum OutOfScope {
     ClaimWithoutQueues,
     /// A route whose answer holds every tenant's jobs (the snapshot).
     EveryTenant,
+    /// An internal command (tick): no client sends one, and no scoped token may.
+    Internal,
 }
 
 impl fmt::Display for OutOfScope {
@@ -114,6 +124,7 @@ impl fmt::Display for OutOfScope {
                 f.write_str("it lists no queues, so it may not claim from one")
             }
             OutOfScope::EveryTenant => f.write_str("this route shows every tenant's jobs"),
+            OutOfScope::Internal => f.write_str("internal commands are outside it"),
         }
     }
 }
@@ -156,22 +167,80 @@ impl Scope {
         }
     }
 
-    /// A submit: the queue, and the id (which a prefix-scoped token must give).
-    pub fn check_submit(&self, id: Option<&str>, queue: &str) -> Result<(), OutOfScope> {
-        self.check_queue(queue)?;
-        match id {
+    /// A command (a batch item by item: `Command::leaves`) by its descriptor: what its
+    /// rule refuses outright, then every queue and job id it names.
+    pub fn check_command(&self, cmd: &Command) -> Result<(), OutOfScope> {
+        cmd.leaves().into_iter().try_for_each(|leaf| {
+            let (descriptor, names) = leaf.facts();
+            self.check_names(descriptor.scope, &names)
+        })
+    }
+
+    fn check_names(&self, rule: CommandScope, names: &Names) -> Result<(), OutOfScope> {
+        self.check_rule(rule)?;
+        if let Some(queue) = names.queue {
+            self.check_queue(queue)?;
+        }
+        match names.job_id {
             Some(id) => self.check_id(id),
-            None if self.job_prefix.is_some() => Err(OutOfScope::NoId),
+            // A generated id is not in the prefix.
+            None if rule == CommandScope::NewJob && self.job_prefix.is_some() => {
+                Err(OutOfScope::NoId)
+            }
             None => Ok(()),
         }
     }
 
-    /// Claim-next on `queue`.
-    pub fn check_claim_from(&self, queue: &str) -> Result<(), OutOfScope> {
-        if self.job_prefix.is_some() && self.queues.is_none() {
-            return Err(OutOfScope::ClaimWithoutQueues);
+    /// What a rule refuses before the names are looked at.
+    fn check_rule(&self, rule: CommandScope) -> Result<(), OutOfScope> {
+        match rule {
+            // The next job of a queue may be anyone's.
+            CommandScope::Queue if self.job_prefix.is_some() && self.queues.is_none() => {
+                Err(OutOfScope::ClaimWithoutQueues)
+            }
+            CommandScope::Internal if self.is_scoped() => Err(OutOfScope::Internal),
+            CommandScope::NewJob
+            | CommandScope::Queue
+            | CommandScope::StoredJob(_)
+            | CommandScope::Items
+            | CommandScope::Internal => Ok(()),
         }
-        self.check_queue(queue)
+    }
+
+    /// On the leader, before proposing: every job a command acts on by id
+    /// ([`CommandScope::StoredJob`]) must be one this scope holds by its stored queue
+    /// (`stored_queue`, `None` for a missing job). A missing job counts in the queue the
+    /// command would create it in, or is the state machine's own 404. `Err` gives the id
+    /// to answer 404 for, as if it did not exist. The ids themselves were checked with
+    /// the command ([`Scope::check_command`]).
+    pub fn check_stored_job<'c>(
+        &self,
+        cmd: &'c Command,
+        stored_queue: impl Fn(&str) -> Option<String>,
+    ) -> Result<(), &'c str> {
+        if self.queues.is_none() {
+            return Ok(());
+        }
+        for leaf in cmd.leaves() {
+            let (descriptor, names) = leaf.facts();
+            let missing = match descriptor.scope {
+                CommandScope::StoredJob(missing) => missing,
+                CommandScope::NewJob
+                | CommandScope::Queue
+                | CommandScope::Items
+                | CommandScope::Internal => continue,
+            };
+            let Some(id) = names.job_id else { continue };
+            let held = match (stored_queue(id), missing) {
+                (Some(q), _) => self.queue_ok(&q),
+                (None, MissingJob::CreatesInDefaultQueue) => self.queue_ok(limits::QUEUE_DEFAULT),
+                (None, MissingJob::NotFound) => true,
+            };
+            if !held {
+                return Err(id);
+            }
+        }
+        Ok(())
     }
 }
 
@@ -286,27 +355,100 @@ mod tests {
         assert_eq!(Scope::default().to_string(), "everything");
     }
 
+    fn submit(id: Option<&str>, queue: &str) -> Command {
+        Command::Submit {
+            id: id.map(Into::into),
+            queue: queue.into(),
+            payload: None,
+            max_attempts: None,
+        }
+    }
+
+    fn claim_from(queue: &str) -> Command {
+        Command::ClaimNext {
+            queue: queue.into(),
+            owner: "o".into(),
+            ttl_ms: 1_000,
+        }
+    }
+
     #[test]
     fn submits_and_claims_from_queues_are_checked() {
         let both = scope(Some(&["team-a"]), Some("team-a/"));
-        assert_eq!(both.check_submit(Some("team-a/1"), "team-a"), Ok(()));
-        assert_eq!(both.check_submit(None, "team-a"), Err(OutOfScope::NoId));
+        let check = |s: &Scope, c: Command| s.check_command(&c);
+        assert_eq!(check(&both, submit(Some("team-a/1"), "team-a")), Ok(()));
+        assert_eq!(check(&both, submit(None, "team-a")), Err(OutOfScope::NoId));
         assert_eq!(
-            both.check_submit(Some("team-a/1"), "team-b"),
+            check(&both, submit(Some("team-a/1"), "team-b")),
             Err(OutOfScope::Queue("team-b".into()))
         );
         assert_eq!(
-            both.check_submit(Some("x"), "team-a"),
+            check(&both, submit(Some("x"), "team-a")),
             Err(OutOfScope::JobId("x".into()))
         );
-        assert_eq!(both.check_claim_from("team-a"), Ok(()));
-        assert!(both.check_claim_from("team-b").is_err());
+        assert_eq!(check(&both, claim_from("team-a")), Ok(()));
+        assert!(check(&both, claim_from("team-b")).is_err());
         let ids = scope(None, Some("p/"));
         assert_eq!(
-            ids.check_claim_from("q"),
+            check(&ids, claim_from("q")),
             Err(OutOfScope::ClaimWithoutQueues)
         );
-        assert_eq!(scope(Some(&["q"]), None).check_submit(None, "q"), Ok(()));
+        assert_eq!(check(&scope(Some(&["q"]), None), submit(None, "q")), Ok(()));
+    }
+
+    /// Fail closed (issue 29 item 2): every kind of command, built by the state machine's
+    /// exhaustive `one_of_each`, is refused to a scope holding nothing it names — by its
+    /// queue or id, by its rule, or (acting on a stored job) on the leader.
+    #[test]
+    fn every_kind_of_command_is_refused_outside_the_scope() {
+        let nothing = scope(Some(&["elsewhere"]), Some("elsewhere/"));
+        let everything = Scope::default();
+        let stored_elsewhere = |_: &str| Some("elsewhere-not".to_owned());
+        for cmd in leasehold_statemachine::descriptor::one_of_each() {
+            let kind = cmd.kind();
+            assert!(everything.check_command(&cmd).is_ok(), "{kind}");
+            assert!(nothing.check_command(&cmd).is_err(), "{kind} passed");
+            let queues_only = scope(Some(&["elsewhere"]), None);
+            let by_id = cmd
+                .leaves()
+                .iter()
+                .any(|c| matches!(c.descriptor().scope, CommandScope::StoredJob(_)));
+            assert_eq!(
+                queues_only
+                    .check_stored_job(&cmd, stored_elsewhere)
+                    .is_err(),
+                by_id,
+                "{kind}: a stored job of another queue is hidden iff it acts on one by id"
+            );
+        }
+    }
+
+    #[test]
+    fn a_stored_job_is_checked_by_its_queue_and_a_missing_one_by_the_rule() {
+        let a = scope(Some(&["team-a"]), None);
+        let del = Command::Delete { job_id: "x".into() };
+        let claim = Command::Claim {
+            job_id: "x".into(),
+            owner: "o".into(),
+            ttl_ms: 1_000,
+        };
+        let in_queue = |q: &'static str| move |_: &str| Some(q.to_owned());
+        assert_eq!(a.check_stored_job(&del, in_queue("team-a")), Ok(()));
+        assert_eq!(a.check_stored_job(&del, in_queue("team-b")), Err("x"));
+        assert_eq!(
+            a.check_stored_job(&del, |_| None),
+            Ok(()),
+            "404 by the machine"
+        );
+        assert_eq!(
+            a.check_stored_job(&claim, |_| None),
+            Err("x"),
+            "created in default"
+        );
+        let default = scope(Some(&[limits::QUEUE_DEFAULT]), None);
+        assert_eq!(default.check_stored_job(&claim, |_| None), Ok(()));
+        let ids_only = scope(None, Some("p/"));
+        assert_eq!(ids_only.check_stored_job(&del, in_queue("team-b")), Ok(()));
     }
 
     fn machine_with(jobs: &[(&str, &str)]) -> LeaseMachine {

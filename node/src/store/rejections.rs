@@ -2,7 +2,8 @@
 //! refused (a stale completion fenced off, a lease held by another owner, …), recorded as
 //! they are applied. Every replica applies the same log, so every node shows the same
 //! feed; it is node-local memory (not in snapshots), so a restarted node starts with the
-//! rejections of the log it re-applies.
+//! rejections of the log it re-applies. What a refused command names (job, queue, owner,
+//! generation) is read from its descriptor (`Command::names`).
 
 use std::collections::VecDeque;
 
@@ -53,7 +54,7 @@ impl RecentRejections {
             }
             (Command::Tick, _) | (_, Ok(_)) => {}
             (command, Err(err)) => {
-                let (job_id, queue, owner, generation) = describe(command);
+                let names = command.names();
                 let job = err.job.as_deref();
                 self.next_seq += 1;
                 if self.items.len() == CAPACITY {
@@ -64,10 +65,10 @@ impl RecentRejections {
                     log_index,
                     at_ms,
                     command: command.kind(),
-                    job_id,
-                    queue,
-                    owner,
-                    generation,
+                    job_id: names.job_id.map(str::to_owned),
+                    queue: names.queue.map(str::to_owned),
+                    owner: names.owner.map(str::to_owned),
+                    generation: names.generation,
                     code: err.code.as_str(),
                     message: err.message.clone(),
                     current_generation: job.map(|j| j.generation),
@@ -87,44 +88,6 @@ impl RecentRejections {
     /// The `seq` of the newest rejection recorded (0: none yet).
     pub fn last_seq(&self) -> u64 {
         self.next_seq
-    }
-}
-
-type Described = (Option<String>, Option<String>, Option<String>, Option<u64>);
-
-fn describe(command: &Command) -> Described {
-    match command {
-        Command::Submit { id, queue, .. } => (id.clone(), Some(queue.clone()), None, None),
-        Command::Claim { job_id, owner, .. } => {
-            (Some(job_id.clone()), None, Some(owner.clone()), None)
-        }
-        Command::ClaimNext { queue, owner, .. } => {
-            (None, Some(queue.clone()), Some(owner.clone()), None)
-        }
-        Command::Renew {
-            job_id,
-            owner,
-            generation,
-            ..
-        }
-        | Command::Complete {
-            job_id,
-            owner,
-            generation,
-            ..
-        }
-        | Command::Release {
-            job_id,
-            owner,
-            generation,
-        } => (
-            Some(job_id.clone()),
-            None,
-            Some(owner.clone()),
-            Some(*generation),
-        ),
-        Command::Delete { job_id } => (Some(job_id.clone()), None, None, None),
-        Command::Tick | Command::Batch(_) => (None, None, None, None),
     }
 }
 
@@ -195,5 +158,47 @@ mod tests {
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].job_id.as_deref(), Some("y"));
         assert_eq!(got[0].code, "lease_expired");
+    }
+
+    /// What each kind of refused command shows in the feed (read from its descriptor):
+    /// pinned per kind, so the feed stays as it was before descriptors.
+    #[test]
+    fn every_kind_shows_what_it_names() {
+        let stale = Err(ApiError::new(ErrorCode::StaleLease, "refused"));
+        let (j, q, o) = (Some("j"), Some("q"), Some("o"));
+        for cmd in leasehold_statemachine::descriptor::one_of_each() {
+            let mut r = RecentRejections::default();
+            r.record(1, 1, &cmd, &stale);
+            let want = match cmd.kind() {
+                "submit" => Some((j, q, None, None)),
+                "claim" => Some((j, None, o, None)),
+                "claim_next" => Some((None, q, o, None)),
+                "renew" | "complete" | "release" => Some((j, None, o, Some(7))),
+                "delete" => Some((j, None, None, None)),
+                "batch" => Some((None, None, None, None)),
+                "tick" => None,
+                other => panic!("{other}: say what the feed shows of it"),
+            };
+            let got = r.since(0, 1).pop().map(|x| {
+                assert_eq!((x.command, x.code), (cmd.kind(), "stale_lease"));
+                (
+                    x.job_id.clone(),
+                    x.queue.clone(),
+                    x.owner.clone(),
+                    x.generation,
+                )
+            });
+            let want = want.map(
+                |(j, q, o, g): (Option<&str>, Option<&str>, Option<&str>, _)| {
+                    (
+                        j.map(str::to_owned),
+                        q.map(str::to_owned),
+                        o.map(str::to_owned),
+                        g,
+                    )
+                },
+            );
+            assert_eq!(got, want, "{}", cmd.kind());
+        }
     }
 }

@@ -16,8 +16,8 @@
 //! goes through it. Refusal reasons and the usual command outcomes are created up front
 //! and so exported as 0 from the start.
 //!
-//! Imports: `types`, the state machine's stats and `prometheus_client`; the state it
-//! renders is handed in by its callers.
+//! Imports: `types`, the state machine's stats and command descriptors, and
+//! `prometheus_client`; the state it renders is handed in by its callers.
 
 pub mod families;
 pub mod labels;
@@ -27,6 +27,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use axum::http::Method;
+use leasehold_statemachine::DESCRIPTORS;
 use prometheus_client::encoding::prometheus_text;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -42,8 +43,7 @@ pub use scrape::{
 use crate::types::NodeId;
 use families::register;
 use labels::{
-    method_index, CommandLabels, LatencyLabels, RefusedLabels, RequestLabels, COMMAND_OUTCOMES,
-    METHODS, STATUSES,
+    method_index, CommandLabels, LatencyLabels, RefusedLabels, RequestLabels, METHODS, STATUSES,
 };
 
 /// The `Content-Type` of `GET /metrics`: the crate's for the text format 0.0.4
@@ -90,8 +90,11 @@ impl Default for Metrics {
         let refused = Refused::ALL
             .map(|reason| refused_family.get_or_create_owned(&RefusedLabels { reason }));
         let commands = Family::<CommandLabels, Counter>::default();
-        for (kind, outcomes) in COMMAND_OUTCOMES {
-            for &outcome in outcomes {
+        // Each command's usual outcomes, from 0 before the first, so that `rate()` and
+        // alerts on them work from the start (the command descriptors list them).
+        for d in &DESCRIPTORS {
+            for &outcome in d.outcomes {
+                let kind = d.name;
                 let _ = commands.get_or_create(&CommandLabels { kind, outcome });
             }
         }

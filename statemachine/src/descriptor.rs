@@ -1,0 +1,389 @@
+//! The facts of every [`Command`], written once (issue 29 item 2): its wire and metric
+//! name, the [`Operation`] a role must allow, the rule a tenant scope decides it by
+//! ([`CommandScope`]), the outcome names its metric starts with, and the entry version
+//! that introduced it ([`Descriptor::since`]); and, per instance, the job id, queue,
+//! owner and generation it names ([`Names`]). Validation, auth, tenant scopes, the
+//! rejections feed and the metric labels all read these instead of matching on
+//! `Command` themselves.
+//!
+//! Fail closed: [`Command::facts`] is the one exhaustive `match` that gives a command its
+//! descriptor, so a new variant does not build until it has one, and a descriptor has no
+//! default scope rule. [`one_of_each`] builds one instance per variant for the tests that
+//! walk every kind.
+//!
+//! May import: `command` (the types described). No IO, no node concepts beyond the
+//! vocabulary of docs/api.md (operations, error codes).
+
+use std::fmt;
+
+use crate::command::{BatchItem, Command};
+
+/// The newest entry version this build applies: the highest [`Descriptor::since`] of
+/// any command. A cluster proposes a command only once every member can apply it.
+pub const ENTRY_VERSION_MAX: u32 = 1;
+
+/// What a request does, as far as permissions go (the role table is the node's
+/// `security::auth::Role::allows`). Commands carry theirs in their [`Descriptor`];
+/// routes that propose nothing use `Read` or `Manage`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Operation {
+    /// Any GET: jobs, lists, cluster status, digest, metrics.
+    Read,
+    Submit,
+    Claim,
+    ClaimNext,
+    Renew,
+    Complete,
+    Release,
+    Delete,
+    /// Cluster administration: membership changes, snapshot download (admin only).
+    Manage,
+    /// A command no client sends (tick, batch): admin only, never reached by the API.
+    Internal,
+}
+
+impl Operation {
+    pub const ALL: [Operation; 10] = [
+        Operation::Read,
+        Operation::Submit,
+        Operation::Claim,
+        Operation::ClaimNext,
+        Operation::Renew,
+        Operation::Complete,
+        Operation::Release,
+        Operation::Delete,
+        Operation::Manage,
+        Operation::Internal,
+    ];
+
+    fn describe(self) -> &'static str {
+        match self {
+            Operation::Read => "read",
+            Operation::Submit => "submit jobs",
+            Operation::Claim => "claim jobs",
+            Operation::ClaimNext => "claim from queues",
+            Operation::Renew => "renew leases",
+            Operation::Complete => "complete jobs",
+            Operation::Release => "release leases",
+            Operation::Delete => "delete jobs",
+            Operation::Manage => "administer the cluster",
+            Operation::Internal => "propose internal commands",
+        }
+    }
+}
+
+impl fmt::Display for Operation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.describe())
+    }
+}
+
+/// How a tenant scope (the node's `security::scope::Scope`) decides on a command. Every
+/// queue and job id a command names ([`Names`]) is checked against the scope whatever
+/// the rule; the rule adds what only it knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommandScope {
+    /// Creates a job (submit): its queue and id in scope, and a token with a job prefix
+    /// must give an id (a generated one is not in its prefix).
+    NewJob,
+    /// Takes the next job of a queue (claim-next): the queue must be one the scope
+    /// lists; a token scoped by job prefix alone may not (the next job may be anyone's).
+    Queue,
+    /// Acts on a job by id: the id in scope, and on the leader the stored job's queue
+    /// too — else 404, as if the job did not exist.
+    StoredJob(MissingJob),
+    /// Carries other commands (a batch): each item by its own rule.
+    Items,
+    /// Internal, never sent by a client (tick): refused to every scoped token.
+    Internal,
+}
+
+/// What a [`CommandScope::StoredJob`] command does to a job that does not exist, which
+/// decides the queue its scope is checked against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MissingJob {
+    /// Creates it in `limits::QUEUE_DEFAULT` (claim by id).
+    CreatesInDefaultQueue,
+    /// Answers 404 (the state machine does): nothing to hide.
+    NotFound,
+}
+
+/// The static facts of one kind of command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Descriptor {
+    /// Wire, log and metric name, e.g. `claim_next` (`Command::kind`).
+    pub name: &'static str,
+    pub operation: Operation,
+    pub scope: CommandScope,
+    /// The outcomes `leasehold_commands_total` reports from the start (0 before the
+    /// first): `ok`, `empty` for claim-next, and docs/api.md's error codes this command
+    /// usually meets. Any other outcome still shows up once it happens.
+    pub outcomes: &'static [&'static str],
+    /// The entry version that introduced it: a node that applies up to
+    /// [`ENTRY_VERSION_MAX`] older than this cannot apply it.
+    pub since: u32,
+}
+
+/// What one command names. A batch names nothing itself: its `items` do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Names<'a> {
+    pub job_id: Option<&'a str>,
+    pub queue: Option<&'a str>,
+    /// The owner it acts as.
+    pub owner: Option<&'a str>,
+    /// The generation it presents (renew, complete, release).
+    pub generation: Option<u64>,
+    pub items: &'a [BatchItem],
+}
+
+impl Names<'static> {
+    pub const NONE: Names<'static> = Names {
+        job_id: None,
+        queue: None,
+        owner: None,
+        generation: None,
+        items: &[],
+    };
+}
+
+const LEASE_HOLDER_OUTCOMES: &[&str] = &[
+    "ok",
+    "stale_lease",
+    "lease_expired",
+    "job_completed",
+    "not_found",
+];
+
+const SUBMIT: Descriptor = Descriptor {
+    name: "submit",
+    operation: Operation::Submit,
+    scope: CommandScope::NewJob,
+    outcomes: &["ok", "already_exists", "idempotency_key_reused"],
+    since: 1,
+};
+const CLAIM: Descriptor = Descriptor {
+    name: "claim",
+    operation: Operation::Claim,
+    scope: CommandScope::StoredJob(MissingJob::CreatesInDefaultQueue),
+    outcomes: &["ok", "lease_held", "job_completed", "job_failed"],
+    since: 1,
+};
+const CLAIM_NEXT: Descriptor = Descriptor {
+    name: "claim_next",
+    operation: Operation::ClaimNext,
+    scope: CommandScope::Queue,
+    outcomes: &["ok", "empty"],
+    since: 1,
+};
+const RENEW: Descriptor = Descriptor {
+    name: "renew",
+    operation: Operation::Renew,
+    scope: CommandScope::StoredJob(MissingJob::NotFound),
+    outcomes: LEASE_HOLDER_OUTCOMES,
+    since: 1,
+};
+const COMPLETE: Descriptor = Descriptor {
+    name: "complete",
+    outcomes: LEASE_HOLDER_OUTCOMES,
+    operation: Operation::Complete,
+    ..RENEW
+};
+const RELEASE: Descriptor = Descriptor {
+    name: "release",
+    operation: Operation::Release,
+    outcomes: &["ok", "stale_lease", "lease_expired", "not_found"],
+    ..RENEW
+};
+const DELETE: Descriptor = Descriptor {
+    name: "delete",
+    operation: Operation::Delete,
+    outcomes: &["ok", "lease_held", "not_found"],
+    ..RENEW
+};
+const TICK: Descriptor = Descriptor {
+    name: "tick",
+    operation: Operation::Internal,
+    scope: CommandScope::Internal,
+    outcomes: &[],
+    since: 1,
+};
+const BATCH: Descriptor = Descriptor {
+    name: "batch",
+    scope: CommandScope::Items,
+    ..TICK
+};
+
+/// Every descriptor, in the order of `Command`'s variants (their bincode index).
+pub const DESCRIPTORS: [Descriptor; 9] = [
+    SUBMIT, CLAIM, CLAIM_NEXT, RENEW, COMPLETE, RELEASE, DELETE, TICK, BATCH,
+];
+
+impl Command {
+    /// The one table of what a command is and names: every other question about a
+    /// command reads it. A new variant does not build until it is listed here.
+    pub fn facts(&self) -> (&'static Descriptor, Names<'_>) {
+        let none = Names::NONE;
+        match self {
+            Command::Submit { id, queue, .. } => (
+                &SUBMIT,
+                Names {
+                    job_id: id.as_deref(),
+                    queue: Some(queue),
+                    ..none
+                },
+            ),
+            Command::Claim { job_id, owner, .. } => (
+                &CLAIM,
+                Names {
+                    job_id: Some(job_id),
+                    owner: Some(owner),
+                    ..none
+                },
+            ),
+            Command::ClaimNext { queue, owner, .. } => (
+                &CLAIM_NEXT,
+                Names {
+                    queue: Some(queue),
+                    owner: Some(owner),
+                    ..none
+                },
+            ),
+            Command::Renew {
+                job_id,
+                owner,
+                generation,
+                ..
+            } => (&RENEW, held(job_id, owner, *generation)),
+            Command::Complete {
+                job_id,
+                owner,
+                generation,
+                ..
+            } => (&COMPLETE, held(job_id, owner, *generation)),
+            Command::Release {
+                job_id,
+                owner,
+                generation,
+            } => (&RELEASE, held(job_id, owner, *generation)),
+            Command::Delete { job_id } => (
+                &DELETE,
+                Names {
+                    job_id: Some(job_id),
+                    ..none
+                },
+            ),
+            Command::Tick => (&TICK, none),
+            Command::Batch(items) => (&BATCH, Names { items, ..none }),
+        }
+    }
+
+    pub fn descriptor(&self) -> &'static Descriptor {
+        self.facts().0
+    }
+
+    pub fn names(&self) -> Names<'_> {
+        self.facts().1
+    }
+
+    /// A short name for metrics, logs and the rejections feed.
+    pub fn kind(&self) -> &'static str {
+        self.descriptor().name
+    }
+
+    /// The command itself, or for a batch every command it carries (depth first): what
+    /// auth and scopes check one by one.
+    pub fn leaves(&self) -> Vec<&Command> {
+        match self.names().items {
+            [] => vec![self],
+            items => items.iter().flat_map(|i| i.command.leaves()).collect(),
+        }
+    }
+
+    /// The entry version needed to apply this command: its own kind's, or for a batch
+    /// the newest of its items' (a batch carrying a newer command is that new).
+    pub fn since(&self) -> u32 {
+        let items = self.names().items.iter().map(|i| i.command.since());
+        items.fold(self.descriptor().since, u32::max)
+    }
+}
+
+/// The names of a command on a held lease (renew, complete, release).
+fn held<'a>(job_id: &'a str, owner: &'a str, generation: u64) -> Names<'a> {
+    Names {
+        job_id: Some(job_id),
+        owner: Some(owner),
+        generation: Some(generation),
+        ..Names::NONE
+    }
+}
+
+/// One instance of every `Command` variant, in variant order: for the tests that must
+/// walk every kind (golden encodings, scope rules). Its exhaustive `match` makes a new
+/// variant fail to build until it is given an index; the statemachine's
+/// `tests/command_encoding.rs` counts serde's variants, so it then fails until an
+/// instance is listed here.
+pub fn one_of_each() -> Vec<Command> {
+    let all = vec![
+        Command::Submit {
+            id: Some("j".into()),
+            queue: "q".into(),
+            payload: Some("{}".into()),
+            max_attempts: Some(3),
+        },
+        Command::Claim {
+            job_id: "j".into(),
+            owner: "o".into(),
+            ttl_ms: 1_000,
+        },
+        Command::ClaimNext {
+            queue: "q".into(),
+            owner: "o".into(),
+            ttl_ms: 1_000,
+        },
+        Command::Renew {
+            job_id: "j".into(),
+            owner: "o".into(),
+            generation: 7,
+            ttl_ms: Some(2_000),
+        },
+        Command::Complete {
+            job_id: "j".into(),
+            owner: "o".into(),
+            generation: 7,
+            result: Some("1".into()),
+        },
+        Command::Release {
+            job_id: "j".into(),
+            owner: "o".into(),
+            generation: 7,
+        },
+        Command::Delete { job_id: "j".into() },
+        Command::Tick,
+        Command::Batch(vec![BatchItem {
+            idempotency_key: Some("k".into()),
+            command: Command::Delete { job_id: "j".into() },
+        }]),
+    ];
+    let listed: Vec<usize> = all.iter().map(variant_index).collect();
+    let want: Vec<usize> = (0..all.len()).collect();
+    assert_eq!(
+        listed, want,
+        "one_of_each lists every variant once, in order"
+    );
+    all
+}
+
+/// Every variant by its position, exhaustively: a new variant must be given its index.
+fn variant_index(c: &Command) -> usize {
+    match c {
+        Command::Submit { .. } => 0,
+        Command::Claim { .. } => 1,
+        Command::ClaimNext { .. } => 2,
+        Command::Renew { .. } => 3,
+        Command::Complete { .. } => 4,
+        Command::Release { .. } => 5,
+        Command::Delete { .. } => 6,
+        Command::Tick => 7,
+        Command::Batch(_) => 8,
+    }
+}
