@@ -8,7 +8,8 @@
 
 use leasehold_statemachine::{limits, LeaseMachine};
 
-use crate::http::jobs::{self, Action};
+use crate::http::jobs;
+use crate::http::routes::{self, RouteId};
 use crate::node::Limits;
 use crate::types::{SnapshotMeta, TypeConfig};
 
@@ -36,7 +37,7 @@ fn path_and_body(input: &[u8]) -> (String, &[u8]) {
 /// | 0 | `POST /v1/jobs` body |
 /// | 1 | `POST /v1/queues/{queue}/claim`: queue, body |
 /// | 2–5 | `POST /v1/jobs/{raw rest}` claim, renew, complete, release: raw id, body |
-/// | 6 | `POST /v1/jobs/{raw rest}`: action split from the raw path, body |
+/// | 6 | `POST /v1/jobs/{raw rest}`: route resolved and action split from the raw path, body |
 /// | 7 | `GET`/`DELETE /v1/jobs/{raw rest}`: raw id |
 /// | 8 | `GET /v1/jobs?{query}` and the `Idempotency-Key` check |
 pub fn client_request(route: u8, input: &[u8]) {
@@ -47,15 +48,17 @@ pub fn client_request(route: u8, input: &[u8]) {
         1 => drop(jobs::decode_claim_next(&limits, &path, body)),
         r @ 2..=5 => {
             let action = [
-                Action::Claim,
-                Action::Renew,
-                Action::Complete,
-                Action::Release,
+                RouteId::ClaimJob,
+                RouteId::RenewJob,
+                RouteId::CompleteJob,
+                RouteId::ReleaseJob,
             ][usize::from(r - 2)];
             drop(jobs::decode_action(&limits, action, &path, body));
         }
         6 => {
-            if let Ok((id, Some(action))) = jobs::split_action(&path) {
+            let full = format!("/v1/jobs/{path}");
+            let route = routes::resolve(&axum::http::Method::POST, &full);
+            if let Ok((id, Some(action))) = jobs::split_action(route, &path) {
                 drop(jobs::decode_action(&limits, action, &id, body));
             }
         }

@@ -17,6 +17,8 @@
 //! store's directory — never whole in memory, and gone when the response is dropped
 //! (or the process dies) — and streamed from there. Applies pause only while the
 //! records are captured.
+//!
+//! Imports `answer.rs`, `leader.rs` and `request.rs` of `http`; `node`, `store`, `types`.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -34,8 +36,9 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, ReadBuf};
 use tokio::sync::OwnedSemaphorePermit;
 
+use super::answer::{error_response, json_response, HOPS_HEADER};
 use super::leader::{until_leader, Attempt};
-use super::{error_response, json_response, HOPS_HEADER};
+use super::request::hops;
 use crate::node::{Node, ProposeError, Route};
 use crate::types::{LogId, SnapshotMeta};
 
@@ -142,7 +145,7 @@ async fn catch_up(node: &Node, headers: &HeaderMap) -> Result<(), Response> {
             None => Ok(Attempt::Again),
         }
     };
-    until_leader(node, super::hops(headers), local, remote).await
+    until_leader(node, hops(headers), local, remote).await
 }
 
 /// `Ok(None)`: the request did not reach a leader (route again); `Err`: the leader's
@@ -161,7 +164,7 @@ async fn ask_read_index(
         .http
         .get(url)
         .timeout(node.limits.write_timeout + node.limits.leader_wait)
-        .header(HOPS_HEADER, super::hops(headers) + 1);
+        .header(HOPS_HEADER, hops(headers) + 1);
     if let Some(v) = headers.get(header::AUTHORIZATION) {
         req = req.header(header::AUTHORIZATION, v.clone());
     }

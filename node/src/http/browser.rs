@@ -2,6 +2,8 @@
 //! `security/browser.rs` to every request (a refusal is counted and answered in api.md's
 //! error shape), and adds the security headers of every response: `nosniff` everywhere,
 //! the dashboard's [`UI_HEADERS`] on `/ui…`.
+//!
+//! Imports `answer.rs` of `http`; `node`, `security::browser`.
 
 use std::sync::Arc;
 
@@ -12,7 +14,7 @@ use axum::http::{HeaderMap, HeaderValue};
 use axum::middleware::Next;
 use axum::response::Response;
 
-use super::error_response;
+use super::answer::error_response;
 use crate::node::Node;
 use crate::security::browser::{decide, Facts, UNREADABLE};
 

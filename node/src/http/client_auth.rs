@@ -1,24 +1,28 @@
 //! Client tokens on the HTTP API (the policy is `crate::security::auth`).
 //!
 //! [`check_token`] runs on every route of every node, before the handler reads a body:
-//! it authenticates `Authorization: Bearer <token>` and checks the route's operation,
+//! it authenticates `Authorization: Bearer <token>` and checks the operation of the
+//! request's route (resolved once, by the listener: `listener::route_of`),
 //! then hands the [`Caller`] to the handler as a request extension. A write handler
 //! checks the parsed command once more with [`check_command`] (its operation and the
 //! owner prefix) before proposing or forwarding it. A follower so refuses a request
 //! itself; when it forwards one, the `Authorization` header goes along (`forward.rs`) and
 //! the leader checks it again, so every node must be given the same auth file.
+//!
+//! Imports `answer.rs` and `listener` (the request's resolved route) of `http`; `node`,
+//! `security`, `telemetry`.
 
 use std::sync::Arc;
 
-use axum::extract::{MatchedPath, Request, State};
+use axum::extract::{Request, State};
 use axum::http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
 use axum::http::HeaderValue;
 use axum::middleware::Next;
 use axum::response::Response;
 use leasehold_statemachine::{ApiError, Command, ErrorCode};
 
-use super::error_response;
-use super::routes::requirement;
+use super::answer::error_response;
+use super::listener;
 use crate::node::Node;
 use crate::security::auth::{Caller, Denied, Requirement, ScopeRule};
 use crate::security::scope::{OutOfScope, Scope};
@@ -34,8 +38,7 @@ pub async fn check_token(State(node): State<Arc<Node>>, mut req: Request, next: 
     let Some(policy) = node.guards.auth.as_deref() else {
         return next.run(req).await;
     };
-    let matched = req.extensions().get::<MatchedPath>().map(|m| m.as_str());
-    let (op, rule) = match requirement(req.method(), matched, req.uri().path()) {
+    let (op, rule) = match listener::route_of(&req).requirement() {
         Requirement::Open => return next.run(req).await,
         Requirement::Token(op, rule) => (op, rule),
     };

@@ -3,14 +3,20 @@
 //! The request keeps its method, path, query, `Idempotency-Key` and body, so the leader
 //! applies exactly what the client sent; `X-Leasehold-Hops` bounds forwarding chains
 //! while nodes disagree about who leads.
+//!
+//! Imports `answer.rs` and `request.rs` of `http`, and `node`.
 
 use std::time::Duration;
 
 use axum::body::Bytes;
+use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
+use leasehold_statemachine::limits::BODY_BYTES_MAX;
+use leasehold_statemachine::ApiError;
 
-use super::{HOPS_HEADER, IDEMPOTENCY_HEADER};
+use super::answer::{HOPS_HEADER, IDEMPOTENCY_HEADER};
+use super::request::{hops, read_body};
 use crate::node::Node;
 
 /// A request as received, kept so it can be forwarded unchanged.
@@ -22,6 +28,25 @@ pub struct Inbound {
     pub hops: u32,
     /// Extra time the leader may legitimately take (claim-next `wait_ms`).
     pub extra_wait: Duration,
+}
+
+/// Reads the request into an [`Inbound`] (kept for forwarding).
+pub async fn inbound(req: Request, extra_wait: Duration) -> Result<Inbound, ApiError> {
+    let (parts, body) = req.into_parts();
+    let body = read_body(body, BODY_BYTES_MAX).await?;
+    let path_and_query = parts
+        .uri
+        .path_and_query()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_else(|| parts.uri.path().to_owned());
+    Ok(Inbound {
+        method: parts.method,
+        hops: hops(&parts.headers),
+        headers: parts.headers,
+        path_and_query,
+        body,
+        extra_wait,
+    })
 }
 
 pub enum ForwardError {

@@ -1,71 +1,39 @@
 //! Handlers of `/v1/jobs…` and `/v1/queues/{queue}/claim`: parse and validate here (any
 //! node), then run on the leader.
 //!
-//! Job ids may contain `/`, so `/v1/jobs/{*rest}` is split by hand on the raw path: a
-//! POST ending in `/claim`, `/renew`, `/complete` or `/release` is that action on the id
-//! before it; anything else names a job. Ids are percent-decoded after the split, so an
-//! encoded `%2F` always stays part of the id.
+//! Job ids may contain `/`, so the router mounts every job route on `/v1/jobs/{*rest}`;
+//! which action a POST names (`/claim`, `/renew`, …: the tails of `routes.rs`' rows) was
+//! resolved with the request, and [`split_action`] only cuts that tail off the raw path.
+//! Ids are percent-decoded after the split, so an encoded `%2F` always stays part of the
+//! id.
+//!
+//! Imports `answer`, `client_auth`, `forward`, `job_exec`, `listener` (the request's
+//! admission: its route and slot), `request` and `routes` of `http`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{Path, Query, Request, State};
 use axum::response::Response;
-use leasehold_statemachine::limits::{self, BODY_BYTES_MAX};
+use leasehold_statemachine::limits;
 use leasehold_statemachine::wire::{
     ClaimNextRequest, ClaimRequest, CompleteRequest, ReleaseRequest, RenewRequest, SubmitRequest,
 };
 use leasehold_statemachine::{ApiError, Command, ErrorCode, JobState};
-use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
+use super::answer::{error_response, IDEMPOTENCY_HEADER};
 use super::client_auth;
-use super::forward::Inbound;
-use super::leader::{on_leader, LeaderOp, WriteKind};
-use super::{error_response, hops, read_body, IDEMPOTENCY_HEADER};
-use crate::http::listener::slots::HeldSlot;
+use super::forward::{inbound, Inbound};
+use super::job_exec::{self, LeaderOp};
+use super::listener::{self, slots::HeldSlot};
+use super::request::parse_json;
+use super::routes::{Resolved, RouteId};
 use crate::node::{Limits, Node};
 use crate::telemetry::metrics::Refused;
 
 fn invalid(msg: impl Into<String>) -> ApiError {
     ApiError::new(ErrorCode::InvalidArgument, msg)
-}
-
-/// Reads the request into an [`Inbound`] (kept for forwarding).
-pub(super) async fn inbound(req: Request, extra_wait: Duration) -> Result<Inbound, ApiError> {
-    let (parts, body) = req.into_parts();
-    let body = read_body(body, BODY_BYTES_MAX).await?;
-    let path_and_query = parts
-        .uri
-        .path_and_query()
-        .map(|p| p.as_str().to_owned())
-        .unwrap_or_else(|| parts.uri.path().to_owned());
-    Ok(Inbound {
-        method: parts.method,
-        hops: hops(&parts.headers),
-        headers: parts.headers,
-        path_and_query,
-        body,
-        extra_wait,
-    })
-}
-
-pub(crate) fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
-    // An empty body is an empty object: `curl -X POST` with no data is a fair request.
-    let body = if body.iter().all(u8::is_ascii_whitespace) {
-        b"{}" as &[u8]
-    } else {
-        body
-    };
-    // serde's derived structs also accept an array of the fields in order (`[]` was a
-    // valid submit): docs/api.md's bodies are objects, anything else is 400.
-    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
-        return Err(invalid("the request body must be a JSON object"));
-    }
-    // Before serde: its recursion limit (128) answers a different error, and a value
-    // within it may still be too deep to store (JSON_DEPTH_MAX).
-    limits::validate_body_depth(body)?;
-    serde_json::from_slice(body).map_err(|e| invalid(format!("bad JSON body: {e}")))
 }
 
 fn idempotency_key(inbound: &Inbound) -> Result<Option<String>, ApiError> {
@@ -93,12 +61,15 @@ fn check_ttl(limits: &Limits, ttl_ms: Option<u64>) -> Result<(), ApiError> {
 async fn write(
     node: Arc<Node>,
     req: Request,
-    kind: WriteKind,
     build: impl FnOnce(&Node, &[u8]) -> Result<(Command, u64), ApiError>,
 ) -> Response {
     let extra_wait = Duration::from_millis(limits::WAIT_MS_MAX);
     let caller = client_auth::caller_of(&req);
-    let slot = req.extensions().get::<HeldSlot>().cloned();
+    let admission = listener::admission_of(&req);
+    let Some(route) = admission.and_then(|a| a.route.spec()) else {
+        return error_response(&unrouted());
+    };
+    let slot = admission.and_then(|a| a.slot.clone());
     let result = async {
         let inbound = inbound(req, extra_wait).await?;
         let key = idempotency_key(&inbound)?;
@@ -122,13 +93,19 @@ async fn write(
             let op = LeaderOp::Write {
                 command,
                 key,
-                kind,
+                route,
                 wait_ms,
                 scope: client_auth::scope_of(&node, caller.as_deref()).cloned(),
             };
-            on_leader(&node, &inbound, op).await
+            job_exec::run(&node, &inbound, op).await
         }
     }
+}
+
+/// A handler reached without a resolved route of the table: the router and
+/// [`super::routes::resolve`] disagree, a bug.
+fn unrouted() -> ApiError {
+    ApiError::new(ErrorCode::Internal, "the request's route was not resolved")
 }
 
 /// A claim-next that may wait moves to the long-poll budget (listener/slots.rs), so
@@ -150,10 +127,7 @@ fn long_poll(node: &Node, slot: Option<&HeldSlot>) -> Result<(), ApiError> {
 }
 
 pub async fn submit(State(node): State<Arc<Node>>, req: Request) -> Response {
-    write(node, req, WriteKind::Submit, |_, body| {
-        Ok((decode_submit(body)?, 0))
-    })
-    .await
+    write(node, req, |_, body| Ok((decode_submit(body)?, 0))).await
 }
 
 /// `POST /v1/jobs`'s body as its command (the handler and the fuzz target share this).
@@ -177,31 +151,10 @@ pub async fn claim_next(
     Path(queue): Path<String>,
     req: Request,
 ) -> Response {
-    write(node, req, WriteKind::ClaimNext, |node, body| {
+    write(node, req, |node, body| {
         decode_claim_next(&node.limits, &queue, body)
     })
     .await
-}
-
-/// The action a POST under `/v1/jobs/` names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
-    Claim,
-    Renew,
-    Complete,
-    Release,
-}
-
-/// Splits `rest` (the raw path after `/v1/jobs/`) into a decoded job id and the action.
-pub(crate) fn split_action(rest: &str) -> Result<(String, Option<Action>), ApiError> {
-    let (raw_id, action) = super::routes::JOB_ACTIONS
-        .iter()
-        .find_map(|(suffix, a, _)| rest.strip_suffix(suffix).map(|id| (id, Some(*a))))
-        .unwrap_or((rest, None));
-    let id = percent_decode(raw_id)
-        .ok_or_else(|| invalid("job id is not valid percent-encoded UTF-8"))?;
-    limits::validate_job_id(&id)?;
-    Ok((id, action))
 }
 
 fn percent_decode(s: &str) -> Option<String> {
@@ -225,8 +178,12 @@ fn raw_rest(req: &Request) -> &str {
     req.uri().path().strip_prefix("/v1/jobs/").unwrap_or("")
 }
 
+/// `POST /v1/jobs/{id}/<action>`: the route (which action) was resolved with the
+/// request; the id is the raw rest of the path before the action's tail, decoded after
+/// the split, so an encoded `%2F` always stays part of the id.
 pub async fn job_action(State(node): State<Arc<Node>>, req: Request) -> Response {
-    let (id, action) = match split_action(raw_rest(&req)) {
+    let route = listener::route_of(&req);
+    let (id, action) = match split_action(route, raw_rest(&req)) {
         Ok((id, Some(a))) => (id, a),
         Ok((id, None)) => {
             return error_response(&ApiError::new(
@@ -236,32 +193,54 @@ pub async fn job_action(State(node): State<Arc<Node>>, req: Request) -> Response
         }
         Err(e) => return error_response(&e),
     };
-    write(node, req, WriteKind::Plain, move |node, body| {
+    write(node, req, move |node, body| {
         Ok((decode_action(&node.limits, action, &id, body)?, 0))
     })
     .await
 }
 
+/// The decoded job id of a POST under `/v1/jobs/` (`rest`: the raw path after it) and
+/// the action's route, if the request resolved to one whose tail ends `rest` (handler
+/// and fuzz target). None: a POST on no action (the handler answers 404).
+pub(crate) fn split_action(
+    route: Resolved,
+    rest: &str,
+) -> Result<(String, Option<RouteId>), ApiError> {
+    let action = route
+        .spec()
+        .filter(|r| r.method == "POST" && !r.tail().is_empty())
+        .and_then(|r| rest.strip_suffix(r.tail()).map(|raw| (raw, r.id)));
+    let (raw_id, action) = match action {
+        Some((raw, id)) => (raw, Some(id)),
+        None => (rest, None),
+    };
+    Ok((decode_job_path(raw_id)?, action))
+}
+
 /// The body of a POST on a job's action as its command (handler and fuzz target).
 pub(crate) fn decode_action(
     limits: &Limits,
-    action: Action,
+    action: RouteId,
     id: &str,
     body: &[u8],
 ) -> Result<Command, ApiError> {
     match action {
-        Action::Claim => {
+        RouteId::ClaimJob => {
             let r: ClaimRequest = parse_json(body)?;
             check_ttl(limits, Some(r.ttl_ms))?;
             r.into_command(id)
         }
-        Action::Renew => {
+        RouteId::RenewJob => {
             let r: RenewRequest = parse_json(body)?;
             check_ttl(limits, r.ttl_ms)?;
             r.into_command(id)
         }
-        Action::Complete => parse_json::<CompleteRequest>(body)?.into_command(id),
-        Action::Release => parse_json::<ReleaseRequest>(body)?.into_command(id),
+        RouteId::CompleteJob => parse_json::<CompleteRequest>(body)?.into_command(id),
+        RouteId::ReleaseJob => parse_json::<ReleaseRequest>(body)?.into_command(id),
+        other => Err(ApiError::new(
+            ErrorCode::NotFound,
+            format!("{other:?} is not an action on a job"),
+        )),
     }
 }
 
@@ -281,7 +260,7 @@ pub(crate) fn decode_job_path(raw_rest: &str) -> Result<String, ApiError> {
 pub async fn delete_job(State(node): State<Arc<Node>>, req: Request) -> Response {
     match named_job(&req) {
         Ok(id) => {
-            write(node, req, WriteKind::Delete, move |_, _| {
+            write(node, req, move |_, _| {
                 Ok((Command::Delete { job_id: id }, 0))
             })
             .await
@@ -351,7 +330,7 @@ pub(crate) fn list_op(uri: &axum::http::Uri) -> Result<LeaderOp, ApiError> {
 
 async fn read(node: Arc<Node>, req: Request, op: LeaderOp) -> Response {
     match inbound(req, Duration::ZERO).await {
-        Ok(inbound) => on_leader(&node, &inbound, op).await,
+        Ok(inbound) => job_exec::run(&node, &inbound, op).await,
         Err(e) => error_response(&e),
     }
 }
@@ -359,20 +338,29 @@ async fn read(node: Arc<Node>, req: Request, op: LeaderOp) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::Method;
+
+    fn split(rest: &str) -> Result<(String, Option<RouteId>), ApiError> {
+        let route = super::super::routes::resolve(&Method::POST, &format!("/v1/jobs/{rest}"));
+        split_action(route, rest)
+    }
 
     #[test]
     fn actions_split_from_ids_with_slashes() {
         assert_eq!(
-            split_action("a/b/claim").unwrap(),
-            ("a/b".into(), Some(Action::Claim))
+            split("a/b/claim").unwrap(),
+            ("a/b".into(), Some(RouteId::ClaimJob))
         );
         assert_eq!(
-            split_action("x/complete").unwrap(),
-            ("x".into(), Some(Action::Complete))
+            split("x/complete").unwrap(),
+            ("x".into(), Some(RouteId::CompleteJob))
         );
-        assert_eq!(split_action("a%2Fclaim").unwrap(), ("a/claim".into(), None));
-        assert_eq!(split_action("plain").unwrap(), ("plain".into(), None));
-        assert!(split_action("bad%zz").is_err());
-        assert!(split_action("has space/claim").is_err());
+        assert_eq!(split("a%2Fclaim").unwrap(), ("a/claim".into(), None));
+        assert_eq!(split("plain").unwrap(), ("plain".into(), None));
+        // The token check asks for `claim` here (the path ends in it), but no id
+        // precedes the action: the handler answers 404 for the job `claim`.
+        assert_eq!(split("claim").unwrap(), ("claim".into(), None));
+        assert!(split("bad%zz").is_err());
+        assert!(split("has space/claim").is_err());
     }
 }

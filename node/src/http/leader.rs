@@ -2,76 +2,42 @@
 //!
 //! `on_leader` decides (see `node::decide_route`) and then does: execute locally,
 //! forward verbatim, or wait for an election to end — bounded by `Limits::leader_wait`,
-//! after which the answer is 503 `unavailable` with `Retry-After`.
+//! after which the answer is 503 `unavailable` with `Retry-After`. What runs there is the
+//! caller's (`job_exec.rs` for jobs, `membership.rs`, `backup.rs`).
+//!
+//! Imports `answer.rs` and `forward.rs` of `http`, and `node`.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
-use leasehold_statemachine::{ApiError, Command, ErrorCode, JobState, Outcome, Reply};
+use axum::response::Response;
+use leasehold_statemachine::{ApiError, ErrorCode};
 use tokio::time::Instant;
 
-use super::client_auth;
+use super::answer::error_response;
 use super::forward::{forward, ForwardError, Inbound};
-use super::{error_response, json_response};
 use crate::node::{Node, ProposeError, Route};
-use crate::security::scope::{list_in_scope, Scope};
-
-/// How the success of a write is rendered (docs/api.md's status codes per route).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WriteKind {
-    /// 201 Job.
-    Submit,
-    /// 200 Lease or 200 Job.
-    Plain,
-    /// 204 on success.
-    Delete,
-    /// 200 Lease, or 204 when nothing is claimable.
-    ClaimNext,
-}
-
-pub enum LeaderOp {
-    Write {
-        command: Command,
-        key: Option<String>,
-        kind: WriteKind,
-        /// For claim-next: how long to wait for a claimable job.
-        wait_ms: u64,
-        /// The caller's scope, if it is scoped: a job named by id must be held by it.
-        scope: Option<Scope>,
-    },
-    GetJob {
-        id: String,
-        /// A job the scope does not hold answers 404.
-        scope: Option<Scope>,
-    },
-    List {
-        queue: Option<String>,
-        state: Option<JobState>,
-        limit: usize,
-        page_token: Option<String>,
-        /// The page holds only jobs the scope holds.
-        scope: Option<Scope>,
-    },
-    /// `POST /v1/cluster/nodes` (membership.rs).
-    AddNode {
-        id: crate::types::NodeId,
-        addr: String,
-    },
-    /// `DELETE /v1/cluster/nodes/{id}`.
-    RemoveNode(crate::types::NodeId),
-}
 
 /// Polling step while waiting for an election or a claimable job.
-const WAIT_STEP: Duration = Duration::from_millis(25);
+pub(super) const WAIT_STEP: Duration = Duration::from_millis(25);
 
-pub async fn on_leader(node: &Arc<Node>, inbound: &Inbound, op: LeaderOp) -> Response {
-    let local = || async {
-        match execute(node, &op).await {
-            Ok(resp) => Ok(Attempt::Done(resp)),
-            Err(ProposeError::NotLeader) => Ok(Attempt::Again),
-            Err(e) => Err(error_response(&e.to_api())),
+/// Runs `execute` on the leader: here if this node leads ([`ProposeError::NotLeader`]
+/// from it means leadership moved: decide again), else `inbound` is forwarded verbatim.
+/// What the handlers of every leader-only call share (jobs, membership).
+pub async fn on_leader<F, Fut>(node: &Arc<Node>, inbound: &Inbound, mut execute: F) -> Response
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Response, ProposeError>>,
+{
+    let local = || {
+        let run = execute();
+        async move {
+            match run.await {
+                Ok(resp) => Ok(Attempt::Done(resp)),
+                Err(ProposeError::NotLeader) => Ok(Attempt::Again),
+                Err(e) => Err(error_response(&e.to_api())),
+            }
         }
     };
     let remote = |addr: String| async move {
@@ -131,130 +97,5 @@ where
         // A plain sleep, not a wait on metrics: openraft republishes metrics on every
         // report, so such a wait returns at once and the loop would spin.
         tokio::time::sleep(WAIT_STEP.min(deadline - now)).await;
-    }
-}
-
-async fn execute(node: &Arc<Node>, op: &LeaderOp) -> Result<Response, ProposeError> {
-    match op {
-        LeaderOp::Write {
-            command,
-            key,
-            kind: WriteKind::ClaimNext,
-            wait_ms,
-            ..
-        } if *wait_ms > 0 => claim_next_waiting(node, command, key, *wait_ms).await,
-        LeaderOp::Write {
-            command,
-            key,
-            kind,
-            scope,
-            ..
-        } => {
-            if let Err(e) = client_auth::check_stored_job(node, scope.as_ref(), command) {
-                return Ok(error_response(&e));
-            }
-            let reply = node.propose(command.clone(), key.clone()).await?;
-            record(node, command, &reply);
-            Ok(render(*kind, &reply))
-        }
-        LeaderOp::GetJob { id, scope } => {
-            let now = node.read_time().await?;
-            let job = node.sm.read(|s| s.machine.job(id, now));
-            Ok(match job {
-                Some(job) if scope.as_ref().is_none_or(|s| s.holds(&job.id, &job.queue)) => {
-                    json_response(StatusCode::OK, &job)
-                }
-                Some(_) => error_response(&client_auth::hidden_job(node, id)),
-                None => error_response(&ApiError::new(
-                    ErrorCode::NotFound,
-                    format!("job {id} not found"),
-                )),
-            })
-        }
-        LeaderOp::List {
-            queue,
-            state,
-            limit,
-            page_token,
-            scope,
-        } => {
-            let now = node.read_time().await?;
-            let (queue, token) = (queue.as_deref(), page_token.as_deref());
-            let page = node.sm.read(|s| match scope {
-                None => s.machine.list(queue, *state, *limit, token, now),
-                Some(scope) => list_in_scope(&s.machine, scope, queue, *state, *limit, token, now),
-            });
-            Ok(match page {
-                Ok(page) => json_response(StatusCode::OK, &page),
-                Err(e) => error_response(&e),
-            })
-        }
-        LeaderOp::AddNode { id, addr } => super::membership::add_on_leader(node, *id, addr).await,
-        LeaderOp::RemoveNode(id) => super::membership::remove_on_leader(node, *id).await,
-    }
-}
-
-/// Claim-next with `wait_ms`: propose; while nothing is claimable, wait until the local
-/// state says something is (a job was submitted or released, or a lease ran out), then
-/// propose again. Each proposal is a log entry, so an answer is linearizable; an empty
-/// claim is not remembered under its idempotency key, so re-proposing it is allowed.
-async fn claim_next_waiting(
-    node: &Arc<Node>,
-    command: &Command,
-    key: &Option<String>,
-    wait_ms: u64,
-) -> Result<Response, ProposeError> {
-    let Command::ClaimNext { queue, .. } = command else {
-        unreachable!("only claim-next waits")
-    };
-    let deadline = Instant::now() + Duration::from_millis(wait_ms);
-    let mut applied = node.sm.subscribe();
-    loop {
-        let reply = node.propose(command.clone(), key.clone()).await?;
-        record(node, command, &reply);
-        if !matches!(reply, Ok(Outcome::Empty)) {
-            return Ok(render(WriteKind::ClaimNext, &reply));
-        }
-        loop {
-            let now = Instant::now();
-            if now >= deadline {
-                return Ok(render(WriteKind::ClaimNext, &reply));
-            }
-            let _ = tokio::time::timeout(WAIT_STEP.min(deadline - now), applied.changed()).await;
-            let cluster_now = node.cluster_time_ms();
-            if node
-                .sm
-                .read(|s| s.machine.has_claimable(queue, cluster_now))
-            {
-                break;
-            }
-        }
-    }
-}
-
-fn record(node: &Node, command: &Command, reply: &Reply) {
-    let outcome = match reply {
-        Ok(Outcome::Empty) => "empty",
-        Ok(_) => "ok",
-        Err(e) => e.code.as_str(),
-    };
-    node.metrics.command(command.kind(), outcome);
-}
-
-pub fn render(kind: WriteKind, reply: &Reply) -> Response {
-    match reply {
-        Err(e) => error_response(e),
-        Ok(Outcome::Lease(lease)) => json_response(StatusCode::OK, lease),
-        Ok(Outcome::Job(job)) if kind == WriteKind::Submit => {
-            json_response(StatusCode::CREATED, job)
-        }
-        Ok(Outcome::Job(job)) => json_response(StatusCode::OK, job),
-        Ok(Outcome::Deleted) | Ok(Outcome::Empty) => StatusCode::NO_CONTENT.into_response(),
-        Ok(Outcome::Ticked) => json_response(StatusCode::OK, &serde_json::json!({})),
-        // The batcher splits batches; a client never proposes one.
-        Ok(Outcome::Batch(_)) => error_response(&ApiError::new(
-            ErrorCode::Internal,
-            "unexpected batch reply",
-        )),
     }
 }

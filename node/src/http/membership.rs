@@ -8,6 +8,8 @@
 //! Re-adding a voter is refused (409 `already_exists`): a node that lost its disk has
 //! forgotten its votes and must not come back as the voter it was. Remove it first, then
 //! add it again (`serve --join` does the adding, and refuses to vote until it is added).
+//!
+//! Imports `answer`, `forward`, `leader`, `ops` and `request` of `http`; `node`, `raft`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -21,9 +23,10 @@ use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
 use openraft::{BasicNode, ChangeMembers, Membership};
 use serde::{Deserialize, Serialize};
 
-use super::jobs::{inbound, parse_json};
-use super::leader::{on_leader, LeaderOp};
-use super::{error_response, json_response};
+use super::answer::{error_response, json_response};
+use super::forward::inbound;
+use super::leader::on_leader;
+use super::request::parse_json;
 use crate::node::{Node, ProposeError};
 use crate::raft::join::CATCH_UP_WAIT;
 use crate::types::{NodeId, RaftMetrics};
@@ -105,7 +108,7 @@ pub async fn add(State(node): State<Arc<Node>>, req: Request) -> Response {
         Ok((id, addr))
     });
     match parsed {
-        Ok((id, addr)) => on_leader(&node, &inbound, LeaderOp::AddNode { id, addr }).await,
+        Ok((id, addr)) => on_leader(&node, &inbound, || add_on_leader(&node, id, &addr)).await,
         Err(e) => error_response(&e),
     }
 }
@@ -120,7 +123,7 @@ pub async fn remove(
         Err(e) => return error_response(&e),
     };
     match id.parse::<NodeId>() {
-        Ok(id) if id > 0 => on_leader(&node, &inbound, LeaderOp::RemoveNode(id)).await,
+        Ok(id) if id > 0 => on_leader(&node, &inbound, || remove_on_leader(&node, id)).await,
         _ => error_response(&invalid(format!("bad node id {id:?}"))),
     }
 }
@@ -227,11 +230,7 @@ fn refuse_add(
 
 /// On the leader: add `id` as a learner (or update a learner's address), wait until it has
 /// caught up, then make it a voter.
-pub(super) async fn add_on_leader(
-    node: &Node,
-    id: NodeId,
-    addr: &str,
-) -> Result<Response, ProposeError> {
+async fn add_on_leader(node: &Node, id: NodeId, addr: &str) -> Result<Response, ProposeError> {
     let m = node.raft_metrics();
     let membership = m.membership_config.membership();
     if let Some(refused) = refuse_add(membership, id, addr) {
@@ -283,7 +282,7 @@ pub(super) async fn add_on_leader(
 
 /// On the leader: remove `id`, voter or learner (this leader included: it steps down
 /// once the change is committed).
-pub(super) async fn remove_on_leader(node: &Node, id: NodeId) -> Result<Response, ProposeError> {
+async fn remove_on_leader(node: &Node, id: NodeId) -> Result<Response, ProposeError> {
     let m = node.raft_metrics();
     let membership = m.membership_config.membership();
     let voters: BTreeSet<NodeId> = membership.voter_ids().collect();

@@ -1,5 +1,7 @@
 //! Cluster status and operations endpoints: `/v1/cluster`, `/healthz`, `/readyz`,
 //! `/metrics`. They answer from this node's own view and never forward.
+//!
+//! Imports `answer.rs` of `http`; `node`, `telemetry`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -9,7 +11,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
-use super::json_response;
+use super::answer::{error_response, json_response};
 use crate::node::Node;
 
 #[derive(Debug, Serialize)]
@@ -109,7 +111,7 @@ pub async fn digest(State(node): State<Arc<Node>>) -> Response {
                 jobs,
             },
         ),
-        Err(e) => super::error_response(&leasehold_statemachine::ApiError::new(
+        Err(e) => error_response(&leasehold_statemachine::ApiError::new(
             leasehold_statemachine::ErrorCode::Internal,
             format!("digest failed: {e}"),
         )),

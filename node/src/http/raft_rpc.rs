@@ -9,6 +9,9 @@
 //! checked against the header's SHA-256 and the cluster id, before a byte is decoded.
 //! Refused → docs/api.md's error body, 401 `unauthenticated` or 403 `permission_denied`,
 //! counted in `/metrics` by reason and logged at most once per reason per interval.
+//!
+//! Imports `answer.rs`, `listener` (the Raft budget) and `request.rs` of `http`; `node`,
+//! `raft`, `security::peer_auth`, `telemetry`, `types`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,8 +25,9 @@ use openraft::raft::AppendEntriesResponse;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::{error_response, read_body};
-use crate::http::listener::RaftSlots;
+use super::answer::error_response;
+use super::listener::{self, RaftSlots};
+use super::request::read_body;
 use crate::node::Node;
 use crate::raft::bootstrap::ProbeRequest;
 use crate::raft::election::PreVoteRequest;
@@ -118,7 +122,7 @@ async fn decode<T: DeserializeOwned>(
     // Only now, authenticated (or no secret), may the request hold one of the slots.
     let slot = take_raft_slot(&req).map_err(|_| {
         node.metrics.refused(Refused::InflightRaft);
-        crate::http::listener::overloaded(Refused::InflightRaft)
+        listener::overloaded(Refused::InflightRaft)
     })?;
     let bytes = read_raft_body(node, req.into_body(), content_length).await?;
     let fresh = node.raft.metrics().borrow().last_log_index.is_none();
@@ -145,7 +149,7 @@ async fn decode<T: DeserializeOwned>(
 /// A slot of the listener's Raft budget (`http/listener/`), if one is free. Without a
 /// listener in front (no budget in the request), none is needed.
 fn take_raft_slot(req: &Request) -> Result<Option<OwnedSemaphorePermit>, TryAcquireError> {
-    match req.extensions().get::<RaftSlots>() {
+    match listener::admission_of(req).and_then(|a| a.raft.as_ref()) {
         Some(RaftSlots(slots)) => slots.clone().try_acquire_owned().map(Some),
         None => Ok(None),
     }

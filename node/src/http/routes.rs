@@ -1,35 +1,69 @@
-//! The route table: every route the node serves, written once — method, path, handler,
-//! what a caller needs, how a scoped token sees it, its metrics label and its in-flight
-//! budget. Everything else is derived from [`ROUTES`]: the router ([`super::router`]), the
-//! token check ([`requirement`], used by `client_auth`), the request metrics' route label
-//! ([`label_of`]) and the listener's budget ([`budget_of`]). A [`RouteDef`] has no
-//! defaults, so a route cannot be served without declaring its operation and scope rule
-//! (it does not compile), and a `POST /v1/jobs/{id}/<action>` is one of [`JOB_ACTIONS`],
-//! whose operation the token check and whose [`Action`] the handler read from the same row.
+//! The route table: every route the node serves, written once as plain data — method,
+//! path (as docs/api.md and an OpenAPI document write it, job actions included), the
+//! pattern the router mounts it under, what a caller needs, how a scoped token sees it,
+//! its budget class, its metrics label, its request and response bodies, its success
+//! statuses and its own error codes. Nothing here names a handler: `router.rs` maps each
+//! [`RouteId`] to one (an exhaustive `match`, so a row without a handler does not
+//! compile).
 //!
-//! api.md's "Version 1.1" routes (history, events, batches, cancel) are added here, each
-//! deciding what a scoped token may see — `Job` for a job's history, `Command` for cancel
-//! and each item of a batch, `UnscopedOnly` for a stream of every tenant's events until it
-//! can be filtered — and enforcing it in its handler as the existing rules are.
+//! A request's route is resolved once, by [`resolve`], in the listener (before routing,
+//! since its budget decides its slot and timeout); the [`Resolved`] travels with the
+//! request (`listener::Admission`), and the token check, the request metrics, the job
+//! handlers (which action) and the answer (its success status) read it. Adding a route is
+//! one row of [`ROUTES`] plus its handler in `router.rs`; `node/tests/docs_api.rs` fails
+//! until docs/api.md documents it, and the tests below until its access is declared.
 //!
-//! May import the handlers of `http`, `security::auth` (operations, scope rules,
-//! requirements), `telemetry::metrics::RouteLabel` (the label vocabulary) and `types` (the
-//! Raft RPC paths).
-
-use std::sync::Arc;
+//! A [`RouteSpec`] has no defaults, so a route cannot be served without declaring its
+//! operation and scope rule. api.md's "Version 1.1" routes (history, events, batches,
+//! cancel) are added here, each deciding what a scoped token may see — `Job` for a job's
+//! history, `Command` for cancel and each item of a batch, `UnscopedOnly` for a stream of
+//! every tenant's events until it can be filtered — with [`BudgetClass::Stream`] for the
+//! event feed.
+//!
+//! May import `security::auth` (operations, scope rules, requirements),
+//! `telemetry::metrics::RouteLabel` (the label vocabulary), `types` (the Raft RPC paths)
+//! and the state machine's `ErrorCode`; no other file of `http`.
 
 use axum::http::Method;
-use axum::routing::{on, MethodFilter, MethodRouter};
+use leasehold_statemachine::ErrorCode;
 
-use super::jobs::{self, Action};
-use super::listener::Budget;
-use super::{backup, membership, ops, raft_rpc, ui};
-use crate::node::Node;
 use crate::security::auth::{Operation, Requirement, ScopeRule};
 use crate::telemetry::metrics::RouteLabel;
 use crate::types::{
     RAFT_APPEND_PATH, RAFT_BOOTSTRAP_PATH, RAFT_PREVOTE_PATH, RAFT_SNAPSHOT_PATH, RAFT_VOTE_PATH,
 };
+
+/// Names a row of [`ROUTES`]; `router.rs` maps each to its handler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RouteId {
+    SubmitJob,
+    ListJobs,
+    GetJob,
+    DeleteJob,
+    ClaimJob,
+    RenewJob,
+    CompleteJob,
+    ReleaseJob,
+    ClaimNext,
+    Cluster,
+    Digest,
+    Members,
+    Rejections,
+    AddNode,
+    RemoveNode,
+    Snapshot,
+    UiPage,
+    UiPageSlash,
+    UiAsset,
+    Healthz,
+    Readyz,
+    Metrics,
+    RaftAppend,
+    RaftVote,
+    RaftPrevote,
+    RaftSnapshot,
+    RaftBootstrap,
+}
 
 /// What a route needs of the caller's token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,349 +74,236 @@ pub enum Need {
     Open,
     /// A token whose role allows this operation.
     Op(Operation),
-    /// `POST /v1/jobs/{id}/<action>`: the operation of the action ([`JOB_ACTIONS`]).
-    JobAction,
 }
 
-/// Builds the axum method router of a route for its method.
-pub type Handler = fn(MethodFilter) -> MethodRouter<Arc<Node>>;
+/// Which in-flight budget a request draws from and which timeout bounds it; the
+/// listener (`http/listener/`) maps each class to its pool and its limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BudgetClass {
+    /// An ordinary client request: a fair client slot, `--request-timeout-ms`.
+    Client,
+    /// A client request that may wait (claim-next's `wait_ms`): it starts on a client
+    /// slot and moves to the long-poll pool once its body says it waits; its timeout is
+    /// `--request-timeout-ms`, which is kept above the longest wait plus a write.
+    LongPoll,
+    /// A response that streams until the client leaves (the planned event feed): a
+    /// long-poll slot from the start, and its own timeout (`listener::STREAM_TIMEOUT_MS`),
+    /// after which the client reconnects.
+    Stream,
+    /// `/raft/…`: its own pool (taken once peer auth verifies), its own timeout.
+    Raft,
+    /// `/healthz`: no slot, so load never makes a live node look dead.
+    Exempt,
+}
+
+/// A request or response body: its media type and the name of its schema (the type in
+/// the state machine's `wire` or the handler's file); empty for none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Body {
+    pub media: &'static str,
+    pub schema: &'static str,
+}
+
+impl Body {
+    pub const NONE: Body = Body {
+        media: "",
+        schema: "",
+    };
+
+    const fn json(schema: &'static str) -> Body {
+        Body {
+            media: "application/json",
+            schema,
+        }
+    }
+
+    const fn bincode(schema: &'static str) -> Body {
+        Body {
+            media: "application/octet-stream",
+            schema,
+        }
+    }
+
+    const fn other(media: &'static str, schema: &'static str) -> Body {
+        Body { media, schema }
+    }
+}
 
 /// One route of the node.
-pub struct RouteDef {
-    /// `GET` also covers `HEAD` (axum serves both).
+#[derive(Debug)]
+pub struct RouteSpec {
+    pub id: RouteId,
+    /// `GET` also covers `HEAD` (the router serves both).
     pub method: &'static str,
-    /// As axum writes it: `{name}` one segment, `{*name}` the rest.
+    /// As docs/api.md writes it: `{name}` a parameter (a job id may hold `/`). After the
+    /// last parameter, a literal tail (`/claim`) must end the request's path.
     pub path: &'static str,
-    pub handler: Handler,
+    /// The pattern the router matches, as axum writes it: `{name}` one segment, `{*name}`
+    /// the rest. Rows that share a mount share its label and budget (a test checks).
+    pub mount: &'static str,
     pub need: Need,
     pub scope: ScopeRule,
+    pub budget: BudgetClass,
     pub label: RouteLabel,
-    pub budget: Budget,
+    pub request: Body,
+    pub response: Body,
+    /// The statuses of success; the first is the one a body-bearing answer gets.
+    pub success: &'static [u16],
+    /// The error codes this route itself answers, beyond those every route of its
+    /// budget class can give ([`RouteSpec::errors_all`]).
+    pub errors: &'static [ErrorCode],
 }
 
-#[allow(clippy::too_many_arguments)]
-const fn route(
-    method: &'static str,
-    path: &'static str,
-    handler: Handler,
-    need: Need,
-    scope: ScopeRule,
-    label: RouteLabel,
-    budget: Budget,
-) -> RouteDef {
-    RouteDef {
-        method,
-        path,
-        handler,
-        need,
-        scope,
-        label,
-        budget,
+impl RouteSpec {
+    /// The literal tail after the path's last parameter (`/claim`), or `""`.
+    pub fn tail(&self) -> &'static str {
+        match self.path.rfind('}') {
+            Some(i) if self.mount.contains("{*") => &self.path[i + 1..],
+            _ => "",
+        }
+    }
+
+    /// What the token check asks of a caller of this route.
+    pub fn requirement(&self) -> Requirement {
+        match self.need {
+            Need::Open => Requirement::Open,
+            Need::Op(op) => Requirement::Token(op, self.scope),
+        }
+    }
+
+    /// Every error code the route can answer: its own, then those of its access and
+    /// its budget class (the listener's 503 and 504, the browser guard's 415 on a body).
+    pub fn errors_all(&self) -> Vec<ErrorCode> {
+        use ErrorCode::*;
+        let mut all = self.errors.to_vec();
+        let mut add = |codes: &[ErrorCode]| {
+            for c in codes {
+                if !all.contains(c) {
+                    all.push(*c);
+                }
+            }
+        };
+        if let Need::Op(_) = self.need {
+            add(&[Unauthenticated, PermissionDenied]);
+        }
+        if !self.request.media.is_empty() && self.budget != BudgetClass::Raft {
+            add(&[InvalidArgument, PayloadTooLarge, UnsupportedMediaType]);
+        }
+        if self.budget != BudgetClass::Exempt {
+            add(&[Unavailable, Timeout]);
+        }
+        add(&[Internal]);
+        all
     }
 }
 
-/// Every route the node serves.
-pub const ROUTES: &[RouteDef] = {
-    use Budget::{Client, Exempt, Raft};
-    use Need::{JobAction, Op, Open};
-    use Operation::{ClaimNext, Delete, Manage, Read, Submit};
-    use ScopeRule::{Command, Job, List, Shared, UnscopedOnly};
-    const JOBS: &str = "/v1/jobs";
-    const JOB: &str = "/v1/jobs/{*rest}";
-    &[
-        route(
-            "POST",
-            JOBS,
-            |m| on(m, jobs::submit),
-            Op(Submit),
-            Command,
-            RouteLabel::Jobs,
-            Client,
-        ),
-        route(
-            "GET",
-            JOBS,
-            |m| on(m, jobs::list),
-            Op(Read),
-            List,
-            RouteLabel::Jobs,
-            Client,
-        ),
-        route(
-            "GET",
-            JOB,
-            |m| on(m, jobs::get_job),
-            Op(Read),
-            Job,
-            RouteLabel::Job,
-            Client,
-        ),
-        route(
-            "POST",
-            JOB,
-            |m| on(m, jobs::job_action),
-            JobAction,
-            Command,
-            RouteLabel::Job,
-            Client,
-        ),
-        route(
-            "DELETE",
-            JOB,
-            |m| on(m, jobs::delete_job),
-            Op(Delete),
-            Command,
-            RouteLabel::Job,
-            Client,
-        ),
-        route(
-            "POST",
-            "/v1/queues/{queue}/claim",
-            |m| on(m, jobs::claim_next),
-            Op(ClaimNext),
-            Command,
-            RouteLabel::QueueClaim,
-            Client,
-        ),
-        route(
-            "GET",
-            "/v1/cluster",
-            |m| on(m, ops::cluster),
-            Op(Read),
-            Shared,
-            RouteLabel::Cluster,
-            Client,
-        ),
-        route(
-            "GET",
-            "/v1/cluster/digest",
-            |m| on(m, ops::digest),
-            Op(Read),
-            Shared,
-            RouteLabel::Digest,
-            Client,
-        ),
-        route(
-            "GET",
-            "/v1/cluster/members",
-            |m| on(m, ui::members),
-            Op(Read),
-            Shared,
-            RouteLabel::Members,
-            Client,
-        ),
-        route(
-            "GET",
-            "/v1/cluster/rejections",
-            |m| on(m, ui::rejections),
-            Op(Read),
-            Shared,
-            RouteLabel::Rejections,
-            Client,
-        ),
-        route(
-            "POST",
-            "/v1/cluster/nodes",
-            |m| on(m, membership::add),
-            Op(Manage),
-            Shared,
-            RouteLabel::Nodes,
-            Client,
-        ),
-        route(
-            "DELETE",
-            "/v1/cluster/nodes/{id}",
-            |m| on(m, membership::remove),
-            Op(Manage),
-            Shared,
-            RouteLabel::Node,
-            Client,
-        ),
-        route(
-            "GET",
-            "/v1/cluster/snapshot",
-            |m| on(m, backup::snapshot),
-            Op(Manage),
-            UnscopedOnly,
-            RouteLabel::Snapshot,
-            Client,
-        ),
-        route(
-            "GET",
-            "/ui",
-            |m| on(m, ui::page),
-            Open,
-            Shared,
-            RouteLabel::Ui,
-            Client,
-        ),
-        route(
-            "GET",
-            "/ui/",
-            |m| on(m, ui::page),
-            Open,
-            Shared,
-            RouteLabel::Ui,
-            Client,
-        ),
-        route(
-            "GET",
-            "/ui/{*asset}",
-            |m| on(m, ui::asset),
-            Open,
-            Shared,
-            RouteLabel::Ui,
-            Client,
-        ),
-        // `/healthz` answers "the process serves" without touching Raft, from no budget, so
-        // load never makes a live node look dead.
-        route(
-            "GET",
-            "/healthz",
-            |m| on(m, ops::healthz),
-            Open,
-            Shared,
-            RouteLabel::Healthz,
-            Exempt,
-        ),
-        route(
-            "GET",
-            "/readyz",
-            |m| on(m, ops::readyz),
-            Open,
-            Shared,
-            RouteLabel::Readyz,
-            Client,
-        ),
-        route(
-            "GET",
-            "/metrics",
-            |m| on(m, ops::metrics),
-            Op(Read),
-            Shared,
-            RouteLabel::Metrics,
-            Client,
-        ),
-        route(
-            "POST",
-            RAFT_APPEND_PATH,
-            |m| on(m, raft_rpc::append),
-            Open,
-            Shared,
-            RouteLabel::Raft,
-            Raft,
-        ),
-        route(
-            "POST",
-            RAFT_VOTE_PATH,
-            |m| on(m, raft_rpc::vote),
-            Open,
-            Shared,
-            RouteLabel::Raft,
-            Raft,
-        ),
-        route(
-            "POST",
-            RAFT_PREVOTE_PATH,
-            |m| on(m, raft_rpc::prevote),
-            Open,
-            Shared,
-            RouteLabel::Raft,
-            Raft,
-        ),
-        route(
-            "POST",
-            RAFT_SNAPSHOT_PATH,
-            |m| on(m, raft_rpc::snapshot),
-            Open,
-            Shared,
-            RouteLabel::Raft,
-            Raft,
-        ),
-        route(
-            "POST",
-            RAFT_BOOTSTRAP_PATH,
-            |m| on(m, raft_rpc::bootstrap),
-            Open,
-            Shared,
-            RouteLabel::Raft,
-            Raft,
-        ),
-    ]
-};
+/// A request's route, as [`resolve`] found it: what the token check, the budgets, the
+/// metrics and the handlers read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resolved {
+    /// A row of [`ROUTES`].
+    Route(&'static RouteSpec),
+    /// A mounted path no row serves: under this method (`method_served: false`, the
+    /// router answers 405), or under this method but with no row's tail (a POST on a job
+    /// with no action: its handler answers 404). `mount` is the first row of the mount
+    /// (under this method when it is served).
+    Unserved {
+        mount: &'static RouteSpec,
+        method_served: bool,
+    },
+    /// No mount matches: the router's fallback answers 404.
+    Unknown,
+}
 
-/// The actions of `POST /v1/jobs/{id}/<action>`: the path's suffix, what the handler does,
-/// and the operation the token needs.
-pub const JOB_ACTIONS: [(&str, Action, Operation); 4] = [
-    ("/claim", Action::Claim, Operation::Claim),
-    ("/renew", Action::Renew, Operation::Renew),
-    ("/complete", Action::Complete, Operation::Complete),
-    ("/release", Action::Release, Operation::Release),
-];
+impl PartialEq for RouteSpec {
+    fn eq(&self, other: &Self) -> bool {
+        self.id == other.id
+    }
+}
+impl Eq for RouteSpec {}
 
-/// The axum method filter of a table method.
-pub fn method_filter(method: &str) -> MethodFilter {
-    match method {
-        "GET" => MethodFilter::GET,
-        "POST" => MethodFilter::POST,
-        "DELETE" => MethodFilter::DELETE,
-        "PUT" => MethodFilter::PUT,
-        "PATCH" => MethodFilter::PATCH,
-        other => panic!("the route table names an unknown method {other}"),
+impl Resolved {
+    /// The row, if the request is one of [`ROUTES`].
+    pub fn spec(self) -> Option<&'static RouteSpec> {
+        match self {
+            Resolved::Route(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    /// The metrics label: the mount's; `Other` for an unknown path.
+    pub fn label(self) -> RouteLabel {
+        match self {
+            Resolved::Route(r) | Resolved::Unserved { mount: r, .. } => r.label,
+            Resolved::Unknown => RouteLabel::Other,
+        }
+    }
+
+    /// The budget: the mount's; an unknown path is an ordinary client request.
+    pub fn budget(self) -> BudgetClass {
+        match self {
+            Resolved::Route(r) | Resolved::Unserved { mount: r, .. } => r.budget,
+            Resolved::Unknown => BudgetClass::Client,
+        }
+    }
+
+    /// What the token check asks. A path no row serves needs a token of any role: an
+    /// unknown route answers only a caller who could use a known one.
+    pub fn requirement(self) -> Requirement {
+        match self {
+            Resolved::Route(r) => r.requirement(),
+            Resolved::Unserved {
+                mount,
+                method_served: true,
+            } => Requirement::Token(Operation::Read, mount.scope),
+            _ => Requirement::Token(Operation::Read, ScopeRule::Shared),
+        }
     }
 }
 
-/// The [`ROUTES`] entry of a matched route (`matched`: the router's path pattern).
-pub fn route_of(method: &Method, matched: &str) -> Option<&'static RouteDef> {
+/// The route of a request: the first row whose mount matches `path` (raw, as received:
+/// never decoded, so `/%68ealthz` is no route), whose method is `method` (`HEAD` as
+/// `GET`), and whose tail ends `path`. No allocation: it runs on every request.
+pub fn resolve(method: &Method, path: &str) -> Resolved {
     let method = if *method == Method::HEAD {
         "GET"
     } else {
         method.as_str()
     };
+    let mut first: Option<&'static RouteSpec> = None;
+    let mut on_method: Option<&'static RouteSpec> = None;
+    for r in ROUTES {
+        if !pattern_matches(r.mount, path) {
+            continue;
+        }
+        first.get_or_insert(r);
+        if r.method != method {
+            continue;
+        }
+        if path.ends_with(r.tail()) {
+            return Resolved::Route(r);
+        }
+        on_method.get_or_insert(r);
+    }
+    match (on_method, first) {
+        (Some(mount), _) => Resolved::Unserved {
+            mount,
+            method_served: true,
+        },
+        (None, Some(mount)) => Resolved::Unserved {
+            mount,
+            method_served: false,
+        },
+        (None, None) => Resolved::Unknown,
+    }
+}
+
+/// The row of `id`.
+pub fn by_id(id: RouteId) -> &'static RouteSpec {
     ROUTES
         .iter()
-        .find(|r| r.path == matched && r.method == method)
-}
-
-/// Which route needs what: `matched` is the router's path pattern (`None`: no route
-/// matched, the fallback answers 404), `path` the raw path. An unmatched path, or a
-/// listed path under a method it does not serve (the router answers 405), needs a token
-/// of any role: an unknown route answers only a caller who could use a known one.
-pub fn requirement(method: &Method, matched: Option<&str>, path: &str) -> Requirement {
-    let Some(def) = matched.and_then(|m| route_of(method, m)) else {
-        return Requirement::Token(Operation::Read, ScopeRule::Shared);
-    };
-    let op = match def.need {
-        Need::Open => return Requirement::Open,
-        Need::Op(op) => op,
-        Need::JobAction => job_action(path).map_or(Operation::Read, |(_, op)| op),
-    };
-    Requirement::Token(op, def.scope)
-}
-
-/// The action a path under `/v1/jobs/` ends in, and its operation. None: a POST on no
-/// known action (the handler answers 404; the token check asks for `Read`).
-pub fn job_action(path: &str) -> Option<(Action, Operation)> {
-    JOB_ACTIONS
-        .iter()
-        .find(|(suffix, _, _)| path.ends_with(suffix))
-        .map(|(_, action, op)| (*action, *op))
-}
-
-/// The metrics label of a matched route; `Other` for the fallback.
-pub fn label_of(matched: Option<&str>) -> RouteLabel {
-    matched
-        .and_then(|m| ROUTES.iter().find(|r| r.path == m))
-        .map_or(RouteLabel::Other, |r| r.label)
-}
-
-/// The in-flight budget of a raw request path, before routing (the listener decides it
-/// before axum runs): the budget of the first route whose pattern matches, else `Client`.
-pub fn budget_of(path: &str) -> Budget {
-    ROUTES
-        .iter()
-        .find(|r| pattern_matches(r.path, path))
-        .map_or(Budget::Client, |r| r.budget)
+        .find(|r| r.id == id)
+        .expect("every RouteId has a row (checked by a test)")
 }
 
 /// Whether `path` matches an axum pattern: literal segments, `{x}` one non-empty
@@ -407,175 +328,401 @@ fn pattern_matches(pattern: &str, path: &str) -> bool {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// The body of every `/raft/…` answer: bincode `Result<Response, RaftError>`.
+const RAFT_REPLY: Body = Body::bincode("Result<RaftResponse, RaftError>");
+const JOB_MOUNT: &str = "/v1/jobs/{*rest}";
 
-    #[test]
-    fn each_route_is_listed_once() {
-        for (i, r) in ROUTES.iter().enumerate() {
-            assert!(
-                !ROUTES[..i]
-                    .iter()
-                    .any(|p| p.path == r.path && p.method == r.method),
-                "{} {} is listed twice",
-                r.method,
-                r.path
-            );
-            method_filter(r.method);
-        }
-    }
+/// Every route the node serves.
+pub const ROUTES: &[RouteSpec] = {
+    use BudgetClass::{Client, Exempt, LongPoll};
+    use ErrorCode::*;
+    use Need::{Op, Open};
+    use Operation::{Claim, ClaimNext, Complete, Delete, Manage, Read, Release, Renew, Submit};
+    use ScopeRule::{Command, Job, List, Shared, UnscopedOnly};
+    &[
+        RouteSpec {
+            id: RouteId::SubmitJob,
+            method: "POST",
+            path: "/v1/jobs",
+            mount: "/v1/jobs",
+            need: Op(Submit),
+            scope: Command,
+            budget: Client,
+            label: RouteLabel::Jobs,
+            request: Body::json("SubmitRequest"),
+            response: Body::json("Job"),
+            success: &[201],
+            errors: &[AlreadyExists, IdempotencyKeyReused],
+        },
+        RouteSpec {
+            id: RouteId::ListJobs,
+            method: "GET",
+            path: "/v1/jobs",
+            mount: "/v1/jobs",
+            need: Op(Read),
+            scope: List,
+            budget: Client,
+            label: RouteLabel::Jobs,
+            request: Body::NONE,
+            response: Body::json("JobPage"),
+            success: &[200],
+            errors: &[InvalidArgument],
+        },
+        RouteSpec {
+            id: RouteId::GetJob,
+            method: "GET",
+            path: "/v1/jobs/{id}",
+            mount: JOB_MOUNT,
+            need: Op(Read),
+            scope: Job,
+            budget: Client,
+            label: RouteLabel::Job,
+            request: Body::NONE,
+            response: Body::json("Job"),
+            success: &[200],
+            errors: &[InvalidArgument, NotFound],
+        },
+        RouteSpec {
+            id: RouteId::DeleteJob,
+            method: "DELETE",
+            path: "/v1/jobs/{id}",
+            mount: JOB_MOUNT,
+            need: Op(Delete),
+            scope: Command,
+            budget: Client,
+            label: RouteLabel::Job,
+            request: Body::NONE,
+            response: Body::NONE,
+            success: &[204],
+            errors: &[InvalidArgument, NotFound, LeaseHeld, IdempotencyKeyReused],
+        },
+        RouteSpec {
+            id: RouteId::ClaimJob,
+            method: "POST",
+            path: "/v1/jobs/{id}/claim",
+            mount: JOB_MOUNT,
+            need: Op(Claim),
+            scope: Command,
+            budget: Client,
+            label: RouteLabel::Job,
+            request: Body::json("ClaimRequest"),
+            response: Body::json("Lease"),
+            success: &[200],
+            errors: &[LeaseHeld, JobCompleted, JobFailed, IdempotencyKeyReused],
+        },
+        RouteSpec {
+            id: RouteId::RenewJob,
+            method: "POST",
+            path: "/v1/jobs/{id}/renew",
+            mount: JOB_MOUNT,
+            need: Op(Renew),
+            scope: Command,
+            budget: Client,
+            label: RouteLabel::Job,
+            request: Body::json("RenewRequest"),
+            response: Body::json("Lease"),
+            success: &[200],
+            errors: &[
+                StaleLease,
+                LeaseExpired,
+                JobCompleted,
+                NotFound,
+                IdempotencyKeyReused,
+            ],
+        },
+        RouteSpec {
+            id: RouteId::CompleteJob,
+            method: "POST",
+            path: "/v1/jobs/{id}/complete",
+            mount: JOB_MOUNT,
+            need: Op(Complete),
+            scope: Command,
+            budget: Client,
+            label: RouteLabel::Job,
+            request: Body::json("CompleteRequest"),
+            response: Body::json("Job"),
+            success: &[200],
+            errors: &[
+                StaleLease,
+                LeaseExpired,
+                JobCompleted,
+                NotFound,
+                IdempotencyKeyReused,
+            ],
+        },
+        RouteSpec {
+            id: RouteId::ReleaseJob,
+            method: "POST",
+            path: "/v1/jobs/{id}/release",
+            mount: JOB_MOUNT,
+            need: Op(Release),
+            scope: Command,
+            budget: Client,
+            label: RouteLabel::Job,
+            request: Body::json("ReleaseRequest"),
+            response: Body::json("Job"),
+            success: &[200],
+            errors: &[StaleLease, LeaseExpired, NotFound, IdempotencyKeyReused],
+        },
+        RouteSpec {
+            id: RouteId::ClaimNext,
+            method: "POST",
+            path: "/v1/queues/{queue}/claim",
+            mount: "/v1/queues/{queue}/claim",
+            need: Op(ClaimNext),
+            scope: Command,
+            budget: LongPoll,
+            label: RouteLabel::QueueClaim,
+            request: Body::json("ClaimNextRequest"),
+            response: Body::json("Lease"),
+            success: &[200, 204],
+            errors: &[IdempotencyKeyReused],
+        },
+        RouteSpec {
+            id: RouteId::Cluster,
+            method: "GET",
+            path: "/v1/cluster",
+            mount: "/v1/cluster",
+            need: Op(Read),
+            scope: Shared,
+            budget: Client,
+            label: RouteLabel::Cluster,
+            request: Body::NONE,
+            response: Body::json("ClusterView"),
+            success: &[200],
+            errors: &[],
+        },
+        RouteSpec {
+            id: RouteId::Digest,
+            method: "GET",
+            path: "/v1/cluster/digest",
+            mount: "/v1/cluster/digest",
+            need: Op(Read),
+            scope: Shared,
+            budget: Client,
+            label: RouteLabel::Digest,
+            request: Body::NONE,
+            response: Body::json("DigestView"),
+            success: &[200],
+            errors: &[],
+        },
+        RouteSpec {
+            id: RouteId::Members,
+            method: "GET",
+            path: "/v1/cluster/members",
+            mount: "/v1/cluster/members",
+            need: Op(Read),
+            scope: Shared,
+            budget: Client,
+            label: RouteLabel::Members,
+            request: Body::NONE,
+            response: Body::json("MembersView"),
+            success: &[200],
+            errors: &[],
+        },
+        RouteSpec {
+            id: RouteId::Rejections,
+            method: "GET",
+            path: "/v1/cluster/rejections",
+            mount: "/v1/cluster/rejections",
+            need: Op(Read),
+            scope: Shared,
+            budget: Client,
+            label: RouteLabel::Rejections,
+            request: Body::NONE,
+            response: Body::json("RejectionsView"),
+            success: &[200],
+            errors: &[InvalidArgument],
+        },
+        RouteSpec {
+            id: RouteId::AddNode,
+            method: "POST",
+            path: "/v1/cluster/nodes",
+            mount: "/v1/cluster/nodes",
+            need: Op(Manage),
+            scope: Shared,
+            budget: Client,
+            label: RouteLabel::Nodes,
+            request: Body::json("AddNodeRequest"),
+            response: Body::json("MembershipView"),
+            success: &[200],
+            errors: &[InvalidArgument, AlreadyExists],
+        },
+        RouteSpec {
+            id: RouteId::RemoveNode,
+            method: "DELETE",
+            path: "/v1/cluster/nodes/{id}",
+            mount: "/v1/cluster/nodes/{id}",
+            need: Op(Manage),
+            scope: Shared,
+            budget: Client,
+            label: RouteLabel::Node,
+            request: Body::NONE,
+            response: Body::json("MembershipView"),
+            success: &[200],
+            errors: &[InvalidArgument, NotFound],
+        },
+        RouteSpec {
+            id: RouteId::Snapshot,
+            method: "GET",
+            path: "/v1/cluster/snapshot",
+            mount: "/v1/cluster/snapshot",
+            need: Op(Manage),
+            scope: UnscopedOnly,
+            budget: Client,
+            label: RouteLabel::Snapshot,
+            request: Body::NONE,
+            // `?read_index=true` answers `{"read_index","node_id"}` as JSON instead.
+            response: Body::other("application/octet-stream", "SnapshotImage"),
+            success: &[200],
+            errors: &[InvalidArgument],
+        },
+        RouteSpec {
+            id: RouteId::UiPage,
+            method: "GET",
+            path: "/ui",
+            mount: "/ui",
+            need: Open,
+            scope: Shared,
+            budget: Client,
+            label: RouteLabel::Ui,
+            request: Body::NONE,
+            response: Body::other("text/html", "dashboard page"),
+            success: &[200],
+            errors: &[],
+        },
+        RouteSpec {
+            id: RouteId::UiPageSlash,
+            method: "GET",
+            path: "/ui/",
+            mount: "/ui/",
+            need: Open,
+            scope: Shared,
+            budget: Client,
+            label: RouteLabel::Ui,
+            request: Body::NONE,
+            response: Body::other("text/html", "dashboard page"),
+            success: &[200],
+            errors: &[],
+        },
+        RouteSpec {
+            id: RouteId::UiAsset,
+            method: "GET",
+            path: "/ui/{asset}",
+            mount: "/ui/{*asset}",
+            need: Open,
+            scope: Shared,
+            budget: Client,
+            label: RouteLabel::Ui,
+            request: Body::NONE,
+            response: Body::other("text/html, text/javascript or text/css", "dashboard file"),
+            success: &[200],
+            errors: &[NotFound],
+        },
+        RouteSpec {
+            id: RouteId::Healthz,
+            method: "GET",
+            path: "/healthz",
+            mount: "/healthz",
+            need: Open,
+            scope: Shared,
+            budget: Exempt,
+            label: RouteLabel::Healthz,
+            request: Body::NONE,
+            response: Body::other("text/plain", "ok"),
+            success: &[200],
+            errors: &[],
+        },
+        RouteSpec {
+            id: RouteId::Readyz,
+            method: "GET",
+            path: "/readyz",
+            mount: "/readyz",
+            need: Open,
+            scope: Shared,
+            budget: Client,
+            label: RouteLabel::Readyz,
+            request: Body::NONE,
+            // 503 with the same body while not ready.
+            response: Body::json("Readiness"),
+            success: &[200],
+            errors: &[],
+        },
+        RouteSpec {
+            id: RouteId::Metrics,
+            method: "GET",
+            path: "/metrics",
+            mount: "/metrics",
+            need: Op(Read),
+            scope: Shared,
+            budget: Client,
+            label: RouteLabel::Metrics,
+            request: Body::NONE,
+            response: Body::other("text/plain; version=0.0.4", "Prometheus text"),
+            success: &[200],
+            errors: &[],
+        },
+        raft_route(
+            RouteId::RaftAppend,
+            "POST",
+            RAFT_APPEND_PATH,
+            Body::bincode("AppendEntriesRequest"),
+        ),
+        raft_route(
+            RouteId::RaftVote,
+            "POST",
+            RAFT_VOTE_PATH,
+            Body::bincode("VoteRequest"),
+        ),
+        raft_route(
+            RouteId::RaftPrevote,
+            "POST",
+            RAFT_PREVOTE_PATH,
+            Body::bincode("PreVoteRequest"),
+        ),
+        raft_route(
+            RouteId::RaftSnapshot,
+            "POST",
+            RAFT_SNAPSHOT_PATH,
+            Body::bincode("InstallSnapshotRequest"),
+        ),
+        raft_route(
+            RouteId::RaftBootstrap,
+            "POST",
+            RAFT_BOOTSTRAP_PATH,
+            Body::bincode("ProbeRequest"),
+        ),
+    ]
+};
 
-    /// The access each route declares, as a table a reviewer reads: a new route appears
-    /// here or this test fails, so its operation and scope are decided on purpose.
-    #[test]
-    fn every_route_declares_its_operation() {
-        let declared: Vec<String> = ROUTES
-            .iter()
-            .map(|r| format!("{} {} {:?} {:?}", r.method, r.path, r.need, r.scope))
-            .collect();
-        let want = [
-            "POST /v1/jobs Op(Submit) Command",
-            "GET /v1/jobs Op(Read) List",
-            "GET /v1/jobs/{*rest} Op(Read) Job",
-            "POST /v1/jobs/{*rest} JobAction Command",
-            "DELETE /v1/jobs/{*rest} Op(Delete) Command",
-            "POST /v1/queues/{queue}/claim Op(ClaimNext) Command",
-            "GET /v1/cluster Op(Read) Shared",
-            "GET /v1/cluster/digest Op(Read) Shared",
-            "GET /v1/cluster/members Op(Read) Shared",
-            "GET /v1/cluster/rejections Op(Read) Shared",
-            "POST /v1/cluster/nodes Op(Manage) Shared",
-            "DELETE /v1/cluster/nodes/{id} Op(Manage) Shared",
-            "GET /v1/cluster/snapshot Op(Manage) UnscopedOnly",
-            "GET /ui Open Shared",
-            "GET /ui/ Open Shared",
-            "GET /ui/{*asset} Open Shared",
-            "GET /healthz Open Shared",
-            "GET /readyz Open Shared",
-            "GET /metrics Op(Read) Shared",
-            "POST /raft/append Open Shared",
-            "POST /raft/vote Open Shared",
-            "POST /raft/prevote Open Shared",
-            "POST /raft/snapshot Open Shared",
-            "POST /raft/bootstrap Open Shared",
-        ];
-        assert_eq!(declared, want);
-    }
-
-    #[test]
-    fn only_probes_assets_and_raft_are_open() {
-        for r in ROUTES.iter().filter(|r| r.need == Need::Open) {
-            let open = ["/healthz", "/readyz", "/ui"]
-                .iter()
-                .any(|p| r.path.starts_with(p))
-                || r.path.starts_with("/raft/");
-            assert!(open, "{} {} is open without a token", r.method, r.path);
-        }
-        for r in ROUTES.iter().filter(|r| r.path.starts_with("/raft/")) {
-            assert_eq!((r.need, r.budget), (Need::Open, Budget::Raft), "{}", r.path);
-        }
-    }
-
-    #[test]
-    fn routes_need_what_the_role_table_names() {
-        use Operation::*;
-        use ScopeRule::*;
-        let (t, open) = (Requirement::Token, Requirement::Open);
-        let (get, post, del) = (Method::GET, Method::POST, Method::DELETE);
-        let job = Some("/v1/jobs/{*rest}");
-        let cases = [
-            (&get, Some("/healthz"), "/healthz", open),
-            (&get, Some("/readyz"), "/readyz", open),
-            (&post, Some("/raft/append"), "/raft/append", open),
-            (&get, Some("/raft/append"), "/raft/append", t(Read, Shared)),
-            (&get, Some("/metrics"), "/metrics", t(Read, Shared)),
-            (&get, Some("/v1/cluster"), "/v1/cluster", t(Read, Shared)),
-            (&get, Some("/v1/jobs"), "/v1/jobs", t(Read, List)),
-            (&post, Some("/v1/jobs"), "/v1/jobs", t(Submit, Command)),
-            (&get, job, "/v1/jobs/a/claim", t(Read, Job)),
-            (&Method::HEAD, job, "/v1/jobs/a", t(Read, Job)),
-            (&post, job, "/v1/jobs/a/b/claim", t(Claim, Command)),
-            (&post, job, "/v1/jobs/a/renew", t(Renew, Command)),
-            (&post, job, "/v1/jobs/a/complete", t(Complete, Command)),
-            (&post, job, "/v1/jobs/a/release", t(Release, Command)),
-            (&post, job, "/v1/jobs/a", t(Read, Command)),
-            (&del, job, "/v1/jobs/a", t(Delete, Command)),
-            (
-                &post,
-                Some("/v1/queues/{queue}/claim"),
-                "/v1/queues/q/claim",
-                t(ClaimNext, Command),
-            ),
-            (
-                &Method::PUT,
-                Some("/v1/queues/{queue}/claim"),
-                "/",
-                t(Read, Shared),
-            ),
-            (&get, None, "/nope", t(Read, Shared)),
-            (&get, None, "/%68ealthz", t(Read, Shared)),
-            (&get, Some("/ui"), "/ui", open),
-            (&get, Some("/ui/{*asset}"), "/ui/app.js", open),
-            (&post, Some("/ui"), "/ui", t(Read, Shared)),
-            (&get, Some("/v1/cluster/rejections"), "/", t(Read, Shared)),
-            (&post, Some("/v1/cluster/nodes"), "/", t(Manage, Shared)),
-            (&del, Some("/v1/cluster/nodes/{id}"), "/", t(Manage, Shared)),
-            (
-                &get,
-                Some("/v1/cluster/snapshot"),
-                "/",
-                t(Manage, UnscopedOnly),
-            ),
-        ];
-        for (method, matched, path, want) in cases {
-            assert_eq!(requirement(method, matched, path), want, "{method} {path}");
-        }
-    }
-
-    #[test]
-    fn budgets_and_labels_come_from_the_table() {
-        assert_eq!(budget_of("/raft/append"), Budget::Raft);
-        assert_eq!(budget_of("/raft/vote"), Budget::Raft);
-        assert_eq!(budget_of("/raft/nope"), Budget::Client);
-        assert_eq!(budget_of("/v1/jobs"), Budget::Client);
-        assert_eq!(budget_of("/raftish"), Budget::Client);
-        assert_eq!(budget_of("/healthz"), Budget::Exempt);
-        assert_eq!(budget_of("/healthz/x"), Budget::Client);
-        assert_eq!(label_of(Some("/v1/jobs/{*rest}")), RouteLabel::Job);
-        assert_eq!(label_of(Some("/ui/{*asset}")), RouteLabel::Ui);
-        assert_eq!(label_of(Some("/raft/vote")), RouteLabel::Raft);
-        assert_eq!(label_of(None), RouteLabel::Other);
-    }
-
-    #[test]
-    fn patterns_match_as_axum_does() {
-        assert!(pattern_matches("/v1/jobs", "/v1/jobs"));
-        assert!(!pattern_matches("/v1/jobs", "/v1/jobs/"));
-        assert!(pattern_matches("/v1/jobs/{*rest}", "/v1/jobs/a/b/claim"));
-        assert!(!pattern_matches("/v1/jobs/{*rest}", "/v1/jobs/"));
-        assert!(pattern_matches(
-            "/v1/queues/{queue}/claim",
-            "/v1/queues/q/claim"
-        ));
-        assert!(!pattern_matches(
-            "/v1/queues/{queue}/claim",
-            "/v1/queues//claim"
-        ));
-        assert!(!pattern_matches(
-            "/v1/queues/{queue}/claim",
-            "/v1/queues/q/claim/x"
-        ));
-    }
-
-    #[test]
-    fn job_actions_split_the_path_as_the_handler_does() {
-        for (suffix, action, op) in JOB_ACTIONS {
-            let path = format!("/v1/jobs/a{suffix}");
-            assert_eq!(job_action(&path), Some((action, op)));
-            let (id, split) = jobs::split_action(&format!("a{suffix}")).unwrap();
-            assert_eq!((id.as_str(), split), ("a", Some(action)));
-        }
-        assert_eq!(job_action("/v1/jobs/a"), None);
+/// A node-to-node `/raft/…` route: open to tokens (peer authentication guards it, in
+/// its handler), its own budget, one label for all, a bincode answer.
+const fn raft_route(
+    id: RouteId,
+    method: &'static str,
+    path: &'static str,
+    request: Body,
+) -> RouteSpec {
+    RouteSpec {
+        id,
+        method,
+        path,
+        mount: path,
+        need: Need::Open,
+        scope: ScopeRule::Shared,
+        budget: BudgetClass::Raft,
+        label: RouteLabel::Raft,
+        request,
+        response: RAFT_REPLY,
+        success: &[200],
+        errors: &[
+            ErrorCode::Unauthenticated,
+            ErrorCode::PermissionDenied,
+            ErrorCode::InvalidArgument,
+            ErrorCode::PayloadTooLarge,
+        ],
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -10,6 +10,8 @@
 //! - `GET /v1/cluster/rejections` ([`rejections`]): the recent-rejections feed this
 //!   replica recorded at apply (`store/rejections.rs`), identical on every replica.
 //! - docs/api.md's `GET /v1/cluster` (cluster time, for lease countdowns) and `GET /v1/jobs`.
+//!
+//! Imports `answer.rs` and `ops.rs` of `http`; `node`, `store`, `types`.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -22,7 +24,8 @@ use axum::response::{IntoResponse, Response};
 use leasehold_statemachine::{ApiError, ErrorCode};
 use serde::{Deserialize, Serialize};
 
-use super::{error_response, json_response, ops};
+use super::answer::{error_response, json_response};
+use super::ops;
 use crate::node::Node;
 use crate::store::rejections::{Rejection, CAPACITY};
 use crate::types::NodeId;

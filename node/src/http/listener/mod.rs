@@ -61,7 +61,10 @@
 //!   below any request service: they are what axum's own `serve` cannot do.
 //!
 //! So [`handle`] is the one place a request's slot and deadline are decided, from the
-//! route table's budget (`http/routes.rs`).
+//! budget class of its route (`http/routes.rs`), which it resolves once for everyone
+//! after it and hands on as the request's [`Admission`].
+//!
+//! Imports `answer.rs` and `routes.rs` of `http` (and its own files); `node`, `telemetry`.
 //!
 //! [`serve_connection`] is generic over the byte stream so that TLS can wrap the accepted
 //! `TcpStream` (a tokio-rustls acceptor) before hyper sees it.
@@ -87,6 +90,8 @@ use tokio_util::sync::CancellationToken;
 use self::conns::{Activity, Admitted, ConnGuard, Conns};
 use self::opening::Opening;
 use self::slots::{CallerKey, Full, HeldSlot, Pool};
+use super::answer::{error_response, stamp};
+use super::routes::{self, BudgetClass, Resolved};
 use crate::node::Node;
 use crate::telemetry::metrics::Refused;
 
@@ -168,14 +173,44 @@ impl Default for ListenerLimits {
     }
 }
 
-/// Which in-flight budget a request draws from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Budget {
-    Client,
-    Raft,
-    /// `/healthz`: answers "the process serves" without touching Raft, so load never
-    /// makes a live node look dead.
-    Exempt,
+/// Longest a streamed response ([`BudgetClass::Stream`], the planned event feed) stays
+/// open; then it ends and the client reconnects where it left off.
+pub const STREAM_TIMEOUT_MS: u64 = 300_000;
+
+/// What the listener decided for one request, handed to the router as one request
+/// extension (one allocation, as the slot alone was): its route, resolved here once
+/// (`routes::resolve`) for the token check, the metrics, the handlers and the answer;
+/// and the slot of its budget it holds.
+#[derive(Clone)]
+pub struct Admission {
+    pub route: Resolved,
+    /// A client request's slot, fair per caller; a handler may move it to the long polls.
+    pub slot: Option<HeldSlot>,
+    /// For `/raft/…`: the pool its handler takes a slot from once peer auth verifies.
+    pub raft: Option<RaftSlots>,
+}
+
+impl Admission {
+    /// A request the router serves without this listener (tests): its route, no slot.
+    pub fn unlimited(route: Resolved) -> Admission {
+        Admission {
+            route,
+            slot: None,
+            raft: None,
+        }
+    }
+}
+
+/// The [`Admission`] of a request, if it came through the listener or the router's
+/// outer layer (which resolves the route of a request that did not).
+pub fn admission_of<B>(req: &Request<B>) -> Option<&Admission> {
+    req.extensions().get::<Admission>()
+}
+
+/// The route of a request (`Unknown` if it was never resolved, which the router's outer
+/// layer rules out).
+pub fn route_of<B>(req: &Request<B>) -> Resolved {
+    admission_of(req).map_or(Resolved::Unknown, |a| a.route)
 }
 
 /// What every connection of one listener shares.
@@ -450,36 +485,27 @@ const _: () = assert!(MAX_HEADER_BYTES >= HYPER_BUF_MIN);
 #[derive(Clone)]
 pub struct RaftSlots(pub Arc<Semaphore>);
 
-/// One request (a body where none belongs was refused before, `refuse_body`): take an
-/// in-flight slot of its budget or answer 503 at once, then run the router under the budget's timeout. A Raft
-/// request takes its slot in its handler, once authenticated ([`RaftSlots`]).
+/// One request (a body where none belongs was refused before, `refuse_body`): resolve
+/// its route (the one time it is), take an in-flight slot of its budget or answer 503 at
+/// once, then run the router under the budget's timeout. A Raft request takes its slot
+/// in its handler, once authenticated ([`RaftSlots`]).
 async fn handle(
     shared: &ListenerState,
     source: IpAddr,
     mut req: Request<Incoming>,
 ) -> Response<Body> {
-    let budget = super::routes::budget_of(req.uri().path());
-    let timeout = match budget {
-        Budget::Raft => shared.limits.raft_request_timeout,
-        _ => shared.limits.request_timeout,
-    };
-    let _slot = match take_slot(shared, source, &req, budget) {
+    let route = routes::resolve(req.method(), req.uri().path());
+    let budget = route.budget();
+    let timeout = timeout_of(&shared.limits, budget);
+    let slot = match take_slot(shared, source, &req, budget) {
         Ok(slot) => slot,
         Err(why) => {
             shared.node.metrics.refused(why);
             return stamped(&shared.node, overloaded(why));
         }
     };
-    match &_slot {
-        Some(TakenSlot::Client(held)) => {
-            req.extensions_mut().insert(held.clone());
-        }
-        None if budget == Budget::Raft => {
-            req.extensions_mut()
-                .insert(RaftSlots(shared.raft_slots.clone()));
-        }
-        None => {}
-    }
+    let raft = (budget == BudgetClass::Raft).then(|| RaftSlots(shared.raft_slots.clone()));
+    req.extensions_mut().insert(Admission { route, slot, raft });
     let mut app = shared.app.clone();
     let call = tower_service::Service::call(&mut app, req);
     match tokio::time::timeout(timeout, call).await {
@@ -487,7 +513,7 @@ async fn handle(
         Ok(Err(never)) => match never {},
         Err(_) => {
             shared.node.metrics.refused(match budget {
-                Budget::Raft => Refused::RaftRequestTimeout,
+                BudgetClass::Raft => Refused::RaftRequestTimeout,
                 _ => Refused::RequestTimeout,
             });
             timed_out(&shared.node, timeout)
@@ -495,34 +521,38 @@ async fn handle(
     }
 }
 
-/// The slot a request holds for its whole life.
-enum TakenSlot {
-    /// A client request's, fair per caller; a handler may move it to the long polls.
-    Client(HeldSlot),
+/// The timeout of a budget class: a long poll's is the client one, which is kept above
+/// the longest wait plus a write (the assertion below).
+fn timeout_of(limits: &ListenerLimits, budget: BudgetClass) -> Duration {
+    match budget {
+        BudgetClass::Client | BudgetClass::LongPoll | BudgetClass::Exempt => limits.request_timeout,
+        BudgetClass::Stream => Duration::from_millis(STREAM_TIMEOUT_MS),
+        BudgetClass::Raft => limits.raft_request_timeout,
+    }
 }
 
-/// A slot of `budget` for this request (`None` for the exempt `/healthz`), or why not.
+/// A slot of `budget` for this request (`None` for the exempt `/healthz`, and for Raft,
+/// whose handler takes one once the peer-auth header verifies), or why not. A stream
+/// moves to the long-poll pool at once: it never holds an ordinary slot.
 fn take_slot(
     shared: &ListenerState,
     source: IpAddr,
     req: &Request<Incoming>,
-    budget: Budget,
-) -> Result<Option<TakenSlot>, Refused> {
+    budget: BudgetClass,
+) -> Result<Option<HeldSlot>, Refused> {
     match budget {
-        Budget::Exempt => Ok(None),
-        // Taken by the handler once the peer-auth header verifies (`RaftSlots`).
-        Budget::Raft => Ok(None),
-        Budget::Client => {
+        BudgetClass::Exempt | BudgetClass::Raft => Ok(None),
+        BudgetClass::Client | BudgetClass::LongPoll | BudgetClass::Stream => {
             let key = caller_key(&shared.node, source, req);
-            match shared.client_slots.try_take(&key) {
-                Ok(slot) => Ok(Some(TakenSlot::Client(HeldSlot::new(
-                    key,
-                    slot,
-                    shared.long_polls.clone(),
-                )))),
-                Err(Full::Total) => Err(Refused::Inflight),
-                Err(Full::Caller) => Err(Refused::InflightPerCaller),
+            let held = match shared.client_slots.try_take(&key) {
+                Ok(slot) => HeldSlot::new(key, slot, shared.long_polls.clone()),
+                Err(Full::Total) => return Err(Refused::Inflight),
+                Err(Full::Caller) => return Err(Refused::InflightPerCaller),
+            };
+            if budget == BudgetClass::Stream {
+                held.into_long_poll()?;
             }
+            Ok(Some(held))
         }
     }
 }
@@ -589,7 +619,7 @@ async fn refuse_body(shared: &ListenerState, method: &axum::http::Method) -> Res
 /// 400, and the connection closes after it: the body is never read, so the connection
 /// cannot carry another request.
 fn body_not_allowed(method: &axum::http::Method) -> Response<Body> {
-    let mut resp = crate::http::error_response(&ApiError::new(
+    let mut resp = error_response(&ApiError::new(
         ErrorCode::InvalidArgument,
         format!("a {method} request carries no body"),
     ));
@@ -604,7 +634,7 @@ fn body_not_allowed(method: &axum::http::Method) -> Response<Body> {
 fn timed_out(node: &Node, timeout: Duration) -> Response<Body> {
     stamped(
         node,
-        crate::http::error_response(&ApiError::new(
+        error_response(&ApiError::new(
             ErrorCode::Timeout,
             format!(
                 "the request did not finish within {} ms; if it was a write its outcome \
@@ -618,7 +648,7 @@ fn timed_out(node: &Node, timeout: Duration) -> Response<Body> {
 /// docs/api.md: every response carries `X-Leasehold-Node` and, when known, the leader — also
 /// the ones given here, outside the router.
 fn stamped(node: &Node, mut resp: Response<Body>) -> Response<Body> {
-    crate::http::stamp(node, resp.headers_mut());
+    stamp(node, resp.headers_mut());
     resp
 }
 
@@ -629,7 +659,7 @@ pub fn overloaded(why: Refused) -> Response<Body> {
         Refused::InflightPerCaller => "this caller is at its limit of concurrent requests",
         _ => "this node is at its limit of concurrent requests",
     };
-    crate::http::error_response(&ApiError::new(
+    error_response(&ApiError::new(
         ErrorCode::Unavailable,
         format!("{what}: retry later"),
     ))

@@ -1,7 +1,9 @@
 //! The label vocabulary of `GET /metrics`: route, method, status, refusal reason, command
 //! kind and outcome, as Rust types, and the label sets (`#[derive(EncodeLabelSet)]`) the
-//! families of [`super::Metrics`] are keyed by. Every set is bounded: routes come from
-//! `http::routes`, methods and statuses from the short fixed lists below.
+//! families of [`super::Metrics`] are keyed by. Every set is bounded: a route's label is
+//! one of [`RouteLabel`] (the route table, `http/routes.rs`, names each route's, and its
+//! tests check that every label is some route's path or the start of it), methods and
+//! statuses come from the short fixed lists below.
 //!
 //! Imports: `axum::http::Method` and `prometheus_client`'s encoding traits; nothing of the crate.
 
@@ -10,7 +12,9 @@ use std::fmt::Write;
 use axum::http::Method;
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 
-/// The route label of a request: a fixed set keeps the request families bounded.
+/// The route label of a request: a fixed set keeps the request families bounded. Plain
+/// data: which route has which label is the route table's (`http/routes.rs`); the
+/// values below are the `route` label's contract (docs/operations.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum RouteLabel {
     Jobs,

@@ -152,7 +152,7 @@ impl Metrics {
         self
     }
 
-    /// Counts one answered request and its latency (taken in `http::stamp_headers`).
+    /// Counts one answered request and its latency (taken in `stamp_headers`, `http/router.rs`).
     pub fn request(&self, route: RouteLabel, method: &Method, status: u16, elapsed: Duration) {
         let cells = route as usize;
         let labels = || RequestLabels { route, status };

@@ -1,0 +1,180 @@
+//! What a job request does once it is on the leader: a [`LeaderOp`] (a write, one job, a
+//! page), its execution, claim-next's wait, the command metrics, and the answer — whose
+//! success status is the route's (`routes.rs`), not this file's.
+//!
+//! Imports `answer.rs`, `client_auth.rs` (the tenant checks made on the leader),
+//! `forward.rs`, `leader.rs` (where to run) and `routes.rs` (the answer's status) of
+//! `http`; `node` and `security::scope`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use leasehold_statemachine::{ApiError, Command, ErrorCode, JobState, Outcome, Reply};
+use tokio::time::Instant;
+
+use super::answer::{error_response, json_response};
+use super::client_auth;
+use super::forward::Inbound;
+use super::leader::{on_leader, WAIT_STEP};
+use super::routes::RouteSpec;
+use crate::node::{Node, ProposeError};
+use crate::security::scope::{list_in_scope, Scope};
+
+pub enum LeaderOp {
+    Write {
+        command: Command,
+        key: Option<String>,
+        /// The route it came by: its success status is the answer's.
+        route: &'static RouteSpec,
+        /// For claim-next: how long to wait for a claimable job.
+        wait_ms: u64,
+        /// The caller's scope, if it is scoped: a job named by id must be held by it.
+        scope: Option<Scope>,
+    },
+    GetJob {
+        id: String,
+        /// A job the scope does not hold answers 404.
+        scope: Option<Scope>,
+    },
+    List {
+        queue: Option<String>,
+        state: Option<JobState>,
+        limit: usize,
+        page_token: Option<String>,
+        /// The page holds only jobs the scope holds.
+        scope: Option<Scope>,
+    },
+}
+
+/// Runs `op` on the leader (here, or forwarded as `inbound`) and answers.
+pub async fn run(node: &Arc<Node>, inbound: &Inbound, op: LeaderOp) -> Response {
+    on_leader(node, inbound, || execute(node, &op)).await
+}
+
+async fn execute(node: &Arc<Node>, op: &LeaderOp) -> Result<Response, ProposeError> {
+    match op {
+        LeaderOp::Write {
+            command,
+            key,
+            route,
+            wait_ms,
+            ..
+        } if *wait_ms > 0 => claim_next_waiting(node, command, key, route, *wait_ms).await,
+        LeaderOp::Write {
+            command,
+            key,
+            route,
+            scope,
+            ..
+        } => {
+            if let Err(e) = client_auth::check_stored_job(node, scope.as_ref(), command) {
+                return Ok(error_response(&e));
+            }
+            let reply = node.propose(command.clone(), key.clone()).await?;
+            record(node, command, &reply);
+            Ok(render(route, &reply))
+        }
+        LeaderOp::GetJob { id, scope } => get_job(node, id, scope.as_ref()).await,
+        LeaderOp::List {
+            queue,
+            state,
+            limit,
+            page_token,
+            scope,
+        } => {
+            let now = node.read_time().await?;
+            let (queue, token) = (queue.as_deref(), page_token.as_deref());
+            let page = node.sm.read(|s| match scope {
+                None => s.machine.list(queue, *state, *limit, token, now),
+                Some(scope) => list_in_scope(&s.machine, scope, queue, *state, *limit, token, now),
+            });
+            Ok(match page {
+                Ok(page) => json_response(StatusCode::OK, &page),
+                Err(e) => error_response(&e),
+            })
+        }
+    }
+}
+
+async fn get_job(node: &Node, id: &str, scope: Option<&Scope>) -> Result<Response, ProposeError> {
+    let now = node.read_time().await?;
+    let job = node.sm.read(|s| s.machine.job(id, now));
+    Ok(match job {
+        Some(job) if scope.is_none_or(|s| s.holds(&job.id, &job.queue)) => {
+            json_response(StatusCode::OK, &job)
+        }
+        Some(_) => error_response(&client_auth::hidden_job(node, id)),
+        None => error_response(&ApiError::new(
+            ErrorCode::NotFound,
+            format!("job {id} not found"),
+        )),
+    })
+}
+
+/// Claim-next with `wait_ms`: propose; while nothing is claimable, wait until the local
+/// state says something is (a job was submitted or released, or a lease ran out), then
+/// propose again. Each proposal is a log entry, so an answer is linearizable; an empty
+/// claim is not remembered under its idempotency key, so re-proposing it is allowed.
+async fn claim_next_waiting(
+    node: &Arc<Node>,
+    command: &Command,
+    key: &Option<String>,
+    route: &RouteSpec,
+    wait_ms: u64,
+) -> Result<Response, ProposeError> {
+    let Command::ClaimNext { queue, .. } = command else {
+        unreachable!("only claim-next waits")
+    };
+    let deadline = Instant::now() + Duration::from_millis(wait_ms);
+    let mut applied = node.sm.subscribe();
+    loop {
+        let reply = node.propose(command.clone(), key.clone()).await?;
+        record(node, command, &reply);
+        if !matches!(reply, Ok(Outcome::Empty)) {
+            return Ok(render(route, &reply));
+        }
+        loop {
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(render(route, &reply));
+            }
+            let _ = tokio::time::timeout(WAIT_STEP.min(deadline - now), applied.changed()).await;
+            let cluster_now = node.cluster_time_ms();
+            if node
+                .sm
+                .read(|s| s.machine.has_claimable(queue, cluster_now))
+            {
+                break;
+            }
+        }
+    }
+}
+
+fn record(node: &Node, command: &Command, reply: &Reply) {
+    let outcome = match reply {
+        Ok(Outcome::Empty) => "empty",
+        Ok(_) => "ok",
+        Err(e) => e.code.as_str(),
+    };
+    node.metrics.command(command.kind(), outcome);
+}
+
+/// A write's reply as its route answers it: a body with the route's first success
+/// status (201 for a submit), no body with 204 (a delete, an empty claim-next).
+pub fn render(route: &RouteSpec, reply: &Reply) -> Response {
+    let status = StatusCode::from_u16(route.success[0]).unwrap_or(StatusCode::OK);
+    match reply {
+        Err(e) => error_response(e),
+        Ok(Outcome::Lease(lease)) => json_response(status, lease),
+        Ok(Outcome::Job(job)) => json_response(status, job),
+        Ok(Outcome::Deleted) | Ok(Outcome::Empty) => StatusCode::NO_CONTENT.into_response(),
+        Ok(Outcome::Ticked) => json_response(StatusCode::OK, &serde_json::json!({})),
+        // The batcher splits batches; a client never proposes one.
+        Ok(Outcome::Batch(_)) => error_response(&ApiError::new(
+            ErrorCode::Internal,
+            "unexpected batch reply",
+        )),
+    }
+}

@@ -1,0 +1,275 @@
+//! The route table's own checks: each row once, its access declared on purpose, its
+//! budget and label consistent with its mount, and [`resolve`] answering what the
+//! router, the token check, the budgets and the metrics each used to decide by hand.
+
+use super::*;
+
+#[test]
+fn each_route_is_listed_once() {
+    for (i, r) in ROUTES.iter().enumerate() {
+        assert!(
+            !ROUTES[..i]
+                .iter()
+                .any(|p| p.path == r.path && p.method == r.method),
+            "{} {} is listed twice",
+            r.method,
+            r.path
+        );
+        assert!(
+            !ROUTES[..i].iter().any(|p| p.id == r.id),
+            "{:?} names two rows",
+            r.id
+        );
+        assert!(
+            ["GET", "POST", "DELETE", "PUT", "PATCH"].contains(&r.method),
+            "{}",
+            r.method
+        );
+        assert!(by_id(r.id) == r);
+    }
+}
+
+/// The access each route declares, as a table a reviewer reads: a new route appears
+/// here or this test fails, so its operation and scope are decided on purpose.
+#[test]
+fn every_route_declares_its_operation() {
+    let declared: Vec<String> = ROUTES
+        .iter()
+        .map(|r| format!("{} {} {:?} {:?}", r.method, r.path, r.need, r.scope))
+        .collect();
+    let want = [
+        "POST /v1/jobs Op(Submit) Command",
+        "GET /v1/jobs Op(Read) List",
+        "GET /v1/jobs/{id} Op(Read) Job",
+        "DELETE /v1/jobs/{id} Op(Delete) Command",
+        "POST /v1/jobs/{id}/claim Op(Claim) Command",
+        "POST /v1/jobs/{id}/renew Op(Renew) Command",
+        "POST /v1/jobs/{id}/complete Op(Complete) Command",
+        "POST /v1/jobs/{id}/release Op(Release) Command",
+        "POST /v1/queues/{queue}/claim Op(ClaimNext) Command",
+        "GET /v1/cluster Op(Read) Shared",
+        "GET /v1/cluster/digest Op(Read) Shared",
+        "GET /v1/cluster/members Op(Read) Shared",
+        "GET /v1/cluster/rejections Op(Read) Shared",
+        "POST /v1/cluster/nodes Op(Manage) Shared",
+        "DELETE /v1/cluster/nodes/{id} Op(Manage) Shared",
+        "GET /v1/cluster/snapshot Op(Manage) UnscopedOnly",
+        "GET /ui Open Shared",
+        "GET /ui/ Open Shared",
+        "GET /ui/{asset} Open Shared",
+        "GET /healthz Open Shared",
+        "GET /readyz Open Shared",
+        "GET /metrics Op(Read) Shared",
+        "POST /raft/append Open Shared",
+        "POST /raft/vote Open Shared",
+        "POST /raft/prevote Open Shared",
+        "POST /raft/snapshot Open Shared",
+        "POST /raft/bootstrap Open Shared",
+    ];
+    assert_eq!(declared, want);
+}
+
+#[test]
+fn only_probes_assets_and_raft_are_open() {
+    for r in ROUTES.iter().filter(|r| r.need == Need::Open) {
+        let open = ["/healthz", "/readyz", "/ui"]
+            .iter()
+            .any(|p| r.path.starts_with(p))
+            || r.path.starts_with("/raft/");
+        assert!(open, "{} {} is open without a token", r.method, r.path);
+    }
+    for r in ROUTES.iter().filter(|r| r.path.starts_with("/raft/")) {
+        assert_eq!(
+            (r.need, r.budget, r.label),
+            (Need::Open, BudgetClass::Raft, RouteLabel::Raft),
+            "{}",
+            r.path
+        );
+    }
+}
+
+/// The label and budget of a request are its mount's, whatever its method: rows of one
+/// mount must agree, or a 405's label would depend on the table's order.
+#[test]
+fn rows_of_one_mount_share_label_and_budget() {
+    for (i, r) in ROUTES.iter().enumerate() {
+        for p in ROUTES[..i].iter().filter(|p| p.mount == r.mount) {
+            assert_eq!((p.label, p.budget), (r.label, r.budget), "{}", r.mount);
+        }
+    }
+}
+
+/// The path is the mount with `{*x}` written `{x}`, plus the row's tail: the table
+/// cannot document one path and serve another.
+#[test]
+fn each_path_is_its_mount_and_tail() {
+    for r in ROUTES {
+        let mounted = r.mount.replace("{*rest}", "{id}").replace("{*", "{");
+        assert_eq!(format!("{mounted}{}", r.tail()), r.path, "{:?}", r.id);
+    }
+}
+
+/// Every label but `other` is some route's, and a route's label is its path or the start
+/// of it (`/raft` for every `/raft/…`, `/ui` for the dashboard's files): the label
+/// vocabulary (`telemetry::metrics::RouteLabel`) cannot drift from the table.
+#[test]
+fn labels_are_the_routes_paths() {
+    for label in RouteLabel::ALL {
+        let used = ROUTES.iter().any(|r| r.label == label);
+        assert_eq!(used, label != RouteLabel::Other, "{label:?}");
+    }
+    for r in ROUTES {
+        let value = r.label.label();
+        let path = r.path.replace(r.tail(), "");
+        assert!(
+            path == value || path.starts_with(&format!("{value}/")),
+            "{:?}: label {value} is not its path {path}",
+            r.id
+        );
+    }
+}
+
+#[test]
+fn answers_are_declared() {
+    for r in ROUTES {
+        assert!(!r.success.is_empty(), "{:?}", r.id);
+        for s in r.success {
+            assert!((200..300).contains(s), "{:?} {s}", r.id);
+        }
+        let bodyless = r.method != "POST";
+        assert_eq!(r.request.media.is_empty(), bodyless, "{:?}", r.id);
+        assert!(
+            !r.response.media.is_empty() || r.success == [204],
+            "{:?}",
+            r.id
+        );
+        let all = r.errors_all();
+        assert!(all.contains(&ErrorCode::Internal), "{:?}", r.id);
+        for (i, c) in all.iter().enumerate() {
+            assert!(!all[..i].contains(c), "{:?} lists {c:?} twice", r.id);
+        }
+    }
+    let submit = by_id(RouteId::SubmitJob);
+    assert_eq!(submit.success, [201]);
+    assert!(submit.errors_all().contains(&ErrorCode::Unauthenticated));
+    assert!(!by_id(RouteId::Healthz)
+        .errors_all()
+        .contains(&ErrorCode::Unavailable));
+    assert_eq!(by_id(RouteId::ClaimNext).budget, BudgetClass::LongPoll);
+}
+
+fn requirement(method: &Method, path: &str) -> Requirement {
+    resolve(method, path).requirement()
+}
+
+#[test]
+fn routes_need_what_the_role_table_names() {
+    use Operation::*;
+    use ScopeRule::*;
+    let (t, open) = (Requirement::Token, Requirement::Open);
+    let (get, post, del) = (Method::GET, Method::POST, Method::DELETE);
+    let cases = [
+        (&get, "/healthz", open),
+        (&get, "/readyz", open),
+        (&post, "/raft/append", open),
+        (&get, "/raft/append", t(Read, Shared)),
+        (&get, "/metrics", t(Read, Shared)),
+        (&get, "/v1/cluster", t(Read, Shared)),
+        (&get, "/v1/jobs", t(Read, List)),
+        (&post, "/v1/jobs", t(Submit, Command)),
+        (&get, "/v1/jobs/a/claim", t(Read, Job)),
+        (&Method::HEAD, "/v1/jobs/a", t(Read, Job)),
+        (&post, "/v1/jobs/a/b/claim", t(Claim, Command)),
+        (&post, "/v1/jobs/a/renew", t(Renew, Command)),
+        (&post, "/v1/jobs/a/complete", t(Complete, Command)),
+        (&post, "/v1/jobs/a/release", t(Release, Command)),
+        (&post, "/v1/jobs/a", t(Read, Command)),
+        (&del, "/v1/jobs/a", t(Delete, Command)),
+        (&post, "/v1/queues/q/claim", t(ClaimNext, Command)),
+        (&Method::PUT, "/v1/queues/q/claim", t(Read, Shared)),
+        (&get, "/nope", t(Read, Shared)),
+        (&get, "/%68ealthz", t(Read, Shared)),
+        (&get, "/ui", open),
+        (&get, "/ui/app.js", open),
+        (&post, "/ui", t(Read, Shared)),
+        (&get, "/v1/cluster/rejections", t(Read, Shared)),
+        (&post, "/v1/cluster/nodes", t(Manage, Shared)),
+        (&del, "/v1/cluster/nodes/3", t(Manage, Shared)),
+        (&get, "/v1/cluster/snapshot", t(Manage, UnscopedOnly)),
+    ];
+    for (method, path, want) in cases {
+        assert_eq!(requirement(method, path), want, "{method} {path}");
+    }
+}
+
+#[test]
+fn budgets_and_labels_come_from_the_table() {
+    let budget = |path| resolve(&Method::POST, path).budget();
+    assert_eq!(budget("/raft/append"), BudgetClass::Raft);
+    assert_eq!(budget("/raft/vote"), BudgetClass::Raft);
+    assert_eq!(budget("/raft/nope"), BudgetClass::Client);
+    assert_eq!(budget("/v1/jobs"), BudgetClass::Client);
+    assert_eq!(budget("/raftish"), BudgetClass::Client);
+    assert_eq!(budget("/healthz"), BudgetClass::Exempt);
+    assert_eq!(budget("/healthz/x"), BudgetClass::Client);
+    assert_eq!(budget("/v1/queues/q/claim"), BudgetClass::LongPoll);
+    let label = |method, path| resolve(method, path).label();
+    assert_eq!(label(&Method::POST, "/v1/jobs/a/claim"), RouteLabel::Job);
+    assert_eq!(label(&Method::POST, "/v1/jobs/a"), RouteLabel::Job);
+    assert_eq!(label(&Method::PUT, "/v1/jobs/a"), RouteLabel::Job);
+    assert_eq!(label(&Method::GET, "/ui/app.js"), RouteLabel::Ui);
+    assert_eq!(label(&Method::GET, "/raft/vote"), RouteLabel::Raft);
+    assert_eq!(label(&Method::GET, "/nope"), RouteLabel::Other);
+}
+
+/// Each row resolves from a path of its own, and only to itself.
+#[test]
+fn every_row_resolves_to_itself() {
+    for r in ROUTES {
+        let path = r
+            .path
+            .replace("{id}", "some/job")
+            .replace("{queue}", "q")
+            .replace("{asset}", "app.js");
+        let path = if r.id == RouteId::RemoveNode {
+            path.replace("some/job", "3")
+        } else {
+            path
+        };
+        let method = Method::from_bytes(r.method.as_bytes()).unwrap();
+        assert_eq!(resolve(&method, &path).spec(), Some(r), "{path}");
+    }
+    assert_eq!(
+        resolve(&Method::HEAD, "/healthz").spec().map(|r| r.id),
+        Some(RouteId::Healthz)
+    );
+    assert_eq!(resolve(&Method::GET, "/nope"), Resolved::Unknown);
+    let unserved = resolve(&Method::PUT, "/v1/cluster");
+    assert!(matches!(
+        unserved,
+        Resolved::Unserved {
+            method_served: false,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn patterns_match_as_axum_does() {
+    assert!(pattern_matches("/v1/jobs", "/v1/jobs"));
+    assert!(!pattern_matches("/v1/jobs", "/v1/jobs/"));
+    assert!(pattern_matches("/v1/jobs/{*rest}", "/v1/jobs/a/b/claim"));
+    assert!(!pattern_matches("/v1/jobs/{*rest}", "/v1/jobs/"));
+    assert!(pattern_matches(
+        "/v1/queues/{queue}/claim",
+        "/v1/queues/q/claim"
+    ));
+    assert!(!pattern_matches(
+        "/v1/queues/{queue}/claim",
+        "/v1/queues//claim"
+    ));
+    assert!(!pattern_matches(
+        "/v1/queues/{queue}/claim",
+        "/v1/queues/q/claim/x"
+    ));
+}
