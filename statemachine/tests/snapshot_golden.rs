@@ -165,6 +165,34 @@ fn scripted() -> Script {
     let _ = s.apply(Some("late-2"), claim("h", "w6", 40_000));
     let _ = s.apply(Some("late-3"), claim("d", "w6", 40_000));
     let _ = s.apply(None, submit("d2", "default", None, None));
+    // After the raise, kept replies again: an error carrying a job (sharing its payload
+    // and result), one without, a completion sharing both, a batch item, a delete, and
+    // an entry whose record is deleted (its shared payload copied in).
+    let _ = s.apply(Some("late-4"), claim("a", "w6", 40_000));
+    let _ = s.apply(Some("late-5"), renew("zz", "w6", 1_001));
+    let _ = s.apply(
+        Some("late-6"),
+        complete("h", "w6", 1_001, Some(r#""done""#)),
+    );
+    let _ = s.apply(
+        None,
+        Command::Batch(vec![
+            leasehold_statemachine::BatchItem {
+                idempotency_key: Some("late-7".into()),
+                command: claim("g", "w8", 30_000),
+            },
+            leasehold_statemachine::BatchItem {
+                idempotency_key: None,
+                command: submit("i", "reports", None, None),
+            },
+        ]),
+    );
+    let _ = s.apply(
+        Some("late-8"),
+        submit("k", "default", Some(r#"{"k":1}"#), None),
+    );
+    let _ = s.apply(Some("late-9"), delete("k"));
+    let _ = s.apply(Some("late-10"), delete("i"));
     s
 }
 
@@ -173,7 +201,8 @@ fn scripted() -> Script {
 fn continuation() -> Vec<(Option<&'static str>, Command)> {
     let keys = [
         "s-a", "l-a", "r-a", "c-a", "x-a", "n-z", "cn-e", "cn-e2", "c-d", "del-e", "bi-1",
-        "late-1", "late-2", "late-3",
+        "late-1", "late-2", "late-3", "late-4", "late-5", "late-6", "late-7", "late-8", "late-9",
+        "late-10",
     ];
     let mut out: Vec<(Option<&'static str>, Command)> = Vec::new();
     // A retry's command must have the first's fingerprint to replay; a different one
@@ -183,6 +212,18 @@ fn continuation() -> Vec<(Option<&'static str>, Command)> {
     }
     out.push((Some("late-2"), claim("h", "w6", 40_000)));
     out.push((Some("late-1"), submit("h", "video", Some("7"), None)));
+    out.push((Some("late-4"), claim("a", "w6", 40_000)));
+    out.push((Some("late-5"), renew("zz", "w6", 1_001)));
+    out.push((
+        Some("late-6"),
+        complete("h", "w6", 1_001, Some(r#""done""#)),
+    ));
+    out.push((Some("late-7"), claim("g", "w8", 30_000)));
+    out.push((
+        Some("late-8"),
+        submit("k", "default", Some(r#"{"k":1}"#), None),
+    ));
+    out.push((Some("late-9"), delete("k")));
     out.push((None, claim_next("video", "w7")));
     out.push((None, claim_next("reports", "w7")));
     out.push((None, claim("g", "w8", 1_000)));

@@ -188,7 +188,6 @@ impl LeaseMachine {
         self.last_grace_ms
     }
 
-    /// The earliest live lease's expiry, if any (the node ticks while leases are live).
     /// Applies one log entry at `log_index` and returns its reply.
     pub fn apply(&mut self, log_index: u64, entry: &Entry) -> Reply {
         debug_assert!(log_index > self.last_log_index, "log applied out of order");
