@@ -8,10 +8,17 @@
 //! **`Command` is append-only.** The WAL, snapshots (remembered batch items) and Raft RPC
 //! between two versions of the node decode it with bincode, which writes a variant as its
 //! index followed by its fields in order, with no names and no lengths. So a new command
-//! is a new variant at the end, with `since` one above the newest in its descriptor
-//! (`crate::descriptor`, where every fact about a command lives); an old variant never
-//! gains, loses, reorders or retypes a field, and no variant is removed or moved.
-//! `tests/command_encoding.rs` pins the bytes of one instance of every variant.
+//! is a new variant at the end; an old variant never gains, loses, reorders or retypes a
+//! field, and no variant is removed or moved. `tests/command_encoding.rs` pins the bytes
+//! of one instance of every variant.
+//!
+//! Adding a command: the variant (at the end of [`CommandOf`]); its arm in
+//! `Command::facts` with a descriptor (`crate::descriptor`: name, operation, scope rule,
+//! outcomes, and `since` = the entry version of the release that adds it, raising
+//! `ENTRY_VERSION_MAX`); its arms in `validate`, in `From<CommandOf<NoBatch>>` and in
+//! the machine's rules; an instance in `descriptor::one_of_each` and a golden line. The
+//! build fails until each `match` has its arm, and the tests until the instance and
+//! golden line are there.
 
 use serde::{Deserialize, Serialize};
 
