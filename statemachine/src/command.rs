@@ -71,6 +71,12 @@ pub enum Command {
     /// item is applied in order at the entry's stamp, with its own idempotency key, and
     /// gets its own reply in `Outcome::Batch`.
     Batch(Vec<BatchItem>),
+    /// Internal (entry version 2): from this entry on, the cluster version is `version`
+    /// (`version.rs`). The leader proposes it once every voter and learner advertises
+    /// that it applies `version`. Variants are only ever added at the end.
+    ActivateVersion {
+        version: u32,
+    },
 }
 
 /// One command of a [`Command::Batch`].
@@ -175,6 +181,7 @@ impl Command {
             }
             Command::Delete { job_id } => limits::validate_job_id(job_id)?,
             Command::Tick => {}
+            Command::ActivateVersion { version } => crate::version::validate_activation(*version)?,
             // Only the shape: each item's command is validated when it is applied, and
             // gets its own error reply rather than failing the whole batch.
             Command::Batch(items) => {
@@ -211,6 +218,7 @@ impl Command {
             Command::Delete { .. } => "delete",
             Command::Tick => "tick",
             Command::Batch(_) => "batch",
+            Command::ActivateVersion { .. } => "activate_version",
         }
     }
 }

@@ -16,6 +16,8 @@
 //! - [`raise`]: seeding a new cluster from a backup: raised generations, held leases.
 //! - `queries`: read-only questions between entries (is anything claimable?).
 //! - `queue_stats`: jobs per queue and state, kept by every transition (for metrics).
+//! - [`version`]: entry versions, the cluster version and its activation (rolling
+//!   upgrades).
 //! - [`snapshot`]: `snapshot()`/`restore()` and `check_invariants()`; why a restore is
 //!   refused ([`SnapshotError`], [`Inconsistency`]).
 
@@ -28,6 +30,7 @@ mod queue_stats;
 pub mod raise;
 mod replies;
 pub mod snapshot;
+pub mod version;
 pub mod wire;
 
 pub use command::{BatchItem, Command, Entry, Outcome, Reply};

@@ -21,7 +21,10 @@ fn command_job_id(cmd: &Command) -> Option<&str> {
         | Command::Complete { job_id, .. }
         | Command::Release { job_id, .. }
         | Command::Delete { job_id } => Some(job_id),
-        Command::ClaimNext { .. } | Command::Tick | Command::Batch(_) => None,
+        Command::ClaimNext { .. }
+        | Command::Tick
+        | Command::Batch(_)
+        | Command::ActivateVersion { .. } => None,
     }
 }
 

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::idempotency::{Bounds, IdempotencyTable, Remembered, RememberedV1};
 use crate::machine::{Config, JobRecord, LeaseMachine, Status};
 use crate::queue_stats::{count_move, QueueStats, Slot};
+use crate::version::CLUSTER_VERSION_INITIAL;
 
 /// Version byte of a snapshot of a machine without a generation floor (every machine
 /// but one seeded from a backup): `[1] ++ bincode(state)`.
@@ -27,13 +28,18 @@ pub const SNAPSHOT_FORMAT_V2: u8 = 2;
 /// entries keeping whole replies. Earlier builds refuse v3: upgrade every node of a
 /// cluster together (docs/operations.md).
 pub const SNAPSHOT_FORMAT_V3: u8 = 3;
+/// Version byte of a snapshot of a machine whose cluster version was raised
+/// (`version.rs`): v3 followed by `bincode(cluster_version: u32)`. A machine at the
+/// initial cluster version is still written as v3, so the previous release can install a
+/// new leader's snapshot until the activation — and refuses one after it.
+pub const SNAPSHOT_FORMAT_V4: u8 = 4;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
     #[error("snapshot is empty")]
     Empty,
     #[error(
-        "snapshot format version {0} is not supported (this build reads {SNAPSHOT_FORMAT_V1} to {SNAPSHOT_FORMAT_V3})"
+        "snapshot format version {0} is not supported (this build reads {SNAPSHOT_FORMAT_V1} to {SNAPSHOT_FORMAT_V4})"
     )]
     UnknownVersion(u8),
     #[error("snapshot does not decode: {0}")]
@@ -49,6 +55,8 @@ pub enum SnapshotError {
 pub enum Inconsistency {
     #[error("a v2 snapshot with generation floor 0")]
     V2WithoutFloor,
+    #[error("a v4 snapshot with the initial cluster version")]
+    V4WithoutVersion,
     #[error("job {0} indexed twice")]
     IndexedTwice(String),
     #[error("live job {0} is tombstoned")]
@@ -128,6 +136,9 @@ struct SnapshotRef<'a> {
     /// After the state (see [`encode_into`]).
     #[serde(skip)]
     generation_floor: u64,
+    /// After the floor, in v4 only (see [`encode_into`]).
+    #[serde(skip)]
+    cluster_version: u32,
 }
 
 /// The state as a snapshot carries it, with the idempotency entries in the shape `R` of
@@ -167,6 +178,7 @@ impl State<RememberedV1> {
 pub struct SnapshotSource {
     state: State<Remembered>,
     generation_floor: u64,
+    cluster_version: u32,
 }
 
 impl SnapshotSource {
@@ -193,6 +205,7 @@ impl SnapshotSource {
             tombstones: &s.tombstones,
             idempotency: s.idempotency.iter().map(|(k, r)| (k, r)).collect(),
             generation_floor: self.generation_floor,
+            cluster_version: self.cluster_version,
         }
     }
 }
@@ -203,19 +216,39 @@ fn encode(state: &SnapshotRef<'_>) -> Vec<u8> {
     out
 }
 
-/// The version byte (v3), the state, and the generation floor after it.
+/// The version byte (v3, or v4 once the cluster version was raised), the state, the
+/// generation floor after it, and in v4 the cluster version.
 fn encode_into<W: std::io::Write>(state: &SnapshotRef<'_>, mut w: W) -> bincode::Result<()> {
-    w.write_all(&[SNAPSHOT_FORMAT_V3])?;
+    let v4 = state.cluster_version > CLUSTER_VERSION_INITIAL;
+    w.write_all(&[if v4 {
+        SNAPSHOT_FORMAT_V4
+    } else {
+        SNAPSHOT_FORMAT_V3
+    }])?;
     bincode::serialize_into(&mut w, state)?;
-    bincode::serialize_into(w, &state.generation_floor)
+    bincode::serialize_into(&mut w, &state.generation_floor)?;
+    if v4 {
+        bincode::serialize_into(w, &state.cluster_version)?;
+    }
+    Ok(())
 }
 
-/// The state and generation floor of a snapshot body of format `version`.
-fn decode(
-    version: u8,
-    body: &[u8],
-    options: impl Options,
-) -> Result<(State<Remembered>, u64), SnapshotError> {
+/// A decoded snapshot: the state, the generation floor, the cluster version.
+type Decoded = (State<Remembered>, u64, u32);
+
+/// The state, generation floor and cluster version of a snapshot body of format
+/// `version`.
+fn decode(version: u8, body: &[u8], options: impl Options) -> Result<Decoded, SnapshotError> {
+    if version == SNAPSHOT_FORMAT_V4 {
+        let (s, floor, cluster_version) = options
+            .deserialize::<Decoded>(body)
+            .map_err(|e| SnapshotError::Decode(e.to_string()))?;
+        if cluster_version <= CLUSTER_VERSION_INITIAL {
+            // One state, one encoding: at the initial version v4's writers wrote v3.
+            return Err(Inconsistency::V4WithoutVersion.into());
+        }
+        return Ok((s, floor, cluster_version));
+    }
     let decoded = match version {
         SNAPSHOT_FORMAT_V1 => options
             .deserialize::<State<RememberedV1>>(body)
@@ -231,7 +264,7 @@ fn decode(
         // One state, one encoding: without a floor v2's writers wrote v1.
         return Err(Inconsistency::V2WithoutFloor.into());
     }
-    Ok((s, floor))
+    Ok((s, floor, CLUSTER_VERSION_INITIAL))
 }
 
 impl LeaseMachine {
@@ -261,6 +294,7 @@ impl LeaseMachine {
         SnapshotSource {
             state,
             generation_floor: self.generation_floor,
+            cluster_version: self.cluster_version,
         }
     }
 
@@ -273,6 +307,7 @@ impl LeaseMachine {
             tombstones: &self.tombstones,
             idempotency: self.idempotency.entries().collect(),
             generation_floor: self.generation_floor,
+            cluster_version: self.cluster_version,
         };
         encode(&state)
     }
@@ -291,7 +326,7 @@ impl LeaseMachine {
         let options = bincode::DefaultOptions::new()
             .with_fixint_encoding()
             .reject_trailing_bytes();
-        let (s, generation_floor) = decode(version, body, options)?;
+        let (s, generation_floor, cluster_version) = decode(version, body, options)?;
         let h = s.header;
         let mut m = LeaseMachine::new(h.config);
         m.clock_ms = h.clock_ms;
@@ -301,6 +336,7 @@ impl LeaseMachine {
         m.grace_applied = h.grace_applied;
         m.tombstones = s.tombstones;
         m.generation_floor = generation_floor;
+        m.cluster_version = cluster_version;
         m.idempotency = IdempotencyTable::from_entries(s.idempotency, Bounds::of(&h.config))?;
         m.ids.reserve(s.jobs.len());
         // The indexes are collected into vectors and built in bulk: a million one-by-one

@@ -136,7 +136,9 @@ impl Operation {
             Command::Complete { .. } => Operation::Complete,
             Command::Release { .. } => Operation::Release,
             Command::Delete { .. } => Operation::Delete,
-            Command::Tick | Command::Batch(_) => Operation::Internal,
+            Command::Tick | Command::Batch(_) | Command::ActivateVersion { .. } => {
+                Operation::Internal
+            }
         }
     }
 
@@ -249,7 +251,7 @@ impl Caller {
             | Command::Release { job_id, .. }
             | Command::Delete { job_id } => scope.check_id(job_id),
             Command::Batch(items) => items.iter().try_for_each(|i| self.check_scope(&i.command)),
-            Command::Tick => Ok(()),
+            Command::Tick | Command::ActivateVersion { .. } => Ok(()),
         }
     }
 
@@ -283,7 +285,10 @@ fn command_owners(cmd: &Command) -> Vec<&str> {
             .iter()
             .flat_map(|i| command_owners(&i.command))
             .collect(),
-        Command::Submit { .. } | Command::Delete { .. } | Command::Tick => vec![],
+        Command::Submit { .. }
+        | Command::Delete { .. }
+        | Command::Tick
+        | Command::ActivateVersion { .. } => vec![],
     }
 }
 

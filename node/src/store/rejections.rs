@@ -124,7 +124,9 @@ fn describe(command: &Command) -> Described {
             Some(*generation),
         ),
         Command::Delete { job_id } => (Some(job_id.clone()), None, None, None),
-        Command::Tick | Command::Batch(_) => (None, None, None, None),
+        Command::Tick | Command::Batch(_) | Command::ActivateVersion { .. } => {
+            (None, None, None, None)
+        }
     }
 }
 
