@@ -28,7 +28,8 @@ use crate::node::Node;
 use crate::security::auth::{Operation, Requirement, ScopeRule};
 use crate::telemetry::metrics::RouteLabel;
 use crate::types::{
-    RAFT_APPEND_PATH, RAFT_BOOTSTRAP_PATH, RAFT_PREVOTE_PATH, RAFT_SNAPSHOT_PATH, RAFT_VOTE_PATH,
+    RAFT_APPEND_PATH, RAFT_BOOTSTRAP_PATH, RAFT_PREVOTE_PATH, RAFT_SNAPSHOT_PATH,
+    RAFT_VERSION_PATH, RAFT_VOTE_PATH,
 };
 
 /// What a route needs of the caller's token.
@@ -303,6 +304,15 @@ pub const ROUTES: &[RouteDef] = {
             "POST",
             RAFT_BOOTSTRAP_PATH,
             |m| on(m, raft_rpc::bootstrap),
+            Open,
+            Shared,
+            RouteLabel::Raft,
+            Raft,
+        ),
+        route(
+            "POST",
+            RAFT_VERSION_PATH,
+            |m| on(m, raft_rpc::version),
             Open,
             Shared,
             RouteLabel::Raft,
