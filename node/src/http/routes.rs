@@ -469,6 +469,7 @@ mod tests {
             "POST /raft/prevote Open Shared",
             "POST /raft/snapshot Open Shared",
             "POST /raft/bootstrap Open Shared",
+            "POST /raft/version Open Shared",
         ];
         assert_eq!(declared, want);
     }
