@@ -167,16 +167,7 @@ pub fn member_addrs(m: &RaftMetrics) -> BTreeMap<NodeId, String> {
 impl Node {
     /// The node, and the intake its batcher drains (`batcher::run`).
     pub fn new(p: Parts) -> (Node, batcher::Intake) {
-        let proposer = Proposer::new(
-            p.id,
-            p.raft.clone(),
-            p.sm.clone(),
-            p.time.clone(),
-            p.elector.clone(),
-            p.truncations.clone(),
-            p.versions.clone(),
-            &p.limits,
-        );
+        let proposer = Proposer::new(&p);
         let (commits, intake) = batcher::channel();
         let node = Node {
             id: p.id,

@@ -90,26 +90,18 @@ pub struct Proposer {
 }
 
 impl Proposer {
-    pub fn new(
-        id: NodeId,
-        raft: Raft,
-        sm: Arc<SmShared>,
-        time: Arc<Timekeeper>,
-        elector: Arc<Elector>,
-        truncations: Truncations,
-        versions: Arc<Versions>,
-        limits: &super::Limits,
-    ) -> Proposer {
+    /// The handle of the node made of `p`.
+    pub fn new(p: &super::Parts) -> Proposer {
         Proposer {
-            id,
-            raft,
-            sm,
-            time,
-            elector,
-            truncations,
-            write_timeout: limits.write_timeout,
-            leader_wait: limits.leader_wait,
-            versions,
+            id: p.id,
+            raft: p.raft.clone(),
+            sm: p.sm.clone(),
+            time: p.time.clone(),
+            elector: p.elector.clone(),
+            truncations: p.truncations.clone(),
+            write_timeout: p.limits.write_timeout,
+            leader_wait: p.limits.leader_wait,
+            versions: p.versions.clone(),
         }
     }
 
