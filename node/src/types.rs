@@ -38,5 +38,8 @@ pub const RAFT_SNAPSHOT_PATH: &str = "/raft/snapshot";
 pub const RAFT_PREVOTE_PATH: &str = "/raft/prevote";
 /// The bootstrap probe (`raft/bootstrap.rs`): what does a peer hold? Ours too.
 pub const RAFT_BOOTSTRAP_PATH: &str = "/raft/bootstrap";
+/// Which entry versions a node applies (`raft/versions.rs`); the release before entry
+/// versions answers 404.
+pub const RAFT_VERSION_PATH: &str = "/raft/version";
 /// The body type of every Raft RPC request and answer.
 pub const BINCODE_CONTENT_TYPE: &str = "application/x-bincode";

@@ -307,6 +307,7 @@ impl ProcCluster {
             cmd.env(var, &n.journal);
         }
         let child = cmd
+            .envs(self.opts.env.iter().map(|(k, v)| (k, v)))
             .args(&args)
             .env("RUST_LOG", filter)
             .stdin(Stdio::null())
@@ -366,6 +367,28 @@ impl ProcCluster {
             return true;
         }
         false
+    }
+
+    /// The binary and extra environment of every node process started from now on (a
+    /// rolling upgrade restarts node after node on another release).
+    pub fn set_binary(&mut self, bin: PathBuf, env: Vec<(String, String)>) {
+        self.opts.bin = bin;
+        self.opts.env = env;
+    }
+
+    /// How node `id`'s process ended, once it has (reaped here); `None` while it runs or
+    /// when it was not running.
+    pub fn try_exit_status(&mut self, id: u64) -> Option<std::process::ExitStatus> {
+        let n = self.nodes.get_mut(&id).expect("known node");
+        let status = n.child.as_mut()?.try_wait().ok().flatten()?;
+        n.child = None;
+        n.paused = false;
+        Some(status)
+    }
+
+    /// Node `id`'s log file (its stdout and stderr).
+    pub fn log_path(&self, id: u64) -> &Path {
+        &self.nodes[&id].log
     }
 
     /// Starts a killed node again on its data dir and port.

@@ -57,6 +57,8 @@ pub struct ClusterOpts {
     /// journal. A binary built to honour it (the cluster tests' `leasehold-under-test`)
     /// then journals every write, so a test can cut the power on a killed node.
     pub fault_journal_env: Option<String>,
+    /// More environment variables of every node process started from now on.
+    pub env: Vec<(String, String)>,
 }
 
 impl ClusterOpts {
@@ -73,6 +75,7 @@ impl ClusterOpts {
             dir: None,
             temp_prefix: "leasehold-chaos-".into(),
             fault_journal_env: None,
+            env: Vec::new(),
         }
     }
 }

@@ -92,6 +92,12 @@ pub enum CommandOf<Items> {
     /// item is applied in order at the entry's stamp, with its own idempotency key, and
     /// gets its own reply in `Outcome::Batch`.
     Batch(Items),
+    /// Internal (entry version 2): from this entry on, the cluster version is `version`
+    /// (`version.rs`). The leader proposes it once every voter and learner advertises
+    /// that it applies `version`.
+    ActivateVersion {
+        version: u32,
+    },
 }
 
 /// One command of a [`Command::Batch`].
@@ -190,6 +196,7 @@ impl From<CommandOf<NoBatch>> for Command {
             C::Delete { job_id } => C::Delete { job_id },
             C::Tick => C::Tick,
             C::Batch(none) => match none {},
+            C::ActivateVersion { version } => C::ActivateVersion { version },
         }
     }
 }
@@ -231,6 +238,7 @@ impl Command {
                 }
             }
             Command::Release { .. } | Command::Delete { .. } | Command::Tick => {}
+            Command::ActivateVersion { version } => crate::version::validate_activation(*version)?,
             // Only the shape: each item's command is validated when it is applied, and
             // gets its own error reply rather than failing the whole batch.
             Command::Batch(items) => validate_batch(items)?,

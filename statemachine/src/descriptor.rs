@@ -20,7 +20,7 @@ use crate::command::{BatchItem, Command};
 
 /// The newest entry version this build applies: the highest [`Descriptor::since`] of
 /// any command. A cluster proposes a command only once every member can apply it.
-pub const ENTRY_VERSION_MAX: u32 = 1;
+pub const ENTRY_VERSION_MAX: u32 = 2;
 
 /// What a request does, as far as permissions go (the role table is the node's
 /// `security::auth::Role::allows`). Commands carry theirs in their [`Descriptor`];
@@ -212,10 +212,26 @@ const BATCH: Descriptor = Descriptor {
     scope: CommandScope::Items,
     ..TICK
 };
+/// Raises the cluster version (rolling upgrades, `version.rs`): proposed by the leader
+/// once every member applies the new version; the first command of entry version 2.
+const ACTIVATE_VERSION: Descriptor = Descriptor {
+    name: "activate_version",
+    since: 2,
+    ..TICK
+};
 
 /// Every descriptor, in the order of `Command`'s variants (their bincode index).
-pub const DESCRIPTORS: [Descriptor; 9] = [
-    SUBMIT, CLAIM, CLAIM_NEXT, RENEW, COMPLETE, RELEASE, DELETE, TICK, BATCH,
+pub const DESCRIPTORS: [Descriptor; 10] = [
+    SUBMIT,
+    CLAIM,
+    CLAIM_NEXT,
+    RENEW,
+    COMPLETE,
+    RELEASE,
+    DELETE,
+    TICK,
+    BATCH,
+    ACTIVATE_VERSION,
 ];
 
 impl Command {
@@ -274,6 +290,7 @@ impl Command {
             ),
             Command::Tick => (&TICK, none),
             Command::Batch(items) => (&BATCH, Names { items, ..none }),
+            Command::ActivateVersion { .. } => (&ACTIVATE_VERSION, none),
         }
     }
 
@@ -363,6 +380,7 @@ pub fn one_of_each() -> Vec<Command> {
             idempotency_key: Some("k".into()),
             command: Command::Delete { job_id: "j".into() },
         }]),
+        Command::ActivateVersion { version: 2 },
     ];
     let listed: Vec<usize> = all.iter().map(variant_index).collect();
     let want: Vec<usize> = (0..all.len()).collect();
@@ -385,5 +403,6 @@ fn variant_index(c: &Command) -> usize {
         Command::Delete { .. } => 6,
         Command::Tick => 7,
         Command::Batch(_) => 8,
+        Command::ActivateVersion { .. } => 9,
     }
 }

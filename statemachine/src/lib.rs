@@ -21,9 +21,11 @@
 //! - [`raise`]: seeding a new cluster from a backup: raised generations, held leases.
 //! - `queries`: read-only questions between entries (is anything claimable?).
 //! - `queue_stats`: jobs per queue and state, kept by the transition point (for metrics).
+//! - [`version`]: entry versions, the cluster version and its activation (rolling
+//!   upgrades).
 //! - [`snapshot`]: `snapshot()`/`restore()` and `check_invariants()`; the versioned
-//!   snapshot formats (`snapshot/v1.rs`, `v3.rs`: their own record and reply types); why
-//!   a restore is refused ([`SnapshotError`], [`Inconsistency`]).
+//!   snapshot formats (`snapshot/v1.rs`, `v3.rs`, `v4.rs`: their own record and reply
+//!   types); why a restore is refused ([`SnapshotError`], [`Inconsistency`]).
 
 pub mod command;
 pub mod descriptor;
@@ -35,6 +37,7 @@ mod queue_stats;
 pub mod raise;
 mod replies;
 pub mod snapshot;
+pub mod version;
 pub mod wire;
 
 pub use command::{BatchItem, Command, CommandOf, Entry, NoBatch, Outcome, Reply};

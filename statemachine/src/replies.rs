@@ -14,15 +14,7 @@ use crate::wire::{ApiError, ErrorCode};
 
 /// The job id a command names, if any.
 fn command_job_id(cmd: &Command) -> Option<&str> {
-    match cmd {
-        Command::Submit { id, .. } => id.as_deref(),
-        Command::Claim { job_id, .. }
-        | Command::Renew { job_id, .. }
-        | Command::Complete { job_id, .. }
-        | Command::Release { job_id, .. }
-        | Command::Delete { job_id } => Some(job_id),
-        Command::ClaimNext { .. } | Command::Tick | Command::Batch(_) => None,
-    }
+    cmd.names().job_id
 }
 
 impl LeaseMachine {

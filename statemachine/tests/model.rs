@@ -196,6 +196,9 @@ fn validate(cmd: &Command) -> Result<(), ErrorCode> {
         }
         Command::Delete { job_id } => id(job_id),
         Command::Tick => Ok(()),
+        Command::ActivateVersion { .. } => {
+            unreachable!("the model generates no activations (tests/versions.rs covers them)")
+        }
         Command::Batch(_) => {
             unreachable!("the model generates no batches (tests/rules.rs covers them)")
         }
@@ -441,6 +444,7 @@ impl Model {
             }
             Command::Tick => Ok(Outcome::Ticked),
             Command::Batch(_) => unreachable!("the model generates no batches"),
+            Command::ActivateVersion { .. } => unreachable!("the model generates no activations"),
         }
     }
 

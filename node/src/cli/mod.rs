@@ -298,6 +298,8 @@ impl ServeArgs {
         cfg.cluster_id = self.cluster_id;
         cfg.tls = self.tls()?;
         cfg.join_token = self.join_token()?;
+        // Tests only: a process of this build that claims an older release's entry version.
+        cfg.entry_version_max = crate::raft::versions::own_entry_version(cfg.entry_version_max);
         cfg.join = self.join_config(&cfg)?;
         cfg.allow_origins = self.allow_origins.clone();
         Ok(cfg)

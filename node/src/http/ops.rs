@@ -30,6 +30,22 @@ pub(super) struct ClusterView {
     /// Added to the first contract: the cluster's id (32 hex digits), null until this node
     /// initialized the cluster or was first replicated to.
     pub(super) cluster_id: Option<String>,
+    /// Added (issue 29): the cluster version this node applied (`raft/versions.rs`).
+    pub(super) cluster_version: u32,
+    /// Added (issue 29): the newest entry version this node's binary applies.
+    pub(super) entry_version_max: u32,
+    /// Added (issue 29): on the leader, each member's entry version as it last polled
+    /// them; empty on other nodes.
+    pub(super) entry_versions: BTreeMap<String, MemberVersion>,
+}
+
+/// A member's entry version as the leader knows it (`raft::versions::Seen`).
+#[derive(Debug, Serialize)]
+pub(super) struct MemberVersion {
+    /// 1 when it answered 404 (the previous release) or did not answer.
+    pub(super) entry_version_max: u32,
+    /// `advertised`, `previous_release` or `unknown`.
+    pub(super) source: &'static str,
 }
 
 async fn committed_index(node: &Node) -> u64 {
@@ -75,7 +91,25 @@ pub(super) async fn cluster_view(node: &Node) -> ClusterView {
         cluster_time_ms: node.cluster_time_ms(),
         state: format!("{:?}", m.state),
         cluster_id: node.guards.peer.cluster_id().map(|c| c.to_string()),
+        cluster_version: node.sm.read(|s| s.machine.cluster_version()),
+        entry_version_max: node.versions.own(),
+        entry_versions: member_versions(node),
     }
+}
+
+/// The leader's view of its members' entry versions, for [`ClusterView`].
+fn member_versions(node: &Node) -> BTreeMap<String, MemberVersion> {
+    node.versions
+        .seen()
+        .into_iter()
+        .map(|(id, seen)| {
+            let v = MemberVersion {
+                entry_version_max: seen.version(),
+                source: seen.source(),
+            };
+            (id.to_string(), v)
+        })
+        .collect()
 }
 
 #[derive(Debug, Serialize)]

@@ -327,3 +327,18 @@ pub async fn bootstrap(State(node): State<Arc<Node>>, req: Request) -> Response 
         Err(r) => r,
     }
 }
+
+/// `POST /raft/version` (`raft/versions.rs`): the newest entry version this node applies.
+/// Answered in every stage, to any authenticated peer: it reveals only the release.
+pub async fn version(State(node): State<Arc<Node>>, req: Request) -> Response {
+    match decode::<crate::raft::versions::VersionRequest>(&node, req, Admit::Probe).await {
+        Ok(AdmittedRpc { rpc: _, _slot }) => {
+            let answer = crate::raft::versions::VersionAnswer {
+                node_id: node.id,
+                entry_version_max: node.versions.own(),
+            };
+            encode(&Ok::<_, RaftError<NodeId>>(answer))
+        }
+        Err(r) => r,
+    }
+}

@@ -85,6 +85,7 @@ fn handler(id: RouteId, m: MethodFilter) -> MethodRouter<Arc<Node>> {
         RaftPrevote => on(m, raft_rpc::prevote),
         RaftSnapshot => on(m, raft_rpc::snapshot),
         RaftBootstrap => on(m, raft_rpc::bootstrap),
+        RaftVersion => on(m, raft_rpc::version),
     }
 }
 

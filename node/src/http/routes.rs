@@ -30,7 +30,8 @@ use leasehold_statemachine::ErrorCode;
 use crate::security::auth::{Operation, Requirement, ScopeRule};
 use crate::telemetry::metrics::RouteLabel;
 use crate::types::{
-    RAFT_APPEND_PATH, RAFT_BOOTSTRAP_PATH, RAFT_PREVOTE_PATH, RAFT_SNAPSHOT_PATH, RAFT_VOTE_PATH,
+    RAFT_APPEND_PATH, RAFT_BOOTSTRAP_PATH, RAFT_PREVOTE_PATH, RAFT_SNAPSHOT_PATH,
+    RAFT_VERSION_PATH, RAFT_VOTE_PATH,
 };
 
 /// Names a row of [`ROUTES`]; `router.rs` maps each to its handler.
@@ -63,6 +64,7 @@ pub enum RouteId {
     RaftPrevote,
     RaftSnapshot,
     RaftBootstrap,
+    RaftVersion,
 }
 
 /// What a route needs of the caller's token.
@@ -691,6 +693,12 @@ pub const ROUTES: &[RouteSpec] = {
             "POST",
             RAFT_BOOTSTRAP_PATH,
             Body::bincode("ProbeRequest"),
+        ),
+        raft_route(
+            RouteId::RaftVersion,
+            "POST",
+            RAFT_VERSION_PATH,
+            Body::bincode("VersionRequest"),
         ),
     ]
 };

@@ -7,7 +7,9 @@
 //! - this file: [`Node`], [`Route`] and [`decide_route`];
 //! - `proposer.rs`: [`Proposer`], stamping and proposing an entry, linearizable reads;
 //! - `batcher.rs`: group commit, on a [`Proposer`];
-//! - `ticks.rs`: the leader's ticks that carry cluster time, on a [`Proposer`].
+//! - `ticks.rs`: the leader's ticks that carry cluster time, on a [`Proposer`];
+//! - `upgrade.rs`: the leader's poll of its members' entry versions and the activation
+//!   of a newer cluster version, on a [`Proposer`].
 //!
 //! Below `http`, above `raft`: it may import `raft`, `store` and the lower layers
 //! (`security`, `time`, `telemetry`, `types`), never `http`, `server` or `cli`. A task
@@ -17,6 +19,7 @@
 pub mod batcher;
 pub mod proposer;
 pub mod ticks;
+pub mod upgrade;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -29,6 +32,7 @@ pub use self::proposer::{ProposeError, Proposer};
 use crate::raft::bootstrap::{Bootstrap, BootstrapHandles};
 use crate::raft::election::{ElectionHandles, Elector};
 use crate::raft::join::{JoinHandles, Joining};
+use crate::raft::versions::Versions;
 use crate::security::Guards;
 use crate::store::SmShared;
 use crate::telemetry::metrics::Metrics;
@@ -80,6 +84,8 @@ pub struct Node {
     pub elector: Arc<Elector>,
     /// Answers peers' bootstrap probes (`raft/bootstrap.rs`).
     pub bootstrap: Arc<Bootstrap>,
+    /// This node's entry version and its members' (`raft/versions.rs`).
+    pub versions: Arc<Versions>,
     proposer: Proposer,
     /// The group-commit batcher's queue (`batcher.rs`).
     commits: batcher::Queue,
@@ -111,6 +117,7 @@ pub struct Parts {
     /// The log's truncation count, for the proposer (`proposer::forwarded_outcome`).
     pub truncations: crate::store::Truncations,
     pub bootstrap: Arc<Bootstrap>,
+    pub versions: Arc<Versions>,
 }
 
 /// Where a request that needs the leader goes.
@@ -160,15 +167,7 @@ pub fn member_addrs(m: &RaftMetrics) -> BTreeMap<NodeId, String> {
 impl Node {
     /// The node, and the intake its batcher drains (`batcher::run`).
     pub fn new(p: Parts) -> (Node, batcher::Intake) {
-        let proposer = Proposer::new(
-            p.id,
-            p.raft.clone(),
-            p.sm.clone(),
-            p.time.clone(),
-            p.elector.clone(),
-            p.truncations.clone(),
-            &p.limits,
-        );
+        let proposer = Proposer::new(&p);
         let (commits, intake) = batcher::channel();
         let node = Node {
             id: p.id,
@@ -182,6 +181,7 @@ impl Node {
             joining: p.joining,
             elector: p.elector,
             bootstrap: p.bootstrap,
+            versions: p.versions,
             proposer,
             commits,
         };
@@ -281,6 +281,7 @@ impl Node {
         command: Command,
         idempotency_key: Option<String>,
     ) -> Result<Reply, ProposeError> {
+        self.proposer.admit(&command)?;
         let term = self.proposer.ready_term().await?;
         self.commits
             .propose(&self.proposer, term, command, idempotency_key)

@@ -5,16 +5,19 @@
 //! (`batcher.rs`) and the leader's ticks (`ticks.rs`) each hold one, so none of them
 //! needs the whole [`Node`](super::Node).
 //!
-//! May import `raft` (the elector's check-quorum verdict), `store`, `time` and `types`.
+//! May import `raft` (the elector's check-quorum verdict, the version gate), `store`, `time`
+//! and `types`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use leasehold_statemachine::version::CLUSTER_VERSION_INITIAL;
 use leasehold_statemachine::{ApiError, Command, Entry, ErrorCode, Reply};
 use openraft::error::{CheckIsLeaderError, ClientWriteError, RaftError};
 use openraft::ServerState;
 
 use crate::raft::election::Elector;
+use crate::raft::versions::{gate, Versions};
 use crate::store::{SmShared, Truncations};
 use crate::time::timekeeper::Timekeeper;
 use crate::types::{NodeId, Raft};
@@ -82,28 +85,42 @@ pub struct Proposer {
     write_timeout: Duration,
     /// How long [`Proposer::ready_term`] waits for a ready term.
     leader_wait: Duration,
+    /// The members' entry versions, for the gate ([`Proposer::admit`]).
+    versions: Arc<Versions>,
 }
 
 impl Proposer {
-    pub fn new(
-        id: NodeId,
-        raft: Raft,
-        sm: Arc<SmShared>,
-        time: Arc<Timekeeper>,
-        elector: Arc<Elector>,
-        truncations: Truncations,
-        limits: &super::Limits,
-    ) -> Proposer {
+    /// The handle of the node made of `p`.
+    pub fn new(p: &super::Parts) -> Proposer {
         Proposer {
-            id,
-            raft,
-            sm,
-            time,
-            elector,
-            truncations,
-            write_timeout: limits.write_timeout,
-            leader_wait: limits.leader_wait,
+            id: p.id,
+            raft: p.raft.clone(),
+            sm: p.sm.clone(),
+            time: p.time.clone(),
+            elector: p.elector.clone(),
+            truncations: p.truncations.clone(),
+            write_timeout: p.limits.write_timeout,
+            leader_wait: p.limits.leader_wait,
+            versions: p.versions.clone(),
         }
+    }
+
+    /// The version gate (`raft/versions.rs`): a command whose entry version is above the
+    /// committed cluster version is not proposed — 503 `unavailable`, naming the member
+    /// that is behind. The activation itself is decided elsewhere (`upgrade.rs`).
+    pub fn admit(&self, command: &Command) -> Result<(), ProposeError> {
+        let version = command.since();
+        if version <= CLUSTER_VERSION_INITIAL || matches!(command, Command::ActivateVersion { .. })
+        {
+            return Ok(());
+        }
+        let cluster_version = self.sm.read(|s| s.machine.cluster_version());
+        gate(version, cluster_version, &self.versions.seen()).map_err(ProposeError::Unavailable)
+    }
+
+    /// This node's entry version and what it knows of its members'.
+    pub fn versions(&self) -> &Versions {
+        &self.versions
     }
 
     pub fn raft(&self) -> &Raft {
@@ -195,6 +212,10 @@ impl Proposer {
         command: Command,
         idempotency_key: Option<String>,
     ) -> Result<Reply, ProposeError> {
+        // A batch's items were admitted one by one as they were queued (`Node::propose`).
+        if !matches!(command, Command::Batch(_)) {
+            self.admit(&command)?;
+        }
         let stamp_ms = self.time.issue(self.sm.read(|s| s.last_stamp), term);
         let entry = Entry {
             stamp_ms,

@@ -6,6 +6,8 @@
 //! - [`join`]: `serve --join` — a new node asks a running cluster to add it.
 //! - [`bootstrap`]: an empty data dir asks its peers whether the cluster exists before it
 //!   votes or initializes; the founding promise; a wiped member rejoins by itself.
+//! - [`versions`]: entry versions — what a node advertises, the proposal gate and the
+//!   activation decisions, the start-up refusal of newer data (rolling upgrades).
 //!
 //! May import: `store`, and the lower layers (`security`, `time`, `telemetry`, `types`).
 //! Never `node`, `http`, `server` or `cli`: what it needs from a running node comes in as
@@ -15,3 +17,4 @@ pub mod bootstrap;
 pub mod election;
 pub mod join;
 pub mod network;
+pub mod versions;

@@ -25,9 +25,10 @@ use serde::Serialize;
 use crate::security::peer_auth::{PeerGuard, PEER_AUTH_HEADER};
 use crate::security::tls::NodeTls;
 // The wire names live in `types`: the router and the token rules name them too.
+use crate::raft::versions::{VersionAnswer, VersionRequest};
 use crate::types::{
     NodeId, TypeConfig, BINCODE_CONTENT_TYPE, RAFT_APPEND_PATH, RAFT_BOOTSTRAP_PATH,
-    RAFT_PREVOTE_PATH, RAFT_SNAPSHOT_PATH, RAFT_VOTE_PATH,
+    RAFT_PREVOTE_PATH, RAFT_SNAPSHOT_PATH, RAFT_VERSION_PATH, RAFT_VOTE_PATH,
 };
 
 /// How long an idle pooled connection to a peer is kept.
@@ -157,6 +158,15 @@ pub fn check_append(
     }
 }
 
+/// What asking a peer for its entry version ([`PeerClient::version`]) came to.
+#[derive(Debug)]
+pub enum VersionCall {
+    Answered(VersionAnswer),
+    /// 404: the peer runs the release before entry versions.
+    NoRoute,
+    Failed(String),
+}
+
 /// A failed Raft RPC: openraft's own error, so its network/remote split stays intact.
 pub type RpcErr<E> = RPCError<NodeId, BasicNode, RaftError<NodeId, E>>;
 
@@ -173,6 +183,20 @@ impl PeerClient {
         E: std::error::Error + DeserializeOwned,
     {
         let started = std::time::Instant::now();
+        let resp = self.send(path, req, opt).await?;
+        self.answer(path, resp, started).await
+    }
+
+    /// Sends `req` to `path`, signed; the peer's HTTP answer, whatever its status.
+    async fn send<Req: Serialize, E>(
+        &self,
+        path: &str,
+        req: &Req,
+        opt: &RPCOption,
+    ) -> Result<reqwest::Response, RpcErr<E>>
+    where
+        E: std::error::Error,
+    {
         let body = bincode::serialize(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         // Signed over the exact bytes sent (length and SHA-256), after serializing; the
         // header is numbered for this target (replay window, `peer_replay.rs`).
@@ -186,11 +210,24 @@ impl PeerClient {
             .body(body)
             .send()
             .await;
-        let resp = match sent {
-            Ok(r) => r,
-            Err(e) if e.is_connect() => return Err(RPCError::Unreachable(Unreachable::new(&e))),
-            Err(e) => return Err(RPCError::Network(NetworkError::new(&e))),
-        };
+        match sent {
+            Ok(r) => Ok(r),
+            Err(e) if e.is_connect() => Err(RPCError::Unreachable(Unreachable::new(&e))),
+            Err(e) => Err(RPCError::Network(NetworkError::new(&e))),
+        }
+    }
+
+    /// Decodes the peer's answer to `path`: bincode of `Result<Resp, RaftError>`.
+    async fn answer<Resp, E>(
+        &self,
+        path: &str,
+        resp: reqwest::Response,
+        started: std::time::Instant,
+    ) -> Result<Resp, RpcErr<E>>
+    where
+        Resp: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    {
         if !resp.status().is_success() {
             let status = resp.status();
             let why = refusal_text(resp).await;
@@ -231,6 +268,28 @@ impl PeerClient {
     ) -> Result<crate::raft::election::PreVoteResponse, RpcErr<openraft::error::Infallible>> {
         self.call(RAFT_PREVOTE_PATH, req, &RPCOption::new(timeout))
             .await
+    }
+
+    /// `POST /raft/version` (`versions.rs`), bounded by `timeout`. A 404 is the release
+    /// before entry versions, which does not serve the route.
+    pub async fn version(&self, req: &VersionRequest, timeout: Duration) -> VersionCall {
+        type E = openraft::error::Infallible;
+        let started = std::time::Instant::now();
+        let opt = RPCOption::new(timeout);
+        let resp = match self.send::<_, E>(RAFT_VERSION_PATH, req, &opt).await {
+            Ok(r) => r,
+            Err(e) => return VersionCall::Failed(e.to_string()),
+        };
+        if resp.status() == reqwest::StatusCode::NOT_FOUND {
+            return VersionCall::NoRoute;
+        }
+        match self
+            .answer::<VersionAnswer, E>(RAFT_VERSION_PATH, resp, started)
+            .await
+        {
+            Ok(a) => VersionCall::Answered(a),
+            Err(e) => VersionCall::Failed(e.to_string()),
+        }
     }
 
     /// `POST /raft/bootstrap` (`bootstrap.rs`), bounded by `timeout`.

@@ -22,6 +22,7 @@ use crate::raft::bootstrap::Bootstrap;
 use crate::raft::election::Elector;
 use crate::raft::join::Stage;
 use crate::raft::network::Network;
+use crate::raft::versions::Versions;
 use crate::security::peer_auth::{ClusterId, PeerGuard, PeerSecret};
 use crate::security::Guards;
 use crate::store::{LogStore, SmShared, StateMachineStore, StorageFailed, WalOptions};
@@ -122,6 +123,9 @@ pub struct NodeConfig {
     /// What the data dir is written through: [`Disk::Real`], or in a test build a
     /// fault-injecting disk (`fsio::fault`).
     pub disk: Disk,
+    /// The newest entry version this node applies and advertises (`raft/versions.rs`):
+    /// the build's, lower only in tests.
+    pub entry_version_max: u32,
 }
 
 impl NodeConfig {
@@ -144,6 +148,7 @@ impl NodeConfig {
             join_token: None,
             allow_origins: Vec::new(),
             disk: Disk::Real,
+            entry_version_max: leasehold_statemachine::version::ENTRY_VERSION_MAX,
         }
     }
 }
@@ -224,6 +229,9 @@ pub enum StartError {
         #[source]
         source: crate::store::SnapshotFileError,
     },
+    /// The data dir holds entries or a snapshot of a newer release (issue 29, item 5).
+    #[error(transparent)]
+    NewerData(#[from] crate::raft::versions::CheckError),
     #[error(transparent)]
     RaftConfig(Box<openraft::ConfigError>),
     #[error("starting raft")]
@@ -315,6 +323,7 @@ pub async fn start(listener: TcpListener, cfg: NodeConfig) -> Result<RunningNode
         elector: opened.elector,
         truncations: opened.log.truncations(),
         bootstrap,
+        versions: Arc::new(Versions::new(cfg.entry_version_max)),
     });
     let node = Arc::new(node);
     let cancel = CancellationToken::new();
@@ -400,6 +409,7 @@ async fn open(cfg: &NodeConfig) -> Result<Opened, StartError> {
     .await
     .map_err(|source| StartError::OpenStateMachine { dir: dir(), source })?;
     let sm = sm_store.shared();
+    check_versions(&log_store, &sm, cfg.entry_version_max).await?;
     let network = Network::new(cfg.dial.clone(), peer.clone()).with_tls(cfg.tls.clone());
     let elector = Arc::new(Elector::new(
         log_store.clone(),
@@ -431,6 +441,25 @@ async fn open(cfg: &NodeConfig) -> Result<Opened, StartError> {
         peer,
         stage,
     })
+}
+
+/// Refuses, before Raft runs, a data dir with a snapshot or log entries of a newer release
+/// than this binary applies (`raft/versions.rs`): applying them would crash or diverge.
+async fn check_versions(log: &LogStore, sm: &SmShared, own: u32) -> Result<(), StartError> {
+    use crate::raft::versions::{check_log, check_machine, CheckError};
+    use openraft::storage::RaftLogStorage;
+    sm.read(|s| check_machine(&s.machine, own))
+        .map_err(CheckError::from)?;
+    let mut log = log.clone();
+    let state = log
+        .get_log_state()
+        .await
+        .map_err(|e| CheckError::Read(e.to_string()))?;
+    let first = state.last_purged_log_id.map_or(0, |l| l.index + 1);
+    if let Some(last) = state.last_log_id {
+        check_log(&mut log, first, last.index, own).await?;
+    }
+    Ok(())
 }
 
 /// Serves `listener` and starts the node's tasks: the batcher, the ticks, the
@@ -468,7 +497,12 @@ fn spawn_tasks(
         network,
         cancel.clone(),
     ));
-    let mut tasks = vec![server, ticks, batcher, elections];
+    let upgrade = tokio::spawn(crate::node::upgrade::run(
+        node.proposer().clone(),
+        Network::new(cfg.dial.clone(), node.guards.peer.clone()).with_tls(cfg.tls.clone()),
+        cancel.clone(),
+    ));
+    let mut tasks = vec![server, ticks, batcher, elections, upgrade];
     let leaders = watch_leader(node.raft.clone(), node.metrics.clone(), cancel.clone());
     tasks.push(tokio::spawn(leaders));
     tasks

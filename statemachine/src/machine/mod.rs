@@ -108,6 +108,9 @@ pub struct LeaseMachine {
     /// claim of such an id is above any token the backup's old cluster could have granted
     /// it. In snapshots (v2 and v3).
     pub(crate) generation_floor: u64,
+    /// The entry versions this cluster applies (`version.rs`): 1 until an
+    /// `ActivateVersion` raises it. In snapshots from v4 on (v1-v3: 1).
+    pub(crate) cluster_version: u32,
     pub(crate) idempotency: IdempotencyTable,
     /// Derived from the records' places (`indexes.rs`), rebuilt on restore.
     pub(crate) ix: Indexes,
@@ -132,6 +135,7 @@ impl LeaseMachine {
             jobs: BTreeMap::new(),
             tombstones: BTreeMap::new(),
             generation_floor: 0,
+            cluster_version: crate::version::CLUSTER_VERSION_INITIAL,
             idempotency: IdempotencyTable::default(),
             ix: Indexes::default(),
         }
@@ -153,6 +157,20 @@ impl LeaseMachine {
 
     pub fn last_log_index(&self) -> u64 {
         self.last_log_index
+    }
+
+    /// The newest entry version this cluster applies (`version.rs`).
+    pub fn cluster_version(&self) -> u32 {
+        self.cluster_version
+    }
+
+    /// Whether a command of entry version `version` applies here: 503 `unavailable`
+    /// above the cluster version.
+    pub fn admits(&self, version: u32) -> Result<(), ApiError> {
+        if version > self.cluster_version {
+            return Err(crate::version::not_active(version, self.cluster_version));
+        }
+        Ok(())
     }
 
     pub fn stats(&self) -> Stats {
@@ -218,6 +236,9 @@ impl LeaseMachine {
         key: Option<&str>,
         cmd: &Command,
     ) -> Reply {
+        // Before the idempotency table: a command refused for its version is not
+        // remembered, so its retry after the activation is applied.
+        self.check_active(cmd)?;
         match key {
             None => self.execute(log_index, now, cmd),
             // The node checked the key too; a log entry is never trusted to be well-formed,
@@ -316,6 +337,19 @@ impl LeaseMachine {
             Command::Delete { job_id } => self.delete(job_id),
             Command::Tick => Ok(Outcome::Ticked),
             Command::Batch(_) => Err(ApiError::new(ErrorCode::InvalidArgument, "nested batch")),
+            Command::ActivateVersion { version } => {
+                self.cluster_version = crate::version::activated(self.cluster_version, *version);
+                Ok(Outcome::Ticked)
+            }
+        }
+    }
+
+    /// Refuses a command whose entry version is above the cluster version; the
+    /// activation itself is what raises it.
+    fn check_active(&self, cmd: &Command) -> Result<(), ApiError> {
+        match cmd {
+            Command::ActivateVersion { .. } => Ok(()),
+            cmd => self.admits(cmd.since()),
         }
     }
 }

@@ -21,7 +21,9 @@
 //!   them.
 //! - the writer is told which format to write ([`SnapshotFormat`]): during a rolling
 //!   upgrade an old follower installs snapshots a new leader wrote, so a new format is
-//!   written only once every node can read it (issue 29 item 5's cluster version).
+//!   written only once every node can read it — the machine writes the oldest format
+//!   that carries its state ([`SnapshotFormat::for_cluster_version`]): v3 until an
+//!   activation raised the cluster version (`version.rs`), v4 after.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -30,6 +32,7 @@ use bincode::Options;
 
 use crate::idempotency::{Bounds, IdempotencyTable, Remembered};
 use crate::machine::{Config, Indexes, JobRecord, LeaseMachine, Place};
+use crate::version::CLUSTER_VERSION_INITIAL;
 
 mod v1;
 mod v3;
@@ -47,19 +50,36 @@ pub const SNAPSHOT_FORMAT_V2: u8 = 2;
 /// entries keeping whole replies. Earlier builds refuse v3: upgrade every node of a
 /// cluster together (docs/operations.md).
 pub const SNAPSHOT_FORMAT_V3: u8 = 3;
+/// Version byte of a snapshot of a machine whose cluster version was raised
+/// (`version.rs`): v3 followed by `bincode(cluster_version: u32)`. A machine at the
+/// initial cluster version is still written as v3, so the previous release can install a
+/// new leader's snapshot until the activation — and refuses one after it.
+pub const SNAPSHOT_FORMAT_V4: u8 = 4;
 
 /// A format this build can write.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum SnapshotFormat {
     /// [`SNAPSHOT_FORMAT_V3`].
-    #[default]
     V3,
+    /// [`SNAPSHOT_FORMAT_V4`].
+    V4,
 }
 
 impl SnapshotFormat {
     pub fn version(self) -> u8 {
         match self {
             SnapshotFormat::V3 => SNAPSHOT_FORMAT_V3,
+            SnapshotFormat::V4 => SNAPSHOT_FORMAT_V4,
+        }
+    }
+
+    /// The format a machine at `cluster_version` writes: the oldest that carries its
+    /// state, so every node the cluster version admits can read it.
+    pub fn for_cluster_version(cluster_version: u32) -> SnapshotFormat {
+        if cluster_version > CLUSTER_VERSION_INITIAL {
+            SnapshotFormat::V4
+        } else {
+            SnapshotFormat::V3
         }
     }
 }
@@ -69,7 +89,7 @@ pub enum SnapshotError {
     #[error("snapshot is empty")]
     Empty,
     #[error(
-        "snapshot format version {0} is not supported (this build reads {SNAPSHOT_FORMAT_V1} to {SNAPSHOT_FORMAT_V3})"
+        "snapshot format version {0} is not supported (this build reads {SNAPSHOT_FORMAT_V1} to {SNAPSHOT_FORMAT_V4})"
     )]
     UnknownVersion(u8),
     #[error("snapshot does not decode: {0}")]
@@ -85,6 +105,8 @@ pub enum SnapshotError {
 pub enum Inconsistency {
     #[error("a v2 snapshot with generation floor 0")]
     V2WithoutFloor,
+    #[error("a v4 snapshot with the initial cluster version")]
+    V4WithoutVersion,
     #[error("job {0} indexed twice")]
     IndexedTwice(String),
     #[error("live job {0} is tombstoned")]
@@ -131,6 +153,7 @@ struct Image {
     tombstones: BTreeMap<String, u64>,
     idempotency: Vec<(String, Remembered)>,
     generation_floor: u64,
+    cluster_version: u32,
 }
 
 /// An [`Image`] borrowed from a machine or a source, to encode.
@@ -140,6 +163,7 @@ struct ImageRef<'a> {
     tombstones: &'a BTreeMap<String, u64>,
     idempotency: Vec<(&'a String, &'a Remembered)>,
     generation_floor: u64,
+    cluster_version: u32,
 }
 
 /// The records of a machine at one instant, detached from it: taking one costs a walk
@@ -167,7 +191,8 @@ impl SnapshotSource {
 
     /// [`Self::encode`] into a writer (a file), without the whole image in memory.
     pub fn encode_into<W: std::io::Write>(&self, w: W) -> bincode::Result<()> {
-        self.encode_as(SnapshotFormat::default(), w)
+        let format = SnapshotFormat::for_cluster_version(self.image.cluster_version);
+        self.encode_as(format, w)
     }
 
     /// [`Self::encode_into`] in format `format`.
@@ -183,6 +208,7 @@ impl SnapshotSource {
             tombstones: &i.tombstones,
             idempotency: i.idempotency.iter().map(|(k, r)| (k, r)).collect(),
             generation_floor: i.generation_floor,
+            cluster_version: i.cluster_version,
         };
         encode_into(format, &image, w)
     }
@@ -194,15 +220,24 @@ fn encode_into<W: std::io::Write>(
     image: &ImageRef<'_>,
     mut w: W,
 ) -> bincode::Result<()> {
+    if format < SnapshotFormat::for_cluster_version(image.cluster_version) {
+        let why = format!("format {format:?} cannot carry cluster version {}", image.cluster_version);
+        return Err(Box::new(bincode::ErrorKind::Custom(why)));
+    }
     w.write_all(&[format.version()])?;
     match format {
         SnapshotFormat::V3 => v3::encode_into(image, w),
+        SnapshotFormat::V4 => {
+            v3::encode_into(image, &mut w)?;
+            bincode::serialize_into(w, &image.cluster_version)
+        }
     }
 }
 
 /// The image in a snapshot body of format `version`.
 fn decode(version: u8, body: &[u8], options: impl Options) -> Result<Image, SnapshotError> {
     let err = |e: bincode::Error| SnapshotError::Decode(e.to_string());
+    let mut cluster_version = CLUSTER_VERSION_INITIAL;
     let (state, idempotency, floor) = match version {
         SNAPSHOT_FORMAT_V1 => {
             let s: v1::StateV1<v1::RememberedV1> = options.deserialize(body).map_err(err)?;
@@ -224,6 +259,17 @@ fn decode(version: u8, body: &[u8], options: impl Options) -> Result<Image, Snap
             let (s, idem) = split(s);
             (s, idem, floor)
         }
+        SNAPSHOT_FORMAT_V4 => {
+            let ((s, floor), version): (v3::BodyV3, u32) =
+                options.deserialize(body).map_err(err)?;
+            if version <= CLUSTER_VERSION_INITIAL {
+                // One state, one encoding: at the initial version v4's writers wrote v3.
+                return Err(Inconsistency::V4WithoutVersion.into());
+            }
+            cluster_version = version;
+            let (s, idem) = split(s);
+            (s, idem, floor)
+        }
         _ => return Err(SnapshotError::UnknownVersion(version)),
     };
     if let Some(why) = state.jobs.inconsistency {
@@ -237,6 +283,7 @@ fn decode(version: u8, body: &[u8], options: impl Options) -> Result<Image, Snap
         tombstones: state.tombstones,
         idempotency,
         generation_floor: floor,
+        cluster_version,
     })
 }
 
@@ -280,14 +327,16 @@ impl LeaseMachine {
                 .map(|(k, r)| (k.clone(), r.clone()))
                 .collect(),
             generation_floor: self.generation_floor,
+            cluster_version: self.cluster_version,
         };
         SnapshotSource { image }
     }
 
-    /// The whole state as bytes in the format this build writes by default:
-    /// `[SNAPSHOT_FORMAT_V3] ++ bincode(state) ++ bincode(generation floor)`.
+    /// The whole state as bytes in the format its cluster version calls for:
+    /// `[SNAPSHOT_FORMAT_V3] ++ bincode(state) ++ bincode(generation floor)`, and v4 (the
+    /// cluster version after it) once an activation raised it.
     pub fn snapshot(&self) -> Vec<u8> {
-        self.snapshot_as(SnapshotFormat::default())
+        self.snapshot_as(SnapshotFormat::for_cluster_version(self.cluster_version))
     }
 
     /// The whole state as bytes in format `format`.
@@ -298,6 +347,7 @@ impl LeaseMachine {
             tombstones: &self.tombstones,
             idempotency: self.idempotency.entries().collect(),
             generation_floor: self.generation_floor,
+            cluster_version: self.cluster_version,
         };
         let mut out = Vec::new();
         encode_into(format, &image, &mut out).expect("state always encodes");
@@ -329,6 +379,7 @@ impl LeaseMachine {
         m.grace_applied = h.grace_applied;
         m.tombstones = image.tombstones;
         m.generation_floor = image.generation_floor;
+        m.cluster_version = image.cluster_version;
         m.idempotency = IdempotencyTable::from_entries(image.idempotency, Bounds::of(&h.config))?;
         for (&handle, rec) in &image.jobs {
             if handle >= m.next_handle {

@@ -65,6 +65,7 @@ fn every_route_declares_its_operation() {
         "POST /raft/prevote Open Shared",
         "POST /raft/snapshot Open Shared",
         "POST /raft/bootstrap Open Shared",
+        "POST /raft/version Open Shared",
     ];
     assert_eq!(declared, want);
 }

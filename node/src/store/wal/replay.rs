@@ -80,6 +80,16 @@ pub struct WalDamage {
     pub what: String,
 }
 
+/// What a record that does not decode, inside a batch whose checksum holds, is: no crash
+/// writes it, so it is either damage or a record of a newer release (a command this build
+/// does not know), which the operator must not "repair" by restoring.
+fn undecodable(e: &io::Error) -> String {
+    format!(
+        "a record that does not decode ({e}); if a newer leasehold ran on this data dir, \
+         start that release on it instead (docs/operations.md, \"Upgrading\")"
+    )
+}
+
 pub(super) fn damaged(path: &Path, offset: u64, what: impl std::fmt::Display) -> io::Error {
     io::Error::new(
         io::ErrorKind::InvalidData,
@@ -272,7 +282,8 @@ fn scan_segment(
             let bytes = body
                 .get(r + RECORD_HEAD..r + RECORD_HEAD + rlen)
                 .ok_or_else(bad)?;
-            let record = decode_record(bytes).map_err(|_| bad())?;
+            let record = decode_record(bytes)
+                .map_err(|e| damaged(path, (body_at + r) as u64, undecodable(&e)))?;
             let is_checkpoint = matches!(record, Record::Checkpoint { .. });
             if first != is_checkpoint {
                 return Err(bad());

@@ -1,0 +1,94 @@
+//! Entry versions and the cluster version (issue 29, item 5: rolling upgrades).
+//!
+//! Every [`Command`] has the *entry version* of the release that introduced it: a binary
+//! that applies up to version `n` decodes and applies every command of version `≤ n`,
+//! and cannot decode a newer one (bincode refuses an unknown variant). Each node
+//! advertises the newest entry version it applies (`node/src/raft/versions.rs`); once
+//! every voter and learner advertises `≥ n`, the leader proposes
+//! [`Command::ActivateVersion`]`{ version: n }`, and from then on the *cluster version*
+//! is `n`: it is replicated (in the log and in snapshots, format v4), so every replica
+//! agrees on it, and `apply` refuses a command above it — deterministically, whatever
+//! the leader's own check decided (that check can race a membership change).
+//!
+//! While the cluster version is [`CLUSTER_VERSION_INITIAL`], nothing this build writes
+//! (log entries, snapshots) is unreadable to the previous release, so a node can still be
+//! rolled back; after activation the previous release refuses the data dir.
+//!
+//! A command's entry version is its descriptor's `since` ([`Command::since`]). Pure;
+//! imports only `descriptor` and `wire`.
+
+use crate::wire::{ApiError, ErrorCode};
+
+pub use crate::descriptor::ENTRY_VERSION_MAX;
+/// The cluster version of a machine that never applied an activation: the entry version
+/// of every command of the release before entry versions existed.
+pub const CLUSTER_VERSION_INITIAL: u32 = 1;
+
+/// Why `apply` refused a command: its entry version is not active in the cluster yet.
+pub fn not_active(version: u32, cluster_version: u32) -> ApiError {
+    ApiError::new(
+        ErrorCode::Unavailable,
+        format!(
+            "this command needs entry version {version}, and the cluster version is \
+             {cluster_version}: it is activated once every node runs a release that \
+             applies it"
+        ),
+    )
+}
+
+/// An activation names a version above the first. Not bounded by this build's
+/// [`ENTRY_VERSION_MAX`]: every replica must reach the same cluster version, and one
+/// that took a newer activation than it can apply refuses to start on that state with a
+/// clear message (`node/src/raft/versions.rs`) rather than diverge here.
+pub fn validate_activation(version: u32) -> Result<(), ApiError> {
+    if version <= CLUSTER_VERSION_INITIAL {
+        return Err(ApiError::new(
+            ErrorCode::InvalidArgument,
+            format!("an activation names an entry version above {CLUSTER_VERSION_INITIAL}"),
+        ));
+    }
+    Ok(())
+}
+
+/// The cluster version after applying `ActivateVersion { version }` at `current`: it
+/// only ever rises (a repeated or older activation changes nothing).
+pub fn activated(current: u32, version: u32) -> u32 {
+    current.max(version)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::command::{BatchItem, Command};
+
+    #[test]
+    fn every_command_of_the_first_release_is_version_1_and_activation_is_2() {
+        let claim = Command::Claim {
+            job_id: "a".into(),
+            owner: "w".into(),
+            ttl_ms: 1_000,
+        };
+        assert_eq!(Command::since(&claim), 1);
+        assert_eq!(Command::since(&Command::Tick), 1);
+        let activate = Command::ActivateVersion { version: 2 };
+        assert_eq!(Command::since(&activate), 2);
+        assert!(Command::since(&activate) <= ENTRY_VERSION_MAX);
+        let item = |command| BatchItem {
+            idempotency_key: None,
+            command,
+        };
+        let batch = Command::Batch(vec![item(claim), item(activate)]);
+        assert_eq!(
+            Command::since(&batch),
+            2,
+            "a batch is as new as its newest item"
+        );
+    }
+
+    #[test]
+    fn the_cluster_version_only_rises() {
+        assert_eq!(activated(CLUSTER_VERSION_INITIAL, 2), 2);
+        assert_eq!(activated(2, 2), 2);
+        assert_eq!(activated(3, 2), 3);
+    }
+}
