@@ -1,8 +1,9 @@
 //! The API reference against the code: `docs/api.md` must document every error code
 //! with its status (`ErrorCode::ALL`), every route of the node's route table
-//! (`http::routes::ROUTES`, the job actions included) — and every route it documents must
-//! be one of the table's —, and every `serve` and `dev` flag (the clap definition); and
-//! `docs/operations.md` every metric family (`telemetry::metrics::FAMILIES`). Each test
+//! (`http::routes::ROUTES`, the job actions and query parameters included) — and every
+//! route it documents must be one of the table's —, and every `serve` and `dev` flag
+//! (the clap definition); and `docs/operations.md` every metric family
+//! (`telemetry::metrics::FAMILIES`) and every `route` label value. Each test
 //! reads the code's own table, so a new route, code or flag fails here until the
 //! reference describes it. Only the part of the page before "Version 1.1 (planned)"
 //! counts: that section describes routes not served yet.
@@ -56,19 +57,46 @@ fn every_routed_path_is_documented() {
     );
 }
 
-/// Every `` `METHOD /path` `` the reference names (a query string after `?` aside).
-fn documented_calls(doc: &str) -> Vec<(String, String)> {
+/// Every `` `METHOD /path?query` `` the reference names: method, path, query names.
+fn documented_calls(doc: &str) -> Vec<(String, String, Vec<String>)> {
     let mut calls = Vec::new();
     for method in ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"] {
         let open = format!("`{method} /");
         for (at, _) in doc.match_indices(open.as_str()) {
             let span = &doc[at + 1..];
             let span = &span[..span.find('`').unwrap_or(span.len())];
-            let path = span[method.len() + 1..].split('?').next().unwrap_or("");
-            calls.push((method.to_owned(), path.to_owned()));
+            let (path, query) = span[method.len() + 1..]
+                .split_once('?')
+                .unwrap_or((&span[method.len() + 1..], ""));
+            let names = query
+                .split('&')
+                .filter_map(|kv| kv.split('=').next())
+                .filter(|k| !k.is_empty())
+                .map(str::to_owned)
+                .collect();
+            calls.push((method.to_owned(), path.to_owned(), names));
         }
     }
     calls
+}
+
+/// The query parameters of a route are the ones its documented calls show, no more
+/// and no fewer.
+#[test]
+fn every_query_parameter_is_documented() {
+    let calls = documented_calls(&reference());
+    for r in ROUTES {
+        let mut documented: Vec<&str> = calls
+            .iter()
+            .filter(|(m, p, _)| m == r.method && p == r.path)
+            .flat_map(|(_, _, q)| q.iter().map(String::as_str))
+            .collect();
+        documented.sort();
+        documented.dedup();
+        let mut read = r.query.to_vec();
+        read.sort();
+        assert_eq!(documented, read, "{} {}", r.method, r.path);
+    }
 }
 
 /// The other way round: a call the reference documents is a route of the table (job
@@ -80,8 +108,8 @@ fn every_documented_route_is_served() {
     assert!(calls.len() >= ROUTES.len(), "{calls:?}");
     let unknown: Vec<String> = calls
         .iter()
-        .filter(|(method, path)| !ROUTES.iter().any(|r| r.method == method && r.path == path))
-        .map(|(method, path)| format!("{method} {path}"))
+        .filter(|(method, path, _)| !ROUTES.iter().any(|r| r.method == method && r.path == path))
+        .map(|(method, path, _)| format!("{method} {path}"))
         .collect();
     assert!(
         unknown.is_empty(),
@@ -180,5 +208,26 @@ fn every_metric_family_is_documented_with_its_type() {
     assert!(
         unknown.is_empty(),
         "docs/operations.md documents families the node does not export: {unknown:#?}"
+    );
+}
+
+/// Every value of the `route` label (`telemetry::metrics::RouteLabel`, which the route
+/// table names per route) is listed in the metrics reference's "Route labels".
+#[test]
+fn every_route_label_is_documented() {
+    use leasehold_node::telemetry::metrics::RouteLabel;
+    let doc = metrics_reference();
+    let start = doc
+        .find("Route labels:")
+        .expect("docs/operations.md lists the route labels");
+    let list = &doc[start..doc[start..].find("\n\n").map_or(doc.len(), |e| start + e)];
+    let missing: Vec<&str> = RouteLabel::ALL
+        .iter()
+        .map(|l| l.label())
+        .filter(|v| !list.contains(&format!("`{v}`")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "route labels docs/operations.md does not list: {missing:?}"
     );
 }

@@ -221,7 +221,10 @@ fn encode_into<W: std::io::Write>(
     mut w: W,
 ) -> bincode::Result<()> {
     if format < SnapshotFormat::for_cluster_version(image.cluster_version) {
-        let why = format!("format {format:?} cannot carry cluster version {}", image.cluster_version);
+        let why = format!(
+            "format {format:?} cannot carry cluster version {}",
+            image.cluster_version
+        );
         return Err(Box::new(bincode::ErrorKind::Custom(why)));
     }
     w.write_all(&[format.version()])?;
