@@ -52,7 +52,9 @@ impl RecentRejections {
                     self.record(log_index, at_ms, &item.command, reply);
                 }
             }
-            (Command::Tick, _) | (_, Ok(_)) => {}
+            // The leader's own entries (a tick, a version activation) are no client's
+            // rejection.
+            (Command::Tick | Command::ActivateVersion { .. }, _) | (_, Ok(_)) => {}
             (command, Err(err)) => {
                 let names = command.names();
                 let job = err.job.as_deref();
@@ -176,7 +178,7 @@ mod tests {
                 "renew" | "complete" | "release" => Some((j, None, o, Some(7))),
                 "delete" => Some((j, None, None, None)),
                 "batch" => Some((None, None, None, None)),
-                "tick" => None,
+                "tick" | "activate_version" => None,
                 other => panic!("{other}: say what the feed shows of it"),
             };
             let got = r.since(0, 1).pop().map(|x| {
