@@ -1103,6 +1103,7 @@ async fn rejected_requests_change_nothing() {
             .collect();
         (list, applied, states)
     };
+    c.wait_settled().await;
     let before = observe().await;
 
     let huge = format!(r#"{{"id":"huge","payload":"{}"}}"#, "z".repeat(1024 * 1024));

@@ -394,6 +394,7 @@ async fn garbage_to_every_route_gets_4xx_and_changes_nothing() {
     .await
     .ok(200);
     c.wait_all_caught_up(leader).await;
+    c.wait_settled().await;
     let mut before = Vec::new();
     for &id in &c.ids {
         before.push(node_state(&c, id).await);

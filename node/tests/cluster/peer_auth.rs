@@ -193,6 +193,7 @@ async fn forged_unsigned_wrongly_signed_or_stale_appends_get_401_and_change_noth
         .ok(201);
     c.wait_all_caught_up(leader).await;
     let cluster = agreed_cluster_id(&c, &c.ids).await;
+    c.wait_settled().await;
     let before = fingerprints(&c, &c.ids).await;
 
     for &target in &c.ids {
@@ -363,6 +364,7 @@ async fn a_node_of_another_cluster_with_the_same_secret_is_refused() {
     c.post(leader, "/v1/jobs", json!({"id": "a"})).await.ok(201);
     c.wait_all_caught_up(leader).await;
     let cluster = agreed_cluster_id(&c, &c.ids).await;
+    c.wait_settled().await;
     let before = fingerprints(&c, &c.ids).await;
     let top_term = before.values().map(|f| f.2).max().unwrap();
 

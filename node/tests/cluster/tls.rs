@@ -538,6 +538,7 @@ async fn every_guard_on_refuses_forgeries_and_strangers_and_serves_its_clients()
     // Settle first: every node applied the claim (idle ticks are off in this cluster).
     let claimed_at = lease["log_index"].as_u64().unwrap();
     c.wait_all_applied_in_process(claimed_at).await;
+    c.wait_settled().await;
     let before = fingerprint().await;
     let m = c.node(leader).node.raft.metrics().borrow().clone();
     let term = m.current_term + 5;

@@ -643,6 +643,31 @@ impl TestCluster {
         .await
     }
 
+    /// Waits until every running node applied the activation of this build's cluster
+    /// version (`ActivateVersion`, which the leader proposes by itself about a second
+    /// after the cluster forms), asking in process: a test that compares a node's state
+    /// before and after something must take "before" once that entry is in.
+    pub async fn wait_settled(&self) {
+        let want = leasehold_statemachine::ENTRY_VERSION_MAX;
+        eventually(
+            &format!("every node at cluster version {want}"),
+            CATCH_UP_WAIT,
+            || async {
+                let seen: Vec<u32> = self
+                    .running()
+                    .iter()
+                    .map(|id| self.node(*id).node.sm.read(|s| s.machine.cluster_version()))
+                    .collect();
+                if seen.iter().all(|v| *v == want) {
+                    Ok(())
+                } else {
+                    Err(format!("cluster versions: {seen:?}"))
+                }
+            },
+        )
+        .await
+    }
+
     /// [`TestCluster::wait_for_leader`] for clusters whose `/v1/cluster` needs a token:
     /// asks the running nodes in process. Returns the leader every one of them names.
     pub async fn wait_for_leader_in_process(&self) -> u64 {
