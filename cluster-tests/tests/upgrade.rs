@@ -2,7 +2,7 @@
 //! release under a claim/complete load are restarted one at a time on this build, on
 //! their own data dirs. While any node runs the previous release the cluster version
 //! stays 1 (nothing is written that it cannot read); after the last, the leader
-//! activates version 2. Then a downgrade is refused: the previous release started on an
+//! activates this build's entry version. Then a downgrade is refused: the previous release started on an
 //! upgraded node's data dir exits without serving, and so does this build claiming the
 //! old entry version (`ENTRY_VERSION_MAX_ENV`), naming the newer data; this build on the
 //! same dir comes back. The history checker judges the whole run (no acknowledged write
@@ -20,6 +20,8 @@ use std::time::Duration;
 use leasehold_cluster_tests::fixture::ClusterOpts;
 use leasehold_cluster_tests::scenario::{job_ids, Bins, Chaos, LEADER_BOUND};
 use leasehold_node::raft::versions::ENTRY_VERSION_MAX_ENV;
+/// The entry version this build applies, which the upgraded cluster activates.
+use leasehold_statemachine::ENTRY_VERSION_MAX as NEWEST;
 use serde::Deserialize;
 use tokio::time::Instant;
 
@@ -176,7 +178,11 @@ async fn wait_caught_up(c: &Chaos, id: u64) {
 async fn assert_cluster_version(c: &Chaos, upgraded: &[u64], want: u32) {
     for &id in upgraded {
         let v = view(c, id).await.expect("an upgraded node answers");
-        assert_eq!(v.entry_version_max, Some(2), "node {id} runs this build");
+        assert_eq!(
+            v.entry_version_max,
+            Some(NEWEST),
+            "node {id} runs this build"
+        );
         assert_eq!(
             v.cluster_version,
             Some(want),
@@ -198,7 +204,8 @@ struct LeaderView {
 }
 
 /// When a node of this build leads while others are old: it must see each old node as
-/// the previous release (its 404) and each upgraded one at version 2, within a few polls.
+/// the previous release (its 404) and each upgraded one at this build's version, within
+/// a few polls.
 /// Returns whether it could check (an old leader polls nobody).
 async fn leader_sees_versions(c: &Chaos, upgraded: &[u64]) -> bool {
     let Some(leader) = c.cluster.leader().await.filter(|l| upgraded.contains(l)) else {
@@ -211,7 +218,7 @@ async fn leader_sees_versions(c: &Chaos, upgraded: &[u64]) -> bool {
             c.cluster.ids().iter().all(|id| {
                 let seen = v.entry_versions.get(&id.to_string());
                 let want = if upgraded.contains(id) {
-                    (2, "advertised")
+                    (NEWEST, "advertised")
                 } else {
                     (1, "previous_release")
                 };
@@ -229,7 +236,7 @@ async fn leader_sees_versions(c: &Chaos, upgraded: &[u64]) -> bool {
     }
 }
 
-/// Waits until every node reports cluster version 2.
+/// Waits until every node reports this build's cluster version.
 async fn wait_activated(c: &Chaos) {
     let deadline = Instant::now() + READY_BOUND;
     loop {
@@ -237,12 +244,12 @@ async fn wait_activated(c: &Chaos) {
         for id in c.cluster.ids() {
             versions.push(view(c, id).await.and_then(|v| v.cluster_version));
         }
-        if versions.iter().all(|v| *v == Some(2)) {
+        if versions.iter().all(|v| *v == Some(NEWEST)) {
             return;
         }
         assert!(
             Instant::now() < deadline,
-            "cluster version 2 not activated on every node within {READY_BOUND:?}: {versions:?}"
+            "cluster version {NEWEST} not activated on every node within {READY_BOUND:?}: {versions:?}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -329,10 +336,10 @@ async fn rolling_upgrade_from_the_previous_release_then_a_refused_downgrade() {
         }
     }
     wait_activated(&c).await;
-    c.fault("cluster version 2 activated");
+    c.fault(format!("cluster version {NEWEST} activated"));
     c.run_for(Duration::from_secs(2)).await;
 
-    // A downgrade after the activation: a follower's data dir now holds version 2.
+    // A downgrade after the activation: a follower's data dir now holds the new version.
     let leader = c.cluster.wait_leader(LEADER_BOUND).await;
     let victim = *ids.iter().find(|&&id| id != leader).expect("a follower");
     c.cluster.kill(victim);
@@ -356,7 +363,7 @@ async fn rolling_upgrade_from_the_previous_release_then_a_refused_downgrade() {
     c.cluster.restart(victim);
     c.fault(format!("node {victim} back on this build"));
     wait_caught_up(&c, victim).await;
-    assert_cluster_version(&c, &ids, 2).await;
+    assert_cluster_version(&c, &ids, NEWEST).await;
     c.run_for(Duration::from_secs(2)).await;
     c.finish().await;
 }

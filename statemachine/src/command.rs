@@ -15,14 +15,16 @@
 //! Adding a command: the variant (at the end of [`CommandOf`]); its arm in
 //! `Command::facts` with a descriptor (`crate::descriptor`: name, operation, scope rule,
 //! outcomes, and `since` = the entry version of the release that adds it, raising
-//! `ENTRY_VERSION_MAX`); its arms in `validate`, in `From<CommandOf<NoBatch>>` and in
+//! `ENTRY_VERSION_MAX`); its arms in `validate`, in `From<CommandOf<NoBatch, S>>` and in
 //! the machine's rules; an instance in `descriptor::one_of_each` and a golden line. The
 //! build fails until each `match` has its arm, and the tests until the instance and
 //! golden line are there.
 
 use serde::{Deserialize, Serialize};
 
+use crate::descriptor::Operation;
 use crate::limits;
+use crate::tenant::Scope;
 use crate::wire::{ApiError, ErrorCode, Job, Lease};
 
 /// One replicated log entry of the lease state machine.
@@ -37,16 +39,19 @@ pub struct Entry {
     pub command: Command,
 }
 
-/// A lease operation: a [`CommandOf`] whose batch carries [`BatchItem`]s.
-pub type Command = CommandOf<Vec<BatchItem>>;
+/// A lease operation: a [`CommandOf`] whose batch carries [`BatchItem`]s and which may
+/// be a [`ScopedCommand`].
+pub type Command = CommandOf<Vec<BatchItem>, ScopedCommand>;
 
 /// A lease operation. Every field was validated by the node, and is validated again on
 /// apply: a rejected command is a normal reply, never a storage error. `Items` is what a
-/// batch carries: [`Command`] uses `Vec<BatchItem>`; a batch item's command is decoded as
-/// `CommandOf<NoBatch>`, whose batch cannot exist (see [`NoBatch`]). Append-only: new
-/// variants at the end (module doc).
+/// batch carries and `Scoped` what a scoped command does: [`Command`] uses
+/// `Vec<BatchItem>` and [`ScopedCommand`]; a batch item's command is decoded as
+/// `CommandOf<NoBatch, ScopedCommand>`, whose batch cannot exist (see [`NoBatch`]), and
+/// a scoped command's own command as `CommandOf<NoBatch, NoScope>`, which is neither a
+/// batch nor scoped. Append-only: new variants at the end (module doc).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum CommandOf<Items> {
+pub enum CommandOf<Items, Scoped> {
     /// Create a job; the id is derived from the log index when absent.
     Submit {
         id: Option<String>,
@@ -98,6 +103,46 @@ pub enum CommandOf<Items> {
     ActivateVersion {
         version: u32,
     },
+    /// Entry version 3: a client command with its caller's tenant scope, which the
+    /// machine checks against the stored job where it applies it (`tenant.rs`,
+    /// `machine/scoped.rs`). Its descriptor and names are its command's.
+    Scoped(Scoped),
+}
+
+/// A client command ([`Command::Scoped`]) and the tenant scope of the token that sent it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScopedCommand {
+    pub scope: Scope,
+    #[serde(deserialize_with = "plain_command")]
+    pub command: Box<Command>,
+}
+
+impl ScopedCommand {
+    /// `command` held to `scope`: only a client command of its own (not a batch, a
+    /// tick, a version activation or another scoped command), and only a scoped scope.
+    pub fn new(scope: Scope, command: Command) -> Result<ScopedCommand, ApiError> {
+        let scoped = ScopedCommand {
+            scope,
+            command: Box::new(command),
+        };
+        scoped.check_shape()?;
+        Ok(scoped)
+    }
+
+    /// Its shape, its scope, and its command's own fields.
+    pub fn validate(&self) -> Result<(), ApiError> {
+        self.check_shape()?;
+        self.command.validate()
+    }
+
+    fn check_shape(&self) -> Result<(), ApiError> {
+        let client = self.command.descriptor().operation != Operation::Internal;
+        if !client || matches!(*self.command, Command::Scoped(_)) {
+            let msg = format!("a {} command cannot be scoped", self.command.kind());
+            return Err(ApiError::new(ErrorCode::InvalidArgument, msg));
+        }
+        self.scope.validate()
+    }
 }
 
 /// One command of a [`Command::Batch`].
@@ -125,12 +170,36 @@ impl<'de> Deserialize<'de> for NoBatch {
 }
 
 fn item_command<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Command, D::Error> {
-    CommandOf::<NoBatch>::deserialize(d).map(Command::from)
+    CommandOf::<NoBatch, ScopedCommand>::deserialize(d).map(Command::from)
 }
 
-/// A batch item's command as a [`Command`]: the same variant, the same fields.
-impl From<CommandOf<NoBatch>> for Command {
-    fn from(c: CommandOf<NoBatch>) -> Command {
+/// What a scoped command's command carries in place of a scope: no value of it exists,
+/// and decoding one fails at once, so `Scoped(Scoped(…))` cannot nest (as [`NoBatch`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoScope {}
+
+impl<'de> Deserialize<'de> for NoScope {
+    fn deserialize<D: serde::Deserializer<'de>>(_: D) -> Result<Self, D::Error> {
+        Err(serde::de::Error::custom(
+            "a scoped command's command is itself scoped",
+        ))
+    }
+}
+
+impl From<NoScope> for ScopedCommand {
+    fn from(none: NoScope) -> ScopedCommand {
+        match none {}
+    }
+}
+
+fn plain_command<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Box<Command>, D::Error> {
+    CommandOf::<NoBatch, NoScope>::deserialize(d).map(|c| Box::new(Command::from(c)))
+}
+
+/// A batch item's or a scoped command's command as a [`Command`]: the same variant, the
+/// same fields.
+impl<S: Into<ScopedCommand>> From<CommandOf<NoBatch, S>> for Command {
+    fn from(c: CommandOf<NoBatch, S>) -> Command {
         use CommandOf as C;
         match c {
             C::Submit {
@@ -197,6 +266,7 @@ impl From<CommandOf<NoBatch>> for Command {
             C::Tick => C::Tick,
             C::Batch(none) => match none {},
             C::ActivateVersion { version } => C::ActivateVersion { version },
+            C::Scoped(scoped) => C::Scoped(scoped.into()),
         }
     }
 }
@@ -242,6 +312,7 @@ impl Command {
             // Only the shape: each item's command is validated when it is applied, and
             // gets its own error reply rather than failing the whole batch.
             Command::Batch(items) => validate_batch(items)?,
+            Command::Scoped(scoped) => scoped.validate()?,
         }
         Ok(())
     }

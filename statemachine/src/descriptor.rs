@@ -16,11 +16,12 @@
 
 use std::fmt;
 
-use crate::command::{BatchItem, Command};
+use crate::command::{BatchItem, Command, ScopedCommand};
+use crate::tenant::{QueuePattern, Scope};
 
 /// The newest entry version this build applies: the highest [`Descriptor::since`] of
 /// any command. A cluster proposes a command only once every member can apply it.
-pub const ENTRY_VERSION_MAX: u32 = 2;
+pub const ENTRY_VERSION_MAX: u32 = 3;
 
 /// What a request does, as far as permissions go (the role table is the node's
 /// `security::auth::Role::allows`). Commands carry theirs in their [`Descriptor`];
@@ -220,8 +221,17 @@ const ACTIVATE_VERSION: Descriptor = Descriptor {
     ..TICK
 };
 
+/// A client command held to its caller's tenant scope (`Command::Scoped`, entry version
+/// 3). Only its entry version is its own: its name, operation, scope rule and names are
+/// those of the command it carries ([`Command::facts`]).
+const SCOPED: Descriptor = Descriptor {
+    name: "scoped",
+    since: 3,
+    ..TICK
+};
+
 /// Every descriptor, in the order of `Command`'s variants (their bincode index).
-pub const DESCRIPTORS: [Descriptor; 10] = [
+pub const DESCRIPTORS: [Descriptor; 11] = [
     SUBMIT,
     CLAIM,
     CLAIM_NEXT,
@@ -232,6 +242,7 @@ pub const DESCRIPTORS: [Descriptor; 10] = [
     TICK,
     BATCH,
     ACTIVATE_VERSION,
+    SCOPED,
 ];
 
 impl Command {
@@ -291,6 +302,8 @@ impl Command {
             Command::Tick => (&TICK, none),
             Command::Batch(items) => (&BATCH, Names { items, ..none }),
             Command::ActivateVersion { .. } => (&ACTIVATE_VERSION, none),
+            // What it carries is what it is, for roles, scopes, metrics and feeds.
+            Command::Scoped(scoped) => scoped.command.facts(),
         }
     }
 
@@ -319,8 +332,12 @@ impl Command {
     /// The entry version needed to apply this command: its own kind's, or for a batch
     /// the newest of its items' (a batch carrying a newer command is that new).
     pub fn since(&self) -> u32 {
+        let own = match self {
+            Command::Scoped(_) => SCOPED.since.max(self.descriptor().since),
+            _ => self.descriptor().since,
+        };
         let items = self.names().items.iter().map(|i| i.command.since());
-        items.fold(self.descriptor().since, u32::max)
+        items.fold(own, u32::max)
     }
 }
 
@@ -381,6 +398,13 @@ pub fn one_of_each() -> Vec<Command> {
             command: Command::Delete { job_id: "j".into() },
         }]),
         Command::ActivateVersion { version: 2 },
+        Command::Scoped(ScopedCommand {
+            scope: Scope {
+                queues: Some(vec![QueuePattern::Exact("q".into())]),
+                job_prefix: Some("j".into()),
+            },
+            command: Box::new(Command::Delete { job_id: "j".into() }),
+        }),
     ];
     let listed: Vec<usize> = all.iter().map(variant_index).collect();
     let want: Vec<usize> = (0..all.len()).collect();
@@ -404,5 +428,6 @@ fn variant_index(c: &Command) -> usize {
         Command::Tick => 7,
         Command::Batch(_) => 8,
         Command::ActivateVersion { .. } => 9,
+        Command::Scoped(_) => 10,
     }
 }

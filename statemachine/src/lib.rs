@@ -21,6 +21,8 @@
 //! - [`raise`]: seeding a new cluster from a backup: raised generations, held leases.
 //! - `queries`: read-only questions between entries (is anything claimable?).
 //! - `queue_stats`: jobs per queue and state, kept by the transition point (for metrics).
+//! - [`tenant`]: tenant scopes, checked from the command on the node and against the
+//!   stored job where a scoped command is applied.
 //! - [`version`]: entry versions, the cluster version and its activation (rolling
 //!   upgrades).
 //! - [`snapshot`]: `snapshot()`/`restore()` and `check_invariants()`; the versioned
@@ -37,10 +39,13 @@ mod queue_stats;
 pub mod raise;
 mod replies;
 pub mod snapshot;
+pub mod tenant;
 pub mod version;
 pub mod wire;
 
-pub use command::{BatchItem, Command, CommandOf, Entry, NoBatch, Outcome, Reply};
+pub use command::{
+    BatchItem, Command, CommandOf, Entry, NoBatch, NoScope, Outcome, Reply, ScopedCommand,
+};
 pub use descriptor::{
     CommandScope, Descriptor, MissingJob, Names, Operation, DESCRIPTORS, ENTRY_VERSION_MAX,
 };

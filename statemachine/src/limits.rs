@@ -58,6 +58,9 @@ pub const IDEMPOTENCY_SCOPE_KEYS_MAX: usize = idempotency_scope_keys_max(IDEMPOT
 pub const IDEMPOTENCY_SCOPE_LEN_MAX: usize = 32;
 /// Most client commands the node packs into one log entry.
 pub const BATCH_ITEMS_MAX: usize = 512;
+/// Most ready jobs of a queue a scoped claim-next looks at for one its scope holds (a
+/// scope with a job prefix skips the others): past it, nothing is claimable for it.
+pub const SCOPED_CLAIM_SCAN_MAX: usize = 10_000;
 /// Longest failover grace added to live leases when a new term starts (docs/design.md).
 pub const GRACE_MS_MAX_DEFAULT: u64 = 3_000;
 

@@ -16,7 +16,7 @@ use leasehold_statemachine::{
 use serde::de::{self, Deserialize, Deserializer, Visitor};
 
 /// `one_of_each()`, encoded (hex), in variant order. Never edit a line: append one.
-const GOLDEN: [&str; 9] = [
+const GOLDEN: [&str; 11] = [
     "000000000101000000000000006a0100000000000000710102000000000000007b7d010300000000000000",
     "0100000001000000000000006a01000000000000006fe803000000000000",
     "0200000001000000000000007101000000000000006fe803000000000000",
@@ -26,6 +26,8 @@ const GOLDEN: [&str; 9] = [
     "0600000001000000000000006a",
     "07000000",
     "0800000001000000000000000101000000000000006b0600000001000000000000006a",
+    "0900000002000000",
+    "0a000000010100000000000000000000000100000000000000710101000000000000006a0600000001000000000000006a",
 ];
 
 /// `Entry { stamp_ms: 5, term: 2, idempotency_key: Some("k"), command: Tick }`.
@@ -106,6 +108,12 @@ fn every_variant_has_an_instance_and_a_descriptor_in_variant_order() {
     for (i, cmd) in all.iter().enumerate() {
         let index = u32::from_le_bytes(bincode::serialize(cmd).unwrap()[..4].try_into().unwrap());
         assert_eq!(index as usize, i, "{cmd:?} is listed at its variant index");
+        if let Command::Scoped(scoped) = cmd {
+            // What it carries is what it is; only its entry version is its own.
+            assert_eq!(cmd.facts(), scoped.command.facts());
+            assert_eq!(cmd.since(), DESCRIPTORS[i].since);
+            continue;
+        }
         assert_eq!(cmd.descriptor(), &DESCRIPTORS[i], "{cmd:?}");
         assert_eq!(cmd.kind(), DESCRIPTORS[i].name);
     }
@@ -158,14 +166,19 @@ fn every_scope_rule_covers_what_its_command_names() {
 #[test]
 fn a_batch_needs_the_newest_version_of_its_items() {
     for cmd in one_of_each() {
-        assert_eq!(cmd.since(), 1, "{cmd:?}");
+        let want = match cmd {
+            Command::ActivateVersion { .. } => 2,
+            Command::Scoped(_) => 3,
+            _ => 1,
+        };
+        assert_eq!(cmd.since(), want, "{cmd:?}");
         let entry = Entry {
             stamp_ms: 1,
             term: 1,
             idempotency_key: None,
             command: cmd,
         };
-        assert_eq!(entry.since(), 1);
+        assert_eq!(entry.since(), want);
     }
 }
 
@@ -197,6 +210,32 @@ fn a_batch_item_that_is_a_batch_is_refused_while_decoding() {
         assert_eq!(back, ok);
         assert!(bincode::deserialize::<Command>(&nested).is_err());
     }
+}
+
+/// As a batch in a batch: a scoped command inside a scoped command (or a batch inside
+/// one) is refused while decoding, at its variant index, so no depth of nesting is ever
+/// decoded recursively.
+#[test]
+fn a_scoped_command_that_is_scoped_or_a_batch_is_refused_while_decoding() {
+    let Some(Command::Scoped(scoped)) = one_of_each().pop() else {
+        panic!("the last variant is Scoped")
+    };
+    for (inner, why) in [
+        (Command::Scoped(scoped.clone()), "is itself scoped"),
+        (batch_of(Command::Tick), "batch item is itself a batch"),
+    ] {
+        let nested = Command::Scoped(leasehold_statemachine::ScopedCommand {
+            scope: scoped.scope.clone(),
+            command: Box::new(inner),
+        });
+        let e = bincode::deserialize::<Command>(&bincode::serialize(&nested).unwrap());
+        let e = e.unwrap_err().to_string();
+        assert!(e.contains(why) || e.contains("batch"), "{e}");
+    }
+    let ok = Command::Scoped(scoped);
+    let back: Command = bincode::deserialize(&bincode::serialize(&ok).unwrap()).unwrap();
+    assert_eq!(back, ok);
+    assert_eq!(back.since(), 3);
 }
 
 #[test]

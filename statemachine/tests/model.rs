@@ -202,6 +202,9 @@ fn validate(cmd: &Command) -> Result<(), ErrorCode> {
         Command::Batch(_) => {
             unreachable!("the model generates no batches (tests/rules.rs covers them)")
         }
+        Command::Scoped(_) => {
+            unreachable!("the model generates no scoped commands (tests/tenant_scope.rs)")
+        }
     }
 }
 
@@ -445,6 +448,7 @@ impl Model {
             Command::Tick => Ok(Outcome::Ticked),
             Command::Batch(_) => unreachable!("the model generates no batches"),
             Command::ActivateVersion { .. } => unreachable!("the model generates no activations"),
+            Command::Scoped(_) => unreachable!("the model generates no scoped commands"),
         }
     }
 

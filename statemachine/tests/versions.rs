@@ -3,7 +3,7 @@
 //! v3 bytes the previous release reads until the activation, then is v4 and carries it.
 
 use leasehold_statemachine::snapshot::{SNAPSHOT_FORMAT_V3, SNAPSHOT_FORMAT_V4};
-use leasehold_statemachine::version::{CLUSTER_VERSION_INITIAL, ENTRY_VERSION_MAX};
+use leasehold_statemachine::version::CLUSTER_VERSION_INITIAL;
 use leasehold_statemachine::{
     Command, Entry, ErrorCode, Inconsistency, LeaseMachine, Outcome, Reply, SnapshotError,
 };
@@ -41,7 +41,11 @@ fn a_machine_starts_at_version_1_and_an_activation_raises_it() {
     let r = apply(&mut m, 1, Command::ActivateVersion { version: 2 });
     assert_eq!(r, Ok(Outcome::Ticked));
     assert_eq!(m.cluster_version(), 2);
-    assert!(m.admits(ENTRY_VERSION_MAX).is_ok());
+    assert!(m.admits(2).is_ok());
+    assert!(
+        m.admits(3).is_err(),
+        "a later version waits for its own activation"
+    );
     // A repeated activation changes nothing; commands of version 1 still apply.
     assert_eq!(
         apply(&mut m, 2, Command::ActivateVersion { version: 2 }),

@@ -26,6 +26,8 @@
 //! - `indexes`: the derived indexes and counts, changed only by a place change.
 //! - `transition`: the one transition point (and the event hook).
 //! - `rules`: the rules, each deciding a job's next place.
+//! - `scoped`: a command held to its caller's tenant scope, checked against the stored
+//!   job before its rule runs.
 //! - `reads`: `job`, `list`, `next_deadline_ms`.
 
 use std::collections::BTreeMap;
@@ -42,6 +44,7 @@ mod indexes;
 mod reads;
 pub(crate) mod record;
 mod rules;
+mod scoped;
 pub(crate) mod transition;
 
 pub(crate) use indexes::{FixedHashMap, Indexes};
@@ -316,7 +319,7 @@ impl LeaseMachine {
                 queue,
                 owner,
                 ttl_ms,
-            } => self.claim_next(log_index, now, queue, owner, *ttl_ms),
+            } => self.claim_next(log_index, now, queue, owner, *ttl_ms, None),
             Command::Renew {
                 job_id,
                 owner,
@@ -341,6 +344,7 @@ impl LeaseMachine {
                 self.cluster_version = crate::version::activated(self.cluster_version, *version);
                 Ok(Outcome::Ticked)
             }
+            Command::Scoped(scoped) => self.execute_scoped(log_index, now, scoped),
         }
     }
 

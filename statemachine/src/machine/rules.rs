@@ -2,7 +2,7 @@
 //! release, delete, and what store time does on its own (settling run-out leases, the
 //! failover grace). Each checks the request against the record, decides the job's next
 //! place and moves it there through the transition point (`transition.rs`); none edits
-//! an index or a count. May import `record`, `transition`, `wire` and `limits`.
+//! an index or a count. May import `record`, `transition`, `wire`, `limits` and `tenant`.
 
 use crate::command::{Outcome, Reply};
 use crate::idempotency::Bounds;
@@ -10,6 +10,8 @@ use crate::limits;
 use crate::machine::record::{Closed, JobRecord, Past, Place};
 use crate::machine::transition::{Cause, JobMut};
 use crate::machine::LeaseMachine;
+pub(crate) use crate::tenant::not_found;
+use crate::tenant::Scope;
 use crate::wire::{ApiError, ErrorCode, Lease};
 
 /// The Lease object of a grant or renew that `rec` just recorded.
@@ -23,10 +25,6 @@ fn lease_of(rec: &JobRecord, owner: &str, ttl_ms: u64, now: u64, log_index: u64)
         cluster_time_ms: now,
         log_index,
     }
-}
-
-pub(crate) fn not_found(job_id: &str) -> ApiError {
-    ApiError::new(ErrorCode::NotFound, format!("job {job_id} not found"))
 }
 
 impl LeaseMachine {
@@ -171,9 +169,10 @@ impl LeaseMachine {
         queue: &str,
         owner: &str,
         ttl_ms: u64,
+        scope: Option<&Scope>,
     ) -> Reply {
         loop {
-            let Some(&(_, handle)) = self.ix.ready.get(queue).and_then(|q| q.first()) else {
+            let Some(handle) = self.next_ready(queue, scope) else {
                 return Ok(Outcome::Empty);
             };
             match self.grant(log_index, now, handle, owner, ttl_ms) {
