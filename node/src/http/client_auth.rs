@@ -19,13 +19,13 @@ use axum::http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
 use axum::http::HeaderValue;
 use axum::middleware::Next;
 use axum::response::Response;
-use leasehold_statemachine::{ApiError, Command, ErrorCode};
+use leasehold_statemachine::{ApiError, Command, ScopedCommand};
 
 use super::answer::error_response;
 use super::listener;
 use crate::node::Node;
 use crate::security::auth::{Caller, Denied, Requirement, ScopeRule};
-use crate::security::scope::{OutOfScope, Scope};
+use crate::security::scope::{OutOfScope, Scope, ScopedList};
 use crate::telemetry::metrics::Refused;
 use leasehold_statemachine::limits::scoped_idempotency_key;
 
@@ -103,6 +103,13 @@ pub fn scope_of<'a>(node: &Node, caller: Option<&'a Caller>) -> Option<&'a Scope
     caller.map(|c| &c.scope).filter(|s| s.is_scoped())
 }
 
+/// What a scoped caller's list is held to: its scope and its page tokens' key.
+pub fn scoped_list(node: &Node, caller: Option<&Caller>) -> Option<ScopedList> {
+    let scope = scope_of(node, caller)?.clone();
+    let page_key = caller?.page_key.clone();
+    Some(ScopedList { scope, page_key })
+}
+
 /// The Idempotency-Key to propose: with an auth file, the client's key in its token's
 /// namespace (`"<scope> <key>"`), so tokens never share a remembered reply. Built once,
 /// by the node that builds the command: a follower forwards the client's own header and
@@ -120,24 +127,42 @@ pub fn proposed_key(
     }
 }
 
-/// On the leader, before proposing: a command acting on a job by id must name a job
-/// the caller's scope holds by its stored queue, else 404 as for a missing job, so a
-/// tenant learns nothing of another's jobs. The rule is the command's descriptor's
-/// (`Scope::check_stored_job`); the id itself was checked with the command
-/// ([`check_command`]).
-pub fn check_stored_job(node: &Node, scope: Option<&Scope>, cmd: &Command) -> Result<(), ApiError> {
-    let Some(scope) = scope else { return Ok(()) };
-    let stored_queue = |id: &str| node.sm.read(|s| s.machine.job(id, 0).map(|j| j.queue));
-    scope
-        .check_stored_job(cmd, stored_queue)
-        .map_err(|id| hidden_job(node, id))
+/// The command the leader proposes for a caller held to `scope` (issue 30): the
+/// command with its scope, which the state machine checks against the stored job where
+/// it applies it (`leasehold_statemachine::tenant`) — a job the scope does not hold
+/// answers as a missing one, and nothing can change between the check and the write.
+/// Until the cluster version admits scoped commands (a rolling upgrade from a release
+/// without them), the stored job is checked here, on the leader's applied state, just
+/// before proposing the plain command, as that release did.
+pub fn scoped_command(
+    node: &Node,
+    scope: Option<&Scope>,
+    cmd: &Command,
+) -> Result<Command, ApiError> {
+    let Some(scope) = scope else {
+        return Ok(cmd.clone());
+    };
+    let scoped = ScopedCommand::new(scope.clone(), cmd.clone())?;
+    let wrapped = Command::Scoped(scoped);
+    let active = node.sm.read(|s| s.machine.admits(wrapped.since()).is_ok());
+    if active {
+        return Ok(wrapped);
+    }
+    for leaf in cmd.leaves() {
+        let id = leaf.names().job_id;
+        let stored = id.and_then(|id| node.sm.read(|s| s.machine.job(id, 0)));
+        scope.check_stored(
+            leaf,
+            stored.as_ref().map(|j| (j.id.as_str(), j.queue.as_str())),
+        )?;
+    }
+    Ok(cmd.clone())
 }
 
-/// The 404 of a job the caller's scope does not hold: the same as for a missing job
-/// (the state machine's message), counted as a scope refusal.
-pub fn hidden_job(node: &Node, job_id: &str) -> ApiError {
-    node.metrics.refused(Refused::Scope);
-    ApiError::new(ErrorCode::NotFound, format!("job {job_id} not found"))
+/// The 404 of a job the caller's scope does not hold: the same as for a missing job (the
+/// state machine's message), and not counted anywhere a reader could see it move.
+pub fn hidden_job(job_id: &str) -> ApiError {
+    leasehold_statemachine::tenant::not_found(job_id)
 }
 
 /// A list's `queue=` against the caller's scope (403, counted).

@@ -20,7 +20,7 @@ use super::forward::Inbound;
 use super::leader::{on_leader, WAIT_STEP};
 use super::routes::RouteSpec;
 use crate::node::{Node, ProposeError};
-use crate::security::scope::{list_in_scope, Scope};
+use crate::security::scope::{list_in_scope, Scope, ScopedList};
 
 pub enum LeaderOp {
     Write {
@@ -30,7 +30,8 @@ pub enum LeaderOp {
         route: &'static RouteSpec,
         /// For claim-next: how long to wait for a claimable job.
         wait_ms: u64,
-        /// The caller's scope, if it is scoped: a job named by id must be held by it.
+        /// The caller's scope, if it is scoped: proposed with the command
+        /// (`client_auth::scoped_command`).
         scope: Option<Scope>,
     },
     GetJob {
@@ -43,8 +44,8 @@ pub enum LeaderOp {
         state: Option<JobState>,
         limit: usize,
         page_token: Option<String>,
-        /// The page holds only jobs the scope holds.
-        scope: Option<Scope>,
+        /// The page holds only jobs the scope holds, its page tokens sealed.
+        scope: Option<ScopedList>,
     },
 }
 
@@ -60,20 +61,18 @@ async fn execute(node: &Arc<Node>, op: &LeaderOp) -> Result<Response, ProposeErr
             key,
             route,
             wait_ms,
-            ..
-        } if *wait_ms > 0 => claim_next_waiting(node, command, key, route, *wait_ms).await,
-        LeaderOp::Write {
-            command,
-            key,
-            route,
             scope,
-            ..
         } => {
-            if let Err(e) = client_auth::check_stored_job(node, scope.as_ref(), command) {
-                return Ok(error_response(&e));
+            let command = match client_auth::scoped_command(node, scope.as_ref(), command) {
+                Ok(c) => c,
+                Err(e) => return Ok(error_response(&e)),
+            };
+            if *wait_ms > 0 {
+                let scope = scope.as_ref();
+                return claim_next_waiting(node, &command, key, route, *wait_ms, scope).await;
             }
             let reply = node.propose(command.clone(), key.clone()).await?;
-            record(node, command, &reply);
+            record(node, &command, &reply);
             Ok(render(route, &reply))
         }
         LeaderOp::GetJob { id, scope } => get_job(node, id, scope.as_ref()).await,
@@ -105,7 +104,7 @@ async fn get_job(node: &Node, id: &str, scope: Option<&Scope>) -> Result<Respons
         Some(job) if scope.is_none_or(|s| s.holds(&job.id, &job.queue)) => {
             json_response(StatusCode::OK, &job)
         }
-        Some(_) => error_response(&client_auth::hidden_job(node, id)),
+        Some(_) => error_response(&client_auth::hidden_job(id)),
         None => error_response(&ApiError::new(
             ErrorCode::NotFound,
             format!("job {id} not found"),
@@ -123,10 +122,12 @@ async fn claim_next_waiting(
     key: &Option<String>,
     route: &RouteSpec,
     wait_ms: u64,
+    scope: Option<&Scope>,
 ) -> Result<Response, ProposeError> {
-    let Command::ClaimNext { queue, .. } = command else {
-        unreachable!("only claim-next waits")
-    };
+    let queue = command
+        .names()
+        .queue
+        .expect("only claim-next waits, and it names a queue");
     let deadline = Instant::now() + Duration::from_millis(wait_ms);
     let mut applied = node.sm.subscribe();
     loop {
@@ -144,7 +145,7 @@ async fn claim_next_waiting(
             let cluster_now = node.cluster_time_ms();
             if node
                 .sm
-                .read(|s| s.machine.has_claimable(queue, cluster_now))
+                .read(|s| s.machine.has_claimable_for(queue, cluster_now, scope))
             {
                 break;
             }

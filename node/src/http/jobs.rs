@@ -295,7 +295,7 @@ pub async fn list(State(node): State<Arc<Node>>, req: Request) -> Response {
     let op = list_op(req.uri()).and_then(|mut op| {
         if let LeaderOp::List { queue, scope, .. } = &mut op {
             client_auth::check_list_queue(&node, caller.as_deref(), queue.as_deref())?;
-            *scope = client_auth::scope_of(&node, caller.as_deref()).cloned();
+            *scope = client_auth::scoped_list(&node, caller.as_deref());
         }
         Ok(op)
     });

@@ -1,4 +1,5 @@
-//! Reading a request: its body within a limit (413 past it), a JSON object body in
+//! Reading a request: its target in the one form every node reads alike
+//! ([`check_target`]), its body within a limit (413 past it), a JSON object body in
 //! docs/api.md's error shape, and the forwarding hop count.
 //!
 //! Imports `answer.rs` (the header names) and no other file of `http`.
@@ -9,6 +10,35 @@ use leasehold_statemachine::{limits, ApiError, ErrorCode};
 use serde::de::DeserializeOwned;
 
 use super::answer::HOPS_HEADER;
+
+/// One id, one meaning (issue 30 item 5): a request target that the URL standard
+/// would rewrite — a `.` or `..` segment (also percent-encoded), a backslash — is
+/// refused with 400 by every node, before any token or route is looked at. Forwarding
+/// sends the target through a URL parser that does rewrite it, so a follower and the
+/// leader would otherwise read two different job ids (`/v1/jobs/b/../a/x` is `a/x` to
+/// one, `b/../a/x` to the other). A job id with such a segment is still reachable with
+/// its `/` percent-encoded as `%2F`.
+pub fn check_target(path_and_query: &str) -> Result<(), ApiError> {
+    let parsed = reqwest::Url::parse(&format!("http://node{path_and_query}")).ok();
+    let normal = parsed.is_some_and(|u| {
+        let mut as_sent = u.path().to_owned();
+        if let Some(q) = u.query() {
+            as_sent.push('?');
+            as_sent.push_str(q);
+        }
+        as_sent == path_and_query
+    });
+    match normal {
+        true => Ok(()),
+        false => Err(ApiError::new(
+            ErrorCode::InvalidArgument,
+            format!(
+                "request target {path_and_query:?} is not in normal form (a `.` or `..` \
+                 segment, or a backslash): percent-encode a `/` of a job id as %2F"
+            ),
+        )),
+    }
+}
 
 /// Reads a body of at most `limit` bytes; past it, 413 `payload_too_large`.
 pub async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {

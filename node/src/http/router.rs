@@ -2,10 +2,12 @@
 //! ([`handler`], an exhaustive `match` on [`RouteId`], so a row without a handler does
 //! not compile), mounted under its pattern, with the fallback (404) and the middleware
 //! every request passes: the node headers and the request metrics ([`stamp_headers`]),
-//! the browser guard, the token check.
+//! the browser guard, the request target's normal form ([`normal_target`]), the token
+//! check.
 //!
 //! Imports the handler files of `http` and `answer`, `browser`, `client_auth`,
-//! `listener` (the request's admission) and `routes`; nothing imports it but `mod.rs`.
+//! `listener` (the request's admission), `request` and `routes`; nothing imports it but
+//! `mod.rs`.
 
 use std::sync::Arc;
 
@@ -18,6 +20,7 @@ use leasehold_statemachine::{ApiError, ErrorCode};
 
 use super::answer::{error_response, stamp};
 use super::listener::{self, Admission};
+use super::request::check_target;
 use super::routes::{self, RouteId, ROUTES};
 use super::{backup, browser, client_auth, jobs, membership, ops, raft_rpc, ui};
 use crate::node::Node;
@@ -41,6 +44,8 @@ pub fn router(node: Arc<Node>) -> Router {
             node.clone(),
             client_auth::check_token,
         ))
+        // Before the token check: the same answer whatever the token.
+        .layer(axum::middleware::from_fn(normal_target))
         // Before the token check (a hostile page is refused with or without one), inside
         // `stamp_headers` for the same reason as it.
         .layer(axum::middleware::from_fn_with_state(
@@ -98,6 +103,15 @@ pub fn method_filter(method: &str) -> MethodFilter {
         "PUT" => MethodFilter::PUT,
         "PATCH" => MethodFilter::PATCH,
         other => panic!("the route table names an unknown method {other}"),
+    }
+}
+
+/// 400 for a request target every node would not read alike ([`check_target`]).
+async fn normal_target(req: Request, next: Next) -> Response {
+    let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
+    match check_target(target) {
+        Ok(()) => next.run(req).await,
+        Err(e) => error_response(&e),
     }
 }
 

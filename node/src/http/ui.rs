@@ -11,7 +11,8 @@
 //!   replica recorded at apply (`store/rejections.rs`), identical on every replica.
 //! - docs/api.md's `GET /v1/cluster` (cluster time, for lease countdowns) and `GET /v1/jobs`.
 //!
-//! Imports `answer.rs` and `ops.rs` of `http`; `node`, `store`, `types`.
+//! Imports `answer.rs`, `client_auth.rs` (the caller's tenant scope) and `ops.rs` of
+//! `http`; `node`, `store`, `types`.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -25,6 +26,7 @@ use leasehold_statemachine::{ApiError, ErrorCode};
 use serde::{Deserialize, Serialize};
 
 use super::answer::{error_response, json_response};
+use super::client_auth;
 use super::ops;
 use crate::node::Node;
 use crate::store::rejections::{Rejection, CAPACITY};
@@ -343,9 +345,9 @@ pub async fn rejections(State(node): State<Arc<Node>>, req: Request) -> Response
         Ok(p) => p,
         Err(e) => return error_response(&e),
     };
-    let (rejections, last_seq) = node
-        .sm
-        .read(|s| (s.rejections.since(after, limit), s.rejections.last_seq()));
+    let caller = client_auth::caller_of(&req);
+    let viewer = client_auth::scope_of(&node, caller.as_deref());
+    let (rejections, last_seq) = node.sm.read(|s| s.rejections.view(viewer, after, limit));
     let view = RejectionsView {
         node_id: node.id,
         rejections,

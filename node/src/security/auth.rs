@@ -36,7 +36,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::security::scope::{
-    BadQueuePattern, OutOfScope, QueuePattern, Scope, QUEUE_PATTERNS_MAX,
+    BadQueuePattern, OutOfScope, PageKey, QueuePattern, Scope, QUEUE_PATTERNS_MAX,
 };
 
 /// An auth file larger than this is refused (it is a short list of tokens).
@@ -140,6 +140,8 @@ pub struct Caller {
     pub scope: Scope,
     /// Its idempotency keys' namespace ([`crate::security::scope::key_scope`]).
     pub key_scope: String,
+    /// What its scoped lists' page tokens are sealed with.
+    pub page_key: PageKey,
 }
 
 impl Caller {
@@ -488,6 +490,7 @@ impl EntryRepr {
                 owner_prefix: self.owner_prefix,
                 scope,
                 key_scope: crate::security::scope::key_scope(&digest),
+                page_key: PageKey::of_token(&digest),
             }),
         })
     }

@@ -4,9 +4,16 @@
 //! feed; it is node-local memory (not in snapshots), so a restarted node starts with the
 //! rejections of the log it re-applies. What a refused command names (job, queue, owner,
 //! generation) is read from its descriptor (`Command::names`).
+//!
+//! Scoped (issue 30): a rejection of a scoped command belongs to its caller's tenant
+//! scope. A scoped viewer sees only its own tenant's, numbered by a sequence of that
+//! tenant's own ([`RecentRejections::view`]), so neither the entries nor the gaps
+//! between its numbers tell it anything of other tenants; an unscoped viewer sees all.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 
+use leasehold_statemachine::tenant::Scope;
 use leasehold_statemachine::{Command, Outcome, Reply};
 use serde::Serialize;
 
@@ -35,12 +42,18 @@ pub struct Rejection {
     pub current_generation: Option<u64>,
     /// The job's owner when it was refused, if the error carried the job.
     pub current_owner: Option<String>,
+    /// The tenant scope of the caller it was refused to, and its number in that tenant's
+    /// own sequence.
+    #[serde(skip)]
+    tenant: Option<(Arc<Scope>, u64)>,
 }
 
 #[derive(Debug, Clone, Default)]
 pub struct RecentRejections {
     next_seq: u64,
     items: VecDeque<Rejection>,
+    /// The last number of each tenant's own sequence.
+    tenant_seqs: BTreeMap<Arc<Scope>, u64>,
 }
 
 impl RecentRejections {
@@ -58,6 +71,7 @@ impl RecentRejections {
             (command, Err(err)) => {
                 let names = command.names();
                 let job = err.job.as_deref();
+                let tenant = self.tenant_of(command);
                 self.next_seq += 1;
                 if self.items.len() == CAPACITY {
                     self.items.pop_front();
@@ -75,6 +89,7 @@ impl RecentRejections {
                     message: err.message.clone(),
                     current_generation: job.map(|j| j.generation),
                     current_owner: job.and_then(|j| j.owner.clone()),
+                    tenant,
                 });
             }
         }
@@ -90,6 +105,50 @@ impl RecentRejections {
     /// The `seq` of the newest rejection recorded (0: none yet).
     pub fn last_seq(&self) -> u64 {
         self.next_seq
+    }
+
+    /// What `viewer` may see: [`Self::since`] and [`Self::last_seq`] for an unscoped
+    /// viewer (`None`); for a scoped one, only its tenant's rejections, with `seq`,
+    /// `after` and `last_seq` in that tenant's own sequence.
+    pub fn view(&self, viewer: Option<&Scope>, after: u64, limit: usize) -> (Vec<Rejection>, u64) {
+        let Some(viewer) = viewer else {
+            return (self.since(after, limit), self.last_seq());
+        };
+        let own = |r: &&Rejection| {
+            let seq = r
+                .tenant
+                .as_ref()
+                .filter(|(s, _)| **s == *viewer)
+                .map(|(_, n)| *n);
+            seq.filter(|n| *n > after)
+        };
+        let newer: Vec<Rejection> = self
+            .items
+            .iter()
+            .filter_map(|r| {
+                own(&r).map(|n| Rejection {
+                    seq: n,
+                    ..r.clone()
+                })
+            })
+            .collect();
+        let skip = newer.len().saturating_sub(limit);
+        let last = self.tenant_seqs.get(viewer).copied().unwrap_or(0);
+        (newer.into_iter().skip(skip).collect(), last)
+    }
+
+    /// The tenant a refused command's caller belongs to, and its next number there.
+    fn tenant_of(&mut self, command: &Command) -> Option<(Arc<Scope>, u64)> {
+        let Command::Scoped(scoped) = command else {
+            return None;
+        };
+        let key = match self.tenant_seqs.get_key_value(&scoped.scope) {
+            Some((k, _)) => Arc::clone(k),
+            None => Arc::new(scoped.scope.clone()),
+        };
+        let n = self.tenant_seqs.entry(Arc::clone(&key)).or_insert(0);
+        *n += 1;
+        Some((key, *n))
     }
 }
 

@@ -51,8 +51,8 @@ fn every_route_declares_its_operation() {
         "GET /v1/cluster/digest Op(Read) Shared",
         "GET /v1/cluster/members Op(Read) Shared",
         "GET /v1/cluster/rejections Op(Read) Shared",
-        "POST /v1/cluster/nodes Op(Manage) Shared",
-        "DELETE /v1/cluster/nodes/{id} Op(Manage) Shared",
+        "POST /v1/cluster/nodes Op(Manage) UnscopedOnly",
+        "DELETE /v1/cluster/nodes/{id} Op(Manage) UnscopedOnly",
         "GET /v1/cluster/snapshot Op(Manage) UnscopedOnly",
         "GET /ui Open Shared",
         "GET /ui/ Open Shared",
@@ -194,8 +194,8 @@ fn routes_need_what_the_role_table_names() {
         (&get, "/ui/app.js", open),
         (&post, "/ui", t(Read, Shared)),
         (&get, "/v1/cluster/rejections", t(Read, Shared)),
-        (&post, "/v1/cluster/nodes", t(Manage, Shared)),
-        (&del, "/v1/cluster/nodes/3", t(Manage, Shared)),
+        (&post, "/v1/cluster/nodes", t(Manage, UnscopedOnly)),
+        (&del, "/v1/cluster/nodes/3", t(Manage, UnscopedOnly)),
         (&get, "/v1/cluster/snapshot", t(Manage, UnscopedOnly)),
     ];
     for (method, path, want) in cases {
