@@ -120,6 +120,25 @@ async fn start_links(
     Ok(links)
 }
 
+/// The fixture's probe client: bounded by [`ClusterOpts::probe_timeout`], sending
+/// [`ClusterOpts::probe_token`] (on a node with an auth file, `/v1/cluster` needs one).
+fn probe_client(opts: &ClusterOpts) -> Result<reqwest::Client, Error> {
+    use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION};
+    let mut headers = HeaderMap::new();
+    if let Some(token) = &opts.probe_token {
+        let value = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|e| {
+            let err = std::io::Error::new(std::io::ErrorKind::InvalidInput, e);
+            Error::io("the probe token", err)
+        })?;
+        headers.insert(AUTHORIZATION, value);
+    }
+    Ok(reqwest::Client::builder()
+        .timeout(opts.probe_timeout)
+        .connect_timeout(opts.probe_timeout)
+        .default_headers(headers)
+        .build()?)
+}
+
 impl ProcCluster {
     /// Starts every node and waits (at most `bound`) until all of them agree on a leader.
     pub async fn try_start(
@@ -139,10 +158,7 @@ impl ProcCluster {
         } else {
             BTreeMap::new()
         };
-        let http = reqwest::Client::builder()
-            .timeout(opts.probe_timeout)
-            .connect_timeout(opts.probe_timeout)
-            .build()?;
+        let http = probe_client(&opts)?;
         let mut c = ProcCluster {
             opts,
             root,
@@ -286,6 +302,7 @@ impl ProcCluster {
             format!("--clock-offset-ms={}", n.spec.clock_offset_ms),
             format!("--clock-rate={}", n.spec.clock_rate),
         ]);
+        args.extend(self.opts.serve_args_extra.iter().cloned());
         args
     }
 
@@ -563,6 +580,20 @@ mod tests {
         assert_eq!(joins.len(), 1, "{args:?}");
         let others = [1, 3].map(|n| format!("--join={}", c.nodes[&n].listen));
         assert!(others.contains(joins[0]), "{args:?}");
+    }
+
+    #[test]
+    fn extra_serve_flags_come_last_on_every_node() {
+        let mut c = unstarted(2, false);
+        c.opts.serve_args_extra = vec!["--auth-file=/r/tokens.toml".into()];
+        for id in [1, 2] {
+            let args = c.serve_args(id);
+            assert_eq!(
+                args.last().unwrap(),
+                "--auth-file=/r/tokens.toml",
+                "{args:?}"
+            );
+        }
     }
 
     #[test]

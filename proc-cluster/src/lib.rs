@@ -9,7 +9,9 @@
 //!   SIGSTOP/SIGCONT), restarts, new members and link faults;
 //! - [`observe`]: what the nodes say (`GET /v1/cluster`), waiting for an agreed leader,
 //!   and log tails for a failure message;
-//! - [`proxy`]: the TCP fault proxy of one directed link.
+//! - [`proxy`]: the TCP fault proxy of one directed link;
+//! - [`raw_http`]: one HTTP/1.1 request written byte for byte (paths with `..` and
+//!   `%2e%2e` segments, which an HTTP client would normalize away).
 //!
 //! What it may import: std, tokio, reqwest, serde, tempfile, libc, thiserror — never a
 //! Leasehold crate. The `leasehold` binary (`leasehold-node`) depends on this crate for
@@ -23,6 +25,7 @@ pub mod cluster;
 pub mod observe;
 pub mod opts;
 pub mod proxy;
+pub mod raw_http;
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
@@ -31,6 +34,7 @@ use std::time::Duration;
 pub use cluster::ProcCluster;
 pub use observe::{agreed_leader, get_json_at, try_wait_leader_at, Status};
 pub use opts::{Added, ClusterOpts, NodeSpec};
+pub use raw_http::{send_raw, RawRequest, RawResponse};
 
 /// Poll step of every wait.
 pub const POLL: Duration = Duration::from_millis(25);

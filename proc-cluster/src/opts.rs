@@ -59,6 +59,13 @@ pub struct ClusterOpts {
     pub fault_journal_env: Option<String>,
     /// More environment variables of every node process started from now on.
     pub env: Vec<(String, String)>,
+    /// More `serve` flags of every node, after the fixture's own (e.g.
+    /// `--auth-file=<path>`: the tenant tests give every node the same token file).
+    pub serve_args_extra: Vec<String>,
+    /// The token the fixture's own probes (`GET /v1/cluster`, the leader waits) send as
+    /// `Authorization: Bearer …`: a reader's at least, when `serve_args_extra` names an
+    /// auth file. `None`: no header.
+    pub probe_token: Option<String>,
 }
 
 impl ClusterOpts {
@@ -76,6 +83,8 @@ impl ClusterOpts {
             temp_prefix: "leasehold-chaos-".into(),
             fault_journal_env: None,
             env: Vec::new(),
+            serve_args_extra: Vec::new(),
+            probe_token: None,
         }
     }
 }
