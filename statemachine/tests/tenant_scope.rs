@@ -285,3 +285,42 @@ fn only_a_client_command_with_a_scope_can_be_scoped() {
     assert!(ScopedCommand::new(b, Command::Scoped(inner)).is_err());
     assert!(ScopedCommand::new(Scope::default(), submit("b/1", "b-q")).is_err());
 }
+
+/// The batcher groups client commands into one entry: a scoped command is a batch item
+/// like any other, decoded from the log's bytes and decided on its own.
+#[test]
+fn scoped_commands_in_a_batch_are_decided_one_by_one() {
+    use leasehold_statemachine::BatchItem;
+    let mut log = Log::new();
+    log.submit("b/hidden", "a-q");
+    let item = |command| BatchItem {
+        idempotency_key: None,
+        command,
+    };
+    let batch = Command::Batch(vec![
+        item(as_b(submit("b/1", "b-q"))),
+        item(as_b(Command::Delete {
+            job_id: "b/hidden".into(),
+        })),
+        item(Command::Delete {
+            job_id: "b/hidden".into(),
+        }),
+    ]);
+    let bytes = bincode::serialize(&batch).unwrap();
+    let decoded: Command = bincode::deserialize(&bytes).unwrap();
+    assert_eq!(decoded, batch);
+    let Ok(Outcome::Batch(replies)) = log.apply(decoded) else {
+        panic!("a batch")
+    };
+    assert!(
+        matches!(replies[0], Ok(Outcome::Job(_))),
+        "{:?}",
+        replies[0]
+    );
+    assert_eq!(shape(&replies[1], "b/hidden").0, ErrorCode::NotFound);
+    assert_eq!(
+        replies[2],
+        Ok(Outcome::Deleted),
+        "unscoped, the same delete applies"
+    );
+}

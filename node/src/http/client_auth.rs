@@ -133,20 +133,21 @@ pub fn proposed_key(
 /// answers as a missing one, and nothing can change between the check and the write.
 /// Until the cluster version admits scoped commands (a rolling upgrade from a release
 /// without them), the stored job is checked here, on the leader's applied state, just
-/// before proposing the plain command, as that release did.
+/// before proposing the plain command, as that release did. `None`: propose `cmd` as it
+/// is.
 pub fn scoped_command(
     node: &Node,
     scope: Option<&Scope>,
     cmd: &Command,
-) -> Result<Command, ApiError> {
+) -> Result<Option<Command>, ApiError> {
     let Some(scope) = scope else {
-        return Ok(cmd.clone());
+        return Ok(None);
     };
     let scoped = ScopedCommand::new(scope.clone(), cmd.clone())?;
     let wrapped = Command::Scoped(scoped);
     let active = node.sm.read(|s| s.machine.admits(wrapped.since()).is_ok());
     if active {
-        return Ok(wrapped);
+        return Ok(Some(wrapped));
     }
     for leaf in cmd.leaves() {
         let id = leaf.names().job_id;
@@ -156,7 +157,7 @@ pub fn scoped_command(
             stored.as_ref().map(|j| (j.id.as_str(), j.queue.as_str())),
         )?;
     }
-    Ok(cmd.clone())
+    Ok(None)
 }
 
 /// The 404 of a job the caller's scope does not hold: the same as for a missing job (the

@@ -63,16 +63,17 @@ async fn execute(node: &Arc<Node>, op: &LeaderOp) -> Result<Response, ProposeErr
             wait_ms,
             scope,
         } => {
-            let command = match client_auth::scoped_command(node, scope.as_ref(), command) {
+            let scoped = match client_auth::scoped_command(node, scope.as_ref(), command) {
                 Ok(c) => c,
                 Err(e) => return Ok(error_response(&e)),
             };
+            let command = scoped.as_ref().unwrap_or(command);
             if *wait_ms > 0 {
                 let scope = scope.as_ref();
-                return claim_next_waiting(node, &command, key, route, *wait_ms, scope).await;
+                return claim_next_waiting(node, command, key, route, *wait_ms, scope).await;
             }
             let reply = node.propose(command.clone(), key.clone()).await?;
-            record(node, &command, &reply);
+            record(node, command, &reply);
             Ok(render(route, &reply))
         }
         LeaderOp::GetJob { id, scope } => get_job(node, id, scope.as_ref()).await,

@@ -19,16 +19,7 @@ use super::answer::HOPS_HEADER;
 /// one, `b/../a/x` to the other). A job id with such a segment is still reachable with
 /// its `/` percent-encoded as `%2F`.
 pub fn check_target(path_and_query: &str) -> Result<(), ApiError> {
-    let parsed = reqwest::Url::parse(&format!("http://node{path_and_query}")).ok();
-    let normal = parsed.is_some_and(|u| {
-        let mut as_sent = u.path().to_owned();
-        if let Some(q) = u.query() {
-            as_sent.push('?');
-            as_sent.push_str(q);
-        }
-        as_sent == path_and_query
-    });
-    match normal {
+    match plain(path_and_query) || unchanged_by_url(path_and_query) {
         true => Ok(()),
         false => Err(ApiError::new(
             ErrorCode::InvalidArgument,
@@ -38,6 +29,27 @@ pub fn check_target(path_and_query: &str) -> Result<(), ApiError> {
             ),
         )),
     }
+}
+
+/// The common case, decided without parsing: no `.`, `%` or `\`, and only characters
+/// the URL standard leaves as they are in a path and a query.
+fn plain(target: &str) -> bool {
+    target
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"-_~/:@!$&()*+,;=?".contains(&b))
+}
+
+/// Whether the URL parser forwarding uses (reqwest's) keeps `target` as it is.
+fn unchanged_by_url(target: &str) -> bool {
+    let parsed = reqwest::Url::parse(&format!("http://node{target}")).ok();
+    parsed.is_some_and(|u| {
+        let mut as_sent = u.path().to_owned();
+        if let Some(q) = u.query() {
+            as_sent.push('?');
+            as_sent.push_str(q);
+        }
+        as_sent == target
+    })
 }
 
 /// Reads a body of at most `limit` bytes; past it, 413 `payload_too_large`.
@@ -85,4 +97,47 @@ pub(crate) fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError
     // within it may still be too deep to store (JSON_DEPTH_MAX).
     limits::validate_body_depth(body)?;
     serde_json::from_slice(body).map_err(|e| invalid(format!("bad JSON body: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fast path never accepts what the URL parser would rewrite, and the targets
+    /// the issue names are refused whichever path decides them.
+    #[test]
+    fn targets_a_url_parser_rewrites_are_refused() {
+        for ok in [
+            "/v1/jobs/a/b/claim",
+            "/v1/jobs/a.b",
+            "/v1/jobs/a%2F..%2Fb",
+            "/v1/jobs?queue=q&limit=5",
+            "/v1/jobs/x..y/renew",
+            "/",
+        ] {
+            assert!(check_target(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "/v1/jobs/b/../a/x",
+            "/v1/jobs/b/./x",
+            "/v1/jobs/b/%2e%2e/a/x",
+            "/v1/jobs/b/.%2E/a/x",
+            "/v1/jobs/b/%2e/x",
+            "/v1/jobs/..",
+            "/v1/jobs/b\\x",
+            "/v1/jobs/a b",
+        ] {
+            let e = check_target(bad).unwrap_err();
+            assert_eq!(e.code, ErrorCode::InvalidArgument, "{bad}");
+        }
+        // Every target the fast path accepts, the parser keeps.
+        let alphabet = b"aZ09-_~/:@!$&()*+,;=?";
+        for a in alphabet {
+            for b in alphabet {
+                let t = format!("/v1/{}{}x", *a as char, *b as char);
+                assert!(plain(&t));
+                assert!(unchanged_by_url(&t), "{t}");
+            }
+        }
+    }
 }
