@@ -92,6 +92,7 @@ impl NewJob {
             queue: self.queue.clone(),
             payload: raw(self.payload.as_ref())?,
             max_attempts: self.max_attempts,
+            ..SubmitRequest::default()
         })
     }
 }
@@ -454,6 +455,7 @@ impl Client {
             owner: owner.to_owned(),
             generation,
             ttl_ms,
+            progress: None,
         };
         req.clone().into_command(job_id)?;
         let path = format!("{}/renew", job_path(job_id)?);
@@ -489,6 +491,9 @@ impl Client {
         let req = ReleaseRequest {
             owner: owner.to_owned(),
             generation,
+            delay_ms: None,
+            retry: None,
+            error: None,
         };
         req.clone().into_command(job_id)?;
         let path = format!("{}/release", job_path(job_id)?);

@@ -1,7 +1,8 @@
 //! A rolling upgrade with real processes (issue 29, item 5): three nodes of the previous
 //! release under a claim/complete load are restarted one at a time on this build, on
 //! their own data dirs. While any node runs the previous release the cluster version
-//! stays 1 (nothing is written that it cannot read); after the last, the leader
+//! stays the previous release's (1 before entry versions, 3 for issue 30's release:
+//! nothing is written that it cannot read); after the last, the leader
 //! activates this build's entry version. Then a downgrade is refused: the previous release started on an
 //! upgraded node's data dir exits without serving, and so does this build claiming the
 //! old entry version (`ENTRY_VERSION_MAX_ENV`), naming the newer data; this build on the
@@ -203,11 +204,43 @@ struct LeaderView {
     entry_versions: std::collections::BTreeMap<String, MemberVersion>,
 }
 
+/// The entry version the previous release's cluster runs once it has activated all it
+/// can: its `entry_version_max`, or 1 for a release from before entry versions (no
+/// version fields, and a 404 on `/raft/version`).
+async fn previous_version(c: &Chaos) -> u32 {
+    let deadline = Instant::now() + READY_BOUND;
+    loop {
+        let leader = c.cluster.wait_leader(LEADER_BOUND).await;
+        if let Some(v) = view(c, leader).await {
+            match v.entry_version_max {
+                None => return 1,
+                Some(max) if v.cluster_version == Some(max) => return max,
+                Some(_) => {}
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the previous release's cluster did not activate its version"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// How the leader of this build sees a member of the previous release, which runs
+/// entry version `prev`: advertised, or (before entry versions) by its 404.
+fn previous_as_seen(prev: u32) -> (u32, &'static str) {
+    if prev == 1 {
+        (1, "previous_release")
+    } else {
+        (prev, "advertised")
+    }
+}
+
 /// When a node of this build leads while others are old: it must see each old node as
-/// the previous release (its 404) and each upgraded one at this build's version, within
-/// a few polls.
+/// the previous release (at entry version `prev`) and each upgraded one at this build's
+/// version, within a few polls.
 /// Returns whether it could check (an old leader polls nobody).
-async fn leader_sees_versions(c: &Chaos, upgraded: &[u64]) -> bool {
+async fn leader_sees_versions(c: &Chaos, upgraded: &[u64], prev: u32) -> bool {
     let Some(leader) = c.cluster.leader().await.filter(|l| upgraded.contains(l)) else {
         return false;
     };
@@ -220,7 +253,7 @@ async fn leader_sees_versions(c: &Chaos, upgraded: &[u64]) -> bool {
                 let want = if upgraded.contains(id) {
                     (NEWEST, "advertised")
                 } else {
-                    (1, "previous_release")
+                    previous_as_seen(prev)
                 };
                 seen.is_some_and(|s| (s.entry_version_max, s.source.as_str()) == want)
             })
@@ -318,6 +351,12 @@ async fn rolling_upgrade_from_the_previous_release_then_a_refused_downgrade() {
     .await;
     c.spawn_workers(4, &job_ids("job", 6), |_| {});
     c.run_for(Duration::from_secs(2)).await;
+    let prev_version = previous_version(&c).await;
+    assert!(
+        prev_version < NEWEST,
+        "the previous release runs an older version"
+    );
+    eprintln!("upgrade: the previous release's cluster runs entry version {prev_version}");
     let ids = c.cluster.ids();
     for (i, &id) in ids.iter().enumerate() {
         c.cluster.kill(id);
@@ -328,11 +367,11 @@ async fn rolling_upgrade_from_the_previous_release_then_a_refused_downgrade() {
         c.run_for(Duration::from_secs(2)).await;
         if i + 1 < ids.len() {
             // Two polls of the leader's, at least, with an old node still in.
-            assert_cluster_version(&c, &ids[..=i], 1).await;
-            if !leader_sees_versions(&c, &ids[..=i]).await {
+            assert_cluster_version(&c, &ids[..=i], prev_version).await;
+            if !leader_sees_versions(&c, &ids[..=i], prev_version).await {
                 eprintln!("upgrade: an old node leads: no versions to check at step {i}");
             }
-            assert_cluster_version(&c, &ids[..=i], 1).await;
+            assert_cluster_version(&c, &ids[..=i], prev_version).await;
         }
     }
     wait_activated(&c).await;

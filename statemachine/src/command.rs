@@ -107,6 +107,59 @@ pub enum CommandOf<Items, Scoped> {
     /// machine checks against the stored job where it applies it (`tenant.rs`,
     /// `machine/scoped.rs`). Its descriptor and names are its command's.
     Scoped(Scoped),
+    /// Entry version 4 (docs/api.md "Version 1.1"): a submit with the scheduling
+    /// fields. A submit without them is still proposed as [`CommandOf::Submit`].
+    SubmitWith {
+        id: Option<String>,
+        queue: String,
+        payload: Option<String>,
+        max_attempts: Option<u64>,
+        run_at_ms: Option<u64>,
+        priority: i32,
+        backoff_ms: u64,
+        backoff_ms_max: u64,
+    },
+    /// Entry version 4: a renew carrying a checkpoint.
+    RenewWith {
+        job_id: String,
+        owner: String,
+        generation: u64,
+        ttl_ms: Option<u64>,
+        progress: Option<String>,
+    },
+    /// Entry version 4: a release later (`delay_ms`), as a failed attempt (`retry`:
+    /// the backoff applies) or with an error.
+    ReleaseWith {
+        job_id: String,
+        owner: String,
+        generation: u64,
+        delay_ms: Option<u64>,
+        retry: bool,
+        error: Option<String>,
+    },
+    /// Entry version 4: the holder gives up on the job for good (a dead letter).
+    Fail {
+        job_id: String,
+        owner: String,
+        generation: u64,
+        error: Option<String>,
+    },
+    /// Entry version 4: cancels a pending job, or asks a leased job's holder to stop.
+    Cancel {
+        job_id: String,
+        reason: Option<String>,
+    },
+    /// Entry version 4: a failed or cancelled job back to pending, attempts 0.
+    Retry {
+        job_id: String,
+        run_at_ms: Option<u64>,
+    },
+    /// Entry version 4: up to `limit` failed jobs of a queue retried, oldest failure
+    /// first.
+    Redrive {
+        queue: String,
+        limit: u32,
+    },
 }
 
 /// A client command ([`Command::Scoped`]) and the tenant scope of the token that sent it.
@@ -267,6 +320,67 @@ impl<S: Into<ScopedCommand>> From<CommandOf<NoBatch, S>> for Command {
             C::Batch(none) => match none {},
             C::ActivateVersion { version } => C::ActivateVersion { version },
             C::Scoped(scoped) => C::Scoped(scoped.into()),
+            C::SubmitWith {
+                id,
+                queue,
+                payload,
+                max_attempts,
+                run_at_ms,
+                priority,
+                backoff_ms,
+                backoff_ms_max,
+            } => C::SubmitWith {
+                id,
+                queue,
+                payload,
+                max_attempts,
+                run_at_ms,
+                priority,
+                backoff_ms,
+                backoff_ms_max,
+            },
+            C::RenewWith {
+                job_id,
+                owner,
+                generation,
+                ttl_ms,
+                progress,
+            } => C::RenewWith {
+                job_id,
+                owner,
+                generation,
+                ttl_ms,
+                progress,
+            },
+            C::ReleaseWith {
+                job_id,
+                owner,
+                generation,
+                delay_ms,
+                retry,
+                error,
+            } => C::ReleaseWith {
+                job_id,
+                owner,
+                generation,
+                delay_ms,
+                retry,
+                error,
+            },
+            C::Fail {
+                job_id,
+                owner,
+                generation,
+                error,
+            } => C::Fail {
+                job_id,
+                owner,
+                generation,
+                error,
+            },
+            C::Cancel { job_id, reason } => C::Cancel { job_id, reason },
+            C::Retry { job_id, run_at_ms } => C::Retry { job_id, run_at_ms },
+            C::Redrive { queue, limit } => C::Redrive { queue, limit },
         }
     }
 }
@@ -290,18 +404,45 @@ impl Command {
                 payload,
                 max_attempts,
                 ..
+            } => validate_new_job(payload, *max_attempts)?,
+            Command::SubmitWith {
+                payload,
+                max_attempts,
+                priority,
+                backoff_ms,
+                backoff_ms_max,
+                ..
             } => {
-                if let Some(p) = payload {
-                    limits::validate_json_size("payload", p)?;
-                }
-                if let Some(m) = max_attempts {
-                    limits::validate_max_attempts(*m)?;
-                }
+                validate_new_job(payload, *max_attempts)?;
+                limits::validate_priority(*priority)?;
+                limits::validate_backoff(*backoff_ms, *backoff_ms_max)?;
             }
             Command::Claim { ttl_ms, .. } | Command::ClaimNext { ttl_ms, .. } => {
                 limits::validate_ttl_ms(*ttl_ms)?
             }
             Command::Renew { ttl_ms, .. } => ttl_ms.map_or(Ok(()), limits::validate_ttl_ms)?,
+            Command::RenewWith {
+                ttl_ms, progress, ..
+            } => {
+                ttl_ms.map_or(Ok(()), limits::validate_ttl_ms)?;
+                progress
+                    .as_deref()
+                    .map_or(Ok(()), limits::validate_progress)?;
+            }
+            Command::ReleaseWith {
+                delay_ms, error, ..
+            } => {
+                delay_ms.map_or(Ok(()), |d| limits::validate_delay_ms("delay_ms", d))?;
+                validate_error(error)?;
+            }
+            Command::Fail { error, .. } => validate_error(error)?,
+            Command::Cancel { reason, .. } => {
+                let reason = reason.as_deref().unwrap_or_default();
+                limits::validate_text("reason", reason, limits::REASON_BYTES_MAX)?;
+            }
+            // Judged against store time by the rule (`lifecycle.rs`).
+            Command::Retry { .. } => {}
+            Command::Redrive { limit, .. } => limits::validate_redrive_limit(*limit)?,
             Command::Complete { result, .. } => {
                 if let Some(r) = result {
                     limits::validate_json_size("result", r)?;
@@ -323,6 +464,18 @@ impl Command {
     pub fn fingerprint(&self) -> u64 {
         fnv1a(&bincode::serialize(self).expect("commands always encode"))
     }
+}
+
+fn validate_new_job(payload: &Option<String>, max_attempts: Option<u64>) -> Result<(), ApiError> {
+    if let Some(p) = payload {
+        limits::validate_json_size("payload", p)?;
+    }
+    max_attempts.map_or(Ok(()), limits::validate_max_attempts)
+}
+
+fn validate_error(error: &Option<String>) -> Result<(), ApiError> {
+    let error = error.as_deref().unwrap_or_default();
+    limits::validate_text("error", error, limits::ERROR_BYTES_MAX)
 }
 
 fn validate_batch(items: &[BatchItem]) -> Result<(), ApiError> {
@@ -360,6 +513,8 @@ pub enum Outcome {
     Ticked,
     /// One reply per item of a `Command::Batch`, in order.
     Batch(Vec<Reply>),
+    /// Redrive (version 1.1): how many failed jobs went back to pending.
+    Retried(u64),
 }
 
 /// The reply of `apply`: a rejection is an `Err`, and still a normal, replicated reply.

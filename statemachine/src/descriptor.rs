@@ -21,7 +21,7 @@ use crate::tenant::{QueuePattern, Scope};
 
 /// The newest entry version this build applies: the highest [`Descriptor::since`] of
 /// any command. A cluster proposes a command only once every member can apply it.
-pub const ENTRY_VERSION_MAX: u32 = 3;
+pub const ENTRY_VERSION_MAX: u32 = 4;
 
 /// What a request does, as far as permissions go (the role table is the node's
 /// `security::auth::Role::allows`). Commands carry theirs in their [`Descriptor`];
@@ -37,6 +37,12 @@ pub enum Operation {
     Complete,
     Release,
     Delete,
+    /// Version 1.1: a holder fails its job for good (worker).
+    Fail,
+    /// Version 1.1: cancel, retry and redrive (admin, operator).
+    Cancel,
+    Retry,
+    Redrive,
     /// Cluster administration: membership changes, snapshot download (admin only).
     Manage,
     /// A command no client sends (tick, batch): admin only, never reached by the API.
@@ -44,7 +50,7 @@ pub enum Operation {
 }
 
 impl Operation {
-    pub const ALL: [Operation; 10] = [
+    pub const ALL: [Operation; 14] = [
         Operation::Read,
         Operation::Submit,
         Operation::Claim,
@@ -53,6 +59,10 @@ impl Operation {
         Operation::Complete,
         Operation::Release,
         Operation::Delete,
+        Operation::Fail,
+        Operation::Cancel,
+        Operation::Retry,
+        Operation::Redrive,
         Operation::Manage,
         Operation::Internal,
     ];
@@ -67,6 +77,10 @@ impl Operation {
             Operation::Complete => "complete jobs",
             Operation::Release => "release leases",
             Operation::Delete => "delete jobs",
+            Operation::Fail => "fail jobs",
+            Operation::Cancel => "cancel jobs",
+            Operation::Retry => "retry jobs",
+            Operation::Redrive => "redrive queues",
             Operation::Manage => "administer the cluster",
             Operation::Internal => "propose internal commands",
         }
@@ -230,8 +244,44 @@ const SCOPED: Descriptor = Descriptor {
     ..TICK
 };
 
+/// Version 1.1's forms of submit, renew and release (entry version 4): the same command
+/// as the v1 form, with more fields; one name, one metric. A request without the new
+/// fields is still proposed in its v1 form.
+const SUBMIT_WITH: Descriptor = Descriptor { since: 4, ..SUBMIT };
+const RENEW_WITH: Descriptor = Descriptor { since: 4, ..RENEW };
+const RELEASE_WITH: Descriptor = Descriptor {
+    since: 4,
+    ..RELEASE
+};
+const FAIL: Descriptor = Descriptor {
+    name: "fail",
+    operation: Operation::Fail,
+    since: 4,
+    ..RENEW
+};
+const CANCEL: Descriptor = Descriptor {
+    name: "cancel",
+    operation: Operation::Cancel,
+    scope: CommandScope::StoredJob(MissingJob::NotFound),
+    outcomes: &["ok", "job_completed", "job_failed", "not_found"],
+    since: 4,
+};
+const RETRY: Descriptor = Descriptor {
+    name: "retry",
+    operation: Operation::Retry,
+    outcomes: &["ok", "invalid_state", "not_found"],
+    ..CANCEL
+};
+const REDRIVE: Descriptor = Descriptor {
+    name: "redrive",
+    operation: Operation::Redrive,
+    scope: CommandScope::Queue,
+    outcomes: &["ok"],
+    since: 4,
+};
+
 /// Every descriptor, in the order of `Command`'s variants (their bincode index).
-pub const DESCRIPTORS: [Descriptor; 11] = [
+pub const DESCRIPTORS: [Descriptor; 18] = [
     SUBMIT,
     CLAIM,
     CLAIM_NEXT,
@@ -243,6 +293,13 @@ pub const DESCRIPTORS: [Descriptor; 11] = [
     BATCH,
     ACTIVATE_VERSION,
     SCOPED,
+    SUBMIT_WITH,
+    RENEW_WITH,
+    RELEASE_WITH,
+    FAIL,
+    CANCEL,
+    RETRY,
+    REDRIVE,
 ];
 
 impl Command {
@@ -292,18 +349,47 @@ impl Command {
                 owner,
                 generation,
             } => (&RELEASE, held(job_id, owner, *generation)),
-            Command::Delete { job_id } => (
-                &DELETE,
-                Names {
-                    job_id: Some(job_id),
-                    ..none
-                },
-            ),
+            Command::Delete { job_id } => (&DELETE, by_id(job_id)),
             Command::Tick => (&TICK, none),
             Command::Batch(items) => (&BATCH, Names { items, ..none }),
             Command::ActivateVersion { .. } => (&ACTIVATE_VERSION, none),
             // What it carries is what it is, for roles, scopes, metrics and feeds.
             Command::Scoped(scoped) => scoped.command.facts(),
+            Command::SubmitWith { id, queue, .. } => (
+                &SUBMIT_WITH,
+                Names {
+                    job_id: id.as_deref(),
+                    queue: Some(queue),
+                    ..none
+                },
+            ),
+            Command::RenewWith {
+                job_id,
+                owner,
+                generation,
+                ..
+            } => (&RENEW_WITH, held(job_id, owner, *generation)),
+            Command::ReleaseWith {
+                job_id,
+                owner,
+                generation,
+                ..
+            } => (&RELEASE_WITH, held(job_id, owner, *generation)),
+            Command::Fail {
+                job_id,
+                owner,
+                generation,
+                ..
+            } => (&FAIL, held(job_id, owner, *generation)),
+            Command::Cancel { job_id, .. } => (&CANCEL, by_id(job_id)),
+            Command::Retry { job_id, .. } => (&RETRY, by_id(job_id)),
+            Command::Redrive { queue, .. } => (
+                &REDRIVE,
+                Names {
+                    queue: Some(queue),
+                    ..none
+                },
+            ),
         }
     }
 
@@ -341,7 +427,15 @@ impl Command {
     }
 }
 
-/// The names of a command on a held lease (renew, complete, release).
+/// The names of a command on a job by id alone (delete, cancel, retry).
+fn by_id(job_id: &str) -> Names<'_> {
+    Names {
+        job_id: Some(job_id),
+        ..Names::NONE
+    }
+}
+
+/// The names of a command on a held lease (renew, complete, release, fail).
 fn held<'a>(job_id: &'a str, owner: &'a str, generation: u64) -> Names<'a> {
     Names {
         job_id: Some(job_id),
@@ -405,6 +499,49 @@ pub fn one_of_each() -> Vec<Command> {
             },
             command: Box::new(Command::Delete { job_id: "j".into() }),
         }),
+        Command::SubmitWith {
+            id: Some("j".into()),
+            queue: "q".into(),
+            payload: Some("{}".into()),
+            max_attempts: Some(3),
+            run_at_ms: Some(5_000),
+            priority: -7,
+            backoff_ms: 1_000,
+            backoff_ms_max: 60_000,
+        },
+        Command::RenewWith {
+            job_id: "j".into(),
+            owner: "o".into(),
+            generation: 7,
+            ttl_ms: Some(2_000),
+            progress: Some("{\"step\":2}".into()),
+        },
+        Command::ReleaseWith {
+            job_id: "j".into(),
+            owner: "o".into(),
+            generation: 7,
+            delay_ms: Some(500),
+            retry: true,
+            error: Some("boom".into()),
+        },
+        Command::Fail {
+            job_id: "j".into(),
+            owner: "o".into(),
+            generation: 7,
+            error: Some("boom".into()),
+        },
+        Command::Cancel {
+            job_id: "j".into(),
+            reason: Some("r".into()),
+        },
+        Command::Retry {
+            job_id: "j".into(),
+            run_at_ms: Some(9_000),
+        },
+        Command::Redrive {
+            queue: "q".into(),
+            limit: 10,
+        },
     ];
     let listed: Vec<usize> = all.iter().map(variant_index).collect();
     let want: Vec<usize> = (0..all.len()).collect();
@@ -429,5 +566,12 @@ fn variant_index(c: &Command) -> usize {
         Command::Batch(_) => 8,
         Command::ActivateVersion { .. } => 9,
         Command::Scoped(_) => 10,
+        Command::SubmitWith { .. } => 11,
+        Command::RenewWith { .. } => 12,
+        Command::ReleaseWith { .. } => 13,
+        Command::Fail { .. } => 14,
+        Command::Cancel { .. } => 15,
+        Command::Retry { .. } => 16,
+        Command::Redrive { .. } => 17,
     }
 }

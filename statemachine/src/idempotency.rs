@@ -156,18 +156,25 @@ fn job_text_bytes(j: &Job) -> u64 {
         + text_len(&j.owner)
         + text_len(&j.payload)
         + text_len(&j.result)
+        // Version 1.1's text: none before it, so a v1 reply counts as it always did.
+        + text_len(&j.last_error)
+        + text_len(&j.cancel_reason)
+        + text_len(&j.progress)
 }
 
 /// The text a reply holds: names, message, and the payload and result it holds inline.
 fn reply_text_bytes(reply: &Reply) -> u64 {
     match reply {
-        Ok(Outcome::Lease(l)) => (l.job_id.len() + l.owner.len()) as u64,
+        Ok(Outcome::Lease(l)) => {
+            // A claim's payload and checkpoint (version 1.1) are held inline.
+            (l.job_id.len() + l.owner.len()) as u64 + text_len(&l.payload) + text_len(&l.progress)
+        }
         Ok(Outcome::Job(j)) => job_text_bytes(j),
         Ok(Outcome::Batch(rs)) => rs
             .iter()
             .map(|r| REPLY_FIXED_BYTES + reply_text_bytes(r))
             .sum(),
-        Ok(Outcome::Deleted | Outcome::Empty | Outcome::Ticked) => 0,
+        Ok(Outcome::Deleted | Outcome::Empty | Outcome::Ticked | Outcome::Retried(_)) => 0,
         Err(e) => e.message.len() as u64 + e.job.as_deref().map_or(0, job_text_bytes),
     }
 }

@@ -64,6 +64,25 @@ pub const SCOPED_CLAIM_SCAN_MAX: usize = 10_000;
 /// Longest failover grace added to live leases when a new term starts (docs/design.md).
 pub const GRACE_MS_MAX_DEFAULT: u64 = 3_000;
 
+/// Version 1.1 (docs/api.md "Scheduling, priorities, retries"): a job's priority range.
+pub const PRIORITY_MIN: i32 = -1000;
+pub const PRIORITY_MAX: i32 = 1000;
+/// Largest `backoff_ms`, `backoff_ms_max` and release `delay_ms`: one day.
+pub const DELAY_MS_MAX: u64 = 86_400_000;
+/// `backoff_ms_max` when a submit gives none.
+pub const BACKOFF_MS_MAX_DEFAULT: u64 = 3_600_000;
+/// How far ahead of store time a `run_at_ms` may be: 366 days.
+pub const RUN_AT_AHEAD_MS_MAX: u64 = 366 * 86_400_000;
+/// Largest `progress` of a renew, encoded (413 `payload_too_large` past it).
+pub const PROGRESS_BYTES_MAX: usize = 16 * 1024;
+/// Largest `error` of a release or fail (400 past it).
+pub const ERROR_BYTES_MAX: usize = 4 * 1024;
+/// Largest `reason` of a cancel (400 past it).
+pub const REASON_BYTES_MAX: usize = 1024;
+/// `limit` of a redrive: default and largest.
+pub const REDRIVE_LIMIT_DEFAULT: u32 = 100;
+pub const REDRIVE_LIMIT_MAX: u32 = 1000;
+
 fn invalid(msg: String) -> ApiError {
     ApiError::new(ErrorCode::InvalidArgument, msg)
 }
@@ -185,6 +204,81 @@ pub fn validate_wait_ms(wait_ms: u64) -> Result<(), ApiError> {
     if wait_ms > WAIT_MS_MAX {
         return Err(invalid(format!(
             "wait_ms must be at most {WAIT_MS_MAX} (got {wait_ms})"
+        )));
+    }
+    Ok(())
+}
+
+pub fn validate_priority(priority: i32) -> Result<(), ApiError> {
+    if !(PRIORITY_MIN..=PRIORITY_MAX).contains(&priority) {
+        return Err(invalid(format!(
+            "priority must be {PRIORITY_MIN}-{PRIORITY_MAX} (got {priority})"
+        )));
+    }
+    Ok(())
+}
+
+/// `what` is `backoff_ms`, `backoff_ms_max` or `delay_ms`: 0 … [`DELAY_MS_MAX`].
+pub fn validate_delay_ms(what: &str, ms: u64) -> Result<(), ApiError> {
+    if ms > DELAY_MS_MAX {
+        return Err(invalid(format!(
+            "{what} must be at most {DELAY_MS_MAX} (got {ms})"
+        )));
+    }
+    Ok(())
+}
+
+/// A backoff and its cap: each within [`DELAY_MS_MAX`], the cap not below the backoff.
+pub fn validate_backoff(backoff_ms: u64, backoff_ms_max: u64) -> Result<(), ApiError> {
+    validate_delay_ms("backoff_ms", backoff_ms)?;
+    validate_delay_ms("backoff_ms_max", backoff_ms_max)?;
+    if backoff_ms_max < backoff_ms {
+        return Err(invalid(format!(
+            "backoff_ms_max ({backoff_ms_max}) must not be below backoff_ms ({backoff_ms})"
+        )));
+    }
+    Ok(())
+}
+
+/// A `run_at_ms` judged at store time `now`: at most [`RUN_AT_AHEAD_MS_MAX`] ahead (a
+/// time in the past is allowed: the job is due at once).
+pub fn validate_run_at_ms(run_at_ms: u64, now: u64) -> Result<(), ApiError> {
+    let last = now.saturating_add(RUN_AT_AHEAD_MS_MAX);
+    if run_at_ms > last {
+        return Err(invalid(format!(
+            "run_at_ms {run_at_ms} is more than 366 days after the cluster time {now}"
+        )));
+    }
+    Ok(())
+}
+
+/// A `progress` value, encoded: at most [`PROGRESS_BYTES_MAX`].
+pub fn validate_progress(json: &str) -> Result<(), ApiError> {
+    if json.len() > PROGRESS_BYTES_MAX {
+        let msg = format!(
+            "progress is {} bytes encoded, at most {PROGRESS_BYTES_MAX} allowed",
+            json.len()
+        );
+        return Err(ApiError::new(ErrorCode::PayloadTooLarge, msg));
+    }
+    Ok(())
+}
+
+/// A free-text field (`error`, `reason`): at most `max` bytes.
+pub fn validate_text(what: &str, text: &str, max: usize) -> Result<(), ApiError> {
+    if text.len() > max {
+        return Err(invalid(format!(
+            "{what} must be at most {max} bytes (got {})",
+            text.len()
+        )));
+    }
+    Ok(())
+}
+
+pub fn validate_redrive_limit(limit: u32) -> Result<(), ApiError> {
+    if limit == 0 || limit > REDRIVE_LIMIT_MAX {
+        return Err(invalid(format!(
+            "limit must be 1-{REDRIVE_LIMIT_MAX} (got {limit})"
         )));
     }
     Ok(())

@@ -6,7 +6,7 @@
 //! format is unchanged), rebuilt by `restore`, and compared with a recount over the
 //! records by `check_invariants`.
 //!
-//! A job's [`Slot`] is the count its place is in: `Pending` for `Ready`, `Leased` for
+//! A job's [`Slot`] is the count its place is in: `Pending` for `Ready` and `Scheduled`, `Leased` for
 //! `Leased`, or how it closed. A lease that ran out after the last applied stamp still counts
 //! as leased until the next entry settles it, like `Stats::leased`.
 
@@ -23,11 +23,14 @@ pub struct QueueStats {
     pub leased: u64,
     pub completed: u64,
     pub failed: u64,
+    /// Version 1.1.
+    #[serde(default)]
+    pub cancelled: u64,
 }
 
 impl QueueStats {
     pub fn total(&self) -> u64 {
-        self.pending + self.leased + self.completed + self.failed
+        self.pending + self.leased + self.completed + self.failed + self.cancelled
     }
 
     /// Not yet completed or failed: waiting or being worked on.
@@ -41,6 +44,7 @@ impl QueueStats {
         self.leased += other.leased;
         self.completed += other.completed;
         self.failed += other.failed;
+        self.cancelled += other.cancelled;
     }
 
     pub(crate) fn slot_mut(&mut self, slot: Slot) -> &mut u64 {
@@ -49,6 +53,7 @@ impl QueueStats {
             Slot::Leased => &mut self.leased,
             Slot::Completed => &mut self.completed,
             Slot::Failed => &mut self.failed,
+            Slot::Cancelled => &mut self.cancelled,
         }
     }
 }
@@ -60,15 +65,17 @@ pub(crate) enum Slot {
     Leased,
     Completed,
     Failed,
+    Cancelled,
 }
 
 impl Slot {
     pub(crate) fn of(place: Place) -> Slot {
         match place {
-            Place::Ready { .. } => Slot::Pending,
+            Place::Scheduled { .. } | Place::Ready { .. } => Slot::Pending,
             Place::Leased { .. } => Slot::Leased,
             Place::Closed(Closed::Completed) => Slot::Completed,
-            Place::Closed(Closed::Failed) => Slot::Failed,
+            Place::Closed(Closed::Failed { .. }) => Slot::Failed,
+            Place::Closed(Closed::Cancelled) => Slot::Cancelled,
         }
     }
 }
@@ -144,6 +151,7 @@ mod tests {
                     JobState::Leased => s.leased += 1,
                     JobState::Completed => s.completed += 1,
                     JobState::Failed => s.failed += 1,
+                    JobState::Cancelled => s.cancelled += 1,
                 }
             }
             match page.next_page_token {

@@ -37,10 +37,18 @@ pub enum ErrorCode {
     /// `Content-Type` other than `application/json` (HTTP 415). Last, so that the
     /// bincode index of every older code (replies kept in snapshots) is unchanged.
     UnsupportedMediaType,
+    /// Version 1.1: a direct claim before the job's `run_at_ms` (409).
+    NotDue,
+    /// Version 1.1: claim, renew, complete, release or fail of a cancelled job (409).
+    JobCancelled,
+    /// Version 1.1: `retry` of a job that is neither failed nor cancelled (409).
+    InvalidState,
+    /// Version 1.1: an event feed `after` older than what the nodes keep (410).
+    EventsCompacted,
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 16] = [
+    pub const ALL: [ErrorCode; 20] = [
         ErrorCode::InvalidArgument,
         ErrorCode::PayloadTooLarge,
         ErrorCode::NotFound,
@@ -57,6 +65,10 @@ impl ErrorCode {
         ErrorCode::PermissionDenied,
         ErrorCode::Internal,
         ErrorCode::UnsupportedMediaType,
+        ErrorCode::NotDue,
+        ErrorCode::JobCancelled,
+        ErrorCode::InvalidState,
+        ErrorCode::EventsCompacted,
     ];
 
     /// The HTTP status docs/api.md assigns to this code.
@@ -71,7 +83,11 @@ impl ErrorCode {
             | ErrorCode::JobCompleted
             | ErrorCode::JobFailed
             | ErrorCode::StaleLease
-            | ErrorCode::LeaseExpired => 409,
+            | ErrorCode::LeaseExpired
+            | ErrorCode::NotDue
+            | ErrorCode::JobCancelled
+            | ErrorCode::InvalidState => 409,
+            ErrorCode::EventsCompacted => 410,
             ErrorCode::PayloadTooLarge => 413,
             ErrorCode::UnsupportedMediaType => 415,
             ErrorCode::IdempotencyKeyReused => 422,
@@ -100,6 +116,10 @@ impl ErrorCode {
             ErrorCode::PermissionDenied => "permission_denied",
             ErrorCode::Internal => "internal",
             ErrorCode::UnsupportedMediaType => "unsupported_media_type",
+            ErrorCode::NotDue => "not_due",
+            ErrorCode::JobCancelled => "job_cancelled",
+            ErrorCode::InvalidState => "invalid_state",
+            ErrorCode::EventsCompacted => "events_compacted",
         }
     }
 
@@ -180,6 +200,8 @@ pub enum JobState {
     Leased,
     Completed,
     Failed,
+    /// Version 1.1: cancelled (final until a retry).
+    Cancelled,
 }
 
 impl JobState {
@@ -189,6 +211,7 @@ impl JobState {
             JobState::Leased => "leased",
             JobState::Completed => "completed",
             JobState::Failed => "failed",
+            JobState::Cancelled => "cancelled",
         }
     }
 
@@ -198,6 +221,7 @@ impl JobState {
             "leased" => Some(JobState::Leased),
             "completed" => Some(JobState::Completed),
             "failed" => Some(JobState::Failed),
+            "cancelled" => Some(JobState::Cancelled),
             _ => None,
         }
     }
@@ -221,6 +245,33 @@ pub struct Job {
     pub created_ms: u64,
     pub updated_ms: u64,
     pub log_index: u64,
+    /// Version 1.1 (docs/api.md): when a pending job becomes claimable, while that is in
+    /// the future (a `run_at_ms`, a retry's delay or a backoff).
+    #[serde(default)]
+    pub run_at_ms: Option<u64>,
+    #[serde(default)]
+    pub priority: i32,
+    #[serde(default)]
+    pub backoff_ms: u64,
+    #[serde(default = "backoff_ms_max_default")]
+    pub backoff_ms_max: u64,
+    #[serde(default)]
+    pub last_error: Option<String>,
+    /// A cancel came while the job was leased (docs/api.md "Cancellation").
+    #[serde(default)]
+    pub cancel_requested: bool,
+    /// Added (docs/api-additions.md): the reason the cancel gave.
+    #[serde(default)]
+    pub cancel_reason: Option<String>,
+    /// The last checkpoint a holder sent with a renew, and when.
+    #[serde(default, with = "raw_json")]
+    pub progress: Option<String>,
+    #[serde(default)]
+    pub progress_ms: Option<u64>,
+}
+
+fn backoff_ms_max_default() -> u64 {
+    limits::BACKOFF_MS_MAX_DEFAULT
 }
 
 /// A granted or renewed lease, docs/api.md's "Lease" object.
@@ -233,6 +284,20 @@ pub struct Lease {
     pub ttl_ms: u64,
     pub cluster_time_ms: u64,
     pub log_index: u64,
+    /// Version 1.1: the job's cancellation was requested; the holder should stop.
+    #[serde(default)]
+    pub cancel_requested: bool,
+    /// Added (docs/api-additions.md), on a claim once the cluster runs version 1.1: the
+    /// job's payload and attempts (this one included), so a worker needs no extra read.
+    #[serde(default, with = "raw_json")]
+    pub payload: Option<String>,
+    #[serde(default)]
+    pub attempts: Option<u64>,
+    /// On a claim: the last checkpoint recorded under an earlier generation.
+    #[serde(default, with = "raw_json")]
+    pub progress: Option<String>,
+    #[serde(default)]
+    pub progress_generation: Option<u64>,
 }
 
 /// One page of `GET /v1/jobs`.
@@ -294,17 +359,49 @@ pub struct SubmitRequest {
     pub payload: Option<Box<RawValue>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_attempts: Option<u64>,
+    /// Version 1.1 (docs/api.md "Scheduling, priorities, retries").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_at_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff_ms_max: Option<u64>,
 }
 
 impl SubmitRequest {
+    /// A v1 submit when none of version 1.1's fields is given (any cluster applies it),
+    /// else a `SubmitWith` (entry version 4).
     pub fn into_command(self) -> Result<Command, ApiError> {
-        let cmd = Command::Submit {
-            id: self.id,
-            queue: self
-                .queue
-                .unwrap_or_else(|| limits::QUEUE_DEFAULT.to_owned()),
-            payload: json_text("payload", self.payload)?,
-            max_attempts: self.max_attempts,
+        let queue = self
+            .queue
+            .unwrap_or_else(|| limits::QUEUE_DEFAULT.to_owned());
+        let payload = json_text("payload", self.payload)?;
+        let v1_1 = self.run_at_ms.is_some()
+            || self.priority.is_some()
+            || self.backoff_ms.is_some()
+            || self.backoff_ms_max.is_some();
+        let cmd = if v1_1 {
+            Command::SubmitWith {
+                id: self.id,
+                queue,
+                payload,
+                max_attempts: self.max_attempts,
+                run_at_ms: self.run_at_ms,
+                priority: self.priority.unwrap_or(0),
+                backoff_ms: self.backoff_ms.unwrap_or(0),
+                backoff_ms_max: self
+                    .backoff_ms_max
+                    .unwrap_or(limits::BACKOFF_MS_MAX_DEFAULT),
+            }
+        } else {
+            Command::Submit {
+                id: self.id,
+                queue,
+                payload,
+                max_attempts: self.max_attempts,
+            }
         };
         cmd.validate()?;
         Ok(cmd)
@@ -361,15 +458,30 @@ pub struct RenewRequest {
     pub generation: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttl_ms: Option<u64>,
+    /// Version 1.1: a checkpoint, any JSON value of at most 16 KiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<Box<RawValue>>,
 }
 
 impl RenewRequest {
+    /// A v1 renew without `progress`, else a `RenewWith` (entry version 4).
     pub fn into_command(self, job_id: &str) -> Result<Command, ApiError> {
-        let cmd = Command::Renew {
-            job_id: job_id.to_owned(),
-            owner: self.owner,
-            generation: self.generation,
-            ttl_ms: self.ttl_ms,
+        let job_id = job_id.to_owned();
+        let (owner, generation, ttl_ms) = (self.owner, self.generation, self.ttl_ms);
+        let cmd = match json_text("progress", self.progress)? {
+            None => Command::Renew {
+                job_id,
+                owner,
+                generation,
+                ttl_ms,
+            },
+            progress => Command::RenewWith {
+                job_id,
+                owner,
+                generation,
+                ttl_ms,
+                progress,
+            },
         };
         cmd.validate()?;
         Ok(cmd)
@@ -403,18 +515,124 @@ impl CompleteRequest {
 pub struct ReleaseRequest {
     pub owner: String,
     pub generation: u64,
+    /// Version 1.1: claimable again this much later (overrides the backoff).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay_ms: Option<u64>,
+    /// Version 1.1: this was a failed attempt (the backoff applies).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<bool>,
+    /// Version 1.1: stored as the job's `last_error` (at most 4 KiB).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 impl ReleaseRequest {
+    /// A v1 release without version 1.1's fields (or with `retry: false` alone), else a
+    /// `ReleaseWith` (entry version 4).
     pub fn into_command(self, job_id: &str) -> Result<Command, ApiError> {
-        let cmd = Command::Release {
-            job_id: job_id.to_owned(),
-            owner: self.owner,
-            generation: self.generation,
+        let (job_id, owner, generation) = (job_id.to_owned(), self.owner, self.generation);
+        let retry = self.retry.unwrap_or(false);
+        let cmd = if self.delay_ms.is_none() && !retry && self.error.is_none() {
+            Command::Release {
+                job_id,
+                owner,
+                generation,
+            }
+        } else {
+            Command::ReleaseWith {
+                job_id,
+                owner,
+                generation,
+                delay_ms: self.delay_ms,
+                retry,
+                error: self.error,
+            }
         };
         cmd.validate()?;
         Ok(cmd)
     }
+}
+
+/// `POST /v1/jobs/{id}/fail` (version 1.1).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FailRequest {
+    pub owner: String,
+    pub generation: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl FailRequest {
+    pub fn into_command(self, job_id: &str) -> Result<Command, ApiError> {
+        let cmd = Command::Fail {
+            job_id: job_id.to_owned(),
+            owner: self.owner,
+            generation: self.generation,
+            error: self.error,
+        };
+        cmd.validate()?;
+        Ok(cmd)
+    }
+}
+
+/// `POST /v1/jobs/{id}/cancel` (version 1.1).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct CancelRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl CancelRequest {
+    pub fn into_command(self, job_id: &str) -> Result<Command, ApiError> {
+        let cmd = Command::Cancel {
+            job_id: job_id.to_owned(),
+            reason: self.reason,
+        };
+        cmd.validate()?;
+        Ok(cmd)
+    }
+}
+
+/// `POST /v1/jobs/{id}/retry` (version 1.1).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct RetryRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_at_ms: Option<u64>,
+}
+
+impl RetryRequest {
+    pub fn into_command(self, job_id: &str) -> Result<Command, ApiError> {
+        let cmd = Command::Retry {
+            job_id: job_id.to_owned(),
+            run_at_ms: self.run_at_ms,
+        };
+        cmd.validate()?;
+        Ok(cmd)
+    }
+}
+
+/// `POST /v1/queues/{queue}/redrive` (version 1.1).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct RedriveRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+}
+
+impl RedriveRequest {
+    pub fn into_command(self, queue: &str) -> Result<Command, ApiError> {
+        let cmd = Command::Redrive {
+            queue: queue.to_owned(),
+            limit: self.limit.unwrap_or(limits::REDRIVE_LIMIT_DEFAULT),
+        };
+        cmd.validate()?;
+        Ok(cmd)
+    }
+}
+
+/// The answer of a redrive: how many failed jobs went back to pending.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RedriveReply {
+    pub retried: u64,
 }
 
 #[cfg(test)]
@@ -436,6 +654,15 @@ mod tests {
             created_ms: 1,
             updated_ms: 2,
             log_index: 5123,
+            run_at_ms: None,
+            priority: 0,
+            backoff_ms: 0,
+            backoff_ms_max: limits::BACKOFF_MS_MAX_DEFAULT,
+            last_error: None,
+            cancel_requested: false,
+            cancel_reason: None,
+            progress: None,
+            progress_ms: None,
         }
     }
 

@@ -98,6 +98,15 @@ impl MJob {
             result: self.result.clone(),
             created_ms: self.created,
             updated_ms: self.updated,
+            run_at_ms: None,
+            priority: 0,
+            backoff_ms: 0,
+            backoff_ms_max: 3_600_000,
+            last_error: None,
+            cancel_requested: false,
+            cancel_reason: None,
+            progress: None,
+            progress_ms: None,
             log_index: self.log_index,
         }
     }
@@ -123,6 +132,24 @@ fn ttl_ok(t: u64) -> bool {
 
 fn json_ok(p: &Option<String>) -> bool {
     p.as_ref().is_none_or(|p| p.len() <= 64 * 1024)
+}
+
+/// A Lease's version 1.1 fields as a v1 cluster (the model's) answers them.
+fn v1_lease() -> Lease {
+    Lease {
+        job_id: String::new(),
+        owner: String::new(),
+        generation: 0,
+        lease_until_ms: 0,
+        ttl_ms: 0,
+        cluster_time_ms: 0,
+        log_index: 0,
+        cancel_requested: false,
+        payload: None,
+        attempts: None,
+        progress: None,
+        progress_generation: None,
+    }
 }
 
 /// docs/api.md's names and limits, checked field by field in the order of the request.
@@ -205,6 +232,7 @@ fn validate(cmd: &Command) -> Result<(), ErrorCode> {
         Command::Scoped(_) => {
             unreachable!("the model generates no scoped commands (tests/tenant_scope.rs)")
         }
+        other => unreachable!("the model generates no version 1.1 command: {other:?}"),
     }
 }
 
@@ -401,6 +429,7 @@ impl Model {
                     ttl_ms: ttl,
                     cluster_time_ms: now,
                     log_index: index,
+                    ..v1_lease()
                 }))
             }
             Command::Complete {
@@ -449,6 +478,7 @@ impl Model {
             Command::Batch(_) => unreachable!("the model generates no batches"),
             Command::ActivateVersion { .. } => unreachable!("the model generates no activations"),
             Command::Scoped(_) => unreachable!("the model generates no scoped commands"),
+            other => unreachable!("the model generates no version 1.1 command: {other:?}"),
         }
     }
 
@@ -498,6 +528,7 @@ impl Model {
             ttl_ms: ttl,
             cluster_time_ms: now,
             log_index: index,
+            ..v1_lease()
         }))
     }
 
@@ -533,6 +564,8 @@ impl Model {
             leased,
             completed,
             failed,
+            cancelled: 0,
+            scheduled: 0,
             idempotency_keys: self.keys.len() as u64,
             // Not modelled: `run` checks the machine's figures against their recount.
             idempotency_bytes: 0,
@@ -989,6 +1022,7 @@ impl Coverage {
                     Outcome::Empty => "ok:empty",
                     Outcome::Ticked => "ok:ticked",
                     Outcome::Batch(_) => "ok:batch",
+                    Outcome::Retried(_) => "ok:retried",
                 });
                 let log_index = match o {
                     Outcome::Lease(l) => Some(l.log_index),

@@ -180,6 +180,12 @@ fn claim_creates_the_job_in_the_default_queue() {
             ttl_ms: 1_000,
             cluster_time_ms: 10_000,
             log_index: 1,
+            // A v1 cluster (the initial version) answers none of version 1.1's fields.
+            cancel_requested: false,
+            payload: None,
+            attempts: None,
+            progress: None,
+            progress_generation: None,
         }
     );
     let j = h.job("invoice-42");

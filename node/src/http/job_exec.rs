@@ -173,6 +173,10 @@ pub fn render(route: &RouteSpec, reply: &Reply) -> Response {
         Ok(Outcome::Job(job)) => json_response(status, job),
         Ok(Outcome::Deleted) | Ok(Outcome::Empty) => StatusCode::NO_CONTENT.into_response(),
         Ok(Outcome::Ticked) => json_response(StatusCode::OK, &serde_json::json!({})),
+        Ok(Outcome::Retried(retried)) => json_response(
+            status,
+            &leasehold_statemachine::wire::RedriveReply { retried: *retried },
+        ),
         // The batcher splits batches; a client never proposes one.
         Ok(Outcome::Batch(_)) => error_response(&ApiError::new(
             ErrorCode::Internal,

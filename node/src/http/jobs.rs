@@ -1,5 +1,5 @@
-//! Handlers of `/v1/jobs…` and `/v1/queues/{queue}/claim`: parse and validate here (any
-//! node), then run on the leader.
+//! Handlers of `/v1/jobs…`, `/v1/queues/{queue}/claim` and `/v1/queues/{queue}/redrive`:
+//! parse and validate here (any node), then run on the leader.
 //!
 //! Job ids may contain `/`, so the router mounts every job route on `/v1/jobs/{*rest}`;
 //! which action a POST names (`/claim`, `/renew`, …: the tails of `routes.rs`' rows) was
@@ -17,7 +17,8 @@ use axum::extract::{Path, Query, Request, State};
 use axum::response::Response;
 use leasehold_statemachine::limits;
 use leasehold_statemachine::wire::{
-    ClaimNextRequest, ClaimRequest, CompleteRequest, ReleaseRequest, RenewRequest, SubmitRequest,
+    CancelRequest, ClaimNextRequest, ClaimRequest, CompleteRequest, FailRequest, RedriveRequest,
+    ReleaseRequest, RenewRequest, RetryRequest, SubmitRequest,
 };
 use leasehold_statemachine::{ApiError, Command, ErrorCode, JobState};
 use serde::Deserialize;
@@ -157,6 +158,18 @@ pub async fn claim_next(
     .await
 }
 
+/// `POST /v1/queues/{queue}/redrive` (version 1.1).
+pub async fn redrive(
+    State(node): State<Arc<Node>>,
+    Path(queue): Path<String>,
+    req: Request,
+) -> Response {
+    write(node, req, |_, body| {
+        Ok((parse_json::<RedriveRequest>(body)?.into_command(&queue)?, 0))
+    })
+    .await
+}
+
 fn percent_decode(s: &str) -> Option<String> {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
@@ -237,6 +250,9 @@ pub(crate) fn decode_action(
         }
         RouteId::CompleteJob => parse_json::<CompleteRequest>(body)?.into_command(id),
         RouteId::ReleaseJob => parse_json::<ReleaseRequest>(body)?.into_command(id),
+        RouteId::FailJob => parse_json::<FailRequest>(body)?.into_command(id),
+        RouteId::CancelJob => parse_json::<CancelRequest>(body)?.into_command(id),
+        RouteId::RetryJob => parse_json::<RetryRequest>(body)?.into_command(id),
         other => Err(ApiError::new(
             ErrorCode::NotFound,
             format!("{other:?} is not an action on a job"),

@@ -68,8 +68,11 @@ fn handler(id: RouteId, m: MethodFilter) -> MethodRouter<Arc<Node>> {
         ListJobs => on(m, jobs::list),
         GetJob => on(m, jobs::get_job),
         DeleteJob => on(m, jobs::delete_job),
-        ClaimJob | RenewJob | CompleteJob | ReleaseJob => on(m, jobs::job_action),
+        ClaimJob | RenewJob | CompleteJob | ReleaseJob | FailJob | CancelJob | RetryJob => {
+            on(m, jobs::job_action)
+        }
         ClaimNext => on(m, jobs::claim_next),
+        Redrive => on(m, jobs::redrive),
         Cluster => on(m, ops::cluster),
         Digest => on(m, ops::digest),
         Members => on(m, ui::members),

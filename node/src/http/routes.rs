@@ -45,7 +45,11 @@ pub enum RouteId {
     RenewJob,
     CompleteJob,
     ReleaseJob,
+    FailJob,
+    CancelJob,
+    RetryJob,
     ClaimNext,
+    Redrive,
     Cluster,
     Digest,
     Members,
@@ -336,12 +340,26 @@ fn pattern_matches(pattern: &str, path: &str) -> bool {
 const RAFT_REPLY: Body = Body::bincode("Result<RaftResponse, RaftError>");
 const JOB_MOUNT: &str = "/v1/jobs/{*rest}";
 
+/// What renew, complete, release and fail answer about the lease they present.
+const LEASE_HOLDER_ERRORS: &[ErrorCode] = &[
+    ErrorCode::StaleLease,
+    ErrorCode::LeaseExpired,
+    ErrorCode::JobCompleted,
+    ErrorCode::JobFailed,
+    ErrorCode::JobCancelled,
+    ErrorCode::NotFound,
+    ErrorCode::IdempotencyKeyReused,
+];
+
 /// Every route the node serves.
 pub const ROUTES: &[RouteSpec] = {
     use BudgetClass::{Client, Exempt, LongPoll};
     use ErrorCode::*;
     use Need::{Op, Open};
-    use Operation::{Claim, ClaimNext, Complete, Delete, Manage, Read, Release, Renew, Submit};
+    use Operation::{
+        Cancel, Claim, ClaimNext, Complete, Delete, Fail, Manage, Read, Redrive, Release, Renew,
+        Retry, Submit,
+    };
     use ScopeRule::{Command, Job, List, Shared, UnscopedOnly};
     &[
         RouteSpec {
@@ -417,7 +435,14 @@ pub const ROUTES: &[RouteSpec] = {
             request: Body::json("ClaimRequest"),
             response: Body::json("Lease"),
             success: &[200],
-            errors: &[LeaseHeld, JobCompleted, JobFailed, IdempotencyKeyReused],
+            errors: &[
+                LeaseHeld,
+                JobCompleted,
+                JobFailed,
+                JobCancelled,
+                NotDue,
+                IdempotencyKeyReused,
+            ],
         },
         RouteSpec {
             id: RouteId::RenewJob,
@@ -432,13 +457,7 @@ pub const ROUTES: &[RouteSpec] = {
             request: Body::json("RenewRequest"),
             response: Body::json("Lease"),
             success: &[200],
-            errors: &[
-                StaleLease,
-                LeaseExpired,
-                JobCompleted,
-                NotFound,
-                IdempotencyKeyReused,
-            ],
+            errors: LEASE_HOLDER_ERRORS,
         },
         RouteSpec {
             id: RouteId::CompleteJob,
@@ -453,13 +472,7 @@ pub const ROUTES: &[RouteSpec] = {
             request: Body::json("CompleteRequest"),
             response: Body::json("Job"),
             success: &[200],
-            errors: &[
-                StaleLease,
-                LeaseExpired,
-                JobCompleted,
-                NotFound,
-                IdempotencyKeyReused,
-            ],
+            errors: LEASE_HOLDER_ERRORS,
         },
         RouteSpec {
             id: RouteId::ReleaseJob,
@@ -474,7 +487,52 @@ pub const ROUTES: &[RouteSpec] = {
             request: Body::json("ReleaseRequest"),
             response: Body::json("Job"),
             success: &[200],
-            errors: &[StaleLease, LeaseExpired, NotFound, IdempotencyKeyReused],
+            errors: LEASE_HOLDER_ERRORS,
+        },
+        RouteSpec {
+            id: RouteId::FailJob,
+            method: "POST",
+            path: "/v1/jobs/{id}/fail",
+            mount: JOB_MOUNT,
+            query: &[],
+            need: Op(Fail),
+            scope: Command,
+            budget: Client,
+            label: RouteLabel::Job,
+            request: Body::json("FailRequest"),
+            response: Body::json("Job"),
+            success: &[200],
+            errors: LEASE_HOLDER_ERRORS,
+        },
+        RouteSpec {
+            id: RouteId::CancelJob,
+            method: "POST",
+            path: "/v1/jobs/{id}/cancel",
+            mount: JOB_MOUNT,
+            query: &[],
+            need: Op(Cancel),
+            scope: Command,
+            budget: Client,
+            label: RouteLabel::Job,
+            request: Body::json("CancelRequest"),
+            response: Body::json("Job"),
+            success: &[200],
+            errors: &[JobCompleted, JobFailed, NotFound, IdempotencyKeyReused],
+        },
+        RouteSpec {
+            id: RouteId::RetryJob,
+            method: "POST",
+            path: "/v1/jobs/{id}/retry",
+            mount: JOB_MOUNT,
+            query: &[],
+            need: Op(Retry),
+            scope: Command,
+            budget: Client,
+            label: RouteLabel::Job,
+            request: Body::json("RetryRequest"),
+            response: Body::json("Job"),
+            success: &[200],
+            errors: &[InvalidState, NotFound, IdempotencyKeyReused],
         },
         RouteSpec {
             id: RouteId::ClaimNext,
@@ -489,6 +547,21 @@ pub const ROUTES: &[RouteSpec] = {
             request: Body::json("ClaimNextRequest"),
             response: Body::json("Lease"),
             success: &[200, 204],
+            errors: &[IdempotencyKeyReused],
+        },
+        RouteSpec {
+            id: RouteId::Redrive,
+            method: "POST",
+            path: "/v1/queues/{queue}/redrive",
+            mount: "/v1/queues/{queue}/redrive",
+            query: &[],
+            need: Op(Redrive),
+            scope: Command,
+            budget: Client,
+            label: RouteLabel::QueueRedrive,
+            request: Body::json("RedriveRequest"),
+            response: Body::json("RedriveReply"),
+            success: &[200],
             errors: &[IdempotencyKeyReused],
         },
         RouteSpec {

@@ -1,10 +1,12 @@
 //! The leader's ticks: the entries that carry cluster time when no client writes. The
 //! first stamped entry of each new term makes the term ready for client writes (and
-//! applies the failover grace at once); while a deadline is pending (a live lease's
-//! expiry, and from issue 31 a scheduled job's due time: the state machine's
-//! `next_deadline_ms`) and nothing was applied for a tick interval, a tick keeps cluster
-//! time fresh, so what time does on its own is decided by the log, the same on every
-//! replica.
+//! applies the failover grace at once); while a deadline is pending and nothing was
+//! applied for a tick interval, a tick keeps cluster time fresh, so what time does on its
+//! own is decided by the log, the same on every replica. A deadline is pending while a
+//! lease is live (its expiry; the ticks also keep the failover grace's leaderless gap
+//! close to the real one), or when a scheduled job's due time comes within a tick
+//! interval (issue 31: a job due tomorrow needs no ticks today). So a lease's end or a
+//! due time is in the log within about a tick interval plus a loop step.
 //!
 //! [`decide_tick`] is the decision, a pure function; [`run`] the loop around it, on a
 //! [`Proposer`] handle. May import what `proposer.rs` may, and `telemetry`.
@@ -76,9 +78,12 @@ pub async fn run(
                 m.current_term,
             )
         };
-        let (pending, last_stamp) = node
-            .sm()
-            .read(|s| (s.machine.next_deadline_ms().is_some(), s.last_stamp));
+        let soon = node.cluster_time_ms().saturating_add(tick_interval_ms);
+        let (pending, last_stamp) = node.sm().read(|s| {
+            let m = &s.machine;
+            let due = m.next_due_ms().is_some_and(|t| t <= soon);
+            (m.next_expiry_ms().is_some() || due, s.last_stamp)
+        });
         let mono = node.time().clock().mono_ms();
         let since = last_stamp.map(|(_, at)| mono.saturating_sub(at));
         let Some(reason) = decide_tick(

@@ -55,14 +55,19 @@ pub const BEARER_SCHEME: &str = "Bearer";
 pub enum Role {
     /// Everything.
     Admin,
-    /// Submit, claim (by id and from a queue), renew, complete, release, and every read.
+    /// Submit, claim (by id and from a queue), renew, complete, release, fail, and every
+    /// read.
     Worker,
     /// Reads only: jobs, lists, cluster status, digest, metrics.
     Reader,
+    /// Version 1.1 (docs/api.md "Roles for the new routes"): every read, and cancel,
+    /// retry and redrive — an on-call human or a tool that manages jobs without running
+    /// them or administering the cluster.
+    Operator,
 }
 
 impl Role {
-    pub const ALL: [Role; 3] = [Role::Admin, Role::Worker, Role::Reader];
+    pub const ALL: [Role; 4] = [Role::Admin, Role::Worker, Role::Reader, Role::Operator];
 
     pub fn parse(s: &str) -> Option<Role> {
         Role::ALL.into_iter().find(|r| r.as_str() == s)
@@ -73,6 +78,7 @@ impl Role {
             Role::Admin => "admin",
             Role::Worker => "worker",
             Role::Reader => "reader",
+            Role::Operator => "operator",
         }
     }
 
@@ -84,9 +90,10 @@ impl Role {
             Role::Admin => true,
             Role::Worker => matches!(
                 op,
-                Read | Submit | Claim | ClaimNext | Renew | Complete | Release
+                Read | Submit | Claim | ClaimNext | Renew | Complete | Release | Fail
             ),
             Role::Reader => op == Read,
+            Role::Operator => matches!(op, Read | Cancel | Retry | Redrive),
         }
     }
 }
@@ -592,28 +599,33 @@ mod tests {
     #[test]
     fn role_table() {
         use Operation::*;
-        // (operation, admin, worker, reader)
+        // (operation, admin, worker, reader, operator)
         let table = [
-            (Read, true, true, true),
-            (Submit, true, true, false),
-            (Claim, true, true, false),
-            (ClaimNext, true, true, false),
-            (Renew, true, true, false),
-            (Complete, true, true, false),
-            (Release, true, true, false),
-            (Delete, true, false, false),
-            (Manage, true, false, false),
-            (Internal, true, false, false),
+            (Read, true, true, true, true),
+            (Submit, true, true, false, false),
+            (Claim, true, true, false, false),
+            (ClaimNext, true, true, false, false),
+            (Renew, true, true, false, false),
+            (Complete, true, true, false, false),
+            (Release, true, true, false, false),
+            (Delete, true, false, false, false),
+            (Fail, true, true, false, false),
+            (Cancel, true, false, false, true),
+            (Retry, true, false, false, true),
+            (Redrive, true, false, false, true),
+            (Manage, true, false, false, false),
+            (Internal, true, false, false, false),
         ];
         assert_eq!(
             table.len(),
             Operation::ALL.len(),
             "every operation is listed"
         );
-        for (op, admin, worker, reader) in table {
+        for (op, admin, worker, reader, operator) in table {
             assert_eq!(Role::Admin.allows(op), admin, "admin {op:?}");
             assert_eq!(Role::Worker.allows(op), worker, "worker {op:?}");
             assert_eq!(Role::Reader.allows(op), reader, "reader {op:?}");
+            assert_eq!(Role::Operator.allows(op), operator, "operator {op:?}");
         }
     }
 

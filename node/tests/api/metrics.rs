@@ -286,6 +286,7 @@ fn a_scrape() -> Scrape {
             leased: 1,
             completed: 3,
             failed: 0,
+            cancelled: 0,
         },
     );
     Scrape {

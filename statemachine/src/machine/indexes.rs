@@ -1,5 +1,7 @@
 //! The derived indexes over the job records ([`Indexes`]): id → handle, the expiry set,
-//! each queue's FIFO of claimable jobs, each queue's members, and the per-queue counts.
+//! the due-time set of scheduled jobs, each queue's claim order of claimable jobs
+//! (priority, then age), each queue's dead letters (failed jobs by failure time), each
+//! queue's members, and the per-queue counts.
 //!
 //! They are a function of the records' places and nothing else: changed only by
 //! [`Indexes::shift`] (called by the transition point, `transition.rs`), built in bulk by
@@ -8,6 +10,7 @@
 //! crate has no randomness, and no iteration order can differ between replicas. May
 //! import `record` and `queue_stats`.
 
+use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{BuildHasherDefault, DefaultHasher};
 
@@ -30,14 +33,30 @@ pub(crate) struct Indexes {
     pub ids: FixedHashMap<String, u64>,
     /// (lease end, handle) of every `Leased` job.
     pub expiry: BTreeSet<(u64, u64)>,
-    /// Per queue, (ready since, handle) of every `Ready` job: the claim-next FIFO.
-    pub ready: BTreeMap<String, BTreeSet<(u64, u64)>>,
+    /// (due time, handle) of every `Scheduled` job: store time reaching it makes the job
+    /// `Ready` (`rules::settle`), so claim-next never scans for due jobs.
+    pub due: BTreeSet<(u64, u64)>,
+    /// Per queue, the [`ReadyKey`] of every `Ready` job: claim-next takes the first.
+    pub ready: BTreeMap<String, BTreeSet<ReadyKey>>,
+    /// Per queue, (failed at, handle) of every failed job: the dead letters, redriven
+    /// oldest failure first.
+    pub dead: BTreeMap<String, BTreeSet<(u64, u64)>>,
     /// Per queue, every job's handle (listing by queue).
     pub by_queue: BTreeMap<String, BTreeSet<u64>>,
     /// Jobs per queue and state (`queue_stats.rs`).
     pub counts: BTreeMap<String, QueueStats>,
     pub completed: u64,
     pub failed: u64,
+    pub cancelled: u64,
+}
+
+/// A ready job's place in its queue's claim order: highest priority first, then the
+/// oldest (ready since), then the oldest job.
+pub(crate) type ReadyKey = (Reverse<i32>, u64, u64);
+
+/// The claim-order key of a job `handle` ready at `priority` since `since_ms`.
+pub(crate) fn ready_key(priority: i32, since_ms: u64, handle: u64) -> ReadyKey {
+    (Reverse(priority), since_ms, handle)
 }
 
 /// `set[key]`, created when missing, without copying `key` when it is not.
@@ -97,30 +116,50 @@ impl Indexes {
     }
 
     fn leave(&mut self, handle: u64, queue: &str, place: Place) {
-        match place {
-            Place::Ready { since_ms } => {
-                let removed = remove_from(&mut self.ready, queue, &(since_ms, handle));
-                assert!(removed, "a ready job is missing from its queue");
+        let removed = match place {
+            Place::Scheduled { due_ms } => self.due.remove(&(due_ms, handle)),
+            Place::Ready { priority, since_ms } => {
+                let key = ready_key(priority, since_ms, handle);
+                remove_from(&mut self.ready, queue, &key)
             }
-            Place::Leased { until_ms } => {
-                let removed = self.expiry.remove(&(until_ms, handle));
-                assert!(removed, "a leased job is missing from the expiry index");
+            Place::Leased { until_ms } => self.expiry.remove(&(until_ms, handle)),
+            Place::Closed(Closed::Failed { at_ms }) => {
+                self.failed -= 1;
+                remove_from(&mut self.dead, queue, &(at_ms, handle))
             }
-            Place::Closed(Closed::Completed) => self.completed -= 1,
-            Place::Closed(Closed::Failed) => self.failed -= 1,
-        }
+            Place::Closed(Closed::Completed) => {
+                self.completed -= 1;
+                true
+            }
+            Place::Closed(Closed::Cancelled) => {
+                self.cancelled -= 1;
+                true
+            }
+        };
+        assert!(
+            removed,
+            "job {handle} is missing from the index of {place:?}"
+        );
     }
 
     fn enter(&mut self, handle: u64, queue: &str, place: Place) {
         match place {
-            Place::Ready { since_ms } => {
-                entry_of(&mut self.ready, queue).insert((since_ms, handle));
+            Place::Scheduled { due_ms } => {
+                self.due.insert((due_ms, handle));
+            }
+            Place::Ready { priority, since_ms } => {
+                let key = ready_key(priority, since_ms, handle);
+                entry_of(&mut self.ready, queue).insert(key);
             }
             Place::Leased { until_ms } => {
                 self.expiry.insert((until_ms, handle));
             }
+            Place::Closed(Closed::Failed { at_ms }) => {
+                self.failed += 1;
+                entry_of(&mut self.dead, queue).insert((at_ms, handle));
+            }
             Place::Closed(Closed::Completed) => self.completed += 1,
-            Place::Closed(Closed::Failed) => self.failed += 1,
+            Place::Closed(Closed::Cancelled) => self.cancelled += 1,
         }
     }
 
@@ -133,32 +172,50 @@ impl Indexes {
         let mut ix = Indexes::default();
         ix.ids.reserve(records.len());
         let mut queues = QueueIndexes::default();
-        let mut expiry = Vec::new();
+        let (mut expiry, mut due) = (Vec::new(), Vec::new());
         for (handle, rec) in records {
             if ix.ids.insert(rec.id.clone(), handle).is_some() {
                 return Err(rec.id.clone());
             }
-            let (members, ready, counts) = queues.of(&rec.queue);
-            members.push(handle);
-            *counts.slot_mut(Slot::of(rec.place)) += 1;
+            let slot = queues.of(&rec.queue);
+            slot.members.push(handle);
+            *slot.counts.slot_mut(Slot::of(rec.place)) += 1;
             match rec.place {
-                Place::Ready { since_ms } => ready.push((since_ms, handle)),
+                Place::Scheduled { due_ms } => due.push((due_ms, handle)),
+                Place::Ready { priority, since_ms } => {
+                    slot.ready.push(ready_key(priority, since_ms, handle))
+                }
                 Place::Leased { until_ms } => expiry.push((until_ms, handle)),
+                Place::Closed(Closed::Failed { at_ms }) => {
+                    ix.failed += 1;
+                    slot.dead.push((at_ms, handle));
+                }
                 Place::Closed(Closed::Completed) => ix.completed += 1,
-                Place::Closed(Closed::Failed) => ix.failed += 1,
+                Place::Closed(Closed::Cancelled) => ix.cancelled += 1,
             }
         }
         ix.expiry = expiry.into_iter().collect();
-        for (queue, members, ready, counts) in queues.slots {
-            ix.counts.insert(queue.to_owned(), counts);
-            if !ready.is_empty() {
-                ix.ready
-                    .insert(queue.to_owned(), ready.into_iter().collect());
-            }
-            ix.by_queue
-                .insert(queue.to_owned(), members.into_iter().collect());
+        ix.due = due.into_iter().collect();
+        for slot in queues.slots {
+            ix.add_queue(slot);
         }
         Ok(ix)
+    }
+
+    /// One queue's part of [`Self::build`].
+    fn add_queue(&mut self, slot: QueueSlot<'_>) {
+        let queue = slot.queue.to_owned();
+        self.counts.insert(queue.clone(), slot.counts);
+        if !slot.ready.is_empty() {
+            self.ready
+                .insert(queue.clone(), slot.ready.into_iter().collect());
+        }
+        if !slot.dead.is_empty() {
+            self.dead
+                .insert(queue.clone(), slot.dead.into_iter().collect());
+        }
+        self.by_queue
+            .insert(queue, slot.members.into_iter().collect());
     }
 
     /// Asserts that these are exactly the indexes of `records`: rebuilt one job at a
@@ -175,19 +232,28 @@ impl Indexes {
         }
         assert_eq!(self.ids, rebuilt.ids, "id index");
         assert_eq!(self.expiry, rebuilt.expiry, "expiry index");
+        assert_eq!(self.due, rebuilt.due, "due index");
         assert_eq!(self.ready, rebuilt.ready, "ready index");
+        assert_eq!(self.dead, rebuilt.dead, "dead-letter index");
         assert_eq!(self.by_queue, rebuilt.by_queue, "queue index");
         assert_eq!(self.counts, recount, "jobs per queue and state");
         assert_eq!(self.completed, rebuilt.completed, "completed count");
         assert_eq!(self.failed, rebuilt.failed, "failed count");
+        assert_eq!(self.cancelled, rebuilt.cancelled, "cancelled count");
     }
 }
 
-/// A queue, its members' handles, its claimable jobs' (ready since, handle) and its jobs
-/// by state.
-type QueueSlot<'a> = (&'a str, Vec<u64>, Vec<(u64, u64)>, QueueStats);
+/// A queue, its members' handles, its claimable jobs, its dead letters and its jobs by
+/// state, gathered while restoring.
+struct QueueSlot<'a> {
+    queue: &'a str,
+    members: Vec<u64>,
+    ready: Vec<ReadyKey>,
+    dead: Vec<(u64, u64)>,
+    counts: QueueStats,
+}
 
-/// Per queue: its members and its claimable jobs, gathered while restoring.
+/// Per queue: its [`QueueSlot`].
 #[derive(Default)]
 struct QueueIndexes<'a> {
     slot_of: FixedHashMap<&'a str, usize>,
@@ -197,21 +263,26 @@ struct QueueIndexes<'a> {
 }
 
 impl<'a> QueueIndexes<'a> {
-    fn of(&mut self, queue: &'a str) -> (&mut Vec<u64>, &mut Vec<(u64, u64)>, &mut QueueStats) {
+    fn of(&mut self, queue: &'a str) -> &mut QueueSlot<'a> {
         let i = match self.last {
             Some((q, i)) if q == queue => i,
             _ => {
                 let slots = &mut self.slots;
                 let i = *self.slot_of.entry(queue).or_insert_with(|| {
-                    slots.push((queue, Vec::new(), Vec::new(), QueueStats::default()));
+                    slots.push(QueueSlot {
+                        queue,
+                        members: Vec::new(),
+                        ready: Vec::new(),
+                        dead: Vec::new(),
+                        counts: QueueStats::default(),
+                    });
                     slots.len() - 1
                 });
                 self.last = Some((queue, i));
                 i
             }
         };
-        let (_, members, ready, counts) = &mut self.slots[i];
-        (members, ready, counts)
+        &mut self.slots[i]
     }
 }
 

@@ -41,6 +41,7 @@ use crate::limits;
 use crate::wire::{ApiError, ErrorCode};
 
 mod indexes;
+mod lifecycle;
 mod reads;
 pub(crate) mod record;
 mod rules;
@@ -48,7 +49,9 @@ mod scoped;
 pub(crate) mod transition;
 
 pub(crate) use indexes::{FixedHashMap, Indexes};
-pub(crate) use record::{Closed, JobRecord, Past, Place};
+pub(crate) use lifecycle::Wait;
+pub(crate) use record::{Closed, JobRecord, Lifecycle, Past, Place, Progress};
+use rules::{Holder, NewJob, ReleaseHow};
 
 /// Settings every replica must share; they are part of the snapshot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -77,6 +80,13 @@ pub struct Stats {
     pub leased: u64,
     pub completed: u64,
     pub failed: u64,
+    /// Version 1.1.
+    #[serde(default)]
+    pub cancelled: u64,
+    /// Pending jobs not yet due (`run_at_ms`, a delay or a backoff); counted in `pending`
+    /// too.
+    #[serde(default)]
+    pub scheduled: u64,
     pub idempotency_keys: u64,
     /// Accounted bytes of the idempotency table (`idempotency.rs`), at most
     /// [`limits::IDEMPOTENCY_BYTES_MAX`].
@@ -179,12 +189,15 @@ impl LeaseMachine {
     pub fn stats(&self) -> Stats {
         let jobs = self.jobs.len() as u64;
         let leased = self.ix.expiry.len() as u64;
+        let closed = self.ix.completed + self.ix.failed + self.ix.cancelled;
         Stats {
             jobs,
-            pending: jobs - leased - self.ix.completed - self.ix.failed,
+            pending: jobs - leased - closed,
             leased,
             completed: self.ix.completed,
             failed: self.ix.failed,
+            cancelled: self.ix.cancelled,
+            scheduled: self.ix.due.len() as u64,
             idempotency_keys: self.idempotency.len() as u64,
             idempotency_bytes: self.idempotency.bytes(),
             idempotency_scope_bytes_max: self.idempotency.largest_scope_bytes(),
@@ -304,12 +317,9 @@ impl LeaseMachine {
     fn execute(&mut self, log_index: u64, now: u64, cmd: &Command) -> Reply {
         cmd.validate()?;
         match cmd {
-            Command::Submit {
-                id,
-                queue,
-                payload,
-                max_attempts,
-            } => self.submit(log_index, now, id.as_deref(), queue, payload, *max_attempts),
+            Command::Submit { .. } | Command::SubmitWith { .. } => {
+                self.submit(log_index, now, NewJob::of(cmd))
+            }
             Command::Claim {
                 job_id,
                 owner,
@@ -320,24 +330,19 @@ impl LeaseMachine {
                 owner,
                 ttl_ms,
             } => self.claim_next(log_index, now, queue, owner, *ttl_ms, None),
-            Command::Renew {
-                job_id,
-                owner,
-                generation,
-                ttl_ms,
-            } => self.renew(log_index, now, job_id, owner, *generation, *ttl_ms),
-            Command::Complete {
-                job_id,
-                owner,
-                generation,
-                result,
-            } => self.complete(log_index, now, job_id, owner, *generation, result),
-            Command::Release {
-                job_id,
-                owner,
-                generation,
-            } => self.release(log_index, now, job_id, owner, *generation),
+            Command::Renew { ttl_ms, .. } => self.renew(log_index, now, holder(cmd), *ttl_ms, None),
+            Command::RenewWith {
+                ttl_ms, progress, ..
+            } => self.renew(log_index, now, holder(cmd), *ttl_ms, progress.as_ref()),
+            Command::Complete { result, .. } => self.complete(log_index, now, holder(cmd), result),
+            Command::Release { .. } | Command::ReleaseWith { .. } => {
+                self.release(log_index, now, holder(cmd), ReleaseHow::of(cmd))
+            }
+            Command::Fail { error, .. } => self.fail(log_index, now, holder(cmd), error),
             Command::Delete { job_id } => self.delete(job_id),
+            Command::Cancel { job_id, reason } => self.cancel(log_index, now, job_id, reason),
+            Command::Retry { job_id, run_at_ms } => self.retry(log_index, now, job_id, *run_at_ms),
+            Command::Redrive { queue, limit } => self.redrive(log_index, now, queue, *limit, None),
             Command::Tick => Ok(Outcome::Ticked),
             Command::Batch(_) => Err(ApiError::new(ErrorCode::InvalidArgument, "nested batch")),
             Command::ActivateVersion { version } => {
@@ -354,6 +359,86 @@ impl LeaseMachine {
         match cmd {
             Command::ActivateVersion { .. } => Ok(()),
             cmd => self.admits(cmd.since()),
+        }
+    }
+}
+
+/// The holder a lease command presents (its descriptor's names).
+fn holder(cmd: &Command) -> Holder<'_> {
+    let names = cmd.names();
+    Holder {
+        job_id: names.job_id.expect("a lease command names its job"),
+        owner: names.owner.expect("a lease command names its owner"),
+        generation: names
+            .generation
+            .expect("a lease command names its generation"),
+    }
+}
+
+impl<'a> NewJob<'a> {
+    /// A submit's fields; a v1 submit has version 1.1's at their defaults.
+    fn of(cmd: &'a Command) -> NewJob<'a> {
+        match cmd {
+            Command::Submit {
+                id,
+                queue,
+                payload,
+                max_attempts,
+            } => NewJob {
+                id: id.as_deref(),
+                queue,
+                payload,
+                max_attempts: *max_attempts,
+                run_at_ms: None,
+                priority: 0,
+                backoff_ms: 0,
+                backoff_ms_max: limits::BACKOFF_MS_MAX_DEFAULT,
+            },
+            Command::SubmitWith {
+                id,
+                queue,
+                payload,
+                max_attempts,
+                run_at_ms,
+                priority,
+                backoff_ms,
+                backoff_ms_max,
+            } => NewJob {
+                id: id.as_deref(),
+                queue,
+                payload,
+                max_attempts: *max_attempts,
+                run_at_ms: *run_at_ms,
+                priority: *priority,
+                backoff_ms: *backoff_ms,
+                backoff_ms_max: *backoff_ms_max,
+            },
+            other => unreachable!("not a submit: {}", other.kind()),
+        }
+    }
+}
+
+impl<'a> ReleaseHow<'a> {
+    /// A release's fields: `delay_ms` wins over `retry` (docs/api.md).
+    fn of(cmd: &'a Command) -> ReleaseHow<'a> {
+        match cmd {
+            Command::ReleaseWith {
+                delay_ms,
+                retry,
+                error,
+                ..
+            } => ReleaseHow {
+                wait: match (delay_ms, retry) {
+                    (Some(ms), _) => Wait::Fixed(*ms),
+                    (None, true) => Wait::Backoff,
+                    (None, false) => Wait::None,
+                },
+                error: error.as_ref(),
+            },
+            _ => ReleaseHow {
+                wait: Wait::None,
+                error: None,
+            },
         }
     }
 }

@@ -8,17 +8,25 @@ use crate::machine::LeaseMachine;
 use crate::wire::{ApiError, ErrorCode, Job, JobPage, JobState};
 
 impl LeaseMachine {
-    /// The earliest store time at which a job changes place without a command: today
-    /// the first live lease's expiry; with issue 31, also the first scheduled job's due
-    /// time. The node ticks, and a read waits for an entry, while one is due. `None`:
-    /// nothing will happen until a command comes.
+    /// The earliest store time at which a job changes place without a command: the
+    /// first live lease's expiry or the first scheduled job's due time. The node ticks,
+    /// and a read waits for an entry, while one is due. `None`: nothing will happen
+    /// until a command comes.
     pub fn next_deadline_ms(&self) -> Option<u64> {
-        self.next_expiry_ms()
+        match (self.next_expiry_ms(), self.next_due_ms()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// The earliest live lease's expiry, if any.
     pub fn next_expiry_ms(&self) -> Option<u64> {
         self.ix.expiry.first().map(|(t, _)| *t)
+    }
+
+    /// The earliest scheduled job's due time, if any.
+    pub fn next_due_ms(&self) -> Option<u64> {
+        self.ix.due.first().map(|(t, _)| *t)
     }
 
     /// The job as seen at store time `max(clock, now_ms)` (a leader judges reads at its

@@ -10,16 +10,18 @@
 use crate::machine::LeaseMachine;
 use crate::wire::{Job, JobState};
 
-/// Where a job is. Every place but `Closed` is an index entry: `Ready` in its queue's
-/// FIFO, `Leased` in the expiry set.
-///
-/// Issue 31 adds `Scheduled { due_ms }` (in a due-time index, and in
-/// `next_deadline_ms`); `Ready` gains a priority then. Each addition is a variant here,
-/// an arm in `Indexes::shift` and one in the snapshot conversion.
+/// Where a job is. Every place is an index entry: `Scheduled` in the due-time set,
+/// `Ready` in its queue's claim order, `Leased` in the expiry set, a failed job in its
+/// queue's dead letters; the other closed places only in the counts. Each new place is
+/// a variant here, an arm in `Indexes::shift` and one in the snapshot conversion.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Place {
-    /// Claimable, in its queue's FIFO at `since_ms` (when it last became claimable).
-    Ready { since_ms: u64 },
+    /// Not claimable before `due_ms` (store time): submitted with `run_at_ms`, retried
+    /// later, or waiting out a backoff. Store time reaching `due_ms` makes it `Ready`.
+    Scheduled { due_ms: u64 },
+    /// Claimable, in its queue's claim order: highest `priority` first, then oldest
+    /// `since_ms` (when it last became claimable).
+    Ready { priority: i32, since_ms: u64 },
     /// Held by `owner` at `generation` until `until_ms` (store time).
     Leased { until_ms: u64 },
     /// Done for good.
@@ -30,8 +32,13 @@ pub(crate) enum Place {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Closed {
     Completed,
-    /// Ran out of `max_attempts`.
-    Failed,
+    /// Ran out of `max_attempts`, or its holder failed it, at `at_ms` (store time): a
+    /// dead letter, redriven oldest failure first.
+    Failed {
+        at_ms: u64,
+    },
+    /// Cancelled: final until a retry.
+    Cancelled,
 }
 
 /// What a job's earlier places left behind.
@@ -43,6 +50,14 @@ pub(crate) struct Past {
     /// When it last became claimable. Read by nothing but snapshot format v3, which
     /// carries it.
     pub ready_since_ms: u64,
+}
+
+/// A holder's checkpoint (`renew` with `progress`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Progress {
+    pub json: String,
+    pub at_ms: u64,
+    pub generation: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,6 +74,8 @@ pub(crate) struct JobRecord {
     pub owner: Option<String>,
     /// TTL of the claim that granted `generation`: the default of a renew.
     pub ttl_ms: u64,
+    /// Priority, backoff, the last error, a cancel request, the last checkpoint.
+    pub life: Lifecycle,
     /// Written only by `transition.rs`.
     pub place: Place,
     /// Written only by `transition.rs` (and release, which ends a lease early).
@@ -80,7 +97,7 @@ impl JobRecord {
     /// When the job became claimable: now in its queue, or the last time it was.
     pub fn ready_since_ms(&self) -> u64 {
         match self.place {
-            Place::Ready { since_ms } => since_ms,
+            Place::Ready { since_ms, .. } => since_ms,
             _ => self.past.ready_since_ms,
         }
     }
@@ -90,22 +107,56 @@ impl JobRecord {
     }
 }
 
+/// What version 1.1 added to a record (docs/api.md "Version 1.1"). A new record, and
+/// one restored from a format older than v5, has the default: the v1 behaviour.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Lifecycle {
+    /// Claim order among `Ready` jobs of the queue (−1000 … 1000, higher first).
+    pub priority: i32,
+    /// Backoff after a failed attempt: `backoff_ms × 2^(attempts−1)`, at most
+    /// `backoff_ms_max` (`lifecycle.rs`). 0: claimable again at once.
+    pub backoff_ms: u64,
+    pub backoff_ms_max: u64,
+    /// The last error a holder or the machine recorded (release, fail, max attempts).
+    pub last_error: Option<String>,
+    /// A cancel came while it was leased: renewals say so, and the lease's end (a
+    /// release, an expiry) cancels the job.
+    pub cancel_requested: bool,
+    pub cancel_reason: Option<String>,
+    /// The last checkpoint a holder sent with a renew: handed to the next claim.
+    pub progress: Option<Progress>,
+}
+
+impl Default for Lifecycle {
+    fn default() -> Self {
+        Lifecycle {
+            priority: 0,
+            backoff_ms: 0,
+            backoff_ms_max: crate::limits::BACKOFF_MS_MAX_DEFAULT,
+            last_error: None,
+            cancel_requested: false,
+            cancel_reason: None,
+            progress: None,
+        }
+    }
+}
+
 impl LeaseMachine {
     /// The job as docs/api.md shows it at store time `now`: a lease that ran out by
-    /// `now` (not yet settled by an entry) shows as pending, without owner.
+    /// `now` (not yet settled by an entry) shows where settling it will put it (pending,
+    /// perhaps not due yet, or cancelled), without owner.
     pub(crate) fn view(&self, rec: &JobRecord, now: u64) -> Job {
-        let live = matches!(rec.place, Place::Leased { until_ms } if until_ms > now);
-        let state = match rec.place {
-            Place::Closed(Closed::Completed) => JobState::Completed,
-            Place::Closed(Closed::Failed) => JobState::Failed,
-            Place::Leased { .. } if live => JobState::Leased,
-            Place::Leased { .. } | Place::Ready { .. } => JobState::Pending,
+        let place = match rec.place {
+            Place::Leased { until_ms } if until_ms <= now => rec.after_expiry(until_ms),
+            place => place,
         };
+        let live = matches!(place, Place::Leased { .. });
         let owner_shown = live || rec.is_completed();
+        let life = &rec.life;
         Job {
             id: rec.id.clone(),
             queue: rec.queue.clone(),
-            state,
+            state: state_of(place),
             owner: if owner_shown { rec.owner.clone() } else { None },
             generation: rec.generation,
             lease_until_ms: live.then_some(rec.lease_until_ms()),
@@ -116,6 +167,29 @@ impl LeaseMachine {
             created_ms: rec.created_ms,
             updated_ms: rec.updated_ms,
             log_index: rec.log_index,
+            run_at_ms: match place {
+                Place::Scheduled { due_ms } if due_ms > now => Some(due_ms),
+                _ => None,
+            },
+            priority: life.priority,
+            backoff_ms: life.backoff_ms,
+            backoff_ms_max: life.backoff_ms_max,
+            last_error: life.last_error.clone(),
+            cancel_requested: life.cancel_requested,
+            cancel_reason: life.cancel_reason.clone(),
+            progress: life.progress.as_ref().map(|p| p.json.clone()),
+            progress_ms: life.progress.as_ref().map(|p| p.at_ms),
         }
+    }
+}
+
+/// The API state of a place.
+fn state_of(place: Place) -> JobState {
+    match place {
+        Place::Closed(Closed::Completed) => JobState::Completed,
+        Place::Closed(Closed::Failed { .. }) => JobState::Failed,
+        Place::Closed(Closed::Cancelled) => JobState::Cancelled,
+        Place::Leased { .. } => JobState::Leased,
+        Place::Ready { .. } | Place::Scheduled { .. } => JobState::Pending,
     }
 }

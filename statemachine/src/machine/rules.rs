@@ -1,13 +1,16 @@
 //! The rules of docs/api.md's Leases table: submit, claim, claim-next, renew, complete,
-//! release, delete, and what store time does on its own (settling run-out leases, the
-//! failover grace). Each checks the request against the record, decides the job's next
-//! place and moves it there through the transition point (`transition.rs`); none edits
-//! an index or a count. May import `record`, `transition`, `wire`, `limits` and `tenant`.
+//! release, delete, and what store time does on its own (settling run-out leases and
+//! due jobs, the failover grace). Each checks the request against the record, decides
+//! the job's next place and moves it there through the transition point
+//! (`transition.rs`); none edits an index or a count. Version 1.1's own rules (fail,
+//! cancel, retry, redrive) and where an ended lease goes are in `lifecycle.rs`. May
+//! import `record`, `transition`, `lifecycle`, `wire`, `limits` and `tenant`.
 
 use crate::command::{Outcome, Reply};
 use crate::idempotency::Bounds;
 use crate::limits;
-use crate::machine::record::{Closed, JobRecord, Past, Place};
+use crate::machine::lifecycle::Wait;
+use crate::machine::record::{Closed, JobRecord, Lifecycle, Past, Place, Progress};
 use crate::machine::transition::{Cause, JobMut};
 use crate::machine::LeaseMachine;
 pub(crate) use crate::tenant::not_found;
@@ -24,7 +27,40 @@ fn lease_of(rec: &JobRecord, owner: &str, ttl_ms: u64, now: u64, log_index: u64)
         ttl_ms,
         cluster_time_ms: now,
         log_index,
+        cancel_requested: rec.life.cancel_requested,
+        payload: None,
+        attempts: None,
+        progress: None,
+        progress_generation: None,
     }
+}
+
+/// The holder a renew, complete, release or fail presents.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Holder<'a> {
+    pub job_id: &'a str,
+    pub owner: &'a str,
+    pub generation: u64,
+}
+
+/// A job to create: a submit's fields (version 1.1's at their defaults for a v1 submit).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NewJob<'a> {
+    pub id: Option<&'a str>,
+    pub queue: &'a str,
+    pub payload: &'a Option<String>,
+    pub max_attempts: Option<u64>,
+    pub run_at_ms: Option<u64>,
+    pub priority: i32,
+    pub backoff_ms: u64,
+    pub backoff_ms_max: u64,
+}
+
+/// How a release ends a lease (version 1.1's fields; a v1 release: at once, no error).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ReleaseHow<'a> {
+    pub wait: Wait,
+    pub error: Option<&'a String>,
 }
 
 impl LeaseMachine {
@@ -45,13 +81,25 @@ impl LeaseMachine {
         }
     }
 
-    /// Moves every lease that ran out by `now` back to its queue, oldest first.
+    /// What store time `now` does on its own, earliest first: a lease that ran out goes
+    /// where its end sends it (`lifecycle.rs`: its queue, a backoff, cancelled), and a
+    /// scheduled job that is due joins its queue (an expiry before a due time at the
+    /// same instant). Each step is O(log n), and each job moves once per deadline.
     pub(super) fn settle(&mut self, now: u64) {
-        while let Some(&(until, handle)) = self.ix.expiry.first() {
-            if until > now {
-                break;
+        loop {
+            let expiry = self.ix.expiry.first().copied().filter(|e| e.0 <= now);
+            let due = self.ix.due.first().copied().filter(|d| d.0 <= now);
+            match (expiry, due) {
+                (Some((until, handle)), due) if due.is_none_or(|d| until <= d.0) => {
+                    let to = self.jobs[&handle].after_expiry(until);
+                    self.move_job(handle, to, cause_of_end(to, Cause::Expire));
+                }
+                (_, Some((due_ms, handle))) => {
+                    let to = self.jobs[&handle].ready_at(due_ms);
+                    self.move_job(handle, to, Cause::Due);
+                }
+                _ => return,
             }
-            self.move_job(handle, Place::Ready { since_ms: until }, Cause::Expire);
         }
     }
 
@@ -73,7 +121,11 @@ impl LeaseMachine {
             max_attempts: None,
             owner: None,
             ttl_ms: 0,
-            place: Place::Ready { since_ms: now },
+            life: Lifecycle::default(),
+            place: Place::Ready {
+                priority: 0,
+                since_ms: now,
+            },
             past: Past::default(),
             created_ms: now,
             updated_ms: now,
@@ -86,25 +138,24 @@ impl LeaseMachine {
         self.next_handle - 1
     }
 
-    pub(super) fn submit(
-        &mut self,
-        log_index: u64,
-        now: u64,
-        id: Option<&str>,
-        queue: &str,
-        payload: &Option<String>,
-        max_attempts: Option<u64>,
-    ) -> Reply {
-        let id = match id {
+    pub(super) fn submit(&mut self, log_index: u64, now: u64, new: NewJob<'_>) -> Reply {
+        if let Some(at) = new.run_at_ms {
+            limits::validate_run_at_ms(at, now)?;
+        }
+        let id = match new.id {
             Some(id) => id.to_owned(),
             None => self.generated_id(log_index),
         };
         if let Some(&h) = self.ix.ids.get(&id) {
             return Err(self.job_error(h, ErrorCode::AlreadyExists, format!("job {id} exists")));
         }
-        let mut rec = self.new_record(log_index, now, &id, queue);
-        rec.payload = payload.clone();
-        rec.max_attempts = max_attempts;
+        let mut rec = self.new_record(log_index, now, &id, new.queue);
+        rec.payload = new.payload.clone();
+        rec.max_attempts = new.max_attempts;
+        rec.life.priority = new.priority;
+        rec.life.backoff_ms = new.backoff_ms;
+        rec.life.backoff_ms_max = new.backoff_ms_max;
+        rec.place = rec.due_at(new.run_at_ms.unwrap_or(now), now);
         let job = self.view(&rec, now);
         let handle = self.take_handle();
         self.add_job(handle, rec, Cause::Submit);
@@ -142,15 +193,15 @@ impl LeaseMachine {
             }
         };
         let rec = &self.jobs[&handle];
+        if let Err((code, msg)) = closed(rec) {
+            return Err(self.job_error(handle, code, msg));
+        }
         match rec.place {
-            Place::Closed(Closed::Completed) => {
-                let msg = format!("job {job_id} is completed");
-                Err(self.job_error(handle, ErrorCode::JobCompleted, msg))
+            Place::Scheduled { due_ms } => {
+                let msg = format!("job {job_id} is not due before {due_ms}");
+                Err(self.job_error(handle, ErrorCode::NotDue, msg))
             }
-            Place::Closed(Closed::Failed) => {
-                let msg = format!("job {job_id} has failed");
-                Err(self.job_error(handle, ErrorCode::JobFailed, msg))
-            }
+            Place::Closed(_) => unreachable!("closed() refused it"),
             Place::Leased { until_ms } => {
                 let msg = format!(
                     "job {job_id} is leased at generation {} until {until_ms}",
@@ -186,13 +237,18 @@ impl LeaseMachine {
     /// Grants a new generation on a `Ready` job, or fails the job when this claim would
     /// exceed `max_attempts`.
     fn grant(&mut self, log_index: u64, now: u64, handle: u64, owner: &str, ttl_ms: u64) -> Reply {
+        let v1_1 = self.cluster_version >= VERSION_1_1;
         let mut job = self.job_mut(handle);
         let rec = job.edit();
         rec.updated_ms = now;
         rec.log_index = log_index;
         if rec.max_attempts.is_some_and(|m| rec.attempts >= m) {
             let msg = format!("job {} failed: {} attempts used", rec.id, rec.attempts);
-            job.move_to(Place::Closed(Closed::Failed), Cause::Fail);
+            // Recorded from version 1.1 on: a v1 record has no place for it.
+            if v1_1 {
+                rec.life.last_error = Some(msg.clone());
+            }
+            job.move_to(Place::Closed(Closed::Failed { at_ms: now }), Cause::Fail);
             return Err(self.job_error(handle, ErrorCode::JobFailed, msg));
         }
         rec.generation += 1;
@@ -201,34 +257,26 @@ impl LeaseMachine {
         rec.ttl_ms = ttl_ms;
         let until_ms = now.saturating_add(ttl_ms);
         job.move_to(Place::Leased { until_ms }, Cause::Claim);
-        Ok(Outcome::Lease(lease_of(
-            &job, owner, ttl_ms, now, log_index,
-        )))
+        let mut lease = lease_of(&job, owner, ttl_ms, now, log_index);
+        if v1_1 {
+            add_claim_fields(&mut lease, &self.jobs[&handle]);
+        }
+        Ok(Outcome::Lease(lease))
     }
 
     /// The checks shared by renew, complete and release: the caller must hold the
     /// current generation of an open job, and its lease must be live at `now`.
-    fn check_holder(
-        &self,
-        job_id: &str,
-        owner: &str,
-        generation: u64,
-        now: u64,
-    ) -> Result<u64, ApiError> {
+    pub(super) fn check_holder(&self, holder: Holder<'_>, now: u64) -> Result<u64, ApiError> {
+        let Holder {
+            job_id,
+            owner,
+            generation,
+        } = holder;
         let &handle = self.ix.ids.get(job_id).ok_or_else(|| not_found(job_id))?;
         let rec = &self.jobs[&handle];
         let fail = |code, msg: String| Err(self.job_error(handle, code, msg));
-        match rec.place {
-            Place::Closed(Closed::Completed) => {
-                return fail(
-                    ErrorCode::JobCompleted,
-                    format!("job {job_id} is completed"),
-                )
-            }
-            Place::Closed(Closed::Failed) => {
-                return fail(ErrorCode::JobFailed, format!("job {job_id} has failed"))
-            }
-            Place::Ready { .. } | Place::Leased { .. } => {}
+        if let Err((code, msg)) = closed(rec) {
+            return fail(code, msg);
         }
         if rec.generation != generation {
             let msg = format!(
@@ -255,7 +303,7 @@ impl LeaseMachine {
 
     /// A checked holder's job, marked as changed by this entry: the common first step of
     /// renew, complete and release.
-    fn touch(&mut self, handle: u64, now: u64, log_index: u64) -> JobMut<'_> {
+    pub(super) fn touch(&mut self, handle: u64, now: u64, log_index: u64) -> JobMut<'_> {
         let mut job = self.job_mut(handle);
         let rec = job.edit();
         rec.updated_ms = now;
@@ -263,22 +311,34 @@ impl LeaseMachine {
         job
     }
 
+    /// Renews the holder's lease, storing its checkpoint when it sends one.
     pub(super) fn renew(
         &mut self,
         log_index: u64,
         now: u64,
-        job_id: &str,
-        owner: &str,
-        generation: u64,
+        holder: Holder<'_>,
         ttl_ms: Option<u64>,
+        progress: Option<&String>,
     ) -> Reply {
-        let handle = self.check_holder(job_id, owner, generation, now)?;
+        let handle = self.check_holder(holder, now)?;
         let mut job = self.touch(handle, now, log_index);
-        let ttl_ms = ttl_ms.unwrap_or(job.ttl_ms);
+        let rec = job.edit();
+        if let Some(json) = progress {
+            rec.life.progress = Some(Progress {
+                json: json.clone(),
+                at_ms: now,
+                generation: rec.generation,
+            });
+        }
+        let ttl_ms = ttl_ms.unwrap_or(rec.ttl_ms);
         let until_ms = now.saturating_add(ttl_ms);
         job.move_to(Place::Leased { until_ms }, Cause::Renew);
         Ok(Outcome::Lease(lease_of(
-            &job, owner, ttl_ms, now, log_index,
+            &job,
+            holder.owner,
+            ttl_ms,
+            now,
+            log_index,
         )))
     }
 
@@ -286,29 +346,32 @@ impl LeaseMachine {
         &mut self,
         log_index: u64,
         now: u64,
-        job_id: &str,
-        owner: &str,
-        generation: u64,
+        holder: Holder<'_>,
         result: &Option<String>,
     ) -> Reply {
-        let handle = self.check_holder(job_id, owner, generation, now)?;
+        let handle = self.check_holder(holder, now)?;
         let mut job = self.touch(handle, now, log_index);
         job.edit().result = result.clone();
         job.move_to(Place::Closed(Closed::Completed), Cause::Complete);
         Ok(Outcome::Job(self.view(&self.jobs[&handle], now)))
     }
 
+    /// Ends the holder's lease now: the job goes back to its queue (at once, after a
+    /// delay, or after its backoff), or is cancelled if a cancel was requested.
     pub(super) fn release(
         &mut self,
         log_index: u64,
         now: u64,
-        job_id: &str,
-        owner: &str,
-        generation: u64,
+        holder: Holder<'_>,
+        how: ReleaseHow<'_>,
     ) -> Reply {
-        let handle = self.check_holder(job_id, owner, generation, now)?;
+        let handle = self.check_holder(holder, now)?;
         let mut job = self.touch(handle, now, log_index);
-        job.move_to(Place::Ready { since_ms: now }, Cause::Release);
+        if let Some(error) = how.error {
+            job.edit().life.last_error = Some(error.clone());
+        }
+        let to = job.after_lease(now, how.wait);
+        job.move_to(to, cause_of_end(to, Cause::Release));
         // The lease ends now, not at its term: a later renew by the same holder is
         // `lease_expired`, "ended at" now.
         job.edit().past.lease_until_ms = now;
@@ -335,5 +398,50 @@ impl LeaseMachine {
             self.tombstones.insert(rec.id.clone(), rec.generation);
         }
         Ok(Outcome::Deleted)
+    }
+}
+
+/// The entry version of docs/api.md's version 1.1: from it on, a claim's Lease carries
+/// the job's payload, attempts and checkpoint, and a record its last error.
+pub(crate) const VERSION_1_1: u32 = 4;
+
+/// The claim-only fields of a Lease (version 1.1): the job's payload and attempts, and
+/// the checkpoint an earlier generation left.
+fn add_claim_fields(lease: &mut Lease, rec: &JobRecord) {
+    lease.payload = rec.payload.clone();
+    lease.attempts = Some(rec.attempts);
+    if let Some(p) = rec
+        .life
+        .progress
+        .as_ref()
+        .filter(|p| p.generation < rec.generation)
+    {
+        lease.progress = Some(p.json.clone());
+        lease.progress_generation = Some(p.generation);
+    }
+}
+
+/// The refusal of a closed job, by how it closed (Ok: it is open).
+fn closed(rec: &JobRecord) -> Result<(), (ErrorCode, String)> {
+    let id = &rec.id;
+    match rec.place {
+        Place::Closed(Closed::Completed) => {
+            Err((ErrorCode::JobCompleted, format!("job {id} is completed")))
+        }
+        Place::Closed(Closed::Failed { .. }) => {
+            Err((ErrorCode::JobFailed, format!("job {id} has failed")))
+        }
+        Place::Closed(Closed::Cancelled) => {
+            Err((ErrorCode::JobCancelled, format!("job {id} is cancelled")))
+        }
+        Place::Scheduled { .. } | Place::Ready { .. } | Place::Leased { .. } => Ok(()),
+    }
+}
+
+/// The cause of a lease's end that went to `to`: a cancellation carried out, or `cause`.
+fn cause_of_end(to: Place, cause: Cause) -> Cause {
+    match to {
+        Place::Closed(Closed::Cancelled) => Cause::Cancel,
+        _ => cause,
     }
 }

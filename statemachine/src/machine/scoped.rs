@@ -34,6 +34,9 @@ impl LeaseMachine {
                 owner,
                 ttl_ms,
             } => self.claim_next(log_index, now, queue, owner, *ttl_ms, Some(scope)),
+            Command::Redrive { queue, limit } => {
+                self.redrive(log_index, now, queue, *limit, Some(scope))
+            }
             cmd => self.execute(log_index, now, cmd),
         }
     }
@@ -44,7 +47,8 @@ impl LeaseMachine {
         Some((rec.id.clone(), rec.queue.clone()))
     }
 
-    /// The first claimable job of `queue` that `scope` holds, oldest first. A scope with a
+    /// The first claimable job of `queue` that `scope` holds, in claim order (priority,
+    /// then age). A scope with a
     /// job prefix skips the jobs outside it, looking at most at
     /// [`crate::limits::SCOPED_CLAIM_SCAN_MAX`] of them (then: nothing claimable).
     pub(crate) fn next_ready(&self, queue: &str, scope: Option<&Scope>) -> Option<u64> {
@@ -53,7 +57,7 @@ impl LeaseMachine {
         ready
             .iter()
             .take(crate::limits::SCOPED_CLAIM_SCAN_MAX)
-            .map(|(_, h)| *h)
+            .map(|&(_, _, h)| h)
             .find(held)
     }
 }

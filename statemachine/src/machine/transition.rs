@@ -6,12 +6,16 @@
 //! the [`Cause`]; none edits an index or a count.
 //!
 //! ```text
-//!            (none) ──Submit/Claim──▶ Ready{since} ◀──Expire/Release── Leased{until}
-//!                                         │  ──────────Claim──────────▶   │ ▲ Renew/
-//!                                   Fail  │                      Complete │ │ Grace/Raise
-//!                                         ▼                               ▼ │
-//!                               Closed(Failed)                  Closed(Completed)
-//!            any place but Leased ──Delete──▶ (none)
+//!   (none) ─Submit(run_at)─▶ Scheduled{due} ──Due──▶ Ready{priority, since} ◀─Expire/Release─┐
+//!     │                        ▲   ▲                    │  │                                │
+//!     └──Submit/Claim──────────┼───┼──────▶ Ready       │  └────────────Claim──────▶ Leased{until}
+//!                              │   └─Expire/Release (backoff, delay)────────────────┘ │ ▲ Renew/
+//!                    Retry(run_at)                                                   │ │ Grace/Raise
+//!   Closed(Failed{at}) ◀─Fail (claim past max_attempts; holder's fail)───────────────┤
+//!   Closed(Cancelled)  ◀─Cancel (pending) ; Release/Expire after a cancel request ───┤
+//!   Closed(Completed)  ◀─Complete────────────────────────────────────────────────────┘
+//!   Closed(Failed | Cancelled) ──Retry──▶ Ready / Scheduled
+//!   any place but Leased ──Delete──▶ (none)
 //! ```
 //!
 //! The history issue feeds its event log from `transition`: it has the job, both
@@ -37,8 +41,14 @@ pub(crate) enum Cause {
     Release,
     /// Its lease ran out (settled at the first entry whose store time reaches it).
     Expire,
-    /// A claim found its attempts used up.
+    /// A claim found its attempts used up, or the holder failed the job.
     Fail,
+    /// Store time reached a scheduled job's due time.
+    Due,
+    /// A cancel (a pending job), or the end of a lease whose job's cancel was requested.
+    Cancel,
+    /// A retry or a redrive of a failed or cancelled job.
+    Retry,
     Delete,
     /// A new leader term's failover grace lengthened its lease.
     Grace,
@@ -152,8 +162,8 @@ fn transition(
 /// What leaving `place` leaves behind.
 fn leave_behind(past: &mut Past, place: Place) {
     match place {
-        Place::Ready { since_ms } => past.ready_since_ms = since_ms,
+        Place::Ready { since_ms, .. } => past.ready_since_ms = since_ms,
         Place::Leased { until_ms } => past.lease_until_ms = until_ms,
-        Place::Closed(_) => {}
+        Place::Scheduled { .. } | Place::Closed(_) => {}
     }
 }

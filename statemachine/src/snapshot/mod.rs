@@ -23,7 +23,8 @@
 //!   upgrade an old follower installs snapshots a new leader wrote, so a new format is
 //!   written only once every node can read it — the machine writes the oldest format
 //!   that carries its state ([`SnapshotFormat::for_cluster_version`]): v3 until an
-//!   activation raised the cluster version (`version.rs`), v4 after.
+//!   activation raised the cluster version (`version.rs`), v4 at cluster versions 2
+//!   and 3, v5 from 4 (docs/api.md's version 1.1) on.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -36,6 +37,7 @@ use crate::version::CLUSTER_VERSION_INITIAL;
 
 mod v1;
 mod v3;
+mod v5;
 
 /// Version byte of a snapshot of a machine without a generation floor (every machine
 /// but one seeded from a backup): `[1] ++ bincode(state)`.
@@ -56,6 +58,14 @@ pub const SNAPSHOT_FORMAT_V3: u8 = 3;
 /// new leader's snapshot until the activation — and refuses one after it.
 pub const SNAPSHOT_FORMAT_V4: u8 = 4;
 
+/// Version byte of a snapshot of a machine at cluster version 4 or later (docs/api.md's
+/// version 1.1): `[5] ++ bincode(state in v5's record and reply shapes) ++
+/// bincode(floor) ++ bincode(cluster_version)` (`v5.rs`).
+pub const SNAPSHOT_FORMAT_V5: u8 = 5;
+
+/// The cluster version from which a machine's state needs format v5.
+const CLUSTER_VERSION_V5: u32 = 4;
+
 /// A format this build can write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum SnapshotFormat {
@@ -63,6 +73,8 @@ pub enum SnapshotFormat {
     V3,
     /// [`SNAPSHOT_FORMAT_V4`].
     V4,
+    /// [`SNAPSHOT_FORMAT_V5`].
+    V5,
 }
 
 impl SnapshotFormat {
@@ -70,13 +82,16 @@ impl SnapshotFormat {
         match self {
             SnapshotFormat::V3 => SNAPSHOT_FORMAT_V3,
             SnapshotFormat::V4 => SNAPSHOT_FORMAT_V4,
+            SnapshotFormat::V5 => SNAPSHOT_FORMAT_V5,
         }
     }
 
     /// The format a machine at `cluster_version` writes: the oldest that carries its
     /// state, so every node the cluster version admits can read it.
     pub fn for_cluster_version(cluster_version: u32) -> SnapshotFormat {
-        if cluster_version > CLUSTER_VERSION_INITIAL {
+        if cluster_version >= CLUSTER_VERSION_V5 {
+            SnapshotFormat::V5
+        } else if cluster_version > CLUSTER_VERSION_INITIAL {
             SnapshotFormat::V4
         } else {
             SnapshotFormat::V3
@@ -89,7 +104,7 @@ pub enum SnapshotError {
     #[error("snapshot is empty")]
     Empty,
     #[error(
-        "snapshot format version {0} is not supported (this build reads {SNAPSHOT_FORMAT_V1} to {SNAPSHOT_FORMAT_V4})"
+        "snapshot format version {0} is not supported (this build reads {SNAPSHOT_FORMAT_V1} to {SNAPSHOT_FORMAT_V5})"
     )]
     UnknownVersion(u8),
     #[error("snapshot does not decode: {0}")]
@@ -107,6 +122,10 @@ pub enum Inconsistency {
     V2WithoutFloor,
     #[error("a v4 snapshot with the initial cluster version")]
     V4WithoutVersion,
+    #[error("a snapshot in a format that does not carry its cluster version {0}")]
+    FormatForVersion(u32),
+    #[error("job {0} has a field out of its range")]
+    OutOfRange(String),
     #[error("job {0} indexed twice")]
     IndexedTwice(String),
     #[error("live job {0} is tombstoned")]
@@ -119,6 +138,8 @@ pub enum Inconsistency {
     ClosedLeased(String),
     #[error("job {0} holds an expired lease")]
     ExpiredLease(String),
+    #[error("job {0} is scheduled at a time already passed")]
+    DueNotReady(String),
     #[error("idempotency table over its bound")]
     IdempotencyOverBound,
     #[error("idempotency key {0:?} remembered twice")]
@@ -234,6 +255,7 @@ fn encode_into<W: std::io::Write>(
             v3::encode_into(image, &mut w)?;
             bincode::serialize_into(w, &image.cluster_version)
         }
+        SnapshotFormat::V5 => v5::encode_into(image, w),
     }
 }
 
@@ -269,9 +291,21 @@ fn decode(version: u8, body: &[u8], options: impl Options) -> Result<Image, Snap
                 // One state, one encoding: at the initial version v4's writers wrote v3.
                 return Err(Inconsistency::V4WithoutVersion.into());
             }
+            if version >= CLUSTER_VERSION_V5 {
+                return Err(Inconsistency::FormatForVersion(version).into());
+            }
             cluster_version = version;
             let (s, idem) = split(s);
             (s, idem, floor)
+        }
+        SNAPSHOT_FORMAT_V5 => {
+            let (s, floor, version): v5::BodyV5 = options.deserialize(body).map_err(err)?;
+            if version < CLUSTER_VERSION_V5 {
+                return Err(Inconsistency::FormatForVersion(version).into());
+            }
+            cluster_version = version;
+            let (s, idem) = split(s);
+            (s.reshaped(), idem, floor)
         }
         _ => return Err(SnapshotError::UnknownVersion(version)),
     };
@@ -291,7 +325,9 @@ fn decode(version: u8, body: &[u8], options: impl Options) -> Result<Image, Snap
 }
 
 /// A decoded state with its idempotency entries converted to the in-memory type.
-fn split<R: Into<Remembered>>(s: v1::StateV1<R>) -> (v1::StateV1<()>, Vec<(String, Remembered)>) {
+fn split<R: Into<Remembered>, J>(
+    s: v1::StateV1<R, J>,
+) -> (v1::StateV1<(), J>, Vec<(String, Remembered)>) {
     let idempotency = s
         .idempotency
         .into_iter()
@@ -412,10 +448,15 @@ impl LeaseMachine {
         if rec.max_attempts.is_some_and(|max| rec.attempts > max) {
             return Err(Inconsistency::AttemptsOverMax(id()));
         }
-        if matches!(rec.place, Place::Leased { until_ms } if until_ms <= self.clock_ms) {
-            return Err(Inconsistency::ExpiredLease(id()));
+        match rec.place {
+            Place::Leased { until_ms } if until_ms <= self.clock_ms => {
+                Err(Inconsistency::ExpiredLease(id()))
+            }
+            Place::Scheduled { due_ms } if due_ms <= self.clock_ms => {
+                Err(Inconsistency::DueNotReady(id()))
+            }
+            _ => Ok(()),
         }
-        Ok(())
     }
     /// The idempotency table's bounds against the restored clock and config.
     fn check_restored_idempotency(&self) -> Result<(), Inconsistency> {
@@ -456,12 +497,21 @@ impl LeaseMachine {
                     rec.id
                 );
             }
-            if let Place::Leased { until_ms } = rec.place {
-                assert!(
+            match rec.place {
+                Place::Leased { until_ms } => assert!(
                     until_ms > self.clock_ms,
                     "expired lease of {} not settled",
                     rec.id
-                );
+                ),
+                Place::Scheduled { due_ms } => {
+                    assert!(due_ms > self.clock_ms, "due job {} not made ready", rec.id)
+                }
+                Place::Ready { priority, .. } => assert_eq!(
+                    priority, rec.life.priority,
+                    "ready job {} out of its priority",
+                    rec.id
+                ),
+                Place::Closed(_) => {}
             }
         }
         self.ix.check(&self.jobs);

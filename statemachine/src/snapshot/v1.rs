@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::command::{Outcome, Reply};
 use crate::idempotency::{Kept, Remembered};
-use crate::machine::{Closed, Config, JobRecord, Past, Place};
+use crate::machine::{Closed, Config, JobRecord, Lifecycle, Past, Place};
 use crate::snapshot::{Header, Inconsistency};
 use crate::wire::{ApiError, ErrorCode, Job, JobState, Lease};
 
@@ -121,7 +121,8 @@ impl<'a> From<&'a JobRecord> for JobRecordV1<&'a str> {
             Place::Ready { .. } => (StatusV1::Open, false),
             Place::Leased { .. } => (StatusV1::Open, true),
             Place::Closed(Closed::Completed) => (StatusV1::Completed, false),
-            Place::Closed(Closed::Failed) => (StatusV1::Failed, false),
+            Place::Closed(Closed::Failed { .. }) => (StatusV1::Failed, false),
+            Place::Scheduled { .. } | Place::Closed(Closed::Cancelled) => before_v5(),
         };
         JobRecordV1 {
             id: &r.id,
@@ -150,13 +151,18 @@ impl TryFrom<JobRecordV1<String>> for JobRecord {
     fn try_from(r: JobRecordV1<String>) -> Result<Self, Inconsistency> {
         let place = match (r.status, r.leased) {
             (StatusV1::Open, false) => Place::Ready {
+                priority: 0,
                 since_ms: r.ready_at_ms,
             },
             (StatusV1::Open, true) => Place::Leased {
                 until_ms: r.lease_until_ms,
             },
             (StatusV1::Completed, false) => Place::Closed(Closed::Completed),
-            (StatusV1::Failed, false) => Place::Closed(Closed::Failed),
+            // Before v5 a job failed only at a claim, which set `updated_ms` then and
+            // nothing changed it after.
+            (StatusV1::Failed, false) => Place::Closed(Closed::Failed {
+                at_ms: r.updated_ms,
+            }),
             (StatusV1::Completed | StatusV1::Failed, true) => {
                 return Err(Inconsistency::ClosedLeased(r.id))
             }
@@ -171,6 +177,7 @@ impl TryFrom<JobRecordV1<String>> for JobRecord {
             max_attempts: r.max_attempts,
             owner: r.owner,
             ttl_ms: r.ttl_ms,
+            life: Lifecycle::default(),
             place,
             past: Past {
                 lease_until_ms: r.lease_until_ms,
@@ -206,12 +213,27 @@ pub(super) enum ErrorCodeV1 {
     UnsupportedMediaType,
 }
 
-/// Both directions of the one-to-one map between `ErrorCode` and `ErrorCodeV1`.
+/// What a state of version 1.1 (cluster version 4 and on) holds cannot be written in a
+/// format before v5, and never is: the cluster version gate admits no command that
+/// makes one before the activation, and from the activation on the machine writes v5
+/// (`SnapshotFormat::for_cluster_version`).
+pub(super) fn before_v5() -> ! {
+    unreachable!("a version 1.1 place, state or code in a snapshot format before v5")
+}
+
+/// Both directions of the one-to-one map between `ErrorCode` and `ErrorCodeV1` (the
+/// codes of version 1.1 only from v5 on).
 macro_rules! error_codes {
     ($($v:ident),*) => {
         impl From<ErrorCode> for ErrorCodeV1 {
             fn from(c: ErrorCode) -> Self {
-                match c { $(ErrorCode::$v => ErrorCodeV1::$v,)* }
+                match c {
+                    $(ErrorCode::$v => ErrorCodeV1::$v,)*
+                    ErrorCode::NotDue
+                    | ErrorCode::JobCancelled
+                    | ErrorCode::InvalidState
+                    | ErrorCode::EventsCompacted => before_v5(),
+                }
             }
         }
         impl From<ErrorCodeV1> for ErrorCode {
@@ -256,6 +278,7 @@ impl From<JobState> for JobStateV1 {
             JobState::Leased => JobStateV1::Leased,
             JobState::Completed => JobStateV1::Completed,
             JobState::Failed => JobStateV1::Failed,
+            JobState::Cancelled => before_v5(),
         }
     }
 }
@@ -325,6 +348,15 @@ impl From<JobV1<'_>> for Job {
             created_ms: j.created_ms,
             updated_ms: j.updated_ms,
             log_index: j.log_index,
+            run_at_ms: None,
+            priority: 0,
+            backoff_ms: 0,
+            backoff_ms_max: crate::limits::BACKOFF_MS_MAX_DEFAULT,
+            last_error: None,
+            cancel_requested: false,
+            cancel_reason: None,
+            progress: None,
+            progress_ms: None,
         }
     }
 }
@@ -365,6 +397,11 @@ impl From<LeaseV1<'_>> for Lease {
             ttl_ms: l.ttl_ms,
             cluster_time_ms: l.cluster_time_ms,
             log_index: l.log_index,
+            cancel_requested: false,
+            payload: None,
+            attempts: None,
+            progress: None,
+            progress_generation: None,
         }
     }
 }
@@ -399,6 +436,7 @@ pub(super) fn reply_v1(r: &Reply) -> ReplyV1<'_> {
         Ok(Outcome::Empty) => Ok(OutcomeV1::Empty),
         Ok(Outcome::Ticked) => Ok(OutcomeV1::Ticked),
         Ok(Outcome::Batch(rs)) => Ok(OutcomeV1::Batch(rs.iter().map(reply_v1).collect())),
+        Ok(Outcome::Retried(_)) => before_v5(),
         Err(e) => Err(ApiErrorV1 {
             code: e.code.into(),
             message: Cow::Borrowed(&e.message),
@@ -446,49 +484,85 @@ impl From<RememberedV1> for Remembered {
 }
 
 /// The state of every format, with the idempotency entries in the shape `R` of the
-/// format (`RememberedV1` in v1 and v2, `RememberedV3` in v3). v2 and v3 append the
-/// generation floor after it.
+/// format (`RememberedV1` in v1 and v2, `RememberedV3` in v3 and v4, `RememberedV5` in
+/// v5) and the job records in the shape `J` reads (v1's up to v4, v5's in v5). v2 and
+/// later append the generation floor after it.
 #[derive(Debug, Clone, Deserialize)]
-pub(super) struct StateV1<R> {
+#[serde(bound(
+    deserialize = "R: Deserialize<'de>, J: Deserialize<'de> + TryInto<JobRecord, Error = Inconsistency>"
+))]
+pub(super) struct StateV1<R, J = JobRecordV1<String>> {
     pub header: HeaderV1,
-    pub jobs: JobsV1,
+    pub jobs: JobsV1<J>,
     pub tombstones: BTreeMap<String, u64>,
     pub idempotency: Vec<(String, R)>,
 }
 
-/// The job table of every format (a map of handle to [`JobRecordV1`]), converted record
-/// by record as it is read: a million records are never held in both shapes at once.
-#[derive(Debug, Clone, Default)]
-pub(super) struct JobsV1 {
+impl<R, J> StateV1<R, J> {
+    /// The same state, its records read through another shape (they are converted).
+    pub fn reshaped<K>(self) -> StateV1<R, K> {
+        StateV1 {
+            header: self.header,
+            jobs: self.jobs.reshaped(),
+            tombstones: self.tombstones,
+            idempotency: self.idempotency,
+        }
+    }
+}
+
+/// The job table of every format (a map of handle to a record of the format's shape
+/// `J`, [`JobRecordV1`] up to v4), converted record by record as it is read: a million
+/// records are never held in both shapes at once.
+#[derive(Debug, Clone)]
+pub(super) struct JobsV1<J = JobRecordV1<String>> {
     /// In the order read (handle order, as every build writes them).
     pub jobs: Vec<(u64, Arc<JobRecord>)>,
     /// The first record that cannot be one of a machine.
     pub inconsistency: Option<Inconsistency>,
+    shape: std::marker::PhantomData<J>,
 }
 
-impl<'de> Deserialize<'de> for JobsV1 {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_map(JobsVisitor)
+impl<J> JobsV1<J> {
+    /// The same records, read through another shape.
+    pub fn reshaped<K>(self) -> JobsV1<K> {
+        JobsV1 {
+            jobs: self.jobs,
+            inconsistency: self.inconsistency,
+            shape: std::marker::PhantomData,
+        }
     }
 }
 
-struct JobsVisitor;
+impl<'de, J> Deserialize<'de> for JobsV1<J>
+where
+    J: Deserialize<'de> + TryInto<JobRecord, Error = Inconsistency>,
+{
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_map(JobsVisitor(std::marker::PhantomData))
+    }
+}
 
-impl<'de> serde::de::Visitor<'de> for JobsVisitor {
-    type Value = JobsV1;
+struct JobsVisitor<J>(std::marker::PhantomData<J>);
+
+impl<'de, J> serde::de::Visitor<'de> for JobsVisitor<J>
+where
+    J: Deserialize<'de> + TryInto<JobRecord, Error = Inconsistency>,
+{
+    type Value = JobsV1<J>;
 
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("a map of job handles to job records")
     }
 
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<JobsV1, A::Error> {
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<JobsV1<J>, A::Error> {
         // A length prefix is input: never trusted for more than a bounded reservation.
         let mut out = JobsV1 {
             jobs: Vec::with_capacity(map.size_hint().unwrap_or(0).min(1 << 20)),
             inconsistency: None,
+            shape: std::marker::PhantomData,
         };
-        while let Some((handle, rec)) = map.next_entry::<u64, JobRecordV1<String>>()? {
-            match JobRecord::try_from(rec) {
+        while let Some((handle, rec)) = map.next_entry::<u64, J>()? {
+            match rec.try_into() {
                 Ok(rec) => out.jobs.push((handle, Arc::new(rec))),
                 Err(e) => {
                     out.inconsistency.get_or_insert(e);

@@ -23,6 +23,26 @@ pub(super) struct SharedV3 {
     result: bool,
 }
 
+impl From<Shared> for SharedV3 {
+    fn from(s: Shared) -> Self {
+        SharedV3 {
+            handle: s.handle,
+            payload: s.payload,
+            result: s.result,
+        }
+    }
+}
+
+impl From<SharedV3> for Shared {
+    fn from(s: SharedV3) -> Self {
+        Shared {
+            handle: s.handle,
+            payload: s.payload,
+            result: s.result,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(super) enum KeptV3<'a> {
     Reply {
@@ -47,11 +67,7 @@ impl<'a> From<&'a Remembered> for RememberedV3<'a> {
         let kept = match &r.kept {
             Kept::Reply { reply, shared } => KeptV3::Reply {
                 reply: reply_v1(reply),
-                shared: shared.map(|s| SharedV3 {
-                    handle: s.handle,
-                    payload: s.payload,
-                    result: s.result,
-                }),
+                shared: shared.map(SharedV3::from),
             },
             Kept::BeforeRaise { job_id } => KeptV3::BeforeRaise {
                 job_id: job_id.as_deref().map(Cow::Borrowed),
@@ -70,11 +86,7 @@ impl From<RememberedV3<'_>> for Remembered {
         let kept = match r.kept {
             KeptV3::Reply { reply, shared } => Kept::Reply {
                 reply: reply_of(reply),
-                shared: shared.map(|s| Shared {
-                    handle: s.handle,
-                    payload: s.payload,
-                    result: s.result,
-                }),
+                shared: shared.map(Shared::from),
             },
             KeptV3::BeforeRaise { job_id } => Kept::BeforeRaise {
                 job_id: job_id.map(Cow::into_owned),

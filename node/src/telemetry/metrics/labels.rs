@@ -20,6 +20,7 @@ pub enum RouteLabel {
     Jobs,
     Job,
     QueueClaim,
+    QueueRedrive,
     Cluster,
     Digest,
     Members,
@@ -36,10 +37,11 @@ pub enum RouteLabel {
 }
 
 impl RouteLabel {
-    pub const ALL: [RouteLabel; 16] = [
+    pub const ALL: [RouteLabel; 17] = [
         RouteLabel::Jobs,
         RouteLabel::Job,
         RouteLabel::QueueClaim,
+        RouteLabel::QueueRedrive,
         RouteLabel::Cluster,
         RouteLabel::Digest,
         RouteLabel::Members,
@@ -60,6 +62,7 @@ impl RouteLabel {
             RouteLabel::Jobs => "/v1/jobs",
             RouteLabel::Job => "/v1/jobs/{id}",
             RouteLabel::QueueClaim => "/v1/queues/{queue}/claim",
+            RouteLabel::QueueRedrive => "/v1/queues/{queue}/redrive",
             RouteLabel::Cluster => "/v1/cluster",
             RouteLabel::Digest => "/v1/cluster/digest",
             RouteLabel::Members => "/v1/cluster/members",

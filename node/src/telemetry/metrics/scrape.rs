@@ -157,13 +157,14 @@ fn raft(r: &mut Registry, s: &Scrape) {
     counter(r, "leasehold_raft_quorum_lost_total", s.quorum_lost);
 }
 
-/// The four states of a job, in the order the families show them.
-fn by_state(q: &QueueStats) -> [(&'static str, u64); 4] {
+/// The states of a job, in the order the families show them.
+fn by_state(q: &QueueStats) -> [(&'static str, u64); 5] {
     [
         ("pending", q.pending),
         ("leased", q.leased),
         ("completed", q.completed),
         ("failed", q.failed),
+        ("cancelled", q.cancelled),
     ]
 }
 
@@ -187,6 +188,7 @@ fn jobs(r: &mut Registry, s: &Scrape) {
         leased: stats.leased,
         completed: stats.completed,
         failed: stats.failed,
+        cancelled: stats.cancelled,
     };
     for (state, n) in by_state(&totals) {
         jobs.get_or_create(&StateLabels { state }).set(n);
