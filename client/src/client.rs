@@ -12,9 +12,10 @@ use std::time::Duration;
 
 use leasehold_statemachine::limits;
 use leasehold_statemachine::wire::{
-    ClaimNextRequest, ClaimRequest, CompleteRequest, ReleaseRequest, RenewRequest, SubmitRequest,
+    CancelRequest, ClaimNextRequest, ClaimRequest, CompleteRequest, FailRequest, RedriveReply,
+    RedriveRequest, ReleaseRequest, RenewRequest, RetryRequest, SubmitRequest,
 };
-use leasehold_statemachine::{ErrorBody, Job, JobPage, JobState};
+use leasehold_statemachine::{ErrorBody, JobState};
 use reqwest::Method;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -23,6 +24,7 @@ use serde_json::Value;
 
 use crate::config::{ClientBuilder, Config};
 use crate::error::Error;
+use crate::job::{Job, JobPage};
 use crate::lease::Lease;
 use crate::transport::{Answer, Call, CallOpts};
 
@@ -59,6 +61,13 @@ pub struct NewJob {
     pub queue: Option<String>,
     pub payload: Option<Value>,
     pub max_attempts: Option<u64>,
+    /// Version 1.1: not claimable before this cluster time.
+    pub run_at_ms: Option<u64>,
+    /// Version 1.1: −1000 … 1000, higher first (default 0).
+    pub priority: Option<i32>,
+    /// Version 1.1: the backoff after a failed attempt, and its cap.
+    pub backoff_ms: Option<u64>,
+    pub backoff_ms_max: Option<u64>,
 }
 
 impl NewJob {
@@ -86,15 +95,79 @@ impl NewJob {
         self
     }
 
+    /// Not claimable before cluster time `ms` (at most 366 days ahead).
+    pub fn run_at_ms(mut self, ms: u64) -> Self {
+        self.run_at_ms = Some(ms);
+        self
+    }
+
+    pub fn priority(mut self, priority: i32) -> Self {
+        self.priority = Some(priority);
+        self
+    }
+
+    /// After a failed attempt, wait `backoff_ms × 2^(attempts−1)`, at most `max_ms`.
+    pub fn backoff(mut self, backoff_ms: u64, max_ms: u64) -> Self {
+        self.backoff_ms = Some(backoff_ms);
+        self.backoff_ms_max = Some(max_ms);
+        self
+    }
+
     fn to_request(&self) -> Result<SubmitRequest, Error> {
         Ok(SubmitRequest {
             id: self.id.clone(),
             queue: self.queue.clone(),
             payload: raw(self.payload.as_ref())?,
             max_attempts: self.max_attempts,
-            ..SubmitRequest::default()
+            run_at_ms: self.run_at_ms,
+            priority: self.priority,
+            backoff_ms: self.backoff_ms,
+            backoff_ms_max: self.backoff_ms_max,
         })
     }
+}
+
+/// How a release ends a lease (`POST /v1/jobs/{id}/release`; version 1.1's fields).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Release {
+    /// Claimable again this much later (overrides the backoff).
+    pub delay_ms: Option<u64>,
+    /// This was a failed attempt: the job's backoff applies.
+    pub retry: bool,
+    /// Kept as the job's `last_error` (at most 4 KiB).
+    pub error: Option<String>,
+}
+
+impl Release {
+    /// A failed attempt with `error`: the backoff applies.
+    pub fn failed_attempt(error: impl Into<String>) -> Release {
+        Release {
+            delay_ms: None,
+            retry: true,
+            error: Some(error.into()),
+        }
+    }
+
+    fn to_request(&self, owner: &str, generation: u64) -> ReleaseRequest {
+        ReleaseRequest {
+            owner: owner.to_owned(),
+            generation,
+            delay_ms: self.delay_ms,
+            retry: self.retry.then_some(true),
+            error: self.error.clone(),
+        }
+    }
+}
+
+/// One renew: the lease it presents, and what it carries.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RenewCall<'a> {
+    pub job_id: &'a str,
+    pub owner: &'a str,
+    pub generation: u64,
+    pub ttl_ms: Option<u64>,
+    /// A checkpoint (1.1): stored on the job, handed to its next claim.
+    pub progress: Option<&'a Value>,
 }
 
 /// Filters and paging of `GET /v1/jobs`.
@@ -437,25 +510,34 @@ impl Client {
         generation: u64,
         ttl_ms: Option<u64>,
     ) -> Result<Lease, Error> {
-        let (wire, sent) = self
-            .renew_call(job_id, owner, generation, ttl_ms, CallOpts::default())
-            .await?;
+        let renew = RenewCall {
+            job_id,
+            owner,
+            generation,
+            ttl_ms,
+            progress: None,
+        };
+        let (wire, sent) = self.renew_call(renew, CallOpts::default()).await?;
         Lease::from_answer(self, wire, sent)
     }
 
     pub(crate) async fn renew_call(
         &self,
-        job_id: &str,
-        owner: &str,
-        generation: u64,
-        ttl_ms: Option<u64>,
+        renew: RenewCall<'_>,
         opts: CallOpts,
     ) -> Result<(leasehold_statemachine::Lease, crate::clock::LocalInstant), Error> {
+        let RenewCall {
+            job_id,
+            owner,
+            generation,
+            ttl_ms,
+            progress,
+        } = renew;
         let req = RenewRequest {
             owner: owner.to_owned(),
             generation,
             ttl_ms,
-            progress: None,
+            progress: raw(progress)?,
         };
         req.clone().into_command(job_id)?;
         let path = format!("{}/renew", job_path(job_id)?);
@@ -488,16 +570,83 @@ impl Client {
 
     /// `POST /v1/jobs/{id}/release` → the Job, back to `pending`, generation kept.
     pub async fn release(&self, job_id: &str, owner: &str, generation: u64) -> Result<Job, Error> {
-        let req = ReleaseRequest {
+        self.release_with(job_id, owner, generation, &Release::default())
+            .await
+    }
+
+    /// `POST /v1/jobs/{id}/release` with version 1.1's fields: later (`delay_ms`), as a
+    /// failed attempt (`retry`: the backoff applies), with an `error`. A job whose
+    /// cancellation was requested ends `cancelled`.
+    pub async fn release_with(
+        &self,
+        job_id: &str,
+        owner: &str,
+        generation: u64,
+        how: &Release,
+    ) -> Result<Job, Error> {
+        let req = how.to_request(owner, generation);
+        req.clone().into_command(job_id)?;
+        self.job_write(job_id, "release", &req).await
+    }
+
+    /// `POST /v1/jobs/{id}/fail` (1.1) → the Job, `failed` for good with `error` as its
+    /// `last_error`: a dead letter, until a retry or redrive.
+    pub async fn fail(
+        &self,
+        job_id: &str,
+        owner: &str,
+        generation: u64,
+        error: Option<&str>,
+    ) -> Result<Job, Error> {
+        let req = FailRequest {
             owner: owner.to_owned(),
             generation,
-            delay_ms: None,
-            retry: None,
-            error: None,
+            error: error.map(str::to_owned),
         };
         req.clone().into_command(job_id)?;
-        let path = format!("{}/release", job_path(job_id)?);
+        self.job_write(job_id, "fail", &req).await
+    }
+
+    /// `POST /v1/jobs/{id}/cancel` (1.1, admin or operator) → the Job: `cancelled` at
+    /// once if pending; if leased, `cancel_requested` (its holder hears it on its next
+    /// renew).
+    pub async fn cancel(&self, job_id: &str, reason: Option<&str>) -> Result<Job, Error> {
+        let req = CancelRequest {
+            reason: reason.map(str::to_owned),
+        };
+        req.clone().into_command(job_id)?;
+        self.job_write(job_id, "cancel", &req).await
+    }
+
+    /// `POST /v1/jobs/{id}/retry` (1.1, admin or operator) → a failed or cancelled Job
+    /// back to `pending` (not before `run_at_ms`), attempts 0.
+    pub async fn retry(&self, job_id: &str, run_at_ms: Option<u64>) -> Result<Job, Error> {
+        let req = RetryRequest { run_at_ms };
+        req.clone().into_command(job_id)?;
+        self.job_write(job_id, "retry", &req).await
+    }
+
+    /// `POST /v1/queues/{queue}/redrive` (1.1, admin or operator): retries up to `limit`
+    /// (default 100, at most 1000) failed jobs of `queue`, oldest failure first; returns
+    /// how many.
+    pub async fn redrive(&self, queue: &str, limit: Option<u32>) -> Result<u64, Error> {
+        let req = RedriveRequest { limit };
+        req.clone().into_command(queue)?;
+        let path = format!("/v1/queues/{}/redrive", encode_component(queue));
         let call = Call::write(Method::POST, path, Some(to_body(&req)?));
+        let reply: RedriveReply = decode(&self.execute(&call).await?, &[200])?;
+        Ok(reply.retried)
+    }
+
+    /// A POST on a job's `action` whose answer is the Job.
+    async fn job_write(
+        &self,
+        job_id: &str,
+        action: &str,
+        req: &impl Serialize,
+    ) -> Result<Job, Error> {
+        let path = format!("{}/{action}", job_path(job_id)?);
+        let call = Call::write(Method::POST, path, Some(to_body(req)?));
         decode(&self.execute(&call).await?, &[200])
     }
 

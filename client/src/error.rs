@@ -8,7 +8,9 @@
 //! let a caller believe a claim did not happen when it did ("unknown is not absent",
 //! style.md), so it gets its own variant.
 
-use leasehold_statemachine::{ApiError, ErrorCode, Job};
+use leasehold_statemachine::{ApiError, ErrorCode};
+
+use crate::job::Job;
 
 /// Everything a call can fail with.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -54,7 +56,7 @@ impl From<ApiError> for Error {
         Error::Api {
             code: e.code,
             message: e.message,
-            job: e.job,
+            job: e.job.map(|j| Box::new(Job::from(*j))),
         }
     }
 }
@@ -84,8 +86,8 @@ impl Error {
     }
 
     /// True when the store says this lease can never be used again: `stale_lease`,
-    /// `lease_expired`, `job_completed`, `job_failed` or `not_found`. A holder that sees
-    /// this must stop producing effects under the lease at once.
+    /// `lease_expired`, `job_completed`, `job_failed`, `job_cancelled` or `not_found`. A
+    /// holder that sees this must stop producing effects under the lease at once.
     pub fn is_lease_gone(&self) -> bool {
         matches!(
             self.code(),
@@ -94,6 +96,7 @@ impl Error {
                     | ErrorCode::LeaseExpired
                     | ErrorCode::JobCompleted
                     | ErrorCode::JobFailed
+                    | ErrorCode::JobCancelled
                     | ErrorCode::NotFound
             )
         )

@@ -29,7 +29,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use leasehold_statemachine::limits::GRACE_MS_MAX_DEFAULT;
-use leasehold_statemachine::{ErrorCode, Job};
+use leasehold_statemachine::ErrorCode;
 use serde::Serialize;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -38,6 +38,7 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 use crate::client::Client;
 use crate::clock::{Clock, LocalInstant};
 use crate::error::Error;
+use crate::job::Job;
 use crate::lease::Lease;
 use crate::transport::CallOpts;
 

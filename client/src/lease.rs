@@ -14,11 +14,11 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::client::Client;
+use crate::client::{Client, Release, RenewCall};
 use crate::clock::LocalInstant;
 use crate::error::Error;
+use crate::job::Job;
 use crate::transport::CallOpts;
-use leasehold_statemachine::Job;
 use serde_json::Value;
 
 /// A lease on one job at one generation. Clones share state: a renew through any clone
@@ -36,6 +36,8 @@ struct LeaseInner {
     state: Mutex<LeaseState>,
     /// Held for the whole of a renew call (a tokio mutex: it is held across `.await`).
     renewing: tokio::sync::Mutex<()>,
+    /// The checkpoint the holder set and no renew has stored yet (1.1).
+    progress: Mutex<Option<Value>>,
 }
 
 #[derive(Debug, Clone)]
@@ -83,6 +85,7 @@ impl Lease {
                     deadline,
                 }),
                 renewing: tokio::sync::Mutex::new(()),
+                progress: Mutex::new(None),
             }),
         })
     }
@@ -154,6 +157,36 @@ impl Lease {
         self.state().wire
     }
 
+    /// The job's payload, as the claim answered it (1.1; `None` from a cluster not yet
+    /// running version 1.1, and for a job without one).
+    pub fn payload(&self) -> Option<Value> {
+        json_of(self.state().wire.payload)
+    }
+
+    /// The job's attempts with this one, as the claim answered it (1.1).
+    pub fn attempts(&self) -> Option<u64> {
+        self.state().wire.attempts
+    }
+
+    /// The checkpoint an earlier attempt left, and its generation, as the claim answered
+    /// it (1.1): resume from it.
+    pub fn checkpoint(&self) -> Option<(Value, u64)> {
+        let wire = self.state().wire;
+        Some((json_of(wire.progress)?, wire.progress_generation?))
+    }
+
+    /// Whether the store said the job's cancellation was requested (1.1): stop, then
+    /// complete, fail or release.
+    pub fn cancel_requested(&self) -> bool {
+        self.state().wire.cancel_requested
+    }
+
+    /// Sets the checkpoint the next renew carries (any JSON value ≤ 16 KiB): the store
+    /// keeps it and hands it to the job's next claim. A later call replaces it.
+    pub fn set_progress(&self, progress: Value) {
+        *self.inner.progress.lock().expect("lease progress poisoned") = Some(progress);
+    }
+
     pub fn client(&self) -> &Client {
         &self.client
     }
@@ -166,17 +199,16 @@ impl Lease {
 
     pub(crate) async fn renew_with(&self, opts: CallOpts) -> Result<(), Error> {
         let _one_at_a_time = self.inner.renewing.lock().await;
-        let ttl_ms = self.ttl_ms();
-        let (wire, sent) = self
-            .client
-            .renew_call(
-                self.job_id(),
-                self.owner(),
-                self.token(),
-                Some(ttl_ms),
-                opts,
-            )
-            .await?;
+        let progress = self.inner.progress.lock().expect("poisoned").clone();
+        let renew = RenewCall {
+            job_id: self.job_id(),
+            owner: self.owner(),
+            generation: self.token(),
+            ttl_ms: Some(self.ttl_ms()),
+            progress: progress.as_ref(),
+        };
+        let (wire, sent) = self.client.renew_call(renew, opts).await?;
+        self.stored(progress);
         if wire.generation != self.token() || wire.owner != self.owner() {
             return Err(Error::Protocol {
                 status: 200,
@@ -212,6 +244,34 @@ impl Lease {
             .release(self.job_id(), self.owner(), self.token())
             .await
     }
+
+    /// Gives the job back with version 1.1's fields: later, as a failed attempt (the
+    /// backoff applies), with an error.
+    pub async fn release_with(&self, how: &Release) -> Result<Job, Error> {
+        self.client
+            .release_with(self.job_id(), self.owner(), self.token(), how)
+            .await
+    }
+
+    /// Fails the job for good (1.1): a dead letter with `error` as its `last_error`.
+    pub async fn fail(&self, error: Option<&str>) -> Result<Job, Error> {
+        self.client
+            .fail(self.job_id(), self.owner(), self.token(), error)
+            .await
+    }
+
+    /// A renew stored `sent`: forget it unless the holder set a newer one meanwhile.
+    fn stored(&self, sent: Option<Value>) {
+        let mut pending = self.inner.progress.lock().expect("lease progress poisoned");
+        if sent.is_some() && *pending == sent {
+            *pending = None;
+        }
+    }
+}
+
+/// JSON text (as the state machine keeps it) as a value.
+fn json_of(text: Option<String>) -> Option<Value> {
+    text.map(|t| serde_json::from_str(&t).unwrap_or(Value::String(t)))
 }
 
 fn deadline_of(

@@ -31,7 +31,10 @@
 //! - [`deadline`]: the local lease deadline, `sent + ttl × (1 − drift) − margin`.
 //! - [`clock`]: [`Clock`], the clock deadlines are kept on (`CLOCK_BOOTTIME` on Linux,
 //!   so a suspend counts), and [`LocalInstant`], a point on it.
-//! - [`lease`]: [`Lease`] — token, deadline, renew, complete, release.
+//! - [`lease`]: [`Lease`] — token, deadline, renew, complete, release, fail; the
+//!   claim's payload and checkpoint, the progress the next renew carries.
+//! - [`job`]: [`Job`], [`JobPage`] — docs/api.md's Job with JSON values as
+//!   `serde_json::Value`.
 //! - [`keepalive`]: [`KeepAlive`], [`LeaseCtx`], [`run_leased`] — background renewal and
 //!   the cancellation signal.
 //! - [`error`]: [`Error`] — docs/api.md's codes 1:1, unavailable, outcome unknown.
@@ -44,17 +47,19 @@ pub mod config;
 pub mod deadline;
 pub mod error;
 pub mod fence;
+pub mod job;
 pub mod keepalive;
 pub mod lease;
 pub mod retry;
 pub mod tls;
 mod transport;
 
-pub use client::{Client, ClusterStatus, ListJobs, Membership, NewJob};
+pub use client::{Client, ClusterStatus, ListJobs, Membership, NewJob, Release};
 pub use clock::{BootClock, Clock, LocalClock, LocalInstant};
 pub use config::{ClientBuilder, Config, Token};
 pub use deadline::{DeadlinePolicy, DriftOutOfRange};
 pub use error::Error;
+pub use job::{Job, JobPage};
 pub use keepalive::{
     run_leased, CancelReason, Completed, KeepAlive, KeepAliveConfig, LeaseCtx, LeaseStatus,
     RunError,
@@ -64,7 +69,10 @@ pub use retry::RetryPolicy;
 pub use tls::TlsConfig;
 pub use transport::new_idempotency_key;
 
-/// The wire types and error codes, re-exported so callers need not depend on the state
-/// machine crate themselves.
-pub use leasehold_statemachine::{ErrorCode, Job, JobPage, JobState};
+/// The error codes and job states, and the store's own Lease object (what a claim or
+/// renew answered, [`Lease::wire`]) under a name that does not clash with [`Lease`], so
+/// callers need not depend on the state machine crate themselves.
+pub use leasehold_statemachine::{ErrorCode, JobState, Lease as WireLease};
+/// JSON values: payloads, results, checkpoints.
+pub use serde_json;
 pub use tokio_util::sync::CancellationToken;

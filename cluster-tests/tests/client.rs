@@ -33,7 +33,7 @@ async fn claim_renew_complete_through_the_client() {
         .await
         .unwrap();
     assert_eq!((job.state, job.generation), (JobState::Pending, 0));
-    assert_eq!(job.payload.as_deref(), Some(r#"{"n":1}"#));
+    assert_eq!(job.payload, Some(json!({"n": 1})));
     let e = client.submit(&NewJob::new().id("job-1")).await.unwrap_err();
     assert_eq!(e.code(), Some(ErrorCode::AlreadyExists));
 
@@ -65,7 +65,7 @@ async fn claim_renew_complete_through_the_client() {
 
     let done = lease.complete(json!({"ok": true})).await.unwrap();
     assert_eq!(done.state, JobState::Completed);
-    assert_eq!(done.result.as_deref(), Some(r#"{"ok":true}"#));
+    assert_eq!(done.result, Some(json!({"ok": true})));
     let read = client.get_job("job-1").await.unwrap();
     assert_eq!((read.state, read.generation), (JobState::Completed, 1));
     let again = client.claim("job-1", "worker-b", 5_000).await.unwrap_err();

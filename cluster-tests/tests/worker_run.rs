@@ -20,6 +20,7 @@ use std::time::Duration;
 use leasehold_client::{Client, JobState, NewJob};
 use leasehold_cluster_tests::fixture::{leasehold_bin, ClusterOpts, ProcCluster, POLL};
 use leasehold_cluster_tests::proxy::{Fault, LinkProxy};
+use serde_json::json;
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
@@ -277,7 +278,7 @@ async fn grandchild_left_by_a_successful_command_is_killed_before_completion() {
         left.is_empty() && !is_alive(grandchild),
         "job completed while group {pgid} still has {left:?}"
     );
-    assert_eq!(done.result.as_deref(), Some(r#"{"done":true}"#), "{done:?}");
+    assert_eq!(done.result, Some(json!({"done": true})), "{done:?}");
     let (code, stderr) = finish(worker).await;
     guard.0 = None;
     assert_eq!(code, 0, "stderr: {stderr}");
@@ -515,8 +516,7 @@ async fn stalled_stdout_reader(queue: &str, jobs: usize, threads: Option<usize>)
             |j| j.state == JobState::Completed,
         )
         .await;
-        let want = format!(r#"{{"done":"{id}"}}"#);
-        assert_eq!(done.result.as_deref(), Some(want.as_str()), "{done:?}");
+        assert_eq!(done.result, Some(json!({"done": id})), "{done:?}");
         assert_eq!(done.generation, 1, "{done:?}");
     }
     let status = tokio::time::timeout(WORKER_EXIT, worker.wait())

@@ -60,10 +60,7 @@ async fn submit_get_claim_complete_and_errors() {
     assert_eq!(job.queue, "q1");
     assert_eq!(job.state, JobState::Pending);
     assert_eq!(job.max_attempts, Some(5));
-    assert_eq!(
-        serde_json::from_str::<Value>(job.payload.as_deref().unwrap()).unwrap(),
-        json!({"n":1})
-    );
+    assert_eq!(job.payload.clone().unwrap(), json!({"n":1}));
 
     let got: Job = json_of(&c, &["job", "get", "cli-1"]).await;
     assert_eq!(got.id, "cli-1");
@@ -150,10 +147,7 @@ async fn submit_get_claim_complete_and_errors() {
     .await;
     assert_eq!(done.state, JobState::Completed);
     assert_eq!(done.owner.as_deref(), Some("w1"));
-    assert_eq!(
-        serde_json::from_str::<Value>(done.result.as_deref().unwrap()).unwrap(),
-        json!({"ok":true})
-    );
+    assert_eq!(done.result.clone().unwrap(), json!({"ok":true}));
 
     let page: JobPage = json_of(
         &c,
@@ -284,8 +278,8 @@ async fn worker_run_completes_jobs_with_results() {
     assert_eq!(page.jobs.len(), 3, "{page:?}");
     for job in &page.jobs {
         assert_eq!(job.state, JobState::Completed, "{job:?}");
-        let result: Value = serde_json::from_str(job.result.as_deref().expect("a result")).unwrap();
-        let payload: Value = serde_json::from_str(job.payload.as_deref().unwrap()).unwrap();
+        let result: Value = job.result.clone().expect("a result");
+        let payload: Value = job.payload.clone().unwrap();
         assert_eq!(result, json!({"n": job.id, "p": payload}), "{job:?}");
     }
     c.shutdown().await;

@@ -316,8 +316,14 @@ impl WorkerState {
         let generation = lease.generation();
         tracing::info!(slot, job = %job_id, generation, "claimed");
         let ka = lease.keep_alive();
-        let payload = match self.client.get_job(&job_id).await {
-            Ok(job) => job.payload.unwrap_or_else(|| "null".to_owned()),
+        // A claim answers the payload once the cluster runs version 1.1 (it then also
+        // answers `attempts`); before, it is read.
+        let payload = match lease.attempts() {
+            Some(_) => Ok(lease.payload()),
+            None => self.client.get_job(&job_id).await.map(|j| j.payload),
+        };
+        let payload = match payload {
+            Ok(p) => p.unwrap_or(serde_json::Value::Null).to_string(),
             Err(e) => {
                 tracing::warn!(job = %job_id, error = %e, "reading the payload failed; releasing");
                 let _ = ka.release().await;
