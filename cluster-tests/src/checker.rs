@@ -12,7 +12,9 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::history::{Accepted, FinalJob, Nanos, Op, OpKind, Outcome, ReplicaDigest, RunRecord};
+use crate::history::{
+    Accepted, Backoff, FinalJob, Nanos, Op, OpKind, Outcome, ReplicaDigest, RunRecord,
+};
 
 /// How many violations [`Report::summary`] spells out.
 const SUMMARY_VIOLATIONS_MAX: usize = 20;
@@ -64,6 +66,12 @@ pub enum ViolationKind {
     /// differ by more than the real time from `a`'s send to `b`'s answer allows (see
     /// [`Checker::cluster_time`]). Leases would expire before their holders' deadlines.
     ClusterTimeAhead,
+    /// A job submitted with a backoff (`RunRecord::backoffs`) was granted generation
+    /// `g + 1` at a store time before generation `g`'s attempt could have been waited
+    /// out (docs/api.md "Job lifecycle": due at the lease's end + the backoff of attempt
+    /// `g`). The end is at least the last store time any acked claim or renew of `g`
+    /// answered, so the rule only ever errs towards silence.
+    ClaimedBeforeDue,
 }
 
 /// Drift allowance of [`ViolationKind::ClusterTimeAhead`], in percent: the client's
@@ -163,6 +171,9 @@ pub fn check(run: &RunRecord) -> Report {
         c.stale_success(&h);
         c.completion(&h);
         c.overlapping_leases(&h);
+        if let Some(&backoff) = run.backoffs.get(*job) {
+            c.due_times(&h, backoff);
+        }
     }
     if let Some(finals) = &run.final_jobs {
         c.durability(&jobs, finals);
@@ -581,6 +592,41 @@ impl Checker {
                     (b.complete as i128 - a.invoke as i128) as f64 / 1e6,
                 );
                 self.push(ViolationKind::ClusterTimeAhead, "", detail);
+            }
+        }
+    }
+}
+
+impl Checker {
+    /// [`ViolationKind::ClaimedBeforeDue`]: each acked claim of generation `g + 1` whose
+    /// predecessor `g` was acked too (nothing unknown between them) is answered at a store
+    /// time no earlier than the last store time seen under `g` plus attempt `g`'s backoff
+    /// (a fresh job starts at generation 0 with 0 attempts, so generation `g` is attempt
+    /// `g` while no retry resets the attempts).
+    fn due_times(&mut self, h: &JobOps, backoff: Backoff) {
+        let stamps = |g: u64| {
+            h.ops
+                .iter()
+                .filter(|o| is_ok(o) && o.generation == Some(g))
+                .filter(|o| matches!(o.kind, OpKind::Claim | OpKind::Renew))
+                .filter_map(|o| o.cluster_time_ms)
+                .max()
+        };
+        for &(b, g) in &h.claims {
+            let (Some(prev), Some(vb)) = (g.checked_sub(1).filter(|p| *p > 0), b.cluster_time_ms)
+            else {
+                continue;
+            };
+            let Some(end) = stamps(prev) else { continue };
+            let due = end + backoff.delay_ms(prev);
+            if vb < due {
+                let detail = format!(
+                    "{} granted at store time {vb} ms, before {due} ms: generation {prev} was \
+                     still seen at {end} ms and its backoff is {} ms",
+                    self.op(b),
+                    backoff.delay_ms(prev)
+                );
+                self.push(ViolationKind::ClaimedBeforeDue, h.job, detail);
             }
         }
     }

@@ -115,10 +115,32 @@ pub struct Accepted {
     pub key: String,
 }
 
+/// A job's backoff as it was submitted (docs/api.md "Job lifecycle"): after a failed
+/// attempt `a` the job is due `min(max_ms, base_ms × 2^(a−1))` after the lease's end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Backoff {
+    pub base_ms: u64,
+    pub max_ms: u64,
+}
+
+impl Backoff {
+    /// The wait after failed attempt `attempt` (1 for the first).
+    pub fn delay_ms(self, attempt: u64) -> u64 {
+        let doublings = attempt.saturating_sub(1).min(63) as u32;
+        let factor = 1u64.checked_shl(doublings).unwrap_or(u64::MAX);
+        self.base_ms.saturating_mul(factor).min(self.max_ms)
+    }
+}
+
 /// Everything the checker looks at.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct RunRecord {
     pub ops: Vec<Op>,
+    /// The jobs the run submitted with a backoff, each ended only by a complete, a
+    /// release with `retry` or an expiry (`WorkerConfig::retry_release`), and never
+    /// retried by an admin: [`crate::checker`]'s due-time rule applies to them.
+    #[serde(default)]
+    pub backoffs: std::collections::BTreeMap<String, Backoff>,
     /// Every job the workers touched, read after healing; `None` if not read.
     pub final_jobs: Option<Vec<FinalJob>>,
     /// Every replica's digest after healing (empty if not read).

@@ -8,7 +8,7 @@
 //! that re-runs the scenario with it. The seed fixes the fault schedule and the workers'
 //! choices; the timing of real processes still varies from run to run.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -21,7 +21,7 @@ use tokio::time::Instant;
 
 use crate::checker::{check, Report, CLUSTER_TIME_DRIFT_PERCENT};
 use crate::fixture::{self, ClusterOpts, ProcCluster};
-use crate::history::{Accepted, Op, OpKind, Outcome, Recorder, RunRecord};
+use crate::history::{Accepted, Backoff, Op, OpKind, Outcome, Recorder, RunRecord};
 use crate::nodes::Nodes;
 use crate::workload::{
     run_worker, worker_client, Actor, ProcMode, ProcWorker, WorkerConfig, WorkerProcess,
@@ -77,6 +77,9 @@ pub struct Chaos<C: Nodes = ProcCluster> {
     pub ttl_ms: u64,
     pub dest_url: String,
     pub bins: Bins,
+    /// Jobs the scenario submitted with a backoff: the checker holds their claims to
+    /// their due times (`RunRecord::backoffs`).
+    pub backoffs: BTreeMap<String, Backoff>,
     dest: Arc<FencedStore>,
     dest_stop: Option<tokio::sync::oneshot::Sender<()>>,
     workers: Vec<(Arc<AtomicBool>, tokio::task::JoinHandle<()>)>,
@@ -134,6 +137,7 @@ impl<C: Nodes> Chaos<C> {
             ttl_ms,
             dest_url,
             bins,
+            backoffs: BTreeMap::new(),
             dest,
             dest_stop: Some(dest_stop),
             workers: Vec::new(),
@@ -332,6 +336,7 @@ impl<C: Nodes> Chaos<C> {
             .collect();
         let run = RunRecord {
             ops,
+            backoffs: self.backoffs.clone(),
             final_jobs: Some(final_jobs),
             replicas,
             accepted,

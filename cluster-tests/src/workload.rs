@@ -40,6 +40,10 @@ pub struct WorkerConfig {
     pub max_writes: u32,
     /// Pause between steps of a hold, at most this fraction of the TTL.
     pub think_frac: f64,
+    /// Release as a failed attempt (`"retry": true`, with an error): the job's backoff
+    /// applies before anyone may claim it again.
+    #[serde(default)]
+    pub retry_release: bool,
 }
 
 impl WorkerConfig {
@@ -55,6 +59,7 @@ impl WorkerConfig {
             p_release: 0.6,
             max_writes: 3,
             think_frac: 0.25,
+            retry_release: false,
         }
     }
 }
@@ -187,6 +192,15 @@ impl<S: FnMut(Op)> Actor<S> {
         r
     }
 
+    /// Releases as a failed attempt: the job's backoff applies.
+    pub async fn release_failed(&mut self, lease: &Lease) -> Result<(), Error> {
+        let invoke = mono_now();
+        let how = leasehold_client::Release::failed_attempt(format!("{} gave up", self.owner));
+        let r = lease.release_with(&how).await.map(|_| ());
+        self.finish(lease, OpKind::Release, invoke, &r);
+        r
+    }
+
     fn finish(&mut self, lease: &Lease, kind: OpKind, invoke: u64, r: &Result<(), Error>) {
         let mut op = self.op(lease.job_id(), kind, Some(lease.generation()), invoke);
         if let Err(e) = r {
@@ -311,7 +325,10 @@ async fn hold<S: FnMut(Op)>(
     if r < cfg.p_complete {
         let _ = actor.complete(lease).await;
     } else if r < cfg.p_complete + cfg.p_release {
-        let _ = actor.release(lease).await;
+        let _ = match cfg.retry_release {
+            true => actor.release_failed(lease).await,
+            false => actor.release(lease).await,
+        };
     }
 }
 

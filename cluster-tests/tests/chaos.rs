@@ -13,13 +13,14 @@
 
 use std::time::Duration;
 
+use leasehold_client::NewJob;
 use leasehold_cluster_tests::fixture::{ClusterOpts, NodeSpec};
-use leasehold_cluster_tests::history::{mono_now, Op, OpKind, Outcome};
+use leasehold_cluster_tests::history::{mono_now, Backoff, Op, OpKind, Outcome};
 use leasehold_cluster_tests::nemesis;
 use leasehold_cluster_tests::power::{self, Cut};
 use leasehold_cluster_tests::proxy::Fault;
 use leasehold_cluster_tests::scenario::{count, job_ids, Bins, Chaos, LEADER_BOUND};
-use leasehold_cluster_tests::workload::{spawn_prober, ProcMode};
+use leasehold_cluster_tests::workload::{spawn_prober, worker_client, ProcMode};
 use rand::Rng;
 use tokio::sync::mpsc;
 use tokio::time::{timeout, Instant};
@@ -439,6 +440,76 @@ async fn many_workers_compete_for_hot_jobs() {
         "too few lease_held refusals to call it a contest: {held}"
     );
     c.finish().await;
+}
+
+/// Issue 31: workers fail at random — releasing as a failed attempt, or walking away
+/// so the lease expires — on jobs submitted with a backoff, while the leader is killed
+/// and restarted. The checker holds every claim to its due time at the store's time
+/// (`ClaimedBeforeDue`: never granted before the previous attempt's end + its backoff)
+/// besides its usual rules (nothing acknowledged lost, fencing, mutual exclusion).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backoff_is_honoured_across_leader_kills() {
+    let _serial = SERIAL.lock().await;
+    let mut c = start("backoff_is_honoured_across_leader_kills", opts()).await;
+    let backoff = Backoff {
+        base_ms: 300,
+        max_ms: 1_200,
+    };
+    let jobs = job_ids("retry", 6);
+    submit_with_backoff(&mut c, &jobs, backoff).await;
+    c.spawn_workers(6, &jobs, |w| {
+        w.p_complete = 0.0;
+        w.p_release = 0.6;
+        w.retry_release = true;
+        w.think_frac = 0.1;
+    });
+    c.run_for(Duration::from_secs(3)).await;
+    for _ in 0..2 {
+        let l = leader(&c).await;
+        c.cluster.kill(l);
+        c.fault(format!("SIGKILL leader {l}"));
+        let down = c.ms(500, 2_500);
+        c.run_for(down).await;
+        c.cluster.restart(l);
+        c.fault(format!("restart node {l} after {down:?}"));
+        c.run_for(Duration::from_secs(3)).await;
+    }
+    let ops = c.rec.ops();
+    let regranted = count(&ops, OpKind::Claim, |o| *o == Outcome::Ok);
+    let not_due = count(&ops, OpKind::Claim, |o| {
+        *o == Outcome::Failed {
+            code: "not_due".into(),
+        }
+    });
+    assert!(
+        regranted > jobs.len() && not_due > 0,
+        "too little to judge: {regranted} claims granted, {not_due} refused as not due"
+    );
+    c.finish().await;
+}
+
+/// Submits `jobs` with `backoff`, once the cluster runs version 1.1 (entry version 4,
+/// activated about a second after forming), and has the checker hold them to it.
+async fn submit_with_backoff(c: &mut Chaos, jobs: &[String], backoff: Backoff) {
+    let client = worker_client(&c.cluster.endpoints());
+    let deadline = Instant::now() + LEADER_BOUND;
+    for id in jobs {
+        let job = NewJob::new()
+            .id(id)
+            .backoff(backoff.base_ms, backoff.max_ms);
+        loop {
+            match client.submit(&job).await {
+                Ok(_) => break,
+                // 503 until the activation; the client's retries may run out first.
+                Err(e) if Instant::now() < deadline => {
+                    eprintln!("submit {id}: {e}; retrying");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(e) => panic!("submitting {id}: {e}"),
+            }
+        }
+        c.backoffs.insert(id.clone(), backoff);
+    }
 }
 
 /// `CHAOS_SECONDS` if set, else `default`: the length of a random schedule.

@@ -672,3 +672,44 @@ fn the_cluster_time_allowance_is_the_clients_default_drift() {
     let checker = leasehold_cluster_tests::checker::CLUSTER_TIME_DRIFT_PERCENT as f64 / 100.0;
     assert!((client - checker).abs() < 1e-12, "{client} vs {checker}");
 }
+
+/// Issue 31: a job with a backoff is never granted again before its previous attempt's
+/// end (at least the last store time seen under it) plus that attempt's backoff; a job
+/// without one (not in `backoffs`) is not judged by it.
+#[test]
+fn a_claim_before_the_backoff_ran_out_is_caught() {
+    use leasehold_cluster_tests::history::Backoff;
+    // Attempt 1 last seen at 1_500 (a renew); attempt 2's backoff is 200 × 2 = 400.
+    let history = |granted_at: u64, backoff: bool| {
+        let mut h = History::new()
+            .claim("a", "j1", 1, (0, 10), 400)
+            .at_cluster_time(1_000)
+            .renew("a", "j1", 1, (500, 510), 700)
+            .at_cluster_time(1_500)
+            .claim("b", "j1", 2, (800, 810), 1_300)
+            .at_cluster_time(1_800)
+            .renew("b", "j1", 2, (1_400, 1_410), 1_700)
+            .at_cluster_time(2_400)
+            .claim("c", "j1", 3, (1_800, 1_810), 2_700)
+            .at_cluster_time(granted_at);
+        if backoff {
+            let b = Backoff {
+                base_ms: 200,
+                max_ms: 10_000,
+            };
+            h.run.backoffs.insert("j1".into(), b);
+        }
+        h
+    };
+    assert_clean(&history(2_800, true));
+    assert_only(&history(2_799, true), ClaimedBeforeDue);
+    assert_clean(&history(2_799, false));
+    assert_eq!(
+        Backoff {
+            base_ms: 200,
+            max_ms: 500
+        }
+        .delay_ms(5),
+        500
+    );
+}

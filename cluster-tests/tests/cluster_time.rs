@@ -342,6 +342,7 @@ async fn a_leader_cut_off_while_the_majority_was_down_does_not_expire_leases_ear
         final_jobs: Some(fixture::final_jobs(&c, &jobs, BOUND).await),
         replicas: fixture::converged_digests(&c, BOUND).await,
         accepted: Vec::new(),
+        backoffs: Default::default(),
     };
     // The standard checker judges the same history (mutual exclusion, cluster time).
     let report = check(&run);

@@ -135,6 +135,45 @@ pub struct BenchArgs {
     /// The queue of `submit` and `claim-next`.
     #[arg(long, default_value = "bench")]
     pub queue: String,
+    /// `submit`: spread the jobs over this many priorities around 0 (version 1.1);
+    /// 1 sends none.
+    #[arg(long, default_value_t = 1)]
+    pub priorities: u32,
+    /// `submit`: spread the jobs' `run_at_ms` over this many due times (version 1.1), so
+    /// a later `claim-next` takes them through the due-time index; 0 sends none.
+    #[arg(long, default_value_t = 0)]
+    pub due_times: u64,
+    /// `submit` with `--due-times`: the first due time is this long after the cluster
+    /// time at the start of the run…
+    #[arg(long, default_value_t = 5_000)]
+    pub due_in_ms: u64,
+    /// …and the due times are this far apart.
+    #[arg(long, default_value_t = 10)]
+    pub due_step_ms: u64,
+}
+
+/// How `submit` spreads jobs over priorities and due times (`--priorities`,
+/// `--due-times`).
+#[derive(Debug, Clone, Copy)]
+struct Spread {
+    priorities: u32,
+    due_times: u64,
+    /// Cluster time of the first due time.
+    first_due_ms: u64,
+    step_ms: u64,
+}
+
+impl Spread {
+    /// The version 1.1 fields of the `k`-th submit.
+    fn fields(&self, k: u64, body: &mut Value) {
+        if self.priorities > 1 {
+            let p = (k % u64::from(self.priorities)) as i64 - i64::from(self.priorities / 2);
+            body["priority"] = json!(p);
+        }
+        if self.due_times > 0 {
+            body["run_at_ms"] = json!(self.first_due_ms + (k % self.due_times) * self.step_ms);
+        }
+    }
 }
 
 /// The CA (the only root trusted) and the client identity, when given.
@@ -216,6 +255,7 @@ struct Shared {
     mode: Mode,
     ttl_ms: u64,
     queue: String,
+    spread: Spread,
     /// Job ids of a phase start with `bench-{run}-`, so phases never share a job.
     run: AtomicU64,
     next: AtomicU64,
@@ -257,7 +297,8 @@ async fn one(
     let owner = format!("w{worker}");
     match s.mode {
         Mode::Submit => {
-            let body = json!({"id": job, "queue": s.queue});
+            let mut body = json!({"id": job, "queue": s.queue});
+            s.spread.fields(k, &mut body);
             let (_, ms) = post(s, url, "/v1/jobs", body).await?;
             out.claim.push(ms);
             return Ok(());
@@ -348,6 +389,17 @@ fn summary(mut v: Vec<f64>) -> Value {
 }
 
 /// The highest term any endpoint reports (elections between two reads = its growth).
+/// The cluster time one node reports (`GET /v1/cluster`).
+async fn cluster_time(http: &reqwest::Client, urls: &[String]) -> Result<u64, BenchError> {
+    let v: Value = http
+        .get(format!("{}/v1/cluster", urls[0]))
+        .send()
+        .await?
+        .json()
+        .await?;
+    Ok(v["cluster_time_ms"].as_u64().unwrap_or(0))
+}
+
 async fn max_term(http: &reqwest::Client, urls: &[String]) -> Option<u64> {
     let mut best = None;
     for u in urls {
@@ -441,12 +493,19 @@ pub async fn run(args: BenchArgs, opts: &ClientOpts) -> Result<(), BenchError> {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default()
         .as_millis() as u64;
+    let spread = Spread {
+        priorities: args.priorities.max(1),
+        due_times: args.due_times,
+        first_due_ms: cluster_time(&http, &urls).await? + args.due_in_ms,
+        step_ms: args.due_step_ms,
+    };
     let s = Arc::new(Shared {
         http,
         urls,
         mode: args.mode,
         ttl_ms: args.ttl_ms,
         queue: args.queue.clone(),
+        spread,
         run: AtomicU64::new(0),
         next: AtomicU64::new(0),
     });
