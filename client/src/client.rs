@@ -226,6 +226,10 @@ pub struct ClusterStatus {
     /// reports it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster_id: Option<String>,
+    /// Added (issue 29): the entry version the cluster runs; 4 and above serve version
+    /// 1.1's lifecycle. Absent from a node of the first release.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_version: Option<u32>,
 }
 
 /// The membership after a change (`POST /v1/cluster/nodes`,

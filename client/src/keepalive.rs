@@ -55,6 +55,10 @@ pub enum CancelReason {
     DeadlinePassed,
     /// The store refused a renew with this code: the lease is gone for good.
     Rejected(ErrorCode),
+    /// The store answered a renew with `cancel_requested` (version 1.1): someone
+    /// cancelled the job. The lease is still held (renewing goes on) so the work can
+    /// stop cleanly; then release it, and the job ends `cancelled`.
+    Cancelled,
 }
 
 /// Where a kept-alive lease stands.
@@ -73,6 +77,9 @@ pub enum LeaseStatus {
     Lost(Option<ErrorCode>),
     /// The holder stopped the keep-alive (complete, release, stop, drop).
     Stopped,
+    /// The job's cancellation was requested ([`CancelReason::Cancelled`]): the token has
+    /// fired, the lease is still held and renewed until the holder releases it.
+    CancelRequested,
 }
 
 impl LeaseStatus {
@@ -81,7 +88,10 @@ impl LeaseStatus {
     pub fn is_settled(self) -> bool {
         matches!(
             self,
-            LeaseStatus::Recovered | LeaseStatus::Lost(_) | LeaseStatus::Stopped
+            LeaseStatus::Recovered
+                | LeaseStatus::Lost(_)
+                | LeaseStatus::Stopped
+                | LeaseStatus::CancelRequested
         )
     }
 }
@@ -149,6 +159,11 @@ pub enum RunError<E> {
     /// just then, `OutcomeUnknown` if the answer was lost.
     #[error("the work finished but completing failed: {0}")]
     Complete(Error),
+    /// The job was cancelled while the work ran (version 1.1, [`CancelReason::Cancelled`]):
+    /// the work was stopped and the lease released, so the job is `cancelled` (`release`
+    /// says if that failed).
+    #[error("the job was cancelled; the work was stopped")]
+    Cancelled { release: Option<Error> },
 }
 
 impl LeaseCtx {
@@ -192,6 +207,19 @@ impl LeaseCtx {
 
     pub fn status(&self) -> LeaseStatus {
         *self.status.borrow()
+    }
+
+    /// Sets the checkpoint the next renew carries (version 1.1; any JSON value ≤ 16 KiB):
+    /// the store keeps it, and the job's next claim hands it back
+    /// ([`Lease::checkpoint`]), so a retry can resume from it.
+    pub fn set_progress(&self, progress: serde_json::Value) {
+        self.lease.set_progress(progress);
+    }
+
+    /// The checkpoint an earlier attempt left, and its generation, as the claim answered
+    /// it (version 1.1).
+    pub fn checkpoint(&self) -> Option<(serde_json::Value, u64)> {
+        self.lease.checkpoint()
     }
 }
 
@@ -481,6 +509,11 @@ impl KeepAlive {
     async fn lost<E>(self) -> RunError<E> {
         let status = self.wait_settled().await;
         let reason = self.cancel_reason().unwrap_or(CancelReason::DeadlinePassed);
+        if status == LeaseStatus::CancelRequested {
+            // Still held: the release carries the cancellation out.
+            let release = self.release().await.err();
+            return RunError::Cancelled { release };
+        }
         let recovered = status == LeaseStatus::Recovered;
         let release = if recovered {
             self.release().await.err()
@@ -586,6 +619,12 @@ impl Watchdog {
     fn renewed(&mut self) {
         self.lapsed = false;
         self.give_up_at = None;
+        if self.lease.cancel_requested() && !self.cancel.is_cancelled() {
+            self.fire(CancelReason::Cancelled, LeaseStatus::CancelRequested);
+        }
+        if self.reason.get() == Some(&CancelReason::Cancelled) {
+            return; // held, renewed, and asked to stop: stays CancelRequested
+        }
         let now = if self.cancel.is_cancelled() {
             LeaseStatus::Recovered
         } else {

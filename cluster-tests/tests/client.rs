@@ -404,3 +404,107 @@ async fn read_request(s: &mut TcpStream) -> Option<Vec<u8>> {
         req.extend_from_slice(&buf[..n]);
     }
 }
+
+/// The cluster runs version 1.1 (entry version 4) about a second after forming; until
+/// then its calls answer 503. Waits for the activation.
+async fn wait_version_1_1(client: &Client) {
+    eventually("the cluster to activate version 1.1", CALL, || async {
+        match client.cluster_status().await {
+            Ok(s) if s.cluster_version.unwrap_or(1) >= 4 => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+}
+
+/// Issue 31, the client's lifecycle calls end to end: a checkpoint set through the
+/// keep-alive reaches the store and the next claim's Lease; a failed attempt waits out
+/// its backoff; fail, retry and redrive; the claim carries the payload and attempts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lifecycle_calls_and_checkpoints_through_the_client() {
+    let cluster = Cluster::start().await;
+    let client = cluster.client();
+    wait_version_1_1(&client).await;
+    let job = NewJob::new()
+        .id("life-1")
+        .queue("life")
+        .payload(json!({"rows": 3}))
+        .backoff(60_000, 60_000);
+    client.submit(&job).await.unwrap();
+    let lease = client.claim_next("life", "w1", 2_000, 0).await.unwrap();
+    let lease = lease.expect("a job");
+    assert_eq!(lease.payload(), Some(json!({"rows": 3})));
+    assert_eq!((lease.attempts(), lease.checkpoint()), (Some(1), None));
+    lease.set_progress(json!({"row": 2}));
+    lease.renew().await.unwrap();
+    let stored = client.get_job("life-1").await.unwrap();
+    assert_eq!(stored.progress, Some(json!({"row": 2})));
+    let how = leasehold_client::Release::failed_attempt("db down");
+    let released = lease.release_with(&how).await.unwrap();
+    assert_eq!(released.last_error.as_deref(), Some("db down"));
+    assert!(released.run_at_ms.is_some(), "{released:?}");
+    let e = client.claim("life-1", "w2", 2_000).await.unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::NotDue));
+    // An operator gives up waiting: fail it for good via a new attempt, then redrive.
+    client.retry("life-1", None).await.unwrap_err(); // pending: not retryable
+    let job = client.get_job("life-1").await.unwrap();
+    assert_eq!(job.state, JobState::Pending);
+    client
+        .submit(&NewJob::new().id("life-2").queue("life"))
+        .await
+        .unwrap();
+    let l2 = client.claim("life-2", "w2", 2_000).await.unwrap();
+    assert_eq!(l2.checkpoint(), None);
+    let failed = l2.fail(Some("bad input")).await.unwrap();
+    assert_eq!(failed.state, JobState::Failed);
+    assert_eq!(client.redrive("life", None).await.unwrap(), 1);
+    let again = client.claim("life-2", "w3", 2_000).await.unwrap();
+    assert_eq!((again.attempts(), again.token()), (Some(1), 2));
+    cluster.shutdown().await;
+}
+
+/// Issue 31: a cancel reaches the running work within one renew interval — the
+/// keep-alive's token fires with `CancelReason::Cancelled`, `run` stops the work and
+/// releases, and the job ends `cancelled`. The checkpoint the work set survives for a
+/// retry to resume from.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cancel_reaches_the_running_work_and_ends_the_job_cancelled() {
+    let cluster = Cluster::start().await;
+    let client = cluster.client();
+    wait_version_1_1(&client).await;
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+    let worker = client.clone();
+    let run = tokio::spawn(async move {
+        run_leased(&worker, "cancel-me", "w1", 1_500, |ctx| async move {
+            ctx.set_progress(json!({"step": 1}));
+            let _ = started_tx.send(());
+            ctx.cancelled().await;
+            Ok::<_, String>(())
+        })
+        .await
+    });
+    timeout(CALL, started_rx).await.unwrap().unwrap();
+    let asked = client
+        .cancel("cancel-me", Some("not needed"))
+        .await
+        .unwrap();
+    assert!(asked.cancel_requested, "{asked:?}");
+    // One renew interval is TTL/3 = 500 ms; allow generously for a loaded machine.
+    let out = timeout(Duration::from_secs(10), run)
+        .await
+        .expect("run returned after the cancel")
+        .unwrap();
+    match out {
+        Err(leasehold_client::RunError::Cancelled { release: None }) => {}
+        other => panic!("expected Cancelled, got {other:?}"),
+    }
+    let job = client.get_job("cancel-me").await.unwrap();
+    assert_eq!(job.state, JobState::Cancelled);
+    assert_eq!(job.cancel_reason.as_deref(), Some("not needed"));
+    assert_eq!(job.progress, Some(json!({"step": 1})));
+    let back = client.retry("cancel-me", None).await.unwrap();
+    assert_eq!(back.state, JobState::Pending);
+    let resumed = client.claim("cancel-me", "w2", 1_500).await.unwrap();
+    assert_eq!(resumed.checkpoint(), Some((json!({"step": 1}), 1)));
+    cluster.shutdown().await;
+}
