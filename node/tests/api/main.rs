@@ -1,6 +1,8 @@
 //! The HTTP API as a client sees it, on in-process three-node clusters: the browser
 //! guard, client tokens and scopes, the listener's limits and hostile load, JSON depth
-//! and idempotency bounds, the membership routes, `/metrics` and the dashboard's routes.
+//! and idempotency bounds, version 1.1's job lifecycle (scheduling, priorities, backoff,
+//! fail, retry, redrive, cancellation, progress; its limits, roles and tenant scopes:
+//! `lifecycle`), the membership routes, `/metrics` and the dashboard's routes.
 //!
 //! One test binary (issue 18 item 6: each binary links the whole server once). The
 //! modules share nothing but `common/`; libtest runs their tests in parallel threads,
@@ -19,6 +21,7 @@ mod client_auth;
 mod hostile_load;
 mod idempotency_bytes;
 mod json_depth;
+mod lifecycle;
 mod limits;
 mod membership_api;
 mod metrics;
