@@ -33,11 +33,22 @@ struct LeaseInner {
     job_id: String,
     owner: String,
     generation: u64,
+    /// What only the claim answers (version 1.1): the job's payload, attempts and the
+    /// checkpoint an earlier attempt left. A renew's answer carries none of them.
+    claim: ClaimFacts,
     state: Mutex<LeaseState>,
     /// Held for the whole of a renew call (a tokio mutex: it is held across `.await`).
     renewing: tokio::sync::Mutex<()>,
     /// The checkpoint the holder set and no renew has stored yet (1.1).
     progress: Mutex<Option<Value>>,
+}
+
+#[derive(Debug, Clone)]
+struct ClaimFacts {
+    payload: Option<String>,
+    attempts: Option<u64>,
+    progress: Option<String>,
+    progress_generation: Option<u64>,
 }
 
 #[derive(Debug, Clone)]
@@ -73,12 +84,19 @@ impl Lease {
         sent: LocalInstant,
     ) -> Result<Lease, Error> {
         let deadline = deadline_of(client, &wire, sent);
+        let claim = ClaimFacts {
+            payload: wire.payload.clone(),
+            attempts: wire.attempts,
+            progress: wire.progress.clone(),
+            progress_generation: wire.progress_generation,
+        };
         Ok(Lease {
             client: client.clone(),
             inner: Arc::new(LeaseInner {
                 job_id: wire.job_id.clone(),
                 owner: wire.owner.clone(),
                 generation: wire.generation,
+                claim,
                 state: Mutex::new(LeaseState {
                     wire,
                     sent,
@@ -160,19 +178,19 @@ impl Lease {
     /// The job's payload, as the claim answered it (1.1; `None` from a cluster not yet
     /// running version 1.1, and for a job without one).
     pub fn payload(&self) -> Option<Value> {
-        json_of(self.state().wire.payload)
+        json_of(self.inner.claim.payload.clone())
     }
 
     /// The job's attempts with this one, as the claim answered it (1.1).
     pub fn attempts(&self) -> Option<u64> {
-        self.state().wire.attempts
+        self.inner.claim.attempts
     }
 
     /// The checkpoint an earlier attempt left, and its generation, as the claim answered
     /// it (1.1): resume from it.
     pub fn checkpoint(&self) -> Option<(Value, u64)> {
-        let wire = self.state().wire;
-        Some((json_of(wire.progress)?, wire.progress_generation?))
+        let claim = &self.inner.claim;
+        Some((json_of(claim.progress.clone())?, claim.progress_generation?))
     }
 
     /// Whether the store said the job's cancellation was requested (1.1): stop, then

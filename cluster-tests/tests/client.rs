@@ -437,6 +437,9 @@ async fn lifecycle_calls_and_checkpoints_through_the_client() {
     assert_eq!((lease.attempts(), lease.checkpoint()), (Some(1), None));
     lease.set_progress(json!({"row": 2}));
     lease.renew().await.unwrap();
+    // A renew answers none of the claim's facts; the handle keeps the claim's.
+    assert_eq!(lease.attempts(), Some(1));
+    assert_eq!(lease.payload(), Some(json!({"rows": 3})));
     let stored = client.get_job("life-1").await.unwrap();
     assert_eq!(stored.progress, Some(json!({"row": 2})));
     let how = leasehold_client::Release::failed_attempt("db down");

@@ -565,3 +565,109 @@ async fn a_stalled_stdout_reader_does_not_stop_renewals() {
 async fn four_stalled_relays_do_not_stop_renewals() {
     stalled_stdout_reader("stall4", 4, None).await;
 }
+
+/// Waits until the cluster runs version 1.1 (entry version 4, activated about a second
+/// after forming): its calls answer 503 before.
+async fn wait_version_1_1(client: &Client) {
+    let deadline = Instant::now() + BOUND;
+    loop {
+        let status = client.cluster_status().await;
+        if status.as_ref().is_ok_and(|s| s.cluster_version >= Some(4)) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "no version 1.1: {status:?}");
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Issue 31's worked example of cancellation: a job is cancelled while `worker run`
+/// runs its command. The next renew answers `cancel_requested`, the worker SIGTERMs the
+/// command's group (its grandchild ignores SIGTERM and is SIGKILLed after the grace),
+/// and releases: the job ends `cancelled`. The group is dead within one renew interval
+/// plus the grace (plus slack for a loaded machine) of the cancel.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_job_stops_its_command_and_ends_cancelled() {
+    let _serial = SERIAL.lock().await;
+    let (_c, client, endpoints) = cluster().await;
+    wait_version_1_1(&client).await;
+    submit(&client, "x-1", "xq").await;
+    let dir = tempfile::tempdir().unwrap();
+    let ttl_ms = 3_000;
+    let worker = spawn_worker(
+        &endpoints,
+        "xq",
+        ttl_ms,
+        &ticking_command(dir.path(), "wait"),
+    );
+    let pgid = read_pid(&dir.path().join("pgid"), BOUND).await;
+    let mut guard = GroupGuard(Some(pgid));
+    let grandchild = read_pid(&dir.path().join("grandchild"), BOUND).await;
+    let asked = client.cancel("x-1", Some("stop it")).await.expect("cancel");
+    let cancelled_at = Instant::now();
+    assert!(asked.cancel_requested, "{asked:?}");
+    // One renew interval (TTL/3) to hear of it, the grace (TTL/5) for SIGKILL, slack.
+    let bound = Duration::from_millis(ttl_ms / 3 + ttl_ms / 5) + Duration::from_secs(2);
+    let dead_at = wait_group_dead(pgid, grandchild, cancelled_at, cancelled_at + bound * 3).await;
+    assert!(
+        dead_at - cancelled_at < bound,
+        "the command's group died {:?} after the cancel (bound {bound:?})",
+        dead_at - cancelled_at
+    );
+    let job = wait_job(&client, "x-1", "cancelled", |j| {
+        j.state == JobState::Cancelled
+    })
+    .await;
+    assert_eq!(job.cancel_reason.as_deref(), Some("stop it"));
+    let (code, stderr) = finish(worker).await;
+    guard.0 = None;
+    assert_eq!(code, 0, "stderr: {stderr}");
+    assert!(stderr.contains("the job was cancelled"), "stderr: {stderr}");
+}
+
+/// A command that fails is released as a failed attempt with its stderr's tail as the
+/// job's `last_error`, and its job waits out its backoff; the checkpoint it printed
+/// (`--progress-prefix`) reaches the next attempt as `LEASEHOLD_PROGRESS`, which resumes
+/// from it and completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_attempt_backs_off_and_the_next_resumes_from_its_checkpoint() {
+    let _serial = SERIAL.lock().await;
+    let (_c, client, endpoints) = cluster().await;
+    wait_version_1_1(&client).await;
+    let job = NewJob::new().id("r-1").queue("rq").backoff(700, 700);
+    tokio::time::timeout(BOUND, client.submit(&job))
+        .await
+        .unwrap()
+        .unwrap();
+    let script = r#"if [ "$LEASEHOLD_PROGRESS" = null ]; then
+          echo 'progress: {"step":1}'; sleep 1.5; echo "disk full on attempt $LEASEHOLD_ATTEMPT" >&2; exit 3
+        else echo "{\"resumed\":$LEASEHOLD_PROGRESS,\"attempt\":$LEASEHOLD_ATTEMPT}"; fi"#;
+    let flags = ["--max-jobs", "2", "--progress-prefix", "progress: "];
+    let worker = worker_command(&endpoints, "rq", 900, &flags, script)
+        .spawn()
+        .expect("spawning the worker");
+    let failed = wait_job(&client, "r-1", "a failed attempt", |j| {
+        j.last_error.is_some()
+    })
+    .await;
+    assert_eq!(
+        failed.last_error.as_deref(),
+        Some("disk full on attempt 1"),
+        "{failed:?}"
+    );
+    assert_eq!(failed.progress, Some(json!({"step": 1})), "{failed:?}");
+    let done = wait_job(&client, "r-1", "completed", |j| {
+        j.state == JobState::Completed
+    })
+    .await;
+    assert_eq!(
+        done.result,
+        Some(json!({"resumed": {"step": 1}, "attempt": 2})),
+        "{done:?}"
+    );
+    let (code, stderr) = finish(worker).await;
+    assert_eq!(code, 0, "stderr: {stderr}");
+    assert!(
+        stderr.contains("released as a failed attempt"),
+        "stderr: {stderr}"
+    );
+}

@@ -69,7 +69,7 @@ pub const PRIORITY_MIN: i32 = -1000;
 pub const PRIORITY_MAX: i32 = 1000;
 /// Largest `backoff_ms`, `backoff_ms_max` and release `delay_ms`: one day.
 pub const DELAY_MS_MAX: u64 = 86_400_000;
-/// `backoff_ms_max` when a submit gives none.
+/// `backoff_ms_max` when a submit gives none (or `backoff_ms`, if that is larger).
 pub const BACKOFF_MS_MAX_DEFAULT: u64 = 3_600_000;
 /// How far ahead of store time a `run_at_ms` may be: 366 days.
 pub const RUN_AT_AHEAD_MS_MAX: u64 = 366 * 86_400_000;

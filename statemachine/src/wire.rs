@@ -391,9 +391,10 @@ impl SubmitRequest {
                 run_at_ms: self.run_at_ms,
                 priority: self.priority.unwrap_or(0),
                 backoff_ms: self.backoff_ms.unwrap_or(0),
+                // The default cap never refuses a backoff the caller gave alone.
                 backoff_ms_max: self
                     .backoff_ms_max
-                    .unwrap_or(limits::BACKOFF_MS_MAX_DEFAULT),
+                    .unwrap_or(limits::BACKOFF_MS_MAX_DEFAULT.max(self.backoff_ms.unwrap_or(0))),
             }
         } else {
             Command::Submit {

@@ -418,6 +418,8 @@ fn reply_of(r: ReplyV5<'_>) -> Reply {
     }
 }
 
+// Decoded one entry at a time and converted at once: its size does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(super) enum KeptV5<'a> {
     Reply {

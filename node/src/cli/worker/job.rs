@@ -19,7 +19,7 @@ use std::time::Duration;
 use leasehold_client::{CancellationToken, KeepAlive, Lease, LocalInstant};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::process::{Child, ChildStdout, Command};
+use tokio::process::{Child, ChildStderr, ChildStdout, Command};
 
 use super::group::{self, Signal};
 use super::protocol::{Cause, FromWatchdog, Status, ToWatchdog};
@@ -43,6 +43,18 @@ pub struct Spawn<'a> {
     pub deadline: LocalInstant,
 }
 
+/// Where the command's output goes while it runs: stdout to `out` (its progress lines to
+/// `progress`), stderr to `err` (its tail kept for a failed command's error).
+pub struct Outputs {
+    pub out: Sink,
+    pub err: Sink,
+    pub progress: Option<relay::ProgressTap>,
+}
+
+/// How much of a failed command's stderr becomes its job's `last_error`: the store's
+/// limit for an error (4 KiB).
+pub const STDERR_TAIL_BYTES: usize = leasehold_statemachine::limits::ERROR_BYTES_MAX;
+
 /// How a job's command ended, as far as the job's outcome is concerned.
 #[derive(Debug)]
 pub enum Ended {
@@ -50,6 +62,8 @@ pub enum Ended {
     Exited {
         success: bool,
         last_line: Option<String>,
+        /// The end of its stderr (at most [`STDERR_TAIL_BYTES`]).
+        stderr_tail: String,
     },
     /// Stopped by the watchdog at the deadline, or because the worker asked.
     Stopped(Cause),
@@ -72,6 +86,7 @@ pub struct Watched {
     /// The watchdog's time between SIGTERM and SIGKILL.
     grace: Duration,
     stdout: Option<ChildStdout>,
+    stderr: Option<ChildStderr>,
 }
 
 /// Starts the watchdog, which starts the command.
@@ -91,7 +106,7 @@ pub fn spawn(s: Spawn<'_>) -> std::io::Result<Watched> {
         .envs(s.env)
         .stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs)))
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(Stdio::piped())
         // Its own group: a terminal's Ctrl-Z and SIGHUP go to the worker's group only.
         .process_group(0)
         // Dropping the handle closes the socket, and the watchdog stops the command
@@ -99,6 +114,7 @@ pub fn spawn(s: Spawn<'_>) -> std::io::Result<Watched> {
         .kill_on_drop(false);
     let mut child = cmd.spawn()?;
     let stdout = child.stdout.take();
+    let stderr = child.stderr.take();
     let (rd, ctl) = ctl.into_split();
     Ok(Watched {
         child,
@@ -107,6 +123,7 @@ pub fn spawn(s: Spawn<'_>) -> std::io::Result<Watched> {
         pgid: None,
         grace: s.grace,
         stdout,
+        stderr,
     })
 }
 
@@ -126,6 +143,48 @@ pub enum StopReason {
     Shutdown,
 }
 
+/// The readers of a command's stdout (its last line) and stderr (its tail).
+struct Readers {
+    stdout: tokio::task::JoinHandle<Option<String>>,
+    stderr: tokio::task::JoinHandle<String>,
+}
+
+impl Readers {
+    fn start(stdout: Option<ChildStdout>, stderr: Option<ChildStderr>, o: Outputs) -> Readers {
+        let Outputs { out, err, progress } = o;
+        Readers {
+            stdout: tokio::spawn(async move {
+                match stdout {
+                    Some(s) => relay::copy_lines(s, out, progress).await,
+                    None => None,
+                }
+            }),
+            stderr: tokio::spawn(async move {
+                match stderr {
+                    Some(s) => relay::copy_tail(s, err, STDERR_TAIL_BYTES).await,
+                    None => String::new(),
+                }
+            }),
+        }
+    }
+
+    /// What the command wrote last, read to its end (bounded: a process that left the
+    /// group may hold the pipes open).
+    async fn finish(self) -> (Option<String>, String) {
+        let last = tokio::time::timeout(STDOUT_TAIL, self.stdout).await;
+        let tail = tokio::time::timeout(STDOUT_TAIL, self.stderr).await;
+        (
+            last.ok().and_then(Result::ok).flatten(),
+            tail.ok().and_then(Result::ok).unwrap_or_default(),
+        )
+    }
+
+    fn abort(&self) {
+        self.stdout.abort();
+        self.stderr.abort();
+    }
+}
+
 impl Watched {
     /// Runs the job to its end: relays stdout, pushes each renewed deadline, asks for a
     /// stop when the lease is lost or the worker stops; returns how it ended and, if the
@@ -135,15 +194,9 @@ impl Watched {
         lease: &Lease,
         ka: &KeepAlive,
         shutdown: &CancellationToken,
-        sink: Sink,
+        outputs: Outputs,
     ) -> (Ended, Option<StopReason>) {
-        let stdout = self.stdout.take();
-        let reader = tokio::spawn(async move {
-            match stdout {
-                Some(out) => relay::copy_lines(out, sink).await,
-                None => None,
-            }
-        });
+        let reader = Readers::start(self.stdout.take(), self.stderr.take(), outputs);
         let mut pushed = lease.deadline();
         let mut stop: Option<StopReason> = None;
         let clock = lease.client().clock().clone();
@@ -220,7 +273,7 @@ impl Watched {
     }
 
     /// Turns the watchdog's last word (or its silence) into how the job ended.
-    async fn ended(self, report: Report, reader: tokio::task::JoinHandle<Option<String>>) -> Ended {
+    async fn ended(self, report: Report, reader: Readers) -> Ended {
         let said = match report {
             Report::Said(said) => said,
             Report::Eof => {
@@ -235,14 +288,11 @@ impl Watched {
         let ended = match said {
             FromWatchdog::Ended { status, cause } => match cause {
                 Cause::Exited => {
-                    let last_line = tokio::time::timeout(STDOUT_TAIL, reader)
-                        .await
-                        .ok()
-                        .and_then(Result::ok)
-                        .flatten();
+                    let (last_line, stderr_tail) = reader.finish().await;
                     return self.reaped(Ended::Exited {
                         success: status.success(),
                         last_line,
+                        stderr_tail,
                     });
                 }
                 Cause::NotStarted => Ended::NotStarted,

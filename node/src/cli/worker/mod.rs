@@ -2,12 +2,18 @@
 //!
 //! Each of `--concurrency` slots loops: `claim_next` on the queue (waiting up to
 //! `--poll-wait-ms`), run the command with `LEASEHOLD_JOB_ID`, `LEASEHOLD_GENERATION`,
-//! `LEASEHOLD_PAYLOAD` (JSON, `null` when absent) and `LEASEHOLD_ENDPOINTS` (and, with
+//! `LEASEHOLD_PAYLOAD` (JSON, `null` when absent), `LEASEHOLD_PROGRESS` (the checkpoint
+//! an earlier attempt left, JSON, `null` when none), `LEASEHOLD_ATTEMPT` (this attempt's
+//! number, from a cluster running version 1.1) and `LEASEHOLD_ENDPOINTS` (and, with
 //! `--tls-ca`, `LEASEHOLD_TLS_CA`) set, while a [`leasehold_client::KeepAlive`] renews
-//! the lease. Then:
+//! the lease. With `--progress-prefix P`, a stdout line starting with `P` carries a new
+//! checkpoint (JSON after the prefix), which the next renew stores. Then:
 //! - exit 0 → complete, with the last non-empty line of the child's stdout as the result
 //!   when it is valid JSON (no result otherwise);
-//! - non-zero exit → release;
+//! - non-zero exit → release as a failed attempt (`retry`: the job's backoff applies),
+//!   with the last 4 KiB of the command's stderr as the job's `last_error`;
+//! - the job is cancelled (a renew answers `cancel_requested`) → SIGTERM, then SIGKILL
+//!   after the grace, as for a lost lease; then release, and the job ends `cancelled`;
 //! - the lease is lost (keep-alive token fired), or its local deadline comes within
 //!   `--kill-grace-ms` without a renew → SIGTERM to the child's process group, SIGKILL
 //!   to the whole group after the grace and in any case at the local deadline — even
@@ -65,7 +71,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use leasehold_client::{CancellationToken, Client, Lease};
+use leasehold_client::{CancelReason, CancellationToken, Client, KeepAlive, Lease};
 use tokio::time::sleep;
 
 use crate::cli::jobs::{CliError, ClientOpts};
@@ -110,6 +116,12 @@ pub struct RunArgs {
     /// deadline). Default: TTL/5, at most 2 s.
     #[arg(long)]
     pub kill_grace_ms: Option<u64>,
+    /// A stdout line of the command that starts with PREFIX carries a checkpoint: the
+    /// rest of the line is a JSON value, which the next renew stores on the job and the
+    /// job's next attempt gets as `LEASEHOLD_PROGRESS` (version 1.1). Such lines are not
+    /// relayed and are never the result. E.g. `--progress-prefix 'progress: '`.
+    #[arg(long, value_name = "PREFIX")]
+    pub progress_prefix: Option<String>,
     /// The command and its arguments (after `--`).
     #[arg(required = true, last = true)]
     pub cmd: Vec<String>,
@@ -167,10 +179,13 @@ async fn run_worker(run: RunArgs, opts: &ClientOpts) -> Result<(), CliError> {
         run.kill_grace_ms
             .unwrap_or_else(|| (run.ttl_ms / 5).min(2_000)),
     );
-    let relay = relay::Sink::start(relay::Target::Stdout).map_err(|e| CliError {
-        code: crate::cli::jobs::EXIT_UNAVAILABLE,
-        message: format!("starting the stdout relay: {e}"),
-    })?;
+    let sink = |target| {
+        relay::Sink::start(target).map_err(|e| CliError {
+            code: crate::cli::jobs::EXIT_UNAVAILABLE,
+            message: format!("starting the {target:?} relay: {e}"),
+        })
+    };
+    let (relay, errors) = (sink(relay::Target::Stdout)?, sink(relay::Target::Stderr)?);
     let shared = Arc::new(WorkerState {
         client,
         owner,
@@ -179,6 +194,7 @@ async fn run_worker(run: RunArgs, opts: &ClientOpts) -> Result<(), CliError> {
         run,
         grace,
         relay,
+        errors,
         claimed: AtomicU64::new(0),
         shutdown: CancellationToken::new(),
     });
@@ -249,6 +265,8 @@ struct WorkerState {
     grace: Duration,
     /// The commands' stdout, relayed to ours.
     relay: relay::Sink,
+    /// The commands' stderr, relayed to ours.
+    errors: relay::Sink,
     /// Claims made so far (bounded by --max-jobs).
     claimed: AtomicU64,
     shutdown: CancellationToken,
@@ -338,8 +356,9 @@ impl WorkerState {
         }
         let ended = match job::spawn(self.spawn_spec(&job_id, generation, &payload, &lease)) {
             Ok(watched) => {
+                let outputs = self.outputs(&lease);
                 watched
-                    .supervise(&lease, &ka, &self.shutdown, self.relay.clone())
+                    .supervise(&lease, &ka, &self.shutdown, outputs)
                     .await
             }
             Err(e) => (
@@ -348,6 +367,22 @@ impl WorkerState {
             ),
         };
         self.settle(&job_id, generation, ka, ended).await;
+    }
+
+    /// Where a job's output goes, its progress lines to its lease.
+    fn outputs(&self, lease: &Lease) -> job::Outputs {
+        let progress = self.run.progress_prefix.clone().map(|prefix| {
+            let lease = lease.clone();
+            relay::ProgressTap {
+                prefix,
+                set: Box::new(move |v| lease.set_progress(v)),
+            }
+        });
+        job::Outputs {
+            out: self.relay.clone(),
+            err: self.errors.clone(),
+            progress,
+        }
     }
 
     fn spawn_spec<'a>(
@@ -362,7 +397,11 @@ impl WorkerState {
             ("LEASEHOLD_GENERATION", generation.to_string().into()),
             ("LEASEHOLD_PAYLOAD", payload.into()),
             ("LEASEHOLD_ENDPOINTS", self.endpoints.clone().into()),
+            ("LEASEHOLD_PROGRESS", checkpoint_of(lease).into()),
         ];
+        if let Some(attempt) = lease.attempts() {
+            env.push(("LEASEHOLD_ATTEMPT", attempt.to_string().into()));
+        }
         if let Some(ca) = &self.tls_ca {
             env.push((crate::cli::jobs::TLS_CA_ENV, ca.clone().into_os_string()));
         }
@@ -387,6 +426,7 @@ impl WorkerState {
             Ended::Exited {
                 success: true,
                 last_line,
+                ..
             } => {
                 let result = result_of(job_id, last_line);
                 match ka.complete(result).await {
@@ -404,7 +444,15 @@ impl WorkerState {
                 tracing::error!(job = %job_id, generation, "{message}; the job is left to its lease");
                 drop(ka.stop().await);
             }
-            Ended::Exited { success: false, .. } => release(job_id, generation, ka).await,
+            Ended::Exited {
+                success: false,
+                stderr_tail,
+                ..
+            } => failed_attempt(job_id, generation, ka, stderr_tail).await,
+            Ended::Stopped(_) if ka.cancel_reason() == Some(CancelReason::Cancelled) => {
+                tracing::info!(job = %job_id, generation, "the job was cancelled; the command was stopped");
+                release(job_id, generation, ka).await
+            }
             Ended::Stopped(_) if stop == Some(StopReason::Shutdown) => {
                 release(job_id, generation, ka).await
             }
@@ -423,6 +471,47 @@ async fn release(job_id: &str, generation: u64, ka: leasehold_client::KeepAlive)
         Ok(_) => tracing::info!(job = %job_id, generation, "released"),
         Err(e) => tracing::warn!(job = %job_id, error = %e, "releasing failed"),
     }
+}
+
+/// A command that exited non-zero: its job is released as a failed attempt (its backoff
+/// applies) with the end of its stderr as the error, once the cluster runs version 1.1
+/// (the claim said so by answering `attempts`); before, a plain release.
+#[cfg(unix)]
+async fn failed_attempt(job_id: &str, generation: u64, ka: KeepAlive, stderr_tail: String) {
+    if ka.lease().attempts().is_none() {
+        return release(job_id, generation, ka).await;
+    }
+    let error = match stderr_tail.trim() {
+        "" => "the command exited non-zero".to_owned(),
+        tail => last_bytes(tail, job::STDERR_TAIL_BYTES).to_owned(),
+    };
+    let how = leasehold_client::Release {
+        delay_ms: None,
+        retry: true,
+        error: Some(error),
+    };
+    match ka.stop().await.release_with(&how).await {
+        Ok(_) => tracing::info!(job = %job_id, generation, "released as a failed attempt"),
+        Err(e) => tracing::warn!(job = %job_id, error = %e, "releasing failed"),
+    }
+}
+
+/// The end of `text`, at most `max` bytes, cut at a character boundary.
+fn last_bytes(text: &str, max: usize) -> &str {
+    let mut start = text.len().saturating_sub(max);
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    &text[start..]
+}
+
+/// The checkpoint the claim handed over (version 1.1), as `LEASEHOLD_PROGRESS`: JSON,
+/// `null` when there is none.
+fn checkpoint_of(lease: &Lease) -> String {
+    lease
+        .checkpoint()
+        .map_or(serde_json::Value::Null, |(v, _)| v)
+        .to_string()
 }
 
 #[cfg(unix)]

@@ -10,7 +10,10 @@
 //! still completes with its last line as the result ([`copy_lines`] keeps that line
 //! whether or not it was relayed). Every line is relayed while the reader keeps up.
 //!
-//! Imports only `std`, `tokio`'s reader traits and `tracing`'s writer trait.
+//! Besides relaying, [`copy_lines`] takes a command's progress lines out of its stdout
+//! ([`ProgressTap`]) and [`copy_tail`] keeps the end of its stderr.
+//!
+//! Imports only `std`, `tokio`'s reader traits, `serde_json` and `tracing`.
 
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -148,9 +151,37 @@ impl Write for &Sink {
     }
 }
 
+/// A command's checkpoints on its stdout (`worker run --progress-prefix`): a whole line
+/// that starts with `prefix` carries one, the rest of the line a JSON value handed to
+/// `set`; such a line is neither relayed nor the job's result.
+pub struct ProgressTap {
+    pub prefix: String,
+    pub set: Box<dyn Fn(serde_json::Value) + Send>,
+}
+
+impl ProgressTap {
+    /// Whether `text` (a whole line) is a progress line; if so, its value was handed on
+    /// (a line that is not valid JSON after the prefix is dropped with a warning).
+    fn take(&self, text: &str) -> bool {
+        let Some(rest) = text.strip_prefix(self.prefix.as_str()) else {
+            return false;
+        };
+        match serde_json::from_str(rest.trim()) {
+            Ok(v) => (self.set)(v),
+            Err(e) => tracing::warn!(error = %e, "a progress line that is not JSON; ignored"),
+        }
+        true
+    }
+}
+
 /// Relays `from` to `sink` line by line until end of file (or a read error); the last
-/// non-empty line read whole, for the job's result.
-pub async fn copy_lines(from: impl AsyncRead + Unpin, sink: Sink) -> Option<String> {
+/// non-empty line read whole, for the job's result. Progress lines (`tap`) are taken
+/// out.
+pub async fn copy_lines(
+    from: impl AsyncRead + Unpin,
+    sink: Sink,
+    tap: Option<ProgressTap>,
+) -> Option<String> {
     let mut reader = BufReader::new(from);
     let mut last = None;
     // The previous piece was cut at LINE_BYTES_MAX: this one continues its line.
@@ -169,6 +200,9 @@ pub async fn copy_lines(from: impl AsyncRead + Unpin, sink: Sink) -> Option<Stri
         } else {
             let text = String::from_utf8_lossy(&line);
             let text = text.trim_end_matches(['\n', '\r']);
+            if tap.as_ref().is_some_and(|t| t.take(text)) {
+                continue;
+            }
             if !text.trim().is_empty() {
                 last = Some(text.to_owned());
             }
@@ -179,6 +213,25 @@ pub async fn copy_lines(from: impl AsyncRead + Unpin, sink: Sink) -> Option<Stri
         }
         sink.offer(line);
     }
+}
+
+/// Relays `from` to `sink` as it comes until end of file, keeping its last `keep`
+/// bytes (a failed command's stderr tail, its job's `last_error`).
+pub async fn copy_tail(from: impl AsyncRead + Unpin, sink: Sink, keep: usize) -> String {
+    let mut reader = BufReader::new(from);
+    let mut tail: std::collections::VecDeque<u8> = std::collections::VecDeque::new();
+    let mut buf = vec![0u8; 8192];
+    while let Ok(n @ 1..) = reader.read(&mut buf).await {
+        sink.offer(buf[..n].to_vec());
+        tail.extend(&buf[..n]);
+        let excess = tail.len().saturating_sub(keep);
+        tail.drain(..excess);
+    }
+    let bytes: Vec<u8> = tail.into();
+    // The cut may split a character: what is left of it is dropped.
+    String::from_utf8_lossy(&bytes)
+        .trim_start_matches('\u{FFFD}')
+        .to_owned()
 }
 
 #[cfg(test)]
@@ -195,7 +248,7 @@ mod tests {
     #[tokio::test]
     async fn the_last_whole_line_is_kept_and_a_cut_line_is_not_a_result() {
         let (sink, _rx) = detached();
-        let last = |bytes: Vec<u8>| copy_lines(std::io::Cursor::new(bytes), sink.clone());
+        let last = |bytes: Vec<u8>| copy_lines(std::io::Cursor::new(bytes), sink.clone(), None);
         let text = b"first\n{\"ok\":true}\n\n".to_vec();
         assert_eq!(last(text).await.as_deref(), Some("{\"ok\":true}"));
         assert_eq!(
