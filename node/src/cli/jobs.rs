@@ -154,6 +154,8 @@ pub enum JobCmd {
         /// absent).
         #[arg(long)]
         max_attempts: Option<u64>,
+        #[command(flatten)]
+        schedule: crate::cli::lifecycle::Schedule,
     },
     /// Show one job.
     Get {
@@ -165,7 +167,7 @@ pub enum JobCmd {
         /// Only the jobs of this queue.
         #[arg(long)]
         queue: Option<String>,
-        /// Only jobs in this state: pending, leased, completed or failed.
+        /// Only jobs in this state: pending, leased, completed, failed or cancelled.
         #[arg(long, value_parser = parse_state)]
         state: Option<JobState>,
         /// Page size, 1–1000 (store default 100).
@@ -214,7 +216,8 @@ pub enum JobCmd {
         #[arg(long)]
         result: Option<String>,
     },
-    /// Release a lease (the job goes back to pending).
+    /// Release a lease (the job goes back to pending; cancelled if a cancel was
+    /// requested).
     Release {
         /// Job id.
         id: String,
@@ -224,7 +227,11 @@ pub enum JobCmd {
         /// The lease's generation (its fencing token).
         #[arg(long)]
         generation: u64,
+        #[command(flatten)]
+        how: crate::cli::lifecycle::ReleaseFlags,
     },
+    #[command(flatten)]
+    Lifecycle(crate::cli::lifecycle::LifecycleCmd),
     /// Delete a job.
     Delete {
         /// Job id.
@@ -363,6 +370,36 @@ fn print_job(job: &Job) {
     println!("created_ms:     {}", job.created_ms);
     println!("updated_ms:     {}", job.updated_ms);
     println!("log_index:      {}", job.log_index);
+    print_lifecycle(job);
+}
+
+/// Version 1.1's fields of a job, those that are set (a v1 job prints as before).
+fn print_lifecycle(job: &Job) {
+    let set = |name: &str, v: Option<String>| {
+        if let Some(v) = v {
+            println!("{:<16}{v}", format!("{name}:"));
+        }
+    };
+    set("run_at_ms", job.run_at_ms.map(|t| t.to_string()));
+    set(
+        "priority",
+        (job.priority != 0).then(|| job.priority.to_string()),
+    );
+    let backoff = (job.backoff_ms > 0)
+        .then(|| format!("{} ms (max {} ms)", job.backoff_ms, job.backoff_ms_max));
+    set("backoff", backoff);
+    set(
+        "last_error",
+        job.last_error
+            .as_ref()
+            .map(|e| crate::cli::jobs::one_line(e)),
+    );
+    set(
+        "cancel",
+        job.cancel_requested.then(|| "requested".to_owned()),
+    );
+    set("cancel_reason", job.cancel_reason.clone());
+    set("progress", job.progress.as_ref().map(|p| p.to_string()));
 }
 
 fn print_lease(l: &leasehold_statemachine::Lease) {
@@ -451,8 +488,10 @@ pub async fn run_job(args: JobArgs, opts: &ClientOpts) -> Result<(), CliError> {
             queue,
             payload,
             max_attempts,
+            schedule,
         } => {
             let nj = new_job(id, queue, payload, max_attempts)?;
+            let nj = schedule.apply(&client, nj).await?;
             show_job(&client.submit(&nj).await?, json)
         }
         JobCmd::Get { id } => show_job(&client.get_job(&id).await?, json),
@@ -497,7 +536,14 @@ pub async fn run_job(args: JobArgs, opts: &ClientOpts) -> Result<(), CliError> {
             id,
             owner,
             generation,
-        } => show_job(&client.release(&id, &owner, generation).await?, json),
+            how,
+        } => {
+            let job = client
+                .release_with(&id, &owner, generation, &how.release())
+                .await?;
+            show_job(&job, json)
+        }
+        JobCmd::Lifecycle(cmd) => crate::cli::lifecycle::run_lifecycle(cmd, &client, json).await,
         JobCmd::Delete { id } => {
             client.delete_job(&id).await?;
             if !json {
@@ -554,7 +600,7 @@ fn show_page(page: &JobPage, json: bool) -> Result<(), CliError> {
     }
 }
 
-fn show_job(job: &Job, json: bool) -> Result<(), CliError> {
+pub(crate) fn show_job(job: &Job, json: bool) -> Result<(), CliError> {
     if json {
         print_json(job)
     } else {

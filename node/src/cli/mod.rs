@@ -12,6 +12,7 @@
 pub mod bench;
 pub mod error;
 pub mod jobs;
+pub mod lifecycle;
 pub mod snapshot;
 pub mod worker;
 
@@ -53,8 +54,11 @@ pub enum Cmd {
     Dev(DevArgs),
     /// Measure a running cluster through the public API (one JSON line per run).
     Bench(crate::cli::bench::BenchArgs),
-    /// Submit, inspect, claim, renew, complete, release and delete jobs.
+    /// Submit, inspect, claim, renew, complete, release, fail, retry, cancel and delete
+    /// jobs.
     Job(crate::cli::jobs::JobArgs),
+    /// Act on a queue: redrive its dead letters.
+    Queue(crate::cli::lifecycle::QueueArgs),
     /// Inspect the cluster.
     Cluster(crate::cli::jobs::ClusterArgs),
     /// Run a command per job of a queue, under a kept-alive, fenced lease.
@@ -705,7 +709,10 @@ fn run(args: Cli, disk: crate::fsio::Disk) -> Result<(), RunError> {
         std::process::exit(code);
     }
     // Client commands print one line per error and nothing else on stderr: no logging.
-    let client_cmd = matches!(command, Cmd::Job(_) | Cmd::Cluster(_) | Cmd::Snapshot(_));
+    let client_cmd = matches!(
+        command,
+        Cmd::Job(_) | Cmd::Queue(_) | Cmd::Cluster(_) | Cmd::Snapshot(_)
+    );
     if matches!(command, Cmd::Worker(_)) {
         // Through a writer thread: a stalled stderr must not stall renewals.
         crate::cli::worker::init_logging();
@@ -721,6 +728,7 @@ fn run(args: Cli, disk: crate::fsio::Disk) -> Result<(), RunError> {
             Cmd::Dev(a) => dev(a).await,
             Cmd::Bench(a) => Ok(crate::cli::bench::run(a, &client).await?),
             Cmd::Job(a) => exit(crate::cli::jobs::run_job(a, &client).await),
+            Cmd::Queue(a) => exit(crate::cli::lifecycle::run_queue(a, &client).await),
             Cmd::Cluster(a) => exit(crate::cli::jobs::run_cluster(a, &client).await),
             Cmd::Worker(a) => {
                 let r = crate::cli::worker::run(a, &client).await;

@@ -575,3 +575,126 @@ async fn dev_starts_healthy_without_a_warn_or_error_line() {
         .collect();
     assert!(bad.is_empty(), "a healthy dev start logged: {bad:#?}");
 }
+
+/// Issue 31: the lifecycle commands — scheduling flags, release as a failed attempt,
+/// fail, queue redrive, cancel, retry — and their flag errors, refused before sending.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lifecycle_commands() {
+    let c = TestCluster::start().await;
+    c.wait_settled().await;
+    let now = |s: &ClusterStatus| s.cluster_time_ms;
+    let before: ClusterStatus = json_of(&c, &["cluster", "status"]).await;
+    let s: Job = json_of(
+        &c,
+        &[
+            "job",
+            "submit",
+            "--id",
+            "s-1",
+            "--delay",
+            "60s",
+            "--priority",
+            "-5",
+        ],
+    )
+    .await;
+    assert!(s.run_at_ms.unwrap() >= now(&before) + 60_000, "{s:?}");
+    assert_eq!(s.priority, -5);
+
+    let b: Job = json_of(
+        &c,
+        &[
+            "job",
+            "submit",
+            "--id",
+            "b-1",
+            "--backoff",
+            "5s",
+            "--backoff-max",
+            "1m",
+        ],
+    )
+    .await;
+    assert_eq!((b.backoff_ms, b.backoff_ms_max), (5_000, 60_000));
+    let lease: Value = json_of(
+        &c,
+        &["job", "claim", "b-1", "--owner", "w", "--ttl-ms", "10000"],
+    )
+    .await;
+    let g = lease["generation"].to_string();
+    let r: Job = json_of(
+        &c,
+        &[
+            "job",
+            "release",
+            "b-1",
+            "--owner",
+            "w",
+            "--generation",
+            &g,
+            "--retry",
+            "--error",
+            "boom",
+        ],
+    )
+    .await;
+    assert_eq!(r.last_error.as_deref(), Some("boom"));
+    assert!(r.run_at_ms.is_some(), "backing off: {r:?}");
+
+    let _: Job = json_of(&c, &["job", "submit", "--id", "f-1", "--queue", "fq"]).await;
+    let lease: Value = json_of(
+        &c,
+        &["job", "claim", "f-1", "--owner", "w", "--ttl-ms", "10000"],
+    )
+    .await;
+    let g = lease["generation"].to_string();
+    let f: Job = json_of(
+        &c,
+        &[
+            "job",
+            "fail",
+            "f-1",
+            "--owner",
+            "w",
+            "--generation",
+            &g,
+            "--error",
+            "bad row",
+        ],
+    )
+    .await;
+    assert_eq!(
+        (f.state, f.last_error.as_deref()),
+        (JobState::Failed, Some("bad row"))
+    );
+    let table = leasehold(&c, &["job", "get", "f-1"], CMD_WAIT).await;
+    assert!(
+        table.stdout.contains("last_error:     bad row"),
+        "{}",
+        table.stdout
+    );
+    let redriven: Value = json_of(&c, &["queue", "redrive", "fq"]).await;
+    assert_eq!(redriven, json!({"retried": 1}));
+    let x: Job = json_of(&c, &["job", "cancel", "f-1", "--reason", "not needed"]).await;
+    assert_eq!(
+        (x.state, x.cancel_reason.as_deref()),
+        (JobState::Cancelled, Some("not needed"))
+    );
+    let back: Job = json_of(&c, &["job", "retry", "f-1", "--delay", "30s"]).await;
+    assert_eq!((back.state, back.attempts), (JobState::Pending, 0));
+    assert!(back.run_at_ms.is_some(), "{back:?}");
+    let again = leasehold(&c, &["job", "retry", "f-1"], CMD_WAIT).await;
+    assert_ne!(again.code, 0);
+    assert!(again.stderr.contains("invalid_state"), "{}", again.stderr);
+
+    for bad in [
+        vec!["job", "submit", "--delay", "30"],
+        vec!["job", "submit", "--priority", "1001"],
+        vec!["job", "submit", "--run-at", "5", "--delay", "1s"],
+        vec!["job", "submit", "--backoff-max", "1m"],
+    ] {
+        let out = leasehold(&c, &bad, CMD_WAIT).await;
+        assert_eq!(out.code, 2, "{bad:?}: {}", out.stderr);
+    }
+    c.shutdown().await;
+}
