@@ -1,235 +1,266 @@
-//! The CLI's part of version 1.1's job lifecycle (docs/api.md "Job lifecycle"): the
-//! scheduling flags of `job submit` (`--run-at`, `--delay`, `--priority`, `--backoff`,
-//! `--backoff-max`), the `--delay`/`--retry`/`--error` of `job release`, the `job fail`,
-//! `job retry` and `job cancel` commands, and the `queue` group (`queue redrive`); and
-//! the strict duration syntax they share (`1500ms`, `30s`, `5m`, `2h`).
+//! Version 1.1's job lifecycle on the command line (docs/api.md "Job lifecycle"): when a
+//! job becomes claimable (`--run-at`, `--delay`), its priority and backoff, how a release
+//! ends an attempt (`--delay`, `--retry`, `--error`), and the `job fail`, `job retry`
+//! and `job cancel` commands. `queue redrive` is in [`queue`](super::queue); how the new
+//! fields print, in [`show`](super::show).
 //!
-//! May import the client crate and `cli::jobs` (output, errors).
+//! Every flag is checked before anything is sent, against the node's own limits
+//! (`leasehold_statemachine::limits`): a value out of range is a clap usage error naming
+//! the flag, as is `--run-at` with `--delay`; a `--backoff` above its cap and an
+//! over-long `--error` or `--reason` are checked here, after parsing, with the same exit
+//! code (2) and the flags' names.
 
-use std::time::Duration;
+use clap::Args;
+use leasehold_client::{Client, Job, NewJob, Release};
+use leasehold_statemachine::limits::{
+    ERROR_BYTES_MAX, PRIORITY_MAX, PRIORITY_MIN, REASON_BYTES_MAX,
+};
 
-use clap::{Args, Subcommand};
-use leasehold_client::{Client, NewJob, Release};
+use crate::cli::duration::{self, show_ms};
+use crate::cli::jobs::{CliError, EXIT_UNAVAILABLE};
 
-use crate::cli::jobs::{show_job, CliError, ClientOpts, Output};
-
-/// A duration as the lifecycle flags take it: a whole number with a unit, `ms`, `s`,
-/// `m` or `h` (`1500ms`, `30s`, `5m`, `2h`). No unit, a fraction or a sign is refused.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .ok_or_else(|| format!("{text:?} has no unit: write e.g. 1500ms, 30s, 5m or 2h"))?;
-    let (digits, unit) = text.split_at(split);
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| format!("{text:?} does not start with a whole number"))?;
-    let ms_per = match unit {
-        "ms" => 1,
-        "s" => 1_000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        _ => return Err(format!("{text:?}: the unit is one of ms, s, m, h")),
-    };
-    let ms = n
-        .checked_mul(ms_per)
-        .ok_or_else(|| format!("{text:?} is too long"))?;
-    Ok(Duration::from_millis(ms))
-}
-
-fn ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-/// When a job becomes due: at `--run-at` (cluster time, ms), or `--delay` after the
-/// cluster's current time.
-#[derive(Debug, Clone, Args)]
-pub struct When {
-    /// Not claimable before this cluster time (ms since the epoch, as the store counts).
+/// `--run-at` / `--delay`: when a job becomes claimable (`job submit`, `job retry`).
+#[derive(Debug, Clone, Default, Args)]
+pub struct RunAt {
+    /// Not claimable before this cluster time, in ms (the cluster's clock, not this
+    /// machine's: `leasehold cluster status` shows it). A past time is due at once.
     #[arg(long, value_name = "MS", conflicts_with = "delay")]
     pub run_at: Option<u64>,
-    /// Not claimable before this long from now (cluster time): e.g. 30s, 5m, 2h.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    pub delay: Option<Duration>,
+    /// Not claimable until this long from now on the cluster's clock (its
+    /// cluster_time_ms, read first), e.g. 1500ms, 30s, 5m, 2h, 7d; at most 366d.
+    #[arg(long, value_name = "DURATION", value_parser = duration::run_delay_ms)]
+    pub delay: Option<u64>,
 }
 
-impl When {
-    /// The `run_at_ms` these flags name; `--delay` asks the cluster for its time.
-    async fn run_at_ms(&self, client: &Client) -> Result<Option<u64>, CliError> {
+impl RunAt {
+    /// The `run_at_ms` to send: `--run-at` as given; `--delay` after the cluster time one
+    /// `GET /v1/cluster` reports; none without either.
+    pub async fn run_at_ms(&self, client: &Client) -> Result<Option<u64>, CliError> {
         match (self.run_at, self.delay) {
-            (Some(at), _) => Ok(Some(at)),
-            (None, Some(d)) => {
+            (Some(ms), _) => Ok(Some(ms)),
+            (None, Some(delay_ms)) => {
                 let now = client.cluster_status().await?.cluster_time_ms;
-                Ok(Some(now.saturating_add(ms(d))))
+                delayed(now, delay_ms).map(Some)
             }
             (None, None) => Ok(None),
         }
     }
 }
 
-/// `job submit`'s scheduling flags.
-#[derive(Debug, Clone, Args)]
+/// `run_at_ms` for `--delay`: `delay_ms` after the cluster time a node reported. The
+/// answering node's own estimate may trail the leader's stamp by a little, which only
+/// makes the wait that much shorter. A node that has applied no stamped entry yet reports
+/// 0, and 0 + delay is a time long past, due at once: refused rather than sent.
+pub fn delayed(cluster_time_ms: u64, delay_ms: u64) -> Result<u64, CliError> {
+    if cluster_time_ms == 0 {
+        return Err(CliError {
+            code: EXIT_UNAVAILABLE,
+            message: "the cluster's time is not known yet (GET /v1/cluster answered \
+                      cluster_time_ms 0): retry, or give --run-at"
+                .into(),
+        });
+    }
+    Ok(cluster_time_ms.saturating_add(delay_ms))
+}
+
+/// `job submit`'s priority and backoff.
+#[derive(Debug, Clone, Default, Args)]
 pub struct Schedule {
-    #[command(flatten)]
-    pub when: When,
-    /// Claim order: −1000 … 1000, higher first (0 when absent).
-    #[arg(long, allow_hyphen_values = true, value_parser = clap::value_parser!(i32).range(-1000..=1000))]
+    /// Claim-next hands out higher priorities first: -1000 … 1000 (default 0).
+    #[arg(
+        long,
+        allow_negative_numbers = true,
+        value_parser = clap::value_parser!(i32).range(PRIORITY_MIN as i64..=PRIORITY_MAX as i64)
+    )]
     pub priority: Option<i32>,
-    /// After a failed attempt, wait this long × 2^(attempts−1) before the job is
-    /// claimable again: e.g. 5s.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    pub backoff: Option<Duration>,
-    /// The longest such wait (the store's 1h, or --backoff if longer, when absent).
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "backoff")]
-    pub backoff_max: Option<Duration>,
+    /// After a failed attempt (its lease expired, or `job release --retry`), the job waits
+    /// this long × 2^(attempts−1) before it is claimable again, e.g. 500ms, 10s; at most
+    /// 1d (default 0: at once).
+    #[arg(long, value_name = "DURATION", value_parser = duration::delay_ms)]
+    pub backoff: Option<u64>,
+    /// The longest such wait: at least --backoff, at most 1d (default 1h, or --backoff
+    /// when that is longer).
+    #[arg(long, value_name = "DURATION", value_parser = duration::delay_ms)]
+    pub backoff_max: Option<u64>,
 }
 
 impl Schedule {
-    /// `job` with these fields.
-    pub async fn apply(&self, client: &Client, mut job: NewJob) -> Result<NewJob, CliError> {
-        job.run_at_ms = self.when.run_at_ms(client).await?;
+    /// `job` with the flags given; the node's defaults apply to those not given.
+    pub fn apply(&self, mut job: NewJob) -> Result<NewJob, CliError> {
+        if let Some(backoff_ms) = self.backoff {
+            check_backoff(backoff_ms, self.backoff_max)?;
+        }
         job.priority = self.priority;
-        job.backoff_ms = self.backoff.map(ms);
-        job.backoff_ms_max = self.backoff_max.map(ms);
+        job.backoff_ms = self.backoff;
+        job.backoff_ms_max = self.backoff_max;
         Ok(job)
     }
 }
 
-/// `job release`'s version 1.1 flags.
-#[derive(Debug, Clone, Args)]
+/// A backoff no longer than its cap, named as the flags are (the node would refuse it
+/// with its field names, after a round trip).
+pub fn check_backoff(backoff_ms: u64, backoff_ms_max: Option<u64>) -> Result<(), CliError> {
+    // Without --backoff-max the store caps at 1 h, or at --backoff when that is longer.
+    let message = match backoff_ms_max {
+        Some(max) if max < backoff_ms => format!(
+            "--backoff-max {} must not be below --backoff {}",
+            show_ms(max),
+            show_ms(backoff_ms)
+        ),
+        _ => return Ok(()),
+    };
+    Err(CliError::usage(message))
+}
+
+/// Free text for the store (`--error`, `--reason`): at most `max` bytes, as the node
+/// allows. Checked here rather than by clap, which would echo the whole value back.
+pub fn check_text(flag: &str, text: Option<&str>, max: usize) -> Result<(), CliError> {
+    match text {
+        Some(t) if t.len() > max => Err(CliError::usage(format!(
+            "{flag} is {} bytes, at most {max} allowed",
+            t.len()
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// `job release`'s version 1.1 flags: how the attempt ended.
+#[derive(Debug, Clone, Default, Args)]
 pub struct ReleaseFlags {
-    /// Claimable again only this long from now (overrides the job's backoff): e.g. 30s.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    pub delay: Option<Duration>,
-    /// This was a failed attempt: the job's backoff applies.
+    /// Claimable again only this long after the release, e.g. 30s; at most 1d. Overrides
+    /// the job's backoff.
+    #[arg(long, value_name = "DURATION", value_parser = duration::delay_ms)]
+    pub delay: Option<u64>,
+    /// A failed attempt: the job's backoff applies before it is claimable again.
     #[arg(long)]
     pub retry: bool,
-    /// Kept as the job's last_error (at most 4 KiB).
-    #[arg(long)]
+    /// Why the attempt ended, kept as the job's last_error (at most 4 KiB).
+    #[arg(long, value_name = "TEXT")]
     pub error: Option<String>,
 }
 
 impl ReleaseFlags {
-    pub fn release(&self) -> Release {
-        Release {
-            delay_ms: self.delay.map(ms),
+    pub fn release(&self) -> Result<Release, CliError> {
+        check_text("--error", self.error.as_deref(), ERROR_BYTES_MAX)?;
+        Ok(Release {
+            delay_ms: self.delay,
             retry: self.retry,
             error: self.error.clone(),
-        }
+        })
     }
 }
 
-/// `job fail|retry|cancel`.
-#[derive(Debug, Subcommand)]
-pub enum LifecycleCmd {
-    /// Fail a leased job for good (a dead letter, until `job retry` or `queue redrive`).
-    Fail {
-        /// Job id.
-        id: String,
-        /// The lease's owner.
-        #[arg(long)]
-        owner: String,
-        /// The lease's generation (its fencing token).
-        #[arg(long)]
-        generation: u64,
-        /// Kept as the job's last_error (at most 4 KiB).
-        #[arg(long)]
-        error: Option<String>,
-    },
-    /// Bring a failed or cancelled job back to pending, its attempts at 0.
-    Retry {
-        /// Job id.
-        id: String,
-        #[command(flatten)]
-        when: When,
-    },
-    /// Cancel a job: a pending one at once; a leased one's holder is told on its next
-    /// renew, and the job ends cancelled when it lets go.
-    Cancel {
-        /// Job id.
-        id: String,
-        /// Why (at most 1 KiB), kept on the job.
-        #[arg(long)]
-        reason: Option<String>,
-    },
-}
-
-pub async fn run_lifecycle(cmd: LifecycleCmd, client: &Client, json: bool) -> Result<(), CliError> {
-    let job = match cmd {
-        LifecycleCmd::Fail {
-            id,
-            owner,
-            generation,
-            error,
-        } => {
-            client
-                .fail(&id, &owner, generation, error.as_deref())
-                .await?
-        }
-        LifecycleCmd::Retry { id, when } => {
-            let at = when.run_at_ms(client).await?;
-            client.retry(&id, at).await?
-        }
-        LifecycleCmd::Cancel { id, reason } => client.cancel(&id, reason.as_deref()).await?,
-    };
-    show_job(&job, json)
-}
-
+/// `job fail`.
 #[derive(Debug, Args)]
-pub struct QueueArgs {
-    #[command(subcommand)]
-    pub command: QueueCmd,
+pub struct FailArgs {
+    /// Job id.
+    pub id: String,
+    /// The lease's owner.
+    #[arg(long)]
+    pub owner: String,
+    /// The lease's generation (its fencing token).
+    #[arg(long)]
+    pub generation: u64,
+    /// Why it failed, kept as the job's last_error (at most 4 KiB).
+    #[arg(long, value_name = "TEXT")]
+    pub error: Option<String>,
 }
 
-#[derive(Debug, Subcommand)]
-pub enum QueueCmd {
-    /// Retry a queue's failed jobs (its dead letters), oldest failure first.
-    Redrive {
-        /// The queue.
-        queue: String,
-        /// At most this many, 1–1000 (the store's 100 when absent).
-        #[arg(long)]
-        limit: Option<u32>,
-    },
+/// `job retry`.
+#[derive(Debug, Args)]
+pub struct RetryArgs {
+    /// Job id (a failed or cancelled job).
+    pub id: String,
+    #[command(flatten)]
+    pub when: RunAt,
 }
 
-pub async fn run_queue(args: QueueArgs, opts: &ClientOpts) -> Result<(), CliError> {
-    let client = opts.client()?;
-    match args.command {
-        QueueCmd::Redrive { queue, limit } => {
-            let retried = client.redrive(&queue, limit).await?;
-            if opts.output == Output::Json {
-                println!("{}", serde_json::json!({ "retried": retried }));
-            } else {
-                println!("retried {retried} failed job(s) of {queue}");
-            }
-            Ok(())
-        }
-    }
+/// `job cancel`.
+#[derive(Debug, Args)]
+pub struct CancelArgs {
+    /// Job id.
+    pub id: String,
+    /// Why, kept as the job's cancel_reason (at most 1 KiB).
+    #[arg(long, value_name = "TEXT")]
+    pub reason: Option<String>,
+}
+
+pub async fn fail(client: &Client, a: &FailArgs) -> Result<Job, CliError> {
+    check_text("--error", a.error.as_deref(), ERROR_BYTES_MAX)?;
+    let error = a.error.as_deref();
+    Ok(client.fail(&a.id, &a.owner, a.generation, error).await?)
+}
+
+pub async fn retry(client: &Client, a: &RetryArgs) -> Result<Job, CliError> {
+    let run_at_ms = a.when.run_at_ms(client).await?;
+    Ok(client.retry(&a.id, run_at_ms).await?)
+}
+
+pub async fn cancel(client: &Client, a: &CancelArgs) -> Result<Job, CliError> {
+    check_text("--reason", a.reason.as_deref(), REASON_BYTES_MAX)?;
+    Ok(client.cancel(&a.id, a.reason.as_deref()).await?)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cli::jobs::EXIT_USAGE;
 
     #[test]
-    fn durations_need_a_whole_number_and_a_unit() {
-        let ok = |t: &str| parse_duration(t).unwrap().as_millis();
+    fn a_delay_counts_from_the_cluster_time_and_an_unknown_time_is_refused() {
+        assert_eq!(delayed(1_000, 30_000).unwrap(), 31_000);
+        assert_eq!(delayed(u64::MAX - 1, 5).unwrap(), u64::MAX);
+        let e = delayed(0, 30_000).unwrap_err();
+        assert_eq!(e.code, EXIT_UNAVAILABLE);
+        assert!(e.message.contains("--run-at"), "{}", e.message);
+    }
+
+    #[test]
+    fn a_backoff_above_its_cap_names_the_flags() {
+        assert!(check_backoff(0, None).is_ok());
+        // Over the default cap without --backoff-max: the store caps at the backoff.
+        assert!(check_backoff(
+            leasehold_statemachine::limits::BACKOFF_MS_MAX_DEFAULT + 1,
+            None
+        )
+        .is_ok());
+        assert!(check_backoff(7_200_000, Some(7_200_000)).is_ok());
+        let e = check_backoff(60_000, Some(59_999)).unwrap_err();
+        assert_eq!(e.code, EXIT_USAGE);
         assert_eq!(
-            [ok("1500ms"), ok("30s"), ok("5m"), ok("2h"), ok("0s")],
-            [1_500, 30_000, 300_000, 7_200_000, 0]
+            e.message,
+            "--backoff-max 59999ms must not be below --backoff 1m"
         );
-        for bad in [
-            "",
-            "30",
-            "s",
-            "1.5s",
-            "-3s",
-            "3 s",
-            "3d",
-            "3S",
-            "99999999999999999999h",
-        ] {
-            assert!(parse_duration(bad).is_err(), "{bad:?} accepted");
-        }
+    }
+
+    #[test]
+    fn schedule_sends_only_the_flags_given() {
+        let none = Schedule::default().apply(NewJob::new()).unwrap();
+        assert_eq!(none, NewJob::new());
+        let cap_only = Schedule {
+            backoff_max: Some(60_000),
+            priority: Some(-3),
+            ..Schedule::default()
+        };
+        let job = cap_only.apply(NewJob::new()).unwrap();
+        assert_eq!((job.backoff_ms, job.backoff_ms_max), (None, Some(60_000)));
+        assert_eq!(job.priority, Some(-3));
+        let over_its_cap = Schedule {
+            backoff: Some(120_000),
+            backoff_max: Some(60_000),
+            ..Schedule::default()
+        };
+        assert!(over_its_cap.apply(NewJob::new()).is_err());
+    }
+
+    #[test]
+    fn free_text_is_bounded_as_the_node_bounds_it() {
+        let at = "x".repeat(ERROR_BYTES_MAX);
+        assert!(check_text("--error", Some(&at), ERROR_BYTES_MAX).is_ok());
+        let past = "x".repeat(ERROR_BYTES_MAX + 1);
+        let e = check_text("--error", Some(&past), ERROR_BYTES_MAX).unwrap_err();
+        assert_eq!(e.code, EXIT_USAGE);
+        assert_eq!(e.message, "--error is 4097 bytes, at most 4096 allowed");
+        assert!(check_text("--reason", None, REASON_BYTES_MAX).is_ok());
     }
 }

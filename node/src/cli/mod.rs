@@ -1,18 +1,23 @@
 //! The `leasehold` command line: `serve` one node, or `dev` a local three-node cluster;
-//! `job`, `cluster` and `worker` are client commands (see `jobs` and `worker`).
+//! `job`, `queue`, `cluster` and `worker` are client commands (see `jobs` and `worker`).
 //!
 //! The folder is everything the binary does besides serving: [`jobs`] (`job …`,
-//! `cluster …`), [`worker`] (`worker run`), [`snapshot`] (`snapshot save|restore`),
-//! [`bench`](mod@bench) (the load generator, and `bench failover`), [`error`] (why
-//! `serve`, `dev` or `bench` stopped). It is the top layer:
+//! `cluster …`, the client flags), [`lifecycle`] (version 1.1's job flags, `job
+//! fail|retry|cancel`), [`queue`] (`queue redrive`), [`duration`] (`30s`, `5m` flag
+//! values), [`show`] (tables and JSON output), [`worker`] (`worker run`), [`snapshot`]
+//! (`snapshot save|restore`), [`bench`](mod@bench) (the load generator, and `bench
+//! failover`), [`error`] (why `serve`, `dev` or `bench` stopped). It is the top layer:
 //! it may import any folder (`server` to run a node, `http`'s header names, limits and
 //! parsers, `store` for restores, `security` for secrets and TLS), and only `main.rs`
 //! imports it.
 
 pub mod bench;
+pub mod duration;
 pub mod error;
 pub mod jobs;
 pub mod lifecycle;
+pub mod queue;
+pub mod show;
 pub mod snapshot;
 pub mod worker;
 
@@ -57,8 +62,8 @@ pub enum Cmd {
     /// Submit, inspect, claim, renew, complete, release, fail, retry, cancel and delete
     /// jobs.
     Job(crate::cli::jobs::JobArgs),
-    /// Act on a queue: redrive its dead letters.
-    Queue(crate::cli::lifecycle::QueueArgs),
+    /// Act on a whole queue: redrive its failed jobs.
+    Queue(crate::cli::queue::QueueArgs),
     /// Inspect the cluster.
     Cluster(crate::cli::jobs::ClusterArgs),
     /// Run a command per job of a queue, under a kept-alive, fenced lease.
@@ -728,7 +733,7 @@ fn run(args: Cli, disk: crate::fsio::Disk) -> Result<(), RunError> {
             Cmd::Dev(a) => dev(a).await,
             Cmd::Bench(a) => Ok(crate::cli::bench::run(a, &client).await?),
             Cmd::Job(a) => exit(crate::cli::jobs::run_job(a, &client).await),
-            Cmd::Queue(a) => exit(crate::cli::lifecycle::run_queue(a, &client).await),
+            Cmd::Queue(a) => exit(crate::cli::queue::run_queue(a, &client).await),
             Cmd::Cluster(a) => exit(crate::cli::jobs::run_cluster(a, &client).await),
             Cmd::Worker(a) => {
                 let r = crate::cli::worker::run(a, &client).await;
@@ -1039,7 +1044,13 @@ mod command_line_tests {
             assert_eq!(o.tls_ca.as_deref(), Some(std::path::Path::new("/ca.pem")));
             assert!(o.tls_client_cert.is_some() && o.tls_client_key.is_some());
         };
-        for cmd in [&["job", "list"][..], &["cluster", "status"], &["bench"]] {
+        let redrive = ["queue", "redrive", "q"];
+        for cmd in [
+            &["job", "list"][..],
+            &["cluster", "status"],
+            &["bench"],
+            &redrive,
+        ] {
             check(parse(&[&flags[..], cmd].concat()));
             check(parse(&[cmd, &flags[..]].concat()));
         }
@@ -1119,6 +1130,56 @@ mod command_line_tests {
             line.contains("tip:") && line.contains("'--endpoints'"),
             "{line}"
         );
+    }
+
+    #[test]
+    fn lifecycle_flags_parse_to_milliseconds_within_their_ranges() {
+        use crate::cli::jobs::JobCmd;
+        let argv = [
+            "job",
+            "submit",
+            "--delay",
+            "5m",
+            "--priority",
+            "-1000",
+            "--backoff",
+            "1500ms",
+            "--backoff-max=1d",
+        ];
+        let Cmd::Job(job) = parse(&argv).command else {
+            panic!("a job command");
+        };
+        let JobCmd::Submit(s) = job.command else {
+            panic!("submit");
+        };
+        assert_eq!((s.when.run_at, s.when.delay), (None, Some(300_000)));
+        assert_eq!(s.schedule.priority, Some(-1000));
+        assert_eq!(s.schedule.backoff, Some(1_500));
+        assert_eq!(s.schedule.backoff_max, Some(86_400_000));
+        let argv = [
+            "job",
+            "release",
+            "x",
+            "--owner=w",
+            "--generation=1",
+            "--retry",
+        ];
+        let Cmd::Job(job) = parse(&argv).command else {
+            panic!("a job command");
+        };
+        let JobCmd::Release(r) = job.command else {
+            panic!("release");
+        };
+        assert!(r.how.retry && r.how.delay.is_none());
+        for bad in [
+            &["job", "submit", "--priority=1001"][..],
+            &["job", "submit", "--run-at=1", "--delay=1s"],
+            &["job", "retry", "x", "--delay=30"],
+            &["queue", "redrive", "q", "--limit=1001"],
+        ] {
+            let argv = std::iter::once("leasehold").chain(bad.iter().copied());
+            assert!(Cli::try_parse_from(argv).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! The `leasehold` binary's client commands (`job`, `cluster`, `worker run`) against an
+//! The `leasehold` binary's client commands (`job`, `queue`, `cluster`, `worker run`) against an
 //! in-process three-node cluster. Every run of the binary is bounded by a timeout.
 
 use std::time::Duration;
@@ -576,125 +576,298 @@ async fn dev_starts_healthy_without_a_warn_or_error_line() {
     assert!(bad.is_empty(), "a healthy dev start logged: {bad:#?}");
 }
 
-/// Issue 31: the lifecycle commands — scheduling flags, release as a failed attempt,
-/// fail, queue redrive, cancel, retry — and their flag errors, refused before sending.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn lifecycle_commands() {
-    let c = TestCluster::start().await;
-    c.wait_settled().await;
-    let now = |s: &ClusterStatus| s.cluster_time_ms;
-    let before: ClusterStatus = json_of(&c, &["cluster", "status"]).await;
-    let s: Job = json_of(
-        &c,
-        &[
-            "job",
-            "submit",
-            "--id",
-            "s-1",
-            "--delay",
-            "60s",
-            "--priority",
-            "-5",
-        ],
-    )
-    .await;
-    assert!(s.run_at_ms.unwrap() >= now(&before) + 60_000, "{s:?}");
-    assert_eq!(s.priority, -5);
+// Version 1.1's job lifecycle from the command line (issue 31 item 5): scheduling,
+// priorities, fail, retry, redrive, cancel, release's new flags; and the flags refused
+// before anything is sent.
 
-    let b: Job = json_of(
-        &c,
-        &[
-            "job",
-            "submit",
-            "--id",
-            "b-1",
-            "--backoff",
-            "5s",
-            "--backoff-max",
-            "1m",
-        ],
-    )
-    .await;
-    assert_eq!((b.backoff_ms, b.backoff_ms_max), (5_000, 60_000));
-    let lease: Value = json_of(
-        &c,
-        &["job", "claim", "b-1", "--owner", "w", "--ttl-ms", "10000"],
-    )
-    .await;
-    let g = lease["generation"].to_string();
-    let r: Job = json_of(
-        &c,
-        &[
-            "job",
-            "release",
-            "b-1",
-            "--owner",
-            "w",
-            "--generation",
-            &g,
-            "--retry",
-            "--error",
-            "boom",
-        ],
-    )
-    .await;
-    assert_eq!(r.last_error.as_deref(), Some("boom"));
-    assert!(r.run_at_ms.is_some(), "backing off: {r:?}");
-
-    let _: Job = json_of(&c, &["job", "submit", "--id", "f-1", "--queue", "fq"]).await;
-    let lease: Value = json_of(
-        &c,
-        &["job", "claim", "f-1", "--owner", "w", "--ttl-ms", "10000"],
-    )
-    .await;
-    let g = lease["generation"].to_string();
-    let f: Job = json_of(
-        &c,
-        &[
-            "job",
-            "fail",
-            "f-1",
-            "--owner",
-            "w",
-            "--generation",
-            &g,
-            "--error",
-            "bad row",
-        ],
-    )
-    .await;
-    assert_eq!(
-        (f.state, f.last_error.as_deref()),
-        (JobState::Failed, Some("bad row"))
-    );
-    let table = leasehold(&c, &["job", "get", "f-1"], CMD_WAIT).await;
+/// Runs a command that must fail with an API error: exit 1, nothing on stdout, one line
+/// `error: <code>: …` on stderr.
+async fn api_error(c: &TestCluster, args: &[&str], code: &str) {
+    let out = leasehold(c, args, CMD_WAIT).await;
+    let context = format!("leasehold {args:?} -> {} {:?}", out.code, out.stderr);
+    assert_eq!(out.code, 1, "{context}");
+    assert!(out.stdout.is_empty(), "{context}: stdout {:?}", out.stdout);
+    assert_eq!(out.stderr.lines().count(), 1, "{context}");
     assert!(
-        table.stdout.contains("last_error:     bad row"),
-        "{}",
-        table.stdout
+        out.stderr.starts_with(&format!("error: {code}: ")),
+        "{context}"
     );
-    let redriven: Value = json_of(&c, &["queue", "redrive", "fq"]).await;
-    assert_eq!(redriven, json!({"retried": 1}));
-    let x: Job = json_of(&c, &["job", "cancel", "f-1", "--reason", "not needed"]).await;
-    assert_eq!(
-        (x.state, x.cancel_reason.as_deref()),
-        (JobState::Cancelled, Some("not needed"))
-    );
-    let back: Job = json_of(&c, &["job", "retry", "f-1", "--delay", "30s"]).await;
-    assert_eq!((back.state, back.attempts), (JobState::Pending, 0));
-    assert!(back.run_at_ms.is_some(), "{back:?}");
-    let again = leasehold(&c, &["job", "retry", "f-1"], CMD_WAIT).await;
-    assert_ne!(again.code, 0);
-    assert!(again.stderr.contains("invalid_state"), "{}", again.stderr);
+}
 
-    for bad in [
-        vec!["job", "submit", "--delay", "30"],
-        vec!["job", "submit", "--priority", "1001"],
-        vec!["job", "submit", "--run-at", "5", "--delay", "1s"],
-        vec!["job", "submit", "--backoff-max", "1m"],
+/// Runs a command that must succeed in table form; returns its stdout.
+async fn table_of(c: &TestCluster, args: &[&str]) -> String {
+    let out = leasehold(c, args, CMD_WAIT).await;
+    assert_eq!(out.code, 0, "leasehold {args:?}: stderr {:?}", out.stderr);
+    out.stdout
+}
+
+/// The value of `label` in a `label: value` table, if the table has that row.
+fn row<'a>(table: &'a str, label: &str) -> Option<&'a str> {
+    table
+        .lines()
+        .find_map(|l| l.strip_prefix(label)?.strip_prefix(':'))
+        .map(str::trim)
+}
+
+/// Claims `id` from the command line for `owner`; returns the generation, as a flag value.
+async fn claim(c: &TestCluster, id: &str, owner: &str) -> String {
+    let args = ["job", "claim", id, "--owner", owner, "--ttl-ms", "30000"];
+    let lease: leasehold_statemachine::Lease = json_of(c, &args).await;
+    lease.generation.to_string()
+}
+
+/// Claims `id` and fails it with `error`.
+async fn claim_and_fail(c: &TestCluster, id: &str, error: &str) -> Job {
+    let gen = claim(c, id, "w").await;
+    let args = ["job", "fail", id, "--owner", "w", "--generation", &gen];
+    json_of(c, &[&args[..], &["--error", error]].concat()).await
+}
+
+/// A claim of `id` that the store refuses with `code`.
+async fn claim_refused(c: &TestCluster, id: &str, code: &str) {
+    let args = ["job", "claim", id, "--owner", "w", "--ttl-ms", "1000"];
+    api_error(c, &args, code).await;
+}
+
+/// `actual` is within a second of `expected` (two nodes' estimates of cluster time may
+/// differ a little).
+fn about(actual: Option<u64>, expected: u64) -> bool {
+    actual.is_some_and(|t| t.abs_diff(expected) <= 1_000)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn submit_with_delay_is_not_due_and_priority_orders_claim_next() {
+    let c = TestCluster::start().await;
+    c.wait_for_leader().await;
+    c.wait_settled().await;
+
+    let before: ClusterStatus = json_of(&c, &["cluster", "status"]).await;
+    let args = [
+        "job", "submit", "--id", "later", "--queue", "sq", "--delay", "1h",
+    ];
+    let job: Job = json_of(&c, &args).await;
+    // From the cluster time the CLI read just before the submit was stamped.
+    assert!(about(job.run_at_ms, job.created_ms + 3_600_000), "{job:?}");
+    let run_at = job.run_at_ms.expect("a delayed job has a run_at_ms");
+    assert!(
+        run_at + 1_000 >= before.cluster_time_ms + 3_600_000,
+        "{job:?}"
+    );
+    let table = table_of(&c, &["job", "get", "later"]).await;
+    assert_eq!(row(&table, "run_at_ms"), Some(run_at.to_string().as_str()));
+    assert_eq!(row(&table, "state"), Some("pending"));
+    claim_refused(&c, "later", "not_due").await;
+
+    // Submitted low, mid, high; claim-next hands them out high, mid, low.
+    for (id, flags) in [
+        ("p-low", &["--priority", "-5"][..]),
+        ("p-mid", &[][..]),
+        (
+            "p-high",
+            &["--priority=10", "--backoff", "2s", "--backoff-max", "1m"][..],
+        ),
     ] {
-        let out = leasehold(&c, &bad, CMD_WAIT).await;
-        assert_eq!(out.code, 2, "{bad:?}: {}", out.stderr);
+        let base = ["job", "submit", "--id", id, "--queue", "pq"];
+        let _: Job = json_of(&c, &[&base[..], flags].concat()).await;
     }
+    let table = table_of(&c, &["job", "get", "p-high"]).await;
+    assert_eq!(row(&table, "priority"), Some("10"));
+    assert_eq!(row(&table, "backoff_ms"), Some("2000"));
+    assert_eq!(row(&table, "backoff_ms_max"), Some("60000"));
+    // A job that uses none of 1.1's fields prints as in version 1.
+    let table = table_of(&c, &["job", "get", "p-mid"]).await;
+    assert_eq!(table.lines().count(), 13, "{table}");
+    assert_eq!(row(&table, "priority"), None);
+
+    let client = leasehold_client::Client::new(c.endpoints().split(',')).unwrap();
+    let mut order = Vec::new();
+    for _ in 0..3 {
+        let lease = client.claim_next("pq", "w", 30_000, 0).await.unwrap();
+        order.push(lease.expect("a claimable job").job_id().to_owned());
+    }
+    assert_eq!(order, ["p-high", "p-mid", "p-low"]);
     c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fail_retry_and_redrive_a_queue_s_dead_letters() {
+    let c = TestCluster::start().await;
+    c.wait_for_leader().await;
+    c.wait_settled().await;
+    for id in ["d-1", "d-2"] {
+        let _: Job = json_of(&c, &["job", "submit", "--id", id, "--queue", "dq"]).await;
+    }
+    let failed = claim_and_fail(&c, "d-1", "boom: disk full").await;
+    assert_eq!(failed.state, JobState::Failed, "{failed:?}");
+    assert_eq!(failed.last_error.as_deref(), Some("boom: disk full"));
+    let table = table_of(&c, &["job", "get", "d-1"]).await;
+    assert_eq!(row(&table, "state"), Some("failed"));
+    assert_eq!(row(&table, "last_error"), Some("boom: disk full"));
+    // `--output json` is the Job as the API answers it, field for field.
+    let printed: Value = json_of(&c, &["job", "get", "d-1"]).await;
+    let answered = c.get(1, "/v1/jobs/d-1").await.ok(200);
+    assert_eq!(printed, answered);
+
+    let retried: Job = json_of(&c, &["job", "retry", "d-1"]).await;
+    assert_eq!(retried.state, JobState::Pending, "{retried:?}");
+    assert_eq!(retried.attempts, 0);
+    assert_eq!(retried.generation, failed.generation, "generation kept");
+    api_error(&c, &["job", "retry", "d-1"], "invalid_state").await;
+
+    for id in ["d-1", "d-2"] {
+        claim_and_fail(&c, id, "again").await;
+    }
+    let once: Value = json_of(&c, &["queue", "redrive", "dq", "--limit", "1"]).await;
+    assert_eq!(once, json!({"retried": 1}));
+    let out = table_of(&c, &["queue", "redrive", "dq"]).await;
+    assert_eq!(out.trim(), "retried 1 job");
+    let none: Value = json_of(&c, &["queue", "redrive", "dq"]).await;
+    assert_eq!(none, json!({"retried": 0}));
+    let page: JobPage = json_of(&c, &["job", "list", "--queue", "dq"]).await;
+    assert!(
+        page.jobs.iter().all(|j| j.state == JobState::Pending),
+        "{page:?}"
+    );
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cancel_and_release_with_delay_retry_and_error() {
+    let c = TestCluster::start().await;
+    c.wait_for_leader().await;
+    c.wait_settled().await;
+    for id in ["c-1", "c-2", "r-1"] {
+        let _: Job = json_of(&c, &["job", "submit", "--id", id, "--queue", "cq"]).await;
+    }
+    let cancelled: Job = json_of(&c, &["job", "cancel", "c-1", "--reason", "not needed"]).await;
+    assert_eq!(cancelled.state, JobState::Cancelled, "{cancelled:?}");
+    claim_refused(&c, "c-1", "job_cancelled").await;
+    cancel_a_leased_job(&c, "c-2").await;
+
+    // Release: later, as a failed attempt, with an error.
+    let gen = claim(&c, "r-1", "w").await;
+    let args = [
+        "job",
+        "release",
+        "r-1",
+        "--owner",
+        "w",
+        "--generation",
+        &gen,
+    ];
+    let flags = ["--delay", "30s", "--retry", "--error", "flaky upstream"];
+    let later: Job = json_of(&c, &[&args[..], &flags].concat()).await;
+    assert_eq!(later.state, JobState::Pending, "{later:?}");
+    assert_eq!(later.last_error.as_deref(), Some("flaky upstream"));
+    // The delay counts from the release's own stamp, and overrides the backoff.
+    assert_eq!(
+        later.run_at_ms,
+        Some(later.updated_ms + 30_000),
+        "{later:?}"
+    );
+    claim_refused(&c, "r-1", "not_due").await;
+    c.shutdown().await;
+}
+
+/// A leased job cancelled: marked, its holder hears it on renew, its release makes it
+/// `cancelled`, after which its lease is refused; a retry brings it back, later.
+async fn cancel_a_leased_job(c: &TestCluster, id: &str) {
+    let gen = claim(c, id, "w").await;
+    let marked: Job = json_of(c, &["job", "cancel", id, "--reason", "stop"]).await;
+    assert_eq!(
+        (marked.state, marked.cancel_requested),
+        (JobState::Leased, true)
+    );
+    let table = table_of(c, &["job", "get", id]).await;
+    assert_eq!(row(&table, "cancel_requested"), Some("true"), "{table}");
+    assert_eq!(row(&table, "cancel_reason"), Some("stop"), "{table}");
+    let lease = ["--owner", "w", "--generation", gen.as_str()];
+    let renewed = table_of(c, &[&["job", "renew", id][..], &lease].concat()).await;
+    assert_eq!(row(&renewed, "cancel_requested"), Some("true"), "{renewed}");
+    let released: Job = json_of(c, &[&["job", "release", id][..], &lease].concat()).await;
+    assert_eq!(released.state, JobState::Cancelled, "{released:?}");
+    api_error(
+        c,
+        &[&["job", "fail", id][..], &lease].concat(),
+        "job_cancelled",
+    )
+    .await;
+    let back: Job = json_of(c, &["job", "retry", id, "--delay", "1h"]).await;
+    assert_eq!(back.state, JobState::Pending, "{back:?}");
+    assert!(
+        about(back.run_at_ms, back.updated_ms + 3_600_000),
+        "{back:?}"
+    );
+}
+
+/// Flag values each refused by the command line itself, and the flag its message names.
+fn refused_flags() -> Vec<(Vec<String>, &'static str)> {
+    let words = |s: &str| s.split(' ').map(String::from).collect::<Vec<_>>();
+    let with = |s: &str, flag: &str, value: String| {
+        let mut w = words(s);
+        w.extend([flag.to_owned(), value]);
+        w
+    };
+    let lease = "--owner w --generation 1";
+    vec![
+        (words("job submit --delay 5"), "--delay"),
+        (words("job submit --delay 1.5s"), "--delay"),
+        (words("job submit --delay 367d"), "--delay"),
+        (words("job submit --run-at 5 --delay 1s"), "--delay"),
+        (words("job submit --priority 1001"), "--priority"),
+        (words("job submit --priority -1001"), "--priority"),
+        (words("job submit --backoff 2d"), "--backoff"),
+        (
+            words("job submit --backoff 1m --backoff-max 30s"),
+            "--backoff-max",
+        ),
+        (
+            words(&format!("job release x {lease} --delay soon")),
+            "--delay",
+        ),
+        (
+            words(&format!("job release x {lease} --delay 25h")),
+            "--delay",
+        ),
+        (words("job retry x --run-at 3 --delay 1m"), "--run-at"),
+        (
+            with(&format!("job fail x {lease}"), "--error", "e".repeat(4097)),
+            "--error",
+        ),
+        (
+            with("job cancel x", "--reason", "r".repeat(1025)),
+            "--reason",
+        ),
+        (words("queue redrive q --limit 0"), "--limit"),
+        (words("queue redrive q --limit 1001"), "--limit"),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_lifecycle_flags_are_refused_before_anything_is_sent() {
+    // No node listens on the endpoint: a command that sent anything would exit 3.
+    for (argv, flag) in refused_flags() {
+        let mut argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+        argv.push("--endpoints=127.0.0.1:1");
+        let out = leasehold_alone(&argv).await;
+        let shown: Vec<&str> = argv.iter().map(|a| &a[..a.len().min(40)]).collect();
+        let context = format!("leasehold {shown:?} -> {} {:?}", out.code, out.stderr);
+        assert_eq!(out.code, 2, "{context}");
+        assert_eq!(out.stderr.lines().count(), 1, "{context}");
+        assert!(out.stderr.starts_with("error: "), "{context}");
+        assert!(out.stderr.contains(flag), "{context}: should name {flag}");
+        assert!(out.stdout.is_empty(), "{context}");
+    }
+    // Valid values (a negative priority after a space, a delay) get as far as sending.
+    let argv = [
+        "job",
+        "submit",
+        "--priority",
+        "-5",
+        "--delay",
+        "30s",
+        "--endpoints=127.0.0.1:1",
+    ];
+    let out = leasehold_alone(&argv).await;
+    assert_eq!(out.code, 3, "{argv:?}: {:?}", out.stderr);
 }

@@ -1,4 +1,4 @@
-//! The `leasehold` binary as a user runs it: the client commands (`job`, `cluster`,
+//! The `leasehold` binary as a user runs it: the client commands (`job`, `queue`, `cluster`,
 //! `worker run`) against an in-process cluster (`cli`), and `bench failover`, which starts
 //! its own three `serve` processes (`bench_failover`), and `serve` on a disk that fails
 //! under it, through an `LD_PRELOAD` shim (`storage_failure`, `fs_shim`). Every run of the binary is bounded
