@@ -486,13 +486,25 @@ impl Client {
 
     /// `POST /v1/jobs/{id}/release` → the Job, back to `pending`, generation kept.
     pub async fn release(&self, job_id: &str, owner: &str, generation: u64) -> Result<Job, Error> {
+        self.release_call(job_id, owner, generation, CallOpts::default())
+            .await
+    }
+
+    pub(crate) async fn release_call(
+        &self,
+        job_id: &str,
+        owner: &str,
+        generation: u64,
+        opts: CallOpts,
+    ) -> Result<Job, Error> {
         let req = ReleaseRequest {
             owner: owner.to_owned(),
             generation,
         };
         req.clone().into_command(job_id)?;
         let path = format!("{}/release", job_path(job_id)?);
-        let call = Call::write(Method::POST, path, Some(to_body(&req)?));
+        let mut call = Call::write(Method::POST, path, Some(to_body(&req)?));
+        call.opts = opts;
         decode(&self.execute(&call).await?, &[200])
     }
 

@@ -208,8 +208,12 @@ impl Lease {
 
     /// Gives the job back: `pending` again, generation kept.
     pub async fn release(&self) -> Result<Job, Error> {
+        self.release_with(CallOpts::default()).await
+    }
+
+    pub(crate) async fn release_with(&self, opts: CallOpts) -> Result<Job, Error> {
         self.client
-            .release(self.job_id(), self.owner(), self.token())
+            .release_call(self.job_id(), self.owner(), self.token(), opts)
             .await
     }
 }

@@ -28,12 +28,14 @@
 //! - [`config`]: [`Config`] and [`ClientBuilder`]: timeouts, retries, deadline policy,
 //!   the bearer [`Token`].
 //! - [`tls`]: [`TlsConfig`] — the CA for `https://` endpoints, the mTLS identity.
-//! - [`deadline`]: the local lease deadline, `sent + ttl × (1 − drift) − margin`.
+//! - [`deadline`]: the local lease deadline, `sent + ttl × (1 − drift) − margin`, and the
+//!   cleanup window before it.
 //! - [`clock`]: [`Clock`], the clock deadlines are kept on (`CLOCK_BOOTTIME` on Linux,
 //!   so a suspend counts), and [`LocalInstant`], a point on it.
 //! - [`lease`]: [`Lease`] — token, deadline, renew, complete, release.
-//! - [`keepalive`]: [`KeepAlive`], [`LeaseCtx`], [`run_leased`] — background renewal and
-//!   the cancellation signal.
+//! - [`keepalive`]: [`KeepAlive`] — background renewal and the cancellation signals.
+//! - [`run`]: [`Lease::run`], [`run_leased`], [`LeaseCtx`] — work under a lease,
+//!   cancelled cooperatively, dropped at the deadline.
 //! - [`error`]: [`Error`] — docs/api.md's codes 1:1, unavailable, outcome unknown.
 //! - [`fence`]: [`fence::FenceGate`], for destinations; `fence::http` (feature
 //!   `fence-http`) is a fenced HTTP destination built on it.
@@ -47,6 +49,7 @@ pub mod fence;
 pub mod keepalive;
 pub mod lease;
 pub mod retry;
+pub mod run;
 pub mod tls;
 mod transport;
 
@@ -55,12 +58,10 @@ pub use clock::{BootClock, Clock, LocalClock, LocalInstant};
 pub use config::{ClientBuilder, Config, Token};
 pub use deadline::{DeadlinePolicy, DriftOutOfRange};
 pub use error::Error;
-pub use keepalive::{
-    run_leased, CancelReason, Completed, KeepAlive, KeepAliveConfig, LeaseCtx, LeaseStatus,
-    RunError,
-};
+pub use keepalive::{CancelReason, KeepAlive, KeepAliveConfig, LeaseStatus};
 pub use lease::Lease;
 pub use retry::RetryPolicy;
+pub use run::{run_leased, Completed, LeaseCtx, RunError};
 pub use tls::TlsConfig;
 pub use transport::new_idempotency_key;
 
