@@ -588,9 +588,24 @@ impl Client {
         generation: u64,
         how: &Release,
     ) -> Result<Job, Error> {
+        self.release_call(job_id, owner, generation, how, CallOpts::default())
+            .await
+    }
+
+    pub(crate) async fn release_call(
+        &self,
+        job_id: &str,
+        owner: &str,
+        generation: u64,
+        how: &Release,
+        opts: CallOpts,
+    ) -> Result<Job, Error> {
         let req = how.to_request(owner, generation);
         req.clone().into_command(job_id)?;
-        self.job_write(job_id, "release", &req).await
+        let path = format!("{}/release", job_path(job_id)?);
+        let mut call = Call::write(Method::POST, path, Some(to_body(&req)?));
+        call.opts = opts;
+        decode(&self.execute(&call).await?, &[200])
     }
 
     /// `POST /v1/jobs/{id}/fail` (1.1) → the Job, `failed` for good with `error` as its

@@ -1,5 +1,6 @@
 //! Client configuration and its builder: endpoints, timeouts, retries, deadline policy,
-//! and the bearer token a node started with `--auth-file` asks for.
+//! the cleanup window of cancelled work, and the bearer token a node started with
+//! `--auth-file` asks for.
 //!
 //! Every knob has a named default, chosen against the node's own timings (write timeout
 //! 5 s, leader wait 3 s, election timeout 0.5–1 s) and documented where it is defined.
@@ -27,6 +28,12 @@ pub struct Config {
     pub request_timeout: Duration,
     pub retry: RetryPolicy,
     pub deadline: DeadlinePolicy,
+    /// How long before a lease's local deadline the work of [`Lease::run`](crate::Lease::run)
+    /// is told to stop ([`LeaseCtx::cancelled`](crate::LeaseCtx::cancelled)) when no renew
+    /// has succeeded by then: the time it has to clean up before it is dropped. `None`:
+    /// `min(TTL/10, 5 s)`. Capped at TTL/3 per lease
+    /// ([`cleanup_window`](crate::deadline::cleanup_window)).
+    pub cleanup_window: Option<Duration>,
     /// Sent as `Authorization: Bearer <token>` on every request (lease renewals and
     /// keep-alives included). `None`: no header, for nodes without `--auth-file`.
     pub token: Option<Token>,
@@ -76,6 +83,7 @@ impl Default for Config {
             request_timeout: Duration::from_secs(12),
             retry: RetryPolicy::default(),
             deadline: DeadlinePolicy::default(),
+            cleanup_window: None,
             token: None,
             tls: TlsConfig::default(),
             clock: Clock::default(),
@@ -144,6 +152,13 @@ impl ClientBuilder {
     /// Time kept in reserve before the store's earliest expiry to stop the work.
     pub fn margin(mut self, margin: Duration) -> Self {
         self.config.deadline.margin = margin;
+        self
+    }
+
+    /// How long before the local deadline cancelled work is told to stop, when renewing
+    /// fails ([`Config::cleanup_window`]).
+    pub fn cleanup_window(mut self, window: Duration) -> Self {
+        self.config.cleanup_window = Some(window);
         self
     }
 

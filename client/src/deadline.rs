@@ -11,8 +11,30 @@
 //! time), so its expiry `stamp + ttl` is never before `sent + ttl`. `drift` covers the
 //! store's clock running faster than ours; `margin` covers the time between the deadline
 //! firing and the work actually stopping (waking the task, a write already in flight).
+//!
+//! The *cleanup window* ([`cleanup_window`]) sits before the deadline: when no renew has
+//! succeeded by `deadline − window`, the work is told to stop, so it can clean up while
+//! the lease still holds. It moves nothing: the deadline stays the hard stop.
 
 use std::time::Duration;
+
+/// The default cleanup window's cap. A cleanup (abort a request, flush, roll back) takes
+/// well under this; a longer window would only stop work earlier on a renew that is
+/// merely late, for TTLs long enough that a tenth of them exceeds it (over 50 s).
+pub const CLEANUP_WINDOW_DEFAULT_MAX: Duration = Duration::from_secs(5);
+/// The cleanup window is at most TTL / this. With the default schedule the first renew
+/// is due at TTL/3: a window over TTL/3 would tell the work to stop while that renew's
+/// round still has time to succeed.
+pub const CLEANUP_WINDOW_TTL_DIVISOR_MIN: u32 = 3;
+
+/// How long before the local deadline the work of a lease of `ttl` is told to stop when
+/// no renew succeeded: `configured`, or by default `min(ttl / 10, 5 s)`; never more than
+/// `ttl / 3` ([`CLEANUP_WINDOW_TTL_DIVISOR_MIN`]). A tenth of the TTL is about a third of
+/// a renew interval: the renews have then been failing for most of two intervals.
+pub fn cleanup_window(ttl: Duration, configured: Option<Duration>) -> Duration {
+    let window = configured.unwrap_or((ttl / 10).min(CLEANUP_WINDOW_DEFAULT_MAX));
+    window.min(ttl / CLEANUP_WINDOW_TTL_DIVISOR_MIN)
+}
 
 use crate::clock::LocalInstant;
 
@@ -131,6 +153,30 @@ mod tests {
         assert!(bad(1.0).validate().is_err());
         assert!(bad(-0.01).validate().is_err());
         assert!(bad(f64::NAN).validate().is_err());
+    }
+
+    #[test]
+    fn the_default_cleanup_window_is_a_tenth_of_the_ttl_up_to_its_cap() {
+        assert_eq!(cleanup_window(ms(600), None), ms(60));
+        assert_eq!(cleanup_window(ms(10_000), None), ms(1_000));
+        // At the cap and one past it.
+        assert_eq!(cleanup_window(ms(50_000), None), CLEANUP_WINDOW_DEFAULT_MAX);
+        assert_eq!(cleanup_window(ms(50_010), None), CLEANUP_WINDOW_DEFAULT_MAX);
+        assert_eq!(cleanup_window(ms(49_990), None), ms(4_999));
+        assert_eq!(cleanup_window(Duration::ZERO, None), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_configured_cleanup_window_is_capped_at_a_third_of_the_ttl() {
+        assert_eq!(cleanup_window(ms(3_000), Some(ms(200))), ms(200));
+        assert_eq!(
+            cleanup_window(ms(3_000), Some(Duration::ZERO)),
+            Duration::ZERO
+        );
+        // At the limit and one past it.
+        assert_eq!(cleanup_window(ms(3_000), Some(ms(1_000))), ms(1_000));
+        assert_eq!(cleanup_window(ms(3_000), Some(ms(1_001))), ms(1_000));
+        assert_eq!(cleanup_window(ms(600), Some(ms(60_000))), ms(200));
     }
 
     #[test]

@@ -1,17 +1,25 @@
-//! Keeping a lease alive while work runs, and stopping the work when it can't be.
+//! Keeping a lease alive while work runs, and telling the work to stop when it can't be.
 //!
-//! [`KeepAlive`] renews in the background about every TTL/3 and fires a
-//! [`CancellationToken`] when the local deadline passes without a successful renew, or
-//! when the store answers that the lease is gone (`stale_lease`, `lease_expired`,
-//! `job_completed`…). That token is the worker's signal to stop producing effects:
-//! docs/design.md invariant 3, "a worker that cannot renew must stop before its lease can have
-//! expired on the store", holds because the deadline comes before the earliest store
-//! expiry (see `deadline`).
+//! [`KeepAlive`] renews in the background about every TTL/3 and fires two signals:
+//! - the work's ([`KeepAlive::ctx`], [`LeaseCtx::cancelled`](crate::LeaseCtx::cancelled)):
+//!   a *cleanup window* before the local deadline when no renew has succeeded by then
+//!   ([`cleanup_window`]: by default `min(TTL/10, 5 s)`,
+//!   [`Config::cleanup_window`](crate::Config::cleanup_window)), so that work still has
+//!   time to stop cleanly;
+//! - the lease's ([`KeepAlive::cancelled`], a [`CancellationToken`]): when the local
+//!   deadline passes without a successful renew — from then on the lease must not be used.
+//!
+//! Both fire at once when the store answers that the lease is gone (`stale_lease`,
+//! `lease_expired`, `job_completed`…). The lease's token is the hard line: docs/design.md
+//! invariant 3, "a worker that cannot renew must stop before its lease can have expired on
+//! the store", holds because the deadline comes before the earliest store expiry (see
+//! `deadline`), and [`Lease::run`] drops work that is still running at the deadline.
 //!
 //! ```text
-//!   claim sent        renew sent      renew fails…            deadline   store expiry
-//!   |---- ttl/3 ----->|---- ttl/3 --->|  retry, rotate nodes … |  cancel  |  (≥ sent+ttl)
-//!                     ^ new deadline basis                     ^ token fires here
+//!   claim sent    renew sent    renews fail…      ctx fires    deadline       store expiry
+//!   |-- ttl/3 --->|-- ttl/3 --->| retry, rotate … |- cleanup ->|-- margin… -->|  (≥ sent+ttl)
+//!                 ^ new deadline basis            ^ work told  ^ lease token fires
+//!                                                   to stop      (`run` drops the work)
 //! ```
 //!
 //! The deadline, the renew schedule and the recovery window are on the client's clock
@@ -19,10 +27,12 @@
 //! after a suspend that outlasted the deadline, the token fires within one step of the
 //! resume, without waiting for a renew to be refused.
 //!
-//! A token never un-fires. If a renew succeeds after it fired (an election ended late),
-//! the status becomes [`LeaseStatus::Recovered`]: the lease is held again, but the work
-//! that was told to stop is not silently resumed — [`Lease::run`] releases the job so it
-//! runs again from the start, elsewhere or here.
+//! A token never un-fires. If a renew succeeds after the lease's token fired (an election
+//! ended late), the status becomes [`LeaseStatus::Recovered`]: the lease is held again, but
+//! the work that was told to stop is not silently resumed. Likewise a renew that succeeds
+//! inside the cleanup window moves the deadline but leaves the work's signal fired:
+//! [`Lease::run`] then releases the job once the work has ended, so it runs again from the
+//! start, elsewhere or here.
 
 use std::future::Future;
 use std::sync::{Arc, OnceLock};
@@ -30,17 +40,19 @@ use std::time::Duration;
 
 use leasehold_statemachine::limits::GRACE_MS_MAX_DEFAULT;
 use leasehold_statemachine::ErrorCode;
-use serde::Serialize;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
-use crate::client::Client;
 use crate::clock::{Clock, LocalInstant};
+use crate::deadline::cleanup_window;
 use crate::error::Error;
 use crate::job::Job;
 use crate::lease::Lease;
 use crate::transport::CallOpts;
+
+// `Lease::run` and what it hands the work moved to `run`; these paths keep resolving.
+pub use crate::run::{run_leased, Completed, LeaseCtx, RunError};
 
 /// Shortest per-attempt timeout of a background renew: below this even a loopback
 /// request under load times out spuriously.
@@ -48,8 +60,11 @@ const RENEW_ATTEMPT_TIMEOUT_MIN: Duration = Duration::from_millis(100);
 /// Pause between two failed renew rounds, so a dead cluster is not hammered.
 const RENEW_ROUND_PAUSE: Duration = Duration::from_millis(50);
 
-/// Why the cancellation token fired (the first reason wins).
+/// Why a cancellation signal fired (the first reason wins, per signal). Kept an enum that
+/// may grow (a cancellation the store asks for, docs/api.md `cancel_requested`, is
+/// planned): match with a wildcard arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum CancelReason {
     /// The local deadline passed without a successful renew.
     DeadlinePassed,
@@ -57,8 +72,13 @@ pub enum CancelReason {
     Rejected(ErrorCode),
     /// The store answered a renew with `cancel_requested` (version 1.1): someone
     /// cancelled the job. The lease is still held (renewing goes on) so the work can
-    /// stop cleanly; then release it, and the job ends `cancelled`.
+    /// stop cleanly; then release it, and the job ends `cancelled`. Both signals give it.
     Cancelled,
+    /// No renew had succeeded a cleanup window before the local deadline: the work is told
+    /// to stop while it still has that window to clean up in. The lease is still usable
+    /// until the deadline. Only the work's signal ([`LeaseCtx::cancel_reason`]) gives this
+    /// reason; the lease's ([`KeepAlive::cancel_reason`]) never does.
+    DeadlineNear,
 }
 
 /// Where a kept-alive lease stands.
@@ -106,6 +126,11 @@ pub struct KeepAliveConfig {
     /// survived. Default TTL + the store's maximum failover grace (3 s): past that, the
     /// store has expired the lease in every case short of the whole cluster being down.
     pub recover_for: Option<Duration>,
+    /// How long before the local deadline the work's signal ([`KeepAlive::ctx`]) fires
+    /// when no renew has succeeded. Default: the client's
+    /// [`Config::cleanup_window`](crate::Config::cleanup_window). Never more than TTL/3
+    /// ([`cleanup_window`]).
+    pub cleanup_window: Option<Duration>,
 }
 
 /// A lease being renewed in the background. Dropping it stops the renewing (the lease
@@ -113,114 +138,13 @@ pub struct KeepAliveConfig {
 pub struct KeepAlive {
     lease: Lease,
     cancel: CancellationToken,
+    /// The work's signal: a child of `cancel` (fires with it), and earlier on its own.
+    ctx_cancel: CancellationToken,
+    ctx_reason: Arc<OnceLock<CancelReason>>,
     stop: CancellationToken,
     status: Arc<watch::Sender<LeaseStatus>>,
     reason: Arc<OnceLock<CancelReason>>,
     task: Option<JoinHandle<()>>,
-}
-
-/// What the work closure of [`Lease::run`] / [`run_leased`] gets: the fencing token to
-/// attach to every external write, and the signal to stop.
-#[derive(Clone)]
-pub struct LeaseCtx {
-    lease: Lease,
-    cancel: CancellationToken,
-    status: watch::Receiver<LeaseStatus>,
-}
-
-/// The work of [`Lease::run`] finished and the job was completed.
-#[derive(Debug, Clone)]
-pub struct Completed<T> {
-    /// What the work returned (its JSON encoding is the job's `result`).
-    pub output: T,
-    /// The job as completed.
-    pub job: Job,
-}
-
-/// Why [`Lease::run`] / [`run_leased`] did not complete the job.
-#[derive(Debug, thiserror::Error)]
-pub enum RunError<E> {
-    /// The claim was refused (e.g. `lease_held`) or its outcome is unknown.
-    #[error("claim failed: {0}")]
-    Claim(Error),
-    /// The work returned an error; the lease was released (`release` says if that failed).
-    #[error("the work failed: {error}")]
-    Work { error: E, release: Option<Error> },
-    /// The lease was lost while the work ran: the work was stopped (its future dropped).
-    /// `recovered`: a renew succeeded afterwards, and the job was released
-    /// (`release` says if that failed).
-    #[error("lease lost ({reason:?}); the work was stopped")]
-    LeaseLost {
-        reason: CancelReason,
-        recovered: bool,
-        release: Option<Error>,
-    },
-    /// The work finished but the completion failed — `stale_lease` if the lease was lost
-    /// just then, `OutcomeUnknown` if the answer was lost.
-    #[error("the work finished but completing failed: {0}")]
-    Complete(Error),
-    /// The job was cancelled while the work ran (version 1.1, [`CancelReason::Cancelled`]):
-    /// the work was stopped and the lease released, so the job is `cancelled` (`release`
-    /// says if that failed).
-    #[error("the job was cancelled; the work was stopped")]
-    Cancelled { release: Option<Error> },
-}
-
-impl LeaseCtx {
-    /// The fencing token (generation): attach it to every external write.
-    pub fn token(&self) -> u64 {
-        self.lease.token()
-    }
-
-    pub fn job_id(&self) -> &str {
-        self.lease.job_id()
-    }
-
-    pub fn owner(&self) -> &str {
-        self.lease.owner()
-    }
-
-    pub fn lease(&self) -> &Lease {
-        &self.lease
-    }
-
-    /// The current local deadline (moves with each successful renew), on the client's
-    /// clock.
-    pub fn deadline(&self) -> LocalInstant {
-        self.lease.deadline()
-    }
-
-    /// Resolves when the work must stop.
-    pub fn cancelled(&self) -> WaitForCancellationFuture<'_> {
-        self.cancel.cancelled()
-    }
-
-    pub fn is_cancelled(&self) -> bool {
-        self.cancel.is_cancelled()
-    }
-
-    /// A token that fires with the lease's (a child: cancelling it does not cancel the
-    /// lease's), for handing to spawned tasks.
-    pub fn cancellation_token(&self) -> CancellationToken {
-        self.cancel.child_token()
-    }
-
-    pub fn status(&self) -> LeaseStatus {
-        *self.status.borrow()
-    }
-
-    /// Sets the checkpoint the next renew carries (version 1.1; any JSON value ≤ 16 KiB):
-    /// the store keeps it, and the job's next claim hands it back
-    /// ([`Lease::checkpoint`]), so a retry can resume from it.
-    pub fn set_progress(&self, progress: serde_json::Value) {
-        self.lease.set_progress(progress);
-    }
-
-    /// The checkpoint an earlier attempt left, and its generation, as the claim answered
-    /// it (version 1.1).
-    pub fn checkpoint(&self) -> Option<(serde_json::Value, u64)> {
-        self.lease.checkpoint()
-    }
 }
 
 impl Lease {
@@ -234,7 +158,8 @@ impl Lease {
     pub fn keep_alive_with(&self, cfg: KeepAliveConfig) -> KeepAlive {
         let ttl = Duration::from_millis(self.ttl_ms());
         let every = cfg.renew_every.unwrap_or(ttl / 3);
-        let request_timeout = self.client().config().request_timeout;
+        let config = self.client().config();
+        let cancel = CancellationToken::new();
         let watchdog = Watchdog {
             clock: self.client().clock().clone(),
             lease: self.clone(),
@@ -242,19 +167,11 @@ impl Lease {
             recover_for: cfg
                 .recover_for
                 .unwrap_or(ttl + Duration::from_millis(GRACE_MS_MAX_DEFAULT)),
-            // An attempt that takes longer than a renew interval is cut and retried on
-            // the next node: a frozen node must not hold the renew until the deadline.
-            opts: CallOpts {
-                attempt_timeout: Some(every.clamp(
-                    RENEW_ATTEMPT_TIMEOUT_MIN,
-                    request_timeout.max(RENEW_ATTEMPT_TIMEOUT_MIN),
-                )),
-                extra_wait: Duration::ZERO,
-                // A round's deadline basis is its first send: past one interval, a fresh
-                // round (new key, new send time) gives a later, still-safe deadline.
-                budget: Some(every),
-            },
-            cancel: CancellationToken::new(),
+            cleanup_window: cleanup_window(ttl, cfg.cleanup_window.or(config.cleanup_window)),
+            opts: renew_opts(every, config.request_timeout),
+            ctx_cancel: cancel.child_token(),
+            ctx_reason: Arc::new(OnceLock::new()),
+            cancel,
             stop: CancellationToken::new(),
             status: Arc::new(watch::channel(LeaseStatus::Live).0),
             reason: Arc::new(OnceLock::new()),
@@ -264,6 +181,8 @@ impl Lease {
         let mut ka = KeepAlive {
             lease: self.clone(),
             cancel: watchdog.cancel.clone(),
+            ctx_cancel: watchdog.ctx_cancel.clone(),
+            ctx_reason: watchdog.ctx_reason.clone(),
             stop: watchdog.stop.clone(),
             status: watchdog.status.clone(),
             reason: watchdog.reason.clone(),
@@ -272,146 +191,22 @@ impl Lease {
         ka.task = Some(tokio::spawn(watchdog.run()));
         ka
     }
-
-    /// Runs `work` under this lease: renews in the background, and
-    /// - when `work` returns `Ok(output)`: completes the job with `output` as its result;
-    /// - when it returns `Err`: releases the job;
-    /// - when the lease is lost first: drops (stops) `work` at once, waits for the
-    ///   keep-alive to settle (bounded by its recovery window), releases the job if the
-    ///   lease was recovered, and reports [`RunError::LeaseLost`].
-    ///
-    /// Dropping stops `work` at its next `.await`; tasks or threads it spawned must watch
-    /// [`LeaseCtx::cancelled`] themselves.
-    ///
-    /// # What this can and cannot guarantee
-    ///
-    /// The renewing, the deadline watch and the dropping of `work` all run in this
-    /// process, on this runtime. While they can run, `work` is stopped (dropped) within
-    /// one [`CLOCK_STEP`](crate::clock::CLOCK_STEP) of the local deadline, which comes
-    /// before the store can expire the lease (docs/design.md, "Client-side safety").
-    /// Nothing in this process can act when the process cannot:
-    /// - stopped (SIGSTOP, Ctrl-Z, a debugger, a frozen container) or killed: renewing
-    ///   and the cancellation stop with it. In-process effects stop too — but a
-    ///   subprocess, or a request already handed to another system, runs on;
-    /// - a runtime thread blocked (a blocking call in async code, a synchronous write to
-    ///   a full pipe — `println!` to a stdout nobody reads): with every runtime thread
-    ///   blocked, nothing renews and nothing cancels. Keep blocking work on
-    ///   `spawn_blocking` or threads of its own, and log without blocking;
-    /// - `work` that does not reach an `.await` (a long computation) is dropped only when
-    ///   it does.
-    ///
-    /// So in-process work is held to the deadline as long as the process runs; past
-    /// that, the fencing token ([`LeaseCtx::token`], checked by the destination) is
-    /// what keeps a late write out.
-    ///
-    /// # Subprocesses: a watchdog
-    ///
-    /// A child process is not stopped by dropping a future. Its deadline must be held by
-    /// a process that survives this one's stop or death. `leasehold worker run` does
-    /// this, and is the simplest way to run a command under a lease; to do it yourself:
-    /// - start a small watchdog process in its own process group (`setpgid`, so Ctrl-Z
-    ///   and a terminal's SIGHUP do not reach it) and let IT start the command, as the
-    ///   leader of a new group (and with `PR_SET_PDEATHSIG`, so the leader dies with the
-    ///   watchdog);
-    /// - give it the deadline as an absolute instant every process on the host reads
-    ///   alike: [`LocalInstant::since_origin`] of [`Lease::deadline`] is
-    ///   `CLOCK_BOOTTIME` on Linux with the default [`Clock`](crate::Clock);
-    /// - after each successful renew, push the new deadline over a pipe or socket; the
-    ///   watchdog SIGTERMs the group at deadline − grace without a push and SIGKILLs it
-    ///   at the deadline, and starts at once when the pipe closes (this process died);
-    /// - let the watchdog be the leader's parent, and reap it only after the group got
-    ///   SIGKILL: until then the group id cannot be reused by anyone else's processes.
-    ///
-    /// ```no_run
-    /// # async fn demo(lease: leasehold_client::Lease) -> std::io::Result<()> {
-    /// use std::process::Stdio;
-    /// use tokio::io::AsyncWriteExt;
-    /// let deadline_ns = |l: &leasehold_client::Lease| l.deadline().since_origin().as_nanos();
-    /// // `leasehold worker run` re-executes itself as such a watchdog; yours may be any
-    /// // program that reads "deadline <ns>" lines and holds the rule above.
-    /// let mut watchdog = tokio::process::Command::new("my-watchdog")
-    ///     .arg(deadline_ns(&lease).to_string())
-    ///     .args(["--", "my-command"])
-    ///     .stdin(Stdio::piped())
-    ///     .process_group(0)
-    ///     .spawn()?;
-    /// let mut push = watchdog.stdin.take().expect("piped");
-    /// let ka = lease.keep_alive();
-    /// let mut last = lease.deadline();
-    /// loop {
-    ///     tokio::select! {
-    ///         _ = watchdog.wait() => break, // the command (and its group) ended
-    ///         _ = ka.cancelled() => { drop(push); watchdog.wait().await?; break; }
-    ///         _ = tokio::time::sleep(std::time::Duration::from_millis(50)) => {
-    ///             if lease.deadline() > last {
-    ///                 last = lease.deadline();
-    ///                 push.write_all(format!("deadline {}\n", deadline_ns(&lease)).as_bytes()).await?;
-    ///             }
-    ///         }
-    ///     }
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn run<F, Fut, T, E>(self, work: F) -> Result<Completed<T>, RunError<E>>
-    where
-        F: FnOnce(LeaseCtx) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-        T: Serialize,
-    {
-        let ka = self.keep_alive();
-        if !self.is_live() {
-            return Err(ka.lost().await);
-        }
-        let mut work = Box::pin(work(ka.ctx()));
-        let out = tokio::select! {
-            // Cancellation first: once the token fired, nothing is completed.
-            biased;
-            _ = ka.cancelled() => None,
-            out = &mut work => Some(out),
-        };
-        drop(work);
-        match out {
-            None => Err(ka.lost().await),
-            Some(Ok(output)) => {
-                let result = match serde_json::to_value(&output) {
-                    Ok(v) => v,
-                    Err(e) => {
-                        let e = Error::invalid(format!("the work's output is not JSON: {e}"));
-                        let _ = ka.release().await;
-                        return Err(RunError::Complete(e));
-                    }
-                };
-                match ka.complete(result).await {
-                    Ok(job) => Ok(Completed { output, job }),
-                    Err(e) => Err(RunError::Complete(e)),
-                }
-            }
-            Some(Err(error)) => {
-                let release = ka.release().await.err();
-                Err(RunError::Work { error, release })
-            }
-        }
-    }
 }
 
-/// Claims `job_id` for `owner` and runs `work` under the lease ([`Lease::run`]).
-pub async fn run_leased<F, Fut, T, E>(
-    client: &Client,
-    job_id: &str,
-    owner: &str,
-    ttl_ms: u64,
-    work: F,
-) -> Result<Completed<T>, RunError<E>>
-where
-    F: FnOnce(LeaseCtx) -> Fut,
-    Fut: Future<Output = Result<T, E>>,
-    T: Serialize,
-{
-    let lease = client
-        .claim(job_id, owner, ttl_ms)
-        .await
-        .map_err(RunError::Claim)?;
-    lease.run(work).await
+/// The call options of one background renew round.
+fn renew_opts(every: Duration, request_timeout: Duration) -> CallOpts {
+    CallOpts {
+        // An attempt that takes longer than a renew interval is cut and retried on the
+        // next node: a frozen node must not hold the renew until the deadline.
+        attempt_timeout: Some(every.clamp(
+            RENEW_ATTEMPT_TIMEOUT_MIN,
+            request_timeout.max(RENEW_ATTEMPT_TIMEOUT_MIN),
+        )),
+        extra_wait: Duration::ZERO,
+        // A round's deadline basis is its first send: past one interval, a fresh round
+        // (new key, new send time) gives a later, still-safe deadline.
+        budget: Some(every),
+    }
 }
 
 impl KeepAlive {
@@ -424,16 +219,21 @@ impl KeepAlive {
         self.lease.token()
     }
 
-    /// The context handed to work: token, deadline, cancellation.
+    /// The context handed to work: token, deadline, and the work's cancellation signal,
+    /// which fires a cleanup window before this keep-alive's own
+    /// ([`LeaseCtx::cancelled`]).
     pub fn ctx(&self) -> LeaseCtx {
-        LeaseCtx {
-            lease: self.lease.clone(),
-            cancel: self.cancel.clone(),
-            status: self.status.subscribe(),
-        }
+        LeaseCtx::new(
+            self.lease.clone(),
+            self.ctx_cancel.clone(),
+            self.ctx_reason.clone(),
+            self.status.subscribe(),
+        )
     }
 
-    /// Resolves when the work must stop.
+    /// Resolves when the lease must no longer be used: the local deadline passed without
+    /// a renew, or the store refused one. (The work's signal, [`KeepAlive::ctx`], fires
+    /// no later than this, and a cleanup window earlier when renewing fails.)
     pub fn cancelled(&self) -> WaitForCancellationFuture<'_> {
         self.cancel.cancelled()
     }
@@ -447,7 +247,7 @@ impl KeepAlive {
         self.cancel.child_token()
     }
 
-    /// Why the token fired, once it has.
+    /// Why the lease's token fired, once it has: never [`CancelReason::DeadlineNear`].
     pub fn cancel_reason(&self) -> Option<CancelReason> {
         self.reason.get().copied()
     }
@@ -486,9 +286,13 @@ impl KeepAlive {
     }
 
     /// Stops renewing, then releases the job.
-    pub async fn release(mut self) -> Result<Job, Error> {
+    pub async fn release(self) -> Result<Job, Error> {
+        self.release_opts(CallOpts::default()).await
+    }
+
+    pub(crate) async fn release_opts(mut self, opts: CallOpts) -> Result<Job, Error> {
         self.halt().await;
-        self.lease.release().await
+        self.lease.release_opts(opts).await
     }
 
     async fn halt(&mut self) {
@@ -504,28 +308,6 @@ impl KeepAlive {
             live
         });
     }
-
-    /// After the token fired: settle, release a recovered lease, and say what happened.
-    async fn lost<E>(self) -> RunError<E> {
-        let status = self.wait_settled().await;
-        let reason = self.cancel_reason().unwrap_or(CancelReason::DeadlinePassed);
-        if status == LeaseStatus::CancelRequested {
-            // Still held: the release carries the cancellation out.
-            let release = self.release().await.err();
-            return RunError::Cancelled { release };
-        }
-        let recovered = status == LeaseStatus::Recovered;
-        let release = if recovered {
-            self.release().await.err()
-        } else {
-            None
-        };
-        RunError::LeaseLost {
-            reason,
-            recovered,
-            release,
-        }
-    }
 }
 
 impl Drop for KeepAlive {
@@ -540,8 +322,11 @@ struct Watchdog {
     lease: Lease,
     every: Duration,
     recover_for: Duration,
+    cleanup_window: Duration,
     opts: CallOpts,
     cancel: CancellationToken,
+    ctx_cancel: CancellationToken,
+    ctx_reason: Arc<OnceLock<CancelReason>>,
     stop: CancellationToken,
     status: Arc<watch::Sender<LeaseStatus>>,
     reason: Arc<OnceLock<CancelReason>>,
@@ -580,19 +365,27 @@ impl Watchdog {
         }
     }
 
-    /// Polls `fut` while watching the deadline, the recovery window and `stop`; `None`
-    /// when the keep-alive ends first.
+    /// Polls `fut` while watching the deadline, the cleanup window before it, the
+    /// recovery window and `stop`; `None` when the keep-alive ends first.
     async fn drive<F: Future>(&mut self, fut: F) -> Option<F::Output> {
         tokio::pin!(fut);
         loop {
             let deadline = self.lease.deadline();
+            let wind_down_at = deadline
+                .checked_sub(self.cleanup_window)
+                .unwrap_or(LocalInstant::from_origin(Duration::ZERO));
             let give_up_at = self.give_up_at;
             let stop = self.stop.clone();
             let clock = self.clock.clone();
             tokio::select! {
+                // The deadline before the window: when both passed at once (a resume from
+                // a suspend), the work's signal says `DeadlinePassed`, the stronger reason.
                 biased;
                 _ = stop.cancelled() => return None,
                 _ = clock.sleep_until(deadline), if !self.lapsed => self.lapse(deadline),
+                _ = clock.sleep_until(wind_down_at), if !self.ctx_cancel.is_cancelled() => {
+                    self.wind_down();
+                }
                 _ = clock.sleep_until(give_up_at.unwrap_or(deadline)), if give_up_at.is_some() => {
                     self.lose(None);
                     return None;
@@ -606,8 +399,16 @@ impl Watchdog {
     /// a reason that already say so.
     fn fire(&self, reason: CancelReason, status: LeaseStatus) {
         let _ = self.reason.set(reason);
+        let _ = self.ctx_reason.set(reason);
         self.status.send_replace(status);
+        // Fires `ctx_cancel` too (a child).
         self.cancel.cancel();
+    }
+
+    /// No renew by the cleanup window: tell the work, leave the lease's token alone.
+    fn wind_down(&self) {
+        let _ = self.ctx_reason.set(CancelReason::DeadlineNear);
+        self.ctx_cancel.cancel();
     }
 
     fn lapse(&mut self, deadline: LocalInstant) {

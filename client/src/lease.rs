@@ -258,8 +258,14 @@ impl Lease {
 
     /// Gives the job back: `pending` again, generation kept.
     pub async fn release(&self) -> Result<Job, Error> {
+        self.release_opts(CallOpts::default()).await
+    }
+
+    /// A plain release with call options (a bounded release after a cancellation).
+    pub(crate) async fn release_opts(&self, opts: CallOpts) -> Result<Job, Error> {
+        let (id, owner) = (self.job_id(), self.owner());
         self.client
-            .release(self.job_id(), self.owner(), self.token())
+            .release_call(id, owner, self.token(), &Release::default(), opts)
             .await
     }
 

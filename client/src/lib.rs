@@ -28,15 +28,17 @@
 //! - [`config`]: [`Config`] and [`ClientBuilder`]: timeouts, retries, deadline policy,
 //!   the bearer [`Token`].
 //! - [`tls`]: [`TlsConfig`] — the CA for `https://` endpoints, the mTLS identity.
-//! - [`deadline`]: the local lease deadline, `sent + ttl × (1 − drift) − margin`.
+//! - [`deadline`]: the local lease deadline, `sent + ttl × (1 − drift) − margin`, and the
+//!   cleanup window before it.
 //! - [`clock`]: [`Clock`], the clock deadlines are kept on (`CLOCK_BOOTTIME` on Linux,
 //!   so a suspend counts), and [`LocalInstant`], a point on it.
 //! - [`lease`]: [`Lease`] — token, deadline, renew, complete, release, fail; the
 //!   claim's payload and checkpoint, the progress the next renew carries.
 //! - [`job`]: [`Job`], [`JobPage`] — docs/api.md's Job with JSON values as
 //!   `serde_json::Value`.
-//! - [`keepalive`]: [`KeepAlive`], [`LeaseCtx`], [`run_leased`] — background renewal and
-//!   the cancellation signal.
+//! - [`keepalive`]: [`KeepAlive`] — background renewal and the cancellation signals.
+//! - [`run`]: [`Lease::run`], [`run_leased`], [`LeaseCtx`] — work under a lease,
+//!   cancelled cooperatively, dropped at the deadline.
 //! - [`error`]: [`Error`] — docs/api.md's codes 1:1, unavailable, outcome unknown.
 //! - [`fence`]: [`fence::FenceGate`], for destinations; `fence::http` (feature
 //!   `fence-http`) is a fenced HTTP destination built on it.
@@ -51,6 +53,7 @@ pub mod job;
 pub mod keepalive;
 pub mod lease;
 pub mod retry;
+pub mod run;
 pub mod tls;
 mod transport;
 
@@ -60,12 +63,10 @@ pub use config::{ClientBuilder, Config, Token};
 pub use deadline::{DeadlinePolicy, DriftOutOfRange};
 pub use error::Error;
 pub use job::{Job, JobPage};
-pub use keepalive::{
-    run_leased, CancelReason, Completed, KeepAlive, KeepAliveConfig, LeaseCtx, LeaseStatus,
-    RunError,
-};
+pub use keepalive::{CancelReason, KeepAlive, KeepAliveConfig, LeaseStatus};
 pub use lease::Lease;
 pub use retry::RetryPolicy;
+pub use run::{run_leased, Completed, LeaseCtx, RunError};
 pub use tls::TlsConfig;
 pub use transport::new_idempotency_key;
 

@@ -1,12 +1,16 @@
 //! The client against scripted fake nodes (axum on 127.0.0.1:0): retries keep one
 //! `Idempotency-Key`, rotation skips dead endpoints and follows the leader hint,
 //! `Retry-After` is honoured, exhausted 504s and cut-off answers are "outcome unknown",
-//! error codes map 1:1, and the keep-alive fires, recovers and gives up as documented.
+//! error codes map 1:1, the keep-alive fires, recovers and gives up as documented, and
+//! `Lease::run` cancels cooperatively: cleanup after `ctx.cancelled()` runs, `run` returns
+//! once it is done, and work that ignores the cancellation is dropped at the deadline.
 //!
 //! Every wait is bounded; nothing sleeps to synchronize.
 
 use std::collections::VecDeque;
+use std::io;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -17,7 +21,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Router;
 use leasehold_client::clock::{JumpClock, CLOCK_STEP};
 use leasehold_client::{
-    CancelReason, Client, Error, ErrorCode, KeepAliveConfig, LeaseStatus, RunError,
+    CancelReason, Client, Error, ErrorCode, KeepAliveConfig, Lease, LeaseStatus, RunError,
 };
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
@@ -447,10 +451,10 @@ async fn keep_alive_fires_when_the_store_says_stale() {
     assert_eq!(ka.status(), LeaseStatus::Lost(Some(ErrorCode::StaleLease)));
 }
 
-/// Renews fail until after the deadline, then succeed: the work was stopped and stays
-/// stopped, the lease is reported recovered, and `run` hands the job back.
+/// Renews fail until after the deadline, then succeed: both signals fired (the work's
+/// first, a cleanup window early), stay fired, and the lease is reported recovered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_late_renew_recovers_the_lease_but_not_the_work() {
+async fn a_late_renew_recovers_the_lease_but_not_the_signals() {
     let (fake, addr) = start_fake().await;
     fake.on("/claim", vec![reply(200, lease_json("j1", "w", 1, 600))]);
     // ~0.2 s of 503s per round; the deadline is at ~0.49 s.
@@ -462,31 +466,251 @@ async fn a_late_renew_recovers_the_lease_but_not_the_work() {
         .backoff(Duration::from_millis(5), Duration::from_millis(5))
         .build()
         .unwrap();
-    let worked_after_cancel = Arc::new(Mutex::new(false));
-    let flag = worked_after_cancel.clone();
     let lease = client.claim("j1", "w", 600).await.unwrap();
+    let ka = lease.keep_alive();
+    let ctx = ka.ctx();
+    timeout(WAIT, ctx.cancelled())
+        .await
+        .expect("the work's signal");
+    assert_eq!(ctx.cancel_reason(), Some(CancelReason::DeadlineNear));
+    timeout(WAIT, ka.cancelled())
+        .await
+        .expect("the lease's token");
+    assert_eq!(ka.cancel_reason(), Some(CancelReason::DeadlinePassed));
+    let settled = timeout(WAIT, ka.wait_settled()).await.unwrap();
+    assert_eq!(settled, LeaseStatus::Recovered);
+    assert!(ka.is_cancelled() && ctx.is_cancelled() && lease.is_live());
+    ka.release().await.unwrap();
+    assert_eq!(fake.seen_on("/release").len(), 1);
+}
+
+/// A claim of `ttl_ms` whose every renew the store refuses with `stale_lease`.
+async fn a_lease_the_store_will_refuse(ttl_ms: u64) -> (Arc<Fake>, Lease) {
+    let (fake, addr) = start_fake().await;
+    fake.on("/claim", vec![reply(200, lease_json("j1", "w", 1, ttl_ms))]);
+    fake.on("/renew", vec![api_error(409, "stale_lease")]);
+    let lease = fast_client(&[addr]).claim("j1", "w", ttl_ms).await.unwrap();
+    (fake, lease)
+}
+
+/// The README's worker: cleanup in a `select!` branch on `ctx.cancelled()`. When the
+/// store refuses the renew, that branch runs (the work is not dropped at the
+/// cancellation), and what it returns is reported, not completed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_task_runs_its_cleanup_when_the_lease_is_lost() {
+    let (fake, lease) = a_lease_the_store_will_refuse(1_500).await;
+    let (cleaned_tx, mut cleaned_rx) = tokio::sync::oneshot::channel();
     let out = timeout(
         WAIT,
         lease.run(|ctx| async move {
-            ctx.cancelled().await;
-            // The run drops this future at the cancellation: this line never runs.
-            *flag.lock().unwrap() = true;
-            Ok::<_, String>(())
+            tokio::select! {
+                _ = ctx.cancelled() => {
+                    // Cleanup: roll back, say so, report it.
+                    cleaned_tx.send(ctx.cancel_reason()).unwrap();
+                    Err(io::Error::other("rolled back"))
+                }
+                _ = tokio::time::sleep(WAIT) => Ok(()),
+            }
         }),
     )
     .await
     .expect("run finished");
+    let stale = Some(CancelReason::Rejected(ErrorCode::StaleLease));
+    assert_eq!(cleaned_rx.try_recv(), Ok(stale), "the cleanup did not run");
     match out {
         Err(RunError::LeaseLost {
-            reason: CancelReason::DeadlinePassed,
-            recovered: true,
+            reason: CancelReason::Rejected(ErrorCode::StaleLease),
+            dropped: false,
+            error: Some(e),
+            recovered: false,
+            release: None,
+        }) => assert_eq!(e.to_string(), "rolled back"),
+        other => panic!("{other:?}"),
+    }
+    assert!(fake.seen_on("/complete").is_empty());
+    assert!(fake.seen_on("/release").is_empty(), "the store refused it");
+}
+
+/// Once a cancelled task has cleaned up, `run` returns without waiting for the
+/// keep-alive's recovery window (TTL + 3 s): the status it has already says "lost". The
+/// bound is a liveness bound, not a speed claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_returns_promptly_once_a_cancelled_task_has_cleaned_up() {
+    let (fake, lease) = a_lease_the_store_will_refuse(1_500).await;
+    let cleaned_at = Arc::new(Mutex::new(None));
+    let cleaned = cleaned_at.clone();
+    let out = timeout(
+        WAIT,
+        lease.run(|ctx| async move {
+            ctx.cancelled().await;
+            // A cleanup that takes a while (a flush, a rollback); then the work returns
+            // `Ok`, which is not completed.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            *cleaned.lock().unwrap() = Some(Instant::now());
+            Ok::<_, io::Error>(json!("partial"))
+        }),
+    )
+    .await
+    .expect("run finished");
+    let returned = Instant::now();
+    let cleaned = cleaned_at.lock().unwrap().expect("the cleanup ran");
+    assert!(
+        returned - cleaned < Duration::from_millis(1_500),
+        "run returned {:?} after the cleanup",
+        returned - cleaned
+    );
+    assert!(
+        matches!(
+            out,
+            Err(RunError::LeaseLost {
+                reason: CancelReason::Rejected(ErrorCode::StaleLease),
+                dropped: false,
+                error: None,
+                ..
+            })
+        ),
+        "{out:?}"
+    );
+    assert!(fake.seen_on("/complete").is_empty());
+}
+
+/// The safety property behind the cooperation: a task that never stops is polled on
+/// after the cancellation, but never at or past the local deadline — it is dropped
+/// there, before the effect it would produce at the deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_that_ignores_cancellation_is_dropped_at_the_deadline() {
+    let (fake, addr) = start_fake().await;
+    fake.on("/claim", vec![reply(200, lease_json("j1", "w", 1, 600))]);
+    fake.on("/renew", vec![api_error(503, "unavailable")]);
+    let client = fast_client(&[addr]);
+    let lease = client.claim("j1", "w", 600).await.unwrap();
+    let deadline = lease.deadline(); // no renew succeeds: it never moves
+    let clock = client.clock().clone();
+    let steps_after_cancel = Arc::new(AtomicUsize::new(0));
+    let late = Arc::new(AtomicBool::new(false));
+    let (steps, wrote_late) = (steps_after_cancel.clone(), late.clone());
+    let out = timeout(
+        WAIT,
+        lease.run(|ctx| async move {
+            // Works on in 10 ms steps whatever the ctx says; one step lands on the
+            // deadline and would write there.
+            loop {
+                let now = clock.now();
+                if now >= deadline {
+                    wrote_late.store(true, Ordering::SeqCst);
+                }
+                if ctx.is_cancelled() {
+                    steps.fetch_add(1, Ordering::SeqCst);
+                }
+                let next = (now + Duration::from_millis(10)).min(deadline);
+                clock.sleep_until(next).await;
+            }
+            #[allow(unreachable_code)]
+            Ok::<(), io::Error>(())
+        }),
+    )
+    .await
+    .expect("run finished");
+    let returned = client.clock().now();
+    assert!(
+        !late.load(Ordering::SeqCst),
+        "the task ran past the deadline"
+    );
+    assert!(
+        steps_after_cancel.load(Ordering::SeqCst) > 0,
+        "the task was not polled after the cancellation"
+    );
+    assert!(returned >= deadline, "dropped before the deadline");
+    assert!(
+        returned < deadline + Duration::from_secs(1),
+        "run returned late"
+    );
+    match out {
+        Err(RunError::LeaseLost {
+            reason: CancelReason::DeadlineNear,
+            dropped: true,
+            error: None,
+            recovered: false,
             release: None,
         }) => {}
         other => panic!("{other:?}"),
     }
-    assert!(!*worked_after_cancel.lock().unwrap());
+    assert!(fake.seen_on("/complete").is_empty() && fake.seen_on("/release").is_empty());
+}
+
+/// Renews fail: the work is told to stop a (configured) cleanup window before the
+/// deadline, while the lease still holds; it cleans up, and `run` hands the job back
+/// at once rather than let it run out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_renews_cancel_the_work_a_cleanup_window_before_the_deadline() {
+    let (fake, addr) = start_fake().await;
+    fake.on("/claim", vec![reply(200, lease_json("j1", "w", 1, 900))]);
+    fake.on("/renew", vec![api_error(503, "unavailable")]);
+    fake.on("/release", vec![reply(200, job_json("j1", "pending", 1))]);
+    let window = Duration::from_millis(250);
+    let client = Client::builder([addr.to_string()])
+        .backoff(Duration::from_millis(5), Duration::from_millis(20))
+        .cleanup_window(window)
+        .build()
+        .unwrap();
+    let lease = client.claim("j1", "w", 900).await.unwrap();
+    let deadline = lease.deadline();
+    let clock = client.clock().clone();
+    let out = timeout(
+        WAIT,
+        lease.run(|ctx| async move {
+            ctx.cancelled().await;
+            let told = (clock.now(), ctx.cancel_reason(), ctx.status());
+            Err::<(), _>(told)
+        }),
+    )
+    .await
+    .expect("run finished");
+    let Err(RunError::LeaseLost {
+        reason: CancelReason::DeadlineNear,
+        dropped: false,
+        error: Some((told_at, reason, status)),
+        recovered: true,
+        release: None,
+    }) = out
+    else {
+        panic!("{out:?}");
+    };
+    assert!(
+        told_at + window >= deadline,
+        "told {:?} early",
+        deadline - told_at
+    );
+    assert!(told_at < deadline, "told only at the deadline");
+    assert_eq!(reason, Some(CancelReason::DeadlineNear));
+    assert_eq!(status, LeaseStatus::Live, "the lease itself still holds");
     assert_eq!(fake.seen_on("/release").len(), 1);
     assert!(fake.seen_on("/complete").is_empty());
+}
+
+/// A task's error, through `run_leased`: its message shows in the `RunError`'s, and it
+/// is the `RunError`'s `source()`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_error_shows_its_message_and_is_the_source() {
+    let (fake, addr) = start_fake().await;
+    fake.on("/claim", vec![reply(200, lease_json("j1", "w", 1, 10_000))]);
+    fake.on("/release", vec![reply(200, job_json("j1", "pending", 1))]);
+    let client = fast_client(&[addr]);
+    let failed = leasehold_client::run_leased(&client, "j1", "w", 10_000, |_| async move {
+        Err::<(), _>(io::Error::new(io::ErrorKind::StorageFull, "disk full"))
+    })
+    .await
+    .unwrap_err();
+    assert!(failed.to_string().contains("disk full"), "{failed}");
+    let source = std::error::Error::source(&failed).expect("a source");
+    let io = source
+        .downcast_ref::<io::Error>()
+        .expect("the task's io::Error");
+    assert_eq!(io.kind(), io::ErrorKind::StorageFull);
+    // A `std::error::Error` itself, so `?` into a boxed error works.
+    let boxed: Box<dyn std::error::Error> = Box::new(failed);
+    assert_eq!(boxed.source().unwrap().to_string(), "disk full");
+    assert_eq!(fake.seen_on("/release").len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
