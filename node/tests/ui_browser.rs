@@ -7,6 +7,14 @@
 //! fences off a stale completion and waits for it in the feed, then saves a screenshot
 //! to `<target>/ui-artifacts/dashboard.png`.
 //!
+//! The lifecycle (issue 31 item 6), on a cluster with an auth file: a reader sees a
+//! scheduled job's due time and priority, a leased job's progress and a failed job's
+//! error, as text; the queue's dead-letter view lists the failed jobs with their errors;
+//! a reader's Redrive is refused and the page shows the 403; an operator's Retry and
+//! Redrive make the jobs pending and its Cancel cancels a pending job and asks a leased
+//! one to stop, each read back through the API. Clicks and typing are WebDriver's own
+//! (real input events). `<target>/ui-artifacts/dashboard-lifecycle.png` is its page.
+//!
 //! Needs Debian's `chromium` and `chromium-driver`. Without them the test prints a skip
 //! notice and passes, unless `LEASEHOLD_REQUIRE_BROWSER=1` (CI sets it), when it fails.
 
@@ -16,9 +24,12 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
-use common::{eventually, u64_of, TestCluster};
+use common::{eventually, u64_of, Req, TestCluster};
+use leasehold_node::security::auth::AuthPolicy;
 use serde_json::{json, Value};
 
 /// Bound on chromedriver answering `/status` after it was started.
@@ -39,6 +50,10 @@ const CHROMIUM_ARGS: [&str; 6] = [
     // The page is on 127.0.0.1; a proxy from the environment must not get in between.
     "--no-proxy-server",
 ];
+
+/// One browser (and its cluster) at a time: the tests share the machine's cores, and
+/// every wait is bounded.
+static BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 // ---- finding the browser --------------------------------------------------------------
 
@@ -221,8 +236,8 @@ impl Driver {
         .await
     }
 
-    /// The rendered text of the element `css` finds (WebDriver Find Element).
-    async fn text_of(&self, css: &str) -> Result<String, String> {
+    /// The reference of the element `css` finds (WebDriver Find Element).
+    async fn find(&self, css: &str) -> Result<String, String> {
         let found = self
             .call(
                 reqwest::Method::POST,
@@ -231,9 +246,15 @@ impl Driver {
             )
             .await?;
         // W3C: the element reference is under this fixed key.
-        let id = found["element-6066-11e4-a52e-4f735466cecf"]
+        found["element-6066-11e4-a52e-4f735466cecf"]
             .as_str()
-            .ok_or_else(|| format!("no element reference in {found}"))?;
+            .map(str::to_owned)
+            .ok_or_else(|| format!("no element reference in {found}"))
+    }
+
+    /// The rendered text of the element `css` finds.
+    async fn text_of(&self, css: &str) -> Result<String, String> {
+        let id = self.find(css).await?;
         let text = self
             .call(
                 reqwest::Method::GET,
@@ -244,6 +265,38 @@ impl Driver {
         text.as_str()
             .map(str::to_owned)
             .ok_or_else(|| format!("text of {css}: {text}"))
+    }
+
+    /// Clicks the element `css` finds as a user would (WebDriver Element Click: scrolled
+    /// into view, a real mouse event). Retried, within [`PAGE_WAIT`], while the element
+    /// is missing or was replaced by a re-render before the click reached it; those
+    /// errors come before any click, so a retry never clicks twice.
+    async fn click(&self, css: &str) {
+        eventually(&format!("a click on {css}"), PAGE_WAIT, || async {
+            let id = self.find(css).await?;
+            let path = self.session_path(&format!("/element/{id}/click"));
+            self.call(reqwest::Method::POST, &path, Some(json!({})))
+                .await
+                .map(|_| ())
+        })
+        .await
+    }
+
+    /// Clears the input `css` finds and types `text` into it (WebDriver Element Send
+    /// Keys: real key events; `\u{E007}` is Enter).
+    async fn type_into(&self, css: &str, text: &str) {
+        let id = self
+            .find(css)
+            .await
+            .unwrap_or_else(|e| panic!("{css}: {e}"));
+        let clear = self.session_path(&format!("/element/{id}/clear"));
+        self.call(reqwest::Method::POST, &clear, Some(json!({})))
+            .await
+            .unwrap_or_else(|e| panic!("clearing {css}: {e}"));
+        let keys = self.session_path(&format!("/element/{id}/value"));
+        self.call(reqwest::Method::POST, &keys, Some(json!({"text": text})))
+            .await
+            .unwrap_or_else(|e| panic!("typing into {css}: {e}"));
     }
 
     /// A PNG of the viewport.
@@ -338,20 +391,42 @@ const members = [...document.querySelectorAll('#members tbody tr[data-node-id]')
   id: Number(r.dataset.nodeId), role: r.dataset.role, health: r.dataset.health,
   term: field(r, 'term'), applied: field(r, 'applied_index'),
 }));
+const actions = (row) => [...row.querySelectorAll('button[data-action]')].map(b => b.dataset.action);
+const detailOf = (id) => {
+  const d = [...document.querySelectorAll('#jobs tr.job-detail')].find(r => r.dataset.detailFor === id);
+  const out = {};
+  if (d) for (const s of d.querySelectorAll('[data-field]')) out[s.dataset.field] = s.textContent;
+  return out;
+};
 const jobs = {};
 for (const r of document.querySelectorAll('#jobs tbody tr[data-job-id]')) {
+  const pill = r.querySelector('[data-field="state"] .pill');
   jobs[r.dataset.jobId] = {
     state: r.dataset.state, state_text: field(r, 'state'), owner: field(r, 'owner'),
     generation: field(r, 'generation'), lease: field(r, 'lease'),
+    pill: pill ? pill.className : null, actions: actions(r), detail: detailOf(r.dataset.jobId),
   };
 }
+const dead = {};
+for (const r of document.querySelectorAll('#dead tbody tr[data-job-id]')) {
+  dead[r.dataset.jobId] = {
+    state: r.dataset.state, last_error: field(r, 'last_error'), attempts: field(r, 'attempts'),
+    failed: field(r, 'failed'), actions: actions(r),
+  };
+}
+const action = document.getElementById('action-status');
 const feed = [...document.querySelectorAll('#rejections li[data-seq]')].map(li => ({
   seq: Number(li.dataset.seq), code: li.dataset.code, job: li.dataset.jobId || null,
   stale: li.classList.contains('stale'), text: li.textContent,
 }));
 const banner = document.getElementById('error-banner');
 return {
-  members, jobs, feed,
+  members, jobs, feed, dead,
+  dead_note: document.getElementById('dead-note').textContent,
+  action: action.hidden ? null : {outcome: action.dataset.outcome, text: action.textContent},
+  title: document.title,
+  // Markup that job data could have smuggled in: none may exist.
+  injected: document.querySelectorAll('main img, main b, main i, main script').length,
   banner: banner.hidden ? null : banner.textContent,
   updated_ms: document.getElementById('last-updated').dataset.updatedMs || null,
 };
@@ -395,6 +470,10 @@ async fn save_screenshot(driver: &Driver, name: &str) -> PathBuf {
     path
 }
 
+/// Sets the jobs' state filter to `arguments[0]` as a user's choice would; its value.
+const SET_STATE_FILTER: &str = r#"const s = document.getElementById('filter-state');
+    s.value = arguments[0]; s.dispatchEvent(new Event('change')); return s.value;"#;
+
 fn job_row<'a>(page: &'a Value, id: &str) -> Result<&'a Value, String> {
     page["jobs"]
         .get(id)
@@ -408,6 +487,7 @@ async fn the_dashboard_shows_the_cluster_and_follows_a_job_in_a_real_browser() {
     let Some((chromium, chromedriver)) = browser_binaries() else {
         return;
     };
+    let _one_browser = BROWSER.lock().await;
     let c = TestCluster::start().await;
     let leader = c.wait_for_leader().await;
     let f = c.follower_of(leader);
@@ -564,10 +644,8 @@ async fn the_dashboard_shows_the_cluster_and_follows_a_job_in_a_real_browser() {
     .await;
 
     // The state filter narrows the table to completed jobs, and back.
-    let set_filter = r#"const s = document.getElementById('filter-state');
-        s.value = arguments[0]; s.dispatchEvent(new Event('change')); return s.value;"#;
     driver
-        .execute(set_filter, json!(["completed"]))
+        .execute(SET_STATE_FILTER, json!(["completed"]))
         .await
         .unwrap();
     wait_page(&driver, "only completed jobs", |page| {
@@ -579,7 +657,7 @@ async fn the_dashboard_shows_the_cluster_and_follows_a_job_in_a_real_browser() {
         }
     })
     .await;
-    driver.execute(set_filter, json!([""])).await.unwrap();
+    driver.execute(SET_STATE_FILTER, json!([""])).await.unwrap();
     wait_page(&driver, "all three jobs again", |page| {
         let n = page["jobs"].as_object().map_or(0, |j| j.len());
         if n == 3 && page["banner"].is_null() && page["updated_ms"].is_string() {
@@ -591,6 +669,351 @@ async fn the_dashboard_shows_the_cluster_and_follows_a_job_in_a_real_browser() {
     .await;
 
     let shot = save_screenshot(&driver, "dashboard.png").await;
+    println!("dashboard screenshot: {}", shot.display());
+    driver.quit().await;
+    drop(driver);
+    c.shutdown().await;
+}
+
+// ---- the lifecycle: dead letters, redrive, retry, cancel ------------------------------
+
+/// An admin token for the test's own API calls; the page is given the other two.
+const ADMIN: &str = "ui-admin-6b2c";
+const OPERATOR: &str = "ui-operator-3f9a";
+const READER: &str = "ui-reader-81d0";
+
+/// What a hostile worker could report as an error: markup, which the page must show as
+/// text (if it became markup, the image's handler would rename the page).
+const HOSTILE_ERROR: &str =
+    r#"<img src=x onerror="document.title='pwned'"> 550 <b>mailbox full</b>"#;
+/// What the page's Cancel sends as the reason (app.js `CANCEL_REASON`).
+const CANCEL_REASON: &str = "cancelled from the dashboard";
+
+fn lifecycle_auth(dir: &Path) -> Arc<AuthPolicy> {
+    let path = dir.join("auth.toml");
+    let entries: String = [(ADMIN, "admin"), (OPERATOR, "operator"), (READER, "reader")]
+        .iter()
+        .map(|(token, role)| format!("[[token]]\ntoken = \"{token}\"\nrole = \"{role}\"\n\n"))
+        .collect();
+    std::fs::write(&path, entries).unwrap();
+    Arc::new(AuthPolicy::load(&path).unwrap())
+}
+
+/// Bound on the test's own API calls answering other than 503/504 (a leader that lost its
+/// quorum lease for a moment, on a loaded machine).
+const API_WAIT: Duration = Duration::from_secs(20);
+
+/// `req` through node `via` with the admin token, tried again on 503/504 with one
+/// Idempotency-Key (api.md "Retries"); its JSON, which must come with `status`.
+async fn admin(c: &TestCluster, via: u64, mut req: Req, status: u16) -> Value {
+    static NEXT_KEY: AtomicU64 = AtomicU64::new(1);
+    req.headers
+        .push(("authorization".into(), format!("Bearer {ADMIN}")));
+    if req.method == reqwest::Method::POST {
+        req = req.key(&format!(
+            "ui-test-{}",
+            NEXT_KEY.fetch_add(1, Ordering::Relaxed)
+        ));
+    }
+    c.send_retrying(&[via], &req, API_WAIT).await.ok(status)
+}
+
+async fn job_of(c: &TestCluster, via: u64, id: &str) -> Value {
+    admin(c, via, Req::get(format!("/v1/jobs/{id}")), 200).await
+}
+
+/// Submits `id` to queue `mail` and claims it for `mailer`; the lease.
+async fn submit_and_claim(c: &TestCluster, via: u64, id: &str) -> Value {
+    let job = json!({"id": id, "queue": "mail"});
+    admin(c, via, Req::post("/v1/jobs", &job), 201).await;
+    let claim = json!({"owner": "mailer", "ttl_ms": 120_000});
+    admin(
+        c,
+        via,
+        Req::post(format!("/v1/jobs/{id}/claim"), &claim),
+        200,
+    )
+    .await
+}
+
+/// A job of queue `mail` that failed with `error`: a dead letter.
+async fn failed_job(c: &TestCluster, via: u64, id: &str, error: &str) -> Value {
+    let lease = submit_and_claim(c, via, id).await;
+    let fail = json!({"owner": "mailer", "generation": lease["generation"], "error": error});
+    let job = admin(c, via, Req::post(format!("/v1/jobs/{id}/fail"), &fail), 200).await;
+    assert_eq!(
+        (&job["state"], &job["last_error"]),
+        (&json!("failed"), &json!(error))
+    );
+    job
+}
+
+/// Types `token` into the page's token field and submits it, as a user does.
+async fn use_token(driver: &Driver, token: &str) {
+    driver.type_into("#token", token).await;
+    driver.click("#token-form button[type=submit]").await;
+}
+
+/// The page's last action outcome when it is `outcome` and its text holds every one of
+/// `needles`.
+fn action_shows(page: &Value, outcome: &str, needles: &[&str]) -> Result<(), String> {
+    let action = &page["action"];
+    let text = action["text"].as_str().unwrap_or_default();
+    if action["outcome"] == outcome && needles.iter().all(|n| text.contains(n)) {
+        Ok(())
+    } else {
+        Err(format!("action status {action}"))
+    }
+}
+
+/// The ids of the dead-letter rows, sorted.
+fn dead_ids(page: &Value) -> Vec<String> {
+    let mut ids: Vec<String> = page["dead"]
+        .as_object()
+        .map(|d| d.keys().cloned().collect())
+        .unwrap_or_default();
+    ids.sort();
+    ids
+}
+
+/// Nothing job data carried became markup, and no handler it carried ran.
+fn nothing_injected(page: &Value) -> Result<(), String> {
+    if page["injected"] == 0 && page["title"] == "Leasehold dashboard" {
+        Ok(())
+    } else {
+        Err(format!(
+            "injected elements {}, title {}",
+            page["injected"], page["title"]
+        ))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_dashboard_shows_dead_letters_and_drives_the_lifecycle() {
+    let Some((chromium, chromedriver)) = browser_binaries() else {
+        return;
+    };
+    let _one_browser = BROWSER.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let policy = lifecycle_auth(dir.path());
+    let c = TestCluster::start_with(move |cfg| cfg.auth = Some(policy.clone())).await;
+    let leader = c.wait_for_leader_in_process().await;
+    // Cancel, retry and redrive are served once the cluster runs version 1.1.
+    c.wait_settled().await;
+    let f = c.follower_of(leader);
+
+    // Two dead letters in queue `mail`; a job due in ten minutes with a priority; a
+    // leased job whose holder reported progress.
+    let failed = failed_job(&c, f, "mail-1", HOSTILE_ERROR).await;
+    failed_job(&c, f, "mail-4", "smtp timeout").await;
+    let due_ms = u64_of(&failed, "updated_ms") + 600_000;
+    let scheduled = json!({"id": "mail-2", "queue": "mail", "run_at_ms": due_ms, "priority": 5});
+    admin(&c, f, Req::post("/v1/jobs", &scheduled), 201).await;
+    let lease = submit_and_claim(&c, f, "mail-3").await;
+    let progress = json!({"owner": "mailer", "generation": lease["generation"],
+        "progress": {"sent": 3, "of": "<i>10</i>"}});
+    admin(&c, f, Req::post("/v1/jobs/mail-3/renew", &progress), 200).await;
+
+    let mut driver = Driver::start(&chromedriver).await;
+    driver.new_session(&chromium).await;
+    driver.goto(&format!("http://{}/ui", c.addr(f))).await;
+
+    // Without a token the node refuses the page's reads, and the page says why.
+    wait_page(&driver, "the 401 in the banner", |page| {
+        let banner = page["banner"].as_str().unwrap_or_default();
+        if banner.contains("401 unauthenticated") && banner.contains("reader token") {
+            Ok(())
+        } else {
+            Err(format!("banner {banner:?}"))
+        }
+    })
+    .await;
+
+    // A reader sees every job with its 1.1 details, job data as text.
+    use_token(&driver, READER).await;
+    wait_page(
+        &driver,
+        "the jobs with their due time, priority, progress, error",
+        |page| {
+            let due = job_row(page, "mail-2")?;
+            let lease_text = due["lease"].as_str().unwrap_or_default();
+            if due["state"] != "pending"
+                || !lease_text.starts_with("due in ")
+                || !lease_text.contains(" m ")
+                || due["detail"]["priority"] != "priority 5"
+                || due["actions"] != json!(["cancel"])
+            {
+                return Err(format!("mail-2 row {due}"));
+            }
+            let leased = job_row(page, "mail-3")?;
+            let progress = leased["detail"]["progress"].as_str().unwrap_or_default();
+            if leased["state"] != "leased" || !progress.contains(r#""of":"<i>10</i>""#) {
+                return Err(format!("mail-3 row {leased}"));
+            }
+            let dead = job_row(page, "mail-1")?;
+            let error = dead["detail"]["last_error"].as_str().unwrap_or_default();
+            if dead["pill"] != "pill state-failed"
+                || dead["actions"] != json!(["retry"])
+                || error != format!("error: {HOSTILE_ERROR}")
+            {
+                return Err(format!("mail-1 row {dead}"));
+            }
+            if !page["banner"].is_null() {
+                return Err(format!("banner {}", page["banner"]));
+            }
+            nothing_injected(page)
+        },
+    )
+    .await;
+
+    // The dead-letter view of queue `mail`: both failed jobs, each with its error.
+    driver.type_into("#dead-queue", "mail\u{E007}").await;
+    wait_page(
+        &driver,
+        "mail's two dead letters with their errors",
+        |page| {
+            let errors = (
+                &page["dead"]["mail-1"]["last_error"],
+                &page["dead"]["mail-4"]["last_error"],
+            );
+            if dead_ids(page) != ["mail-1", "mail-4"]
+                || errors != (&json!(HOSTILE_ERROR), &json!("smtp timeout"))
+                || page["dead"]["mail-1"]["actions"] != json!(["retry"])
+                || page["dead_note"] != "2 failed jobs of queue mail"
+            {
+                return Err(format!(
+                    "dead letters {} ({})",
+                    page["dead"], page["dead_note"]
+                ));
+            }
+            nothing_injected(page)
+        },
+    )
+    .await;
+
+    // A reader's Redrive is refused, and the page shows the API's answer.
+    driver.click("#redrive").await;
+    wait_page(&driver, "the refused redrive", |page| {
+        action_shows(
+            page,
+            "error",
+            &["redrive mail", "403 permission_denied", "operator"],
+        )
+    })
+    .await;
+    assert_eq!(job_of(&c, f, "mail-1").await["state"], "failed");
+
+    // An operator retries one dead letter from its row ...
+    use_token(&driver, OPERATOR).await;
+    driver
+        .click(r#"#dead tr[data-job-id="mail-4"] button[data-action="retry"]"#)
+        .await;
+    wait_page(
+        &driver,
+        "mail-4 retried and gone from the dead letters",
+        |page| {
+            action_shows(page, "ok", &["retry mail-4", "now pending"])?;
+            match dead_ids(page).as_slice() {
+                [only] if only == "mail-1" => Ok(()),
+                ids => Err(format!("dead letters {ids:?}")),
+            }
+        },
+    )
+    .await;
+    let retried = job_of(&c, f, "mail-4").await;
+    assert_eq!(
+        (&retried["state"], &retried["attempts"]),
+        (&json!("pending"), &json!(0))
+    );
+
+    // ... and redrives the rest of the queue.
+    driver.click("#redrive").await;
+    wait_page(&driver, "the queue redriven", |page| {
+        action_shows(page, "ok", &["redrive mail", "retried 1 failed job"])?;
+        let row = job_row(page, "mail-1")?;
+        if dead_ids(page).is_empty() && row["state"] == "pending" {
+            Ok(())
+        } else {
+            Err(format!("dead letters {}, mail-1 row {row}", page["dead"]))
+        }
+    })
+    .await;
+    assert_eq!(job_of(&c, f, "mail-1").await["state"], "pending");
+
+    // Cancel from the page: the pending job is cancelled at once ...
+    driver
+        .click(r#"#jobs tr[data-job-id="mail-2"] button[data-action="cancel"]"#)
+        .await;
+    wait_page(&driver, "mail-2 shown cancelled", |page| {
+        action_shows(page, "ok", &["cancel mail-2", "now cancelled"])?;
+        let row = job_row(page, "mail-2")?;
+        if row["state"] == "cancelled"
+            && row["state_text"] == "cancelled"
+            && row["pill"] == "pill state-cancelled"
+            && row["lease"] == "\u{2014}"
+            && row["actions"] == json!(["retry"])
+            && row["detail"]["cancel"] == format!("cancel reason: {CANCEL_REASON}")
+        {
+            Ok(())
+        } else {
+            Err(format!("mail-2 row {row}"))
+        }
+    })
+    .await;
+    let cancelled = job_of(&c, f, "mail-2").await;
+    assert_eq!(cancelled["state"], "cancelled", "{cancelled}");
+    assert_eq!(cancelled["cancel_reason"], CANCEL_REASON, "{cancelled}");
+
+    // ... the leased one is asked to stop: its holder learns it at its next renew.
+    driver
+        .click(r#"#jobs tr[data-job-id="mail-3"] button[data-action="cancel"]"#)
+        .await;
+    wait_page(&driver, "mail-3's cancel requested", |page| {
+        action_shows(page, "ok", &["cancel mail-3", "cancel requested"])?;
+        let row = job_row(page, "mail-3")?;
+        let wanted = format!("cancel requested: {CANCEL_REASON}");
+        if row["state"] == "leased"
+            && row["detail"]["cancel"] == wanted.as_str()
+            && row["actions"] == json!([])
+        {
+            Ok(())
+        } else {
+            Err(format!("mail-3 row {row}"))
+        }
+    })
+    .await;
+    let requested = job_of(&c, f, "mail-3").await;
+    assert_eq!(
+        (&requested["state"], &requested["cancel_requested"]),
+        (&json!("leased"), &json!(true))
+    );
+
+    // The state filter knows `cancelled`.
+    driver
+        .execute(SET_STATE_FILTER, json!(["cancelled"]))
+        .await
+        .unwrap();
+    wait_page(&driver, "only the cancelled job", |page| {
+        let ids: Vec<&String> = page["jobs"].as_object().ok_or("no jobs")?.keys().collect();
+        if ids == ["mail-2"] {
+            Ok(())
+        } else {
+            Err(format!("rows {ids:?}"))
+        }
+    })
+    .await;
+    driver.execute(SET_STATE_FILTER, json!([""])).await.unwrap();
+    wait_page(&driver, "all four jobs again", |page| {
+        let n = page["jobs"].as_object().map_or(0, |j| j.len());
+        if n == 4 {
+            Ok(())
+        } else {
+            Err(format!("{n} rows"))
+        }
+    })
+    .await;
+
+    let shot = save_screenshot(&driver, "dashboard-lifecycle.png").await;
     println!("dashboard screenshot: {}", shot.display());
     driver.quit().await;
     drop(driver);

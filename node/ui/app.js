@@ -1,33 +1,69 @@
-// Leasehold dashboard: polls the node that served it about once a second.
+// Leasehold dashboard: polls the node that served it about once a second, and drives a
+// job's lifecycle (cancel, retry, redrive) when its token allows.
 //
-// Calls (all relative to this node; any node works, a follower forwards the job list to
-// the leader itself):
-//   GET /v1/cluster                 this node's cluster time, for lease countdowns
+// Calls (all relative to this node; any node works, a follower forwards the job list and
+// the actions to the leader itself). Every one is a row of ROUTES below:
+//   GET /v1/cluster                 this node's cluster time, for countdowns
 //   GET /v1/cluster/members         every member's role, term and indexes, as seen here
-//   GET /v1/jobs?queue=&state=      the job table (api.md)
+//   GET /v1/jobs?queue=&state=      the job table, and a queue's dead letters (api.md)
 //   GET /v1/cluster/rejections      the refused-commands feed, incrementally (`after`)
+//   POST /v1/jobs/{id}/cancel, POST /v1/jobs/{id}/retry, POST /v1/queues/{queue}/redrive
+//                                   the buttons: an admin or operator token, each with
+//                                   an Idempotency-Key, tried again on 503/504
 // Each call fails on its own: what did answer is still shown, the banner names the rest.
+// Job data (ids, errors, progress) is attacker-controlled: it only ever becomes
+// textContent or an attribute value, never markup.
 "use strict";
 
 (function () {
   const POLL_MS = 1000;
   const TICK_MS = 200;
   const CALL_TIMEOUT_MS = 5000;
+  // An action answered 503 or 504, or not at all, is tried again with the same key, this
+  // many times in all, waiting the answer's Retry-After (at most RETRY_WAIT_MS_MAX).
+  const ACTION_TRIES = 5;
+  const RETRY_WAIT_MS_MAX = 3000;
   const JOBS_LIMIT = 200;
+  const DEAD_LIMIT = 20;
+  const REDRIVE_LIMIT = 100;
   const FEED_MAX = 200;
+  const SHORT_MAX = 120;
   const TOKEN_KEY = "leasehold.token";
+  const CANCEL_REASON = "cancelled from the dashboard";
+
+  // Every API call the page makes, as [method, path]. node/tests/api/ui_api.rs checks
+  // each against the node's route table: a reader token may make the GETs, an operator
+  // token the POSTs.
+  const ROUTES = {
+    cluster: ["GET", "/v1/cluster"],
+    members: ["GET", "/v1/cluster/members"],
+    jobs: ["GET", "/v1/jobs"],
+    rejections: ["GET", "/v1/cluster/rejections"],
+    cancel: ["POST", "/v1/jobs/{id}/cancel"],
+    retry: ["POST", "/v1/jobs/{id}/retry"],
+    redrive: ["POST", "/v1/queues/{queue}/redrive"],
+  };
 
   const $ = (sel) => document.querySelector(sel);
 
   const state = {
+    // Kept in this tab's sessionStorage only; sent as a header, never in a URL.
     token: sessionStorage.getItem(TOKEN_KEY) || "",
     inFlight: false,
+    pollAgain: false,
     // Cluster time at `localBase` (performance.now()), from the last /v1/cluster.
     clusterBase: null,
     localBase: 0,
     nodeId: null,
     feed: [], // newest first
     lastSeq: 0,
+    // What the tables last rendered: an unchanged answer keeps its rows (and a button
+    // being clicked) instead of replacing them every second.
+    jobsSig: null,
+    deadSig: null,
+    queuesSig: null,
+    // The dead-letter view: its queue, the page token of the page shown, the next one.
+    dead: { queue: "", token: null, next: null },
   };
 
   // ---- small DOM helpers (textContent only: ids and owners never become markup) ----
@@ -52,39 +88,66 @@
     return v === null || v === undefined ? "\u2014" : String(v);
   }
 
+  // At most SHORT_MAX characters; the caller puts the whole text in a `title`.
+  function short(text) {
+    return text.length > SHORT_MAX ? text.slice(0, SHORT_MAX - 1) + "\u2026" : text;
+  }
+
   function clusterNow() {
     if (state.clusterBase === null) return null;
     return state.clusterBase + (performance.now() - state.localBase);
   }
 
+  // A duration, coarser as it grows (a job may be due up to 366 days ahead).
   function seconds(ms) {
     const s = ms / 1000;
-    return s < 60 ? s.toFixed(1) + " s" : Math.floor(s / 60) + " m " + Math.floor(s % 60) + " s";
+    if (s < 60) return s.toFixed(1) + " s";
+    if (s < 3600) return Math.floor(s / 60) + " m " + Math.floor(s % 60) + " s";
+    if (s < 172800) return Math.floor(s / 3600) + " h " + Math.floor((s % 3600) / 60) + " m";
+    return Math.floor(s / 86400) + " d " + Math.floor((s % 86400) / 3600) + " h";
   }
 
   // ---- calls ----
 
-  async function call(path) {
+  // One path segment. A job id's "/" becomes %2F; "." and ".." are encoded too, since
+  // the browser would resolve them away (the node refuses them, and the page says so).
+  function segment(s) {
+    const e = encodeURIComponent(s);
+    return e === "." || e === ".." ? e.replace(/\./g, "%2E") : e;
+  }
+
+  // A fresh Idempotency-Key: an action tried again is applied once (api.md "Retries").
+  function newKey() {
+    const bytes = crypto.getRandomValues(new Uint8Array(16));
+    return "ui-" + Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+  }
+
+  // The fetch of ROUTES[route]: `params` fill its {placeholders}, `query` its query
+  // string, `body` is a POST's JSON, `key` its Idempotency-Key. Same origin only, as
+  // the browser guard wants.
+  function request(route, opts) {
+    const [method, template] = ROUTES[route];
+    let path = template.replace(/\{(\w+)\}/g, (_, k) => segment(opts.params[k]));
+    if (opts.query) path += "?" + new URLSearchParams(opts.query).toString();
     const headers = { Accept: "application/json" };
     if (state.token) headers.Authorization = "Bearer " + state.token;
+    if (opts.key) headers["Idempotency-Key"] = opts.key;
+    const init = { method, headers, cache: "no-store", mode: "same-origin" };
+    if (method === "POST") {
+      // api.md "Browser requests": a POST's body must be declared JSON.
+      headers["Content-Type"] = "application/json";
+      init.body = JSON.stringify(opts.body || {});
+    }
+    return [path, init];
+  }
+
+  async function call(route, opts) {
+    const [path, init] = request(route, opts || {});
     const ctl = new AbortController();
     const timer = setTimeout(() => ctl.abort(), CALL_TIMEOUT_MS);
     try {
-      const resp = await fetch(path, { headers, signal: ctl.signal, cache: "no-store" });
-      const text = await resp.text();
-      let body = null;
-      try {
-        body = text ? JSON.parse(text) : null;
-      } catch (_) {
-        body = null;
-      }
-      if (!resp.ok) {
-        const err = body && body.error ? body.error : { code: "http_" + resp.status, message: text };
-        const e = new Error(resp.status + " " + err.code + ": " + err.message);
-        e.status = resp.status;
-        throw e;
-      }
-      return body;
+      const resp = await fetch(path, { ...init, signal: ctl.signal });
+      return answerOf(resp, await resp.text());
     } catch (e) {
       if (e.name === "AbortError") throw new Error("no answer within " + CALL_TIMEOUT_MS / 1000 + " s");
       throw e;
@@ -93,33 +156,67 @@
     }
   }
 
-  function jobsPath() {
-    const q = new URLSearchParams({ limit: String(JOBS_LIMIT) });
+  // The JSON body of a 2xx; otherwise an Error carrying the API's code and message.
+  function answerOf(resp, text) {
+    let body = null;
+    try {
+      body = text ? JSON.parse(text) : null;
+    } catch (_) {
+      body = null;
+    }
+    if (resp.ok) return body;
+    const err = body && body.error ? body.error : { code: "http_" + resp.status, message: text };
+    const e = new Error(resp.status + " " + err.code + ": " + err.message);
+    e.status = resp.status;
+    e.retryAfterMs = Math.min(RETRY_WAIT_MS_MAX, 1000 * (Number(resp.headers.get("Retry-After")) || 1));
+    throw e;
+  }
+
+  function jobsQuery() {
+    const q = { limit: String(JOBS_LIMIT) };
     const queue = $("#filter-queue").value.trim();
     const st = $("#filter-state").value;
-    if (queue) q.set("queue", queue);
-    if (st) q.set("state", st);
-    return "/v1/jobs?" + q.toString();
+    if (queue) q.queue = queue;
+    if (st) q.state = st;
+    return q;
+  }
+
+  // A queue's dead-letter list is its failed jobs (api.md "Job lifecycle").
+  function deadQuery() {
+    const q = { state: "failed", queue: state.dead.queue, limit: String(DEAD_LIMIT) };
+    if (state.dead.token) q.page_token = state.dead.token;
+    return q;
+  }
+
+  // ---- polling ----
+
+  // [what, pending answer, renderer, the card showing it]
+  function pollCalls() {
+    const rejections = { after: String(state.lastSeq), limit: String(FEED_MAX) };
+    const calls = [
+      ["GET /v1/cluster", call("cluster"), renderCluster, null],
+      ["GET /v1/cluster/members", call("members"), renderMembers, "#members-card"],
+      ["GET /v1/jobs", call("jobs", { query: jobsQuery() }), renderJobs, "#jobs-card"],
+      ["GET /v1/cluster/rejections", call("rejections", { query: rejections }), renderRejections, "#rejections-card"],
+    ];
+    const queue = state.dead.queue;
+    if (queue) {
+      const dead = call("jobs", { query: deadQuery() });
+      calls.push(["GET /v1/jobs (dead letters of " + queue + ")", dead, (v) => renderDead(queue, v), "#dead-card"]);
+    }
+    return calls;
   }
 
   async function poll() {
-    if (state.inFlight) return;
+    if (state.inFlight) {
+      // An action just changed something: look again as soon as this poll is done.
+      state.pollAgain = true;
+      return;
+    }
     state.inFlight = true;
-    // [what, pending answer, renderer, the card showing it]
-    const calls = [
-      ["GET /v1/cluster", call("/v1/cluster"), renderCluster, null],
-      ["GET /v1/cluster/members", call("/v1/cluster/members"), renderMembers, "#members-card"],
-      ["GET /v1/jobs", call(jobsPath()), renderJobs, "#jobs-card"],
-      [
-        "GET /v1/cluster/rejections",
-        call("/v1/cluster/rejections?after=" + state.lastSeq + "&limit=" + FEED_MAX),
-        renderRejections,
-        "#rejections-card",
-      ],
-    ];
     const failures = [];
     let answered = 0;
-    for (const [what, pending, render, card] of calls) {
+    for (const [what, pending, render, card] of pollCalls()) {
       let ok = false;
       try {
         render(await pending);
@@ -132,6 +229,14 @@
       if (card) $(card).classList.toggle("outdated", !ok);
     }
     state.inFlight = false;
+    showPolled(failures, answered);
+    if (state.pollAgain) {
+      state.pollAgain = false;
+      poll();
+    }
+  }
+
+  function showPolled(failures, answered) {
     showFailures(failures);
     if (answered > 0) {
       const now = new Date();
@@ -157,7 +262,7 @@
     banner.hidden = false;
   }
 
-  // ---- rendering ----
+  // ---- rendering: cluster and members ----
 
   function renderCluster(c) {
     state.clusterBase = c.cluster_time_ms;
@@ -212,31 +317,162 @@
     $("#members tbody").replaceChildren(...rows);
   }
 
+  // ---- rendering: the job table ----
+
+  // What a job's rows show: when it is unchanged, so are they.
+  function jobSignature(j) {
+    return [j.id, j.queue, j.state, j.owner, j.generation, j.attempts, j.max_attempts, j.lease_until_ms,
+      j.run_at_ms, j.priority, j.last_error, j.cancel_requested, j.cancel_reason, j.progress_ms];
+  }
+
   function renderJobs(v) {
-    const rows = v.jobs.map((j) => {
-      // Counts down between polls (tick); "—" when no live lease exists.
-      const leaseCell = cell("lease", "\u2014", "num mono lease");
-      if (j.state === "leased" && j.lease_until_ms !== null) {
-        leaseCell.setAttribute("data-lease-until-ms", String(j.lease_until_ms));
-      }
-      return el("tr", { "data-job-id": j.id, "data-state": j.state }, [
-        el("td", { "data-field": "id", class: "mono ellipsis", title: j.id, text: j.id }),
-        cell("queue", j.queue),
-        el("td", { "data-field": "state" }, [el("span", { class: "pill state-" + j.state, text: j.state })]),
-        cell("owner", dash(j.owner), "mono"),
-        cell("generation", String(j.generation), "num mono"),
-        cell("attempts", j.max_attempts ? j.attempts + " / " + j.max_attempts : String(j.attempts), "num mono"),
-        leaseCell,
-      ]);
-    });
-    if (rows.length === 0) {
-      rows.push(el("tr", { class: "empty" }, [el("td", { colspan: "7", text: "No jobs match." })]));
-    }
-    $("#jobs tbody").replaceChildren(...rows);
+    renderQueues(v.jobs);
     $("#jobs-note").textContent =
       v.jobs.length + " job" + (v.jobs.length === 1 ? "" : "s") + " shown" +
       (v.next_page_token ? " (the first " + JOBS_LIMIT + "; narrow the filters to see others)" : "");
+    const sig = JSON.stringify(v.jobs.map(jobSignature));
+    if (sig === state.jobsSig) return;
+    state.jobsSig = sig;
+    const rows = v.jobs.flatMap((j) => {
+      const detail = jobDetail(j);
+      return detail ? [jobRow(j, true), detail] : [jobRow(j, false)];
+    });
+    if (rows.length === 0) {
+      rows.push(el("tr", { class: "empty" }, [el("td", { colspan: "8", text: "No jobs match." })]));
+    }
+    $("#jobs tbody").replaceChildren(...rows);
   }
+
+  function statePill(st) {
+    return el("span", { class: "pill state-" + st, text: st });
+  }
+
+  function jobRow(j, hasDetail) {
+    return el("tr", { "data-job-id": j.id, "data-state": j.state, class: hasDetail ? "has-detail" : null }, [
+      el("td", { "data-field": "id", class: "mono ellipsis", title: j.id, text: j.id }),
+      cell("queue", j.queue),
+      el("td", { "data-field": "state" }, [statePill(j.state)]),
+      cell("owner", dash(j.owner), "mono"),
+      cell("generation", String(j.generation), "num mono"),
+      cell("attempts", j.max_attempts ? j.attempts + " / " + j.max_attempts : String(j.attempts), "num mono"),
+      timerCell(j),
+      el("td", { "data-field": "actions", class: "actions" }, jobActions(j)),
+    ]);
+  }
+
+  // A live lease counts down, a pending job not yet due counts to its due time (tick);
+  // "—" otherwise.
+  function timerCell(j) {
+    const td = cell("lease", "\u2014", "num mono lease");
+    if (j.state === "leased" && j.lease_until_ms !== null) {
+      td.setAttribute("data-lease-until-ms", String(j.lease_until_ms));
+    } else if (j.state === "pending" && j.run_at_ms !== null && j.run_at_ms !== undefined) {
+      td.setAttribute("data-run-at-ms", String(j.run_at_ms));
+    }
+    return td;
+  }
+
+  function actionButton(action, label, jobId, title) {
+    return el("button", { type: "button", class: "action", "data-action": action, "data-job-id": jobId, title, text: label });
+  }
+
+  // Cancel while the job may still run; retry once it is failed or cancelled.
+  function jobActions(j) {
+    if (j.state === "pending" || (j.state === "leased" && !j.cancel_requested)) {
+      return [actionButton("cancel", "Cancel", j.id, "Cancel this job (admin or operator token)")];
+    }
+    if (j.state === "failed" || j.state === "cancelled") {
+      return [actionButton("retry", "Retry", j.id, "Make this job pending again (admin or operator token)")];
+    }
+    return [];
+  }
+
+  // One detail, shortened; its whole text in the tooltip.
+  function detailItem(field, text, cls) {
+    return el("span", { "data-field": field, class: cls ? "detail " + cls : "detail", title: text, text: short(text) });
+  }
+
+  // The job's 1.1 details on a line of their own, or null when it has none to show.
+  function jobDetail(j) {
+    const items = [];
+    if (j.priority) items.push(detailItem("priority", "priority " + j.priority));
+    if (j.cancel_requested) {
+      items.push(detailItem("cancel", "cancel requested" + (j.cancel_reason ? ": " + j.cancel_reason : ""), "warn"));
+    } else if (j.cancel_reason) {
+      items.push(detailItem("cancel", "cancel reason: " + j.cancel_reason));
+    }
+    if (j.last_error) items.push(detailItem("last_error", "error: " + j.last_error, "bad"));
+    if (j.progress !== null && j.progress !== undefined) {
+      items.push(detailItem("progress", "progress: " + JSON.stringify(j.progress)));
+      if (j.progress_ms) items.push(el("span", { class: "ago muted", "data-at-ms": String(j.progress_ms) }));
+    }
+    if (items.length === 0) return null;
+    return el("tr", { class: "job-detail", "data-detail-for": j.id }, [el("td", { colspan: "8" }, items)]);
+  }
+
+  // The queues the job table shows, offered when naming a dead-letter queue.
+  function renderQueues(jobs) {
+    const queues = [...new Set(jobs.map((j) => j.queue))].sort();
+    const sig = queues.join("\n");
+    if (sig === state.queuesSig) return;
+    state.queuesSig = sig;
+    $("#queues").replaceChildren(...queues.map((q) => el("option", { value: q })));
+  }
+
+  // ---- rendering: a queue's dead letters ----
+
+  function renderDead(queue, v) {
+    // The queue or the page changed while this was asked: the next poll shows it.
+    if (queue !== state.dead.queue) return;
+    state.dead.next = v.next_page_token;
+    $("#dead-next").hidden = !v.next_page_token;
+    $("#dead-first").hidden = !state.dead.token;
+    $("#dead-note").textContent = deadNote(queue, v.jobs.length);
+    const sig = JSON.stringify([queue, state.dead.token, v.jobs.map(jobSignature)]);
+    if (sig === state.deadSig) return;
+    state.deadSig = sig;
+    const rows = v.jobs.map(deadRow);
+    if (rows.length === 0) {
+      rows.push(el("tr", { class: "empty" }, [el("td", { colspan: "5", text: "No failed jobs." })]));
+    }
+    $("#dead tbody").replaceChildren(...rows);
+  }
+
+  function deadNote(queue, n) {
+    const page = state.dead.token ? " on this page" : "";
+    return n + " failed job" + (n === 1 ? "" : "s") + " of queue " + queue + page;
+  }
+
+  function deadRow(j) {
+    const error = dash(j.last_error);
+    return el("tr", { "data-job-id": j.id, "data-state": j.state }, [
+      el("td", { "data-field": "id", class: "mono ellipsis", title: j.id, text: j.id }),
+      cell("attempts", j.max_attempts ? j.attempts + " / " + j.max_attempts : String(j.attempts), "num mono"),
+      el("td", { "data-field": "failed", class: "small muted" }, [el("span", { class: "ago", "data-at-ms": String(j.updated_ms) })]),
+      el("td", { "data-field": "last_error", class: "error-text", title: error, text: short(error) }),
+      el("td", { class: "actions" }, [actionButton("retry", "Retry", j.id, "Make this job pending again")]),
+    ]);
+  }
+
+  function setDeadQueue(queue) {
+    if (queue === state.dead.queue) return;
+    state.dead = { queue, token: null, next: null };
+    state.deadSig = null;
+    $("#redrive").disabled = !queue;
+    $("#dead tbody").replaceChildren();
+    $("#dead-next").hidden = true;
+    $("#dead-first").hidden = true;
+    $("#dead-note").textContent = queue ? "loading\u2026" : "Name a queue to see its failed jobs.";
+    poll();
+  }
+
+  function deadPage(token) {
+    state.dead.token = token;
+    state.deadSig = null;
+    poll();
+  }
+
+  // ---- rendering: the rejections feed ----
 
   function renderRejections(v) {
     if (v.last_seq < state.lastSeq) {
@@ -279,7 +515,84 @@
     $("#rejections-empty").hidden = items.length > 0;
   }
 
-  // Between polls: lease countdowns and "ago" stamps run on the estimated cluster time.
+  // ---- actions: cancel, retry, redrive (admin or operator token, api.md) ----
+
+  // api.md "Availability errors": a 503 changed nothing, a 504 or a missing answer may
+  // yet apply; each is tried again with the same Idempotency-Key, so at most once.
+  async function callRetrying(what, route, opts) {
+    const keyed = { ...opts, key: newKey() };
+    for (let tries = 1; ; tries++) {
+      try {
+        return await call(route, keyed);
+      } catch (e) {
+        const again = e.status === undefined || e.status === 503 || e.status === 504;
+        if (!again || tries >= ACTION_TRIES) throw e;
+        showAction(what + " \u2192 " + e.message + "; trying again", "retrying");
+        await new Promise((resolve) => setTimeout(resolve, e.retryAfterMs || 1000));
+      }
+    }
+  }
+
+  // Runs one action from `button`; its outcome, or the API's refusal, shows in the page.
+  async function act(button, what, route, opts, outcome) {
+    button.disabled = true;
+    try {
+      showAction(what + " \u2192 " + outcome(await callRetrying(what, route, opts)), "ok");
+    } catch (e) {
+      showAction(what + " \u2192 " + e.message + refusalHint(e.status), "error");
+    } finally {
+      button.disabled = false;
+      state.jobsSig = null;
+      state.deadSig = null;
+      poll();
+    }
+  }
+
+  function refusalHint(status) {
+    if (status === 401 || status === 403) return " (this needs an admin or operator token)";
+    // A timeout is not a refusal: the action may still have been applied.
+    if (status === undefined || status === 504) return " (its outcome is unknown: the tables show what happened)";
+    return "";
+  }
+
+  function showAction(text, outcome) {
+    const box = $("#action-status");
+    box.textContent = text;
+    box.setAttribute("data-outcome", outcome);
+    box.className = "notice " + outcome;
+    box.hidden = false;
+  }
+
+  function cancelJob(button, id) {
+    const body = { reason: CANCEL_REASON };
+    act(button, "cancel " + id, "cancel", { params: { id }, body }, (j) =>
+      j.state === "leased" ? "cancel requested: its holder stops at its next renew" : "now " + j.state
+    );
+  }
+
+  function retryJob(button, id) {
+    act(button, "retry " + id, "retry", { params: { id } }, (j) => "now " + j.state);
+  }
+
+  function redrive(button) {
+    const queue = state.dead.queue;
+    const body = { limit: REDRIVE_LIMIT };
+    act(button, "redrive " + queue, "redrive", { params: { queue }, body }, (r) =>
+      "retried " + r.retried + " failed job" + (r.retried === 1 ? "" : "s")
+    );
+  }
+
+  // One listener per table: its rows are replaced as the jobs change.
+  function onJobButton(e) {
+    const button = e.target.closest("button[data-action]");
+    if (!button) return;
+    const id = button.getAttribute("data-job-id");
+    if (button.getAttribute("data-action") === "cancel") cancelJob(button, id);
+    else retryJob(button, id);
+  }
+
+  // ---- between polls: countdowns and "ago" stamps run on the estimated cluster time ----
+
   function tick() {
     const now = clusterNow();
     if (now === null) return;
@@ -289,7 +602,11 @@
       td.classList.toggle("expiring", left > 0 && left < 3000);
       td.classList.toggle("expired", left <= 0);
     }
-    for (const s of document.querySelectorAll("#rejections .ago")) {
+    for (const td of document.querySelectorAll("#jobs td[data-run-at-ms]")) {
+      const left = Number(td.getAttribute("data-run-at-ms")) - now;
+      td.textContent = left > 0 ? "due in " + seconds(left) : "due now";
+    }
+    for (const s of document.querySelectorAll(".ago[data-at-ms]")) {
       const ago = now - Number(s.getAttribute("data-at-ms"));
       s.textContent = ago >= 0 ? seconds(ago) + " ago" : "";
     }
@@ -308,6 +625,16 @@
   $("#filters").addEventListener("submit", (e) => e.preventDefault());
   $("#filter-state").addEventListener("change", poll);
   $("#filter-queue").addEventListener("change", poll);
+  $("#dead-form").addEventListener("submit", (e) => {
+    e.preventDefault();
+    setDeadQueue($("#dead-queue").value.trim());
+  });
+  $("#dead-queue").addEventListener("change", () => setDeadQueue($("#dead-queue").value.trim()));
+  $("#dead-next").addEventListener("click", () => deadPage(state.dead.next));
+  $("#dead-first").addEventListener("click", () => deadPage(null));
+  $("#redrive").addEventListener("click", (e) => redrive(e.currentTarget));
+  $("#jobs tbody").addEventListener("click", onJobButton);
+  $("#dead tbody").addEventListener("click", onJobButton);
 
   poll();
   setInterval(poll, POLL_MS);

@@ -9,7 +9,12 @@
 //!   point is what *this* node can see.
 //! - `GET /v1/cluster/rejections` ([`rejections`]): the recent-rejections feed this
 //!   replica recorded at apply (`store/rejections.rs`), identical on every replica.
-//! - docs/api.md's `GET /v1/cluster` (cluster time, for lease countdowns) and `GET /v1/jobs`.
+//! - docs/api.md's `GET /v1/cluster` (cluster time, for lease countdowns and due times)
+//!   and `GET /v1/jobs` (the job table, and a queue's dead letters with `state=failed`).
+//!
+//! Its buttons call the job lifecycle's routes (cancel, retry, redrive: an admin or
+//! operator token), which need nothing here: app.js's `ROUTES` table names every call
+//! it makes, and `tests/api/ui_api.rs` checks each against the route table.
 //!
 //! Imports `answer.rs`, `client_auth.rs` (the caller's tenant scope) and `ops.rs` of
 //! `http`; `node`, `store`, `types`.

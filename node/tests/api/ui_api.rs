@@ -1,14 +1,17 @@
 //! The dashboard's server side (issue 8 part 4) without a browser, on an in-process
 //! three-node cluster: `/ui` and its assets, `GET /v1/cluster/members` (every member as
 //! one node sees it, unreachable ones included), `GET /v1/cluster/rejections` (a stale
-//! completion fenced off shows in the feed of every replica), query validation, and the
-//! auth these routes need. The browser test is `ui_browser.rs`.
+//! completion fenced off shows in the feed of every replica), query validation, the
+//! auth these routes need, and that every call app.js makes is a route the node serves,
+//! open to the token the docs name for it. The browser test is `ui_browser.rs`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::common::{self, eventually, u64_of, Req, TestCluster};
-use leasehold_node::security::auth::AuthPolicy;
+use axum::http::Method;
+use leasehold_node::http::routes::{self, Need};
+use leasehold_node::security::auth::{AuthPolicy, Role};
 use serde_json::{json, Value};
 
 /// Bound on "every node agrees" / "a replica applied it".
@@ -43,13 +46,18 @@ async fn every_node_serves_the_page_and_its_assets_and_nothing_else() {
             r#"id="rejections""#,
             r#"id="error-banner""#,
             r#"id="last-updated""#,
+            r#"<option value="cancelled">"#,
+            r#"id="dead""#,
+            r#"id="dead-queue""#,
+            r#"id="redrive""#,
+            r#"id="action-status""#,
         ] {
             assert!(html.contains(needle), "node {id}: /ui lacks {needle}");
         }
         for (path, ct, needle) in [
             ("/ui/index.html", "text/html", "<!doctype html>"),
             ("/ui/app.js", "text/javascript", "/v1/cluster/members"),
-            ("/ui/style.css", "text/css", ".feed-item"),
+            ("/ui/style.css", "text/css", ".state-cancelled"),
         ] {
             let r = c.get(id, path).await;
             assert_eq!(r.status, 200, "{path} on node {id}: {}", r.text());
@@ -386,4 +394,85 @@ async fn with_an_auth_file_the_page_is_open_and_its_data_needs_a_token() {
     .await;
     assert_eq!(u64_of(&view, "node_id"), f, "{view}");
     c.shutdown().await;
+}
+
+/// The dashboard's script, as the binary embeds it (`http/ui.rs`).
+const APP_JS: &str = include_str!("../../ui/app.js");
+
+/// The rows of app.js's `ROUTES` table: (name, method, path as the route table writes it).
+fn page_calls(app_js: &str) -> Vec<(String, String, String)> {
+    let (_, table) = app_js
+        .split_once("const ROUTES = {")
+        .expect("app.js declares its calls in ROUTES");
+    let (table, _) = table.split_once("};").expect("ROUTES ends");
+    table
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|line| {
+            let row = || -> Option<(String, String, String)> {
+                let (name, rest) = line.trim().split_once(": [")?;
+                let (method, path) = rest.strip_suffix("],")?.split_once(", ")?;
+                let unquote = |s: &str| s.trim_matches('"').to_owned();
+                Some((name.to_owned(), unquote(method), unquote(path)))
+            };
+            row().unwrap_or_else(|| panic!("unreadable ROUTES row {line:?}"))
+        })
+        .collect()
+}
+
+#[test]
+fn every_call_of_the_page_is_a_route_its_token_may_use() {
+    let calls = page_calls(APP_JS);
+    let names: Vec<&str> = calls.iter().map(|(n, _, _)| n.as_str()).collect();
+    for wanted in ["jobs", "cancel", "retry", "redrive"] {
+        assert!(names.contains(&wanted), "ROUTES lacks {wanted}: {names:?}");
+    }
+    // Every call goes through the table: no other API path is written in the script.
+    assert_eq!(
+        APP_JS.matches("\"/v1/").count(),
+        calls.len(),
+        "app.js names an API path outside ROUTES"
+    );
+    for (name, method, path) in &calls {
+        let concrete = path.replace("{id}", "job%2F1").replace("{queue}", "mail");
+        let method_: Method = method.parse().unwrap();
+        let spec = routes::resolve(&method_, &concrete)
+            .spec()
+            .unwrap_or_else(|| panic!("{name}: {method} {concrete} is no route"));
+        assert_eq!(
+            (spec.method, spec.path),
+            (method.as_str(), path.as_str()),
+            "{name}"
+        );
+        let Need::Op(op) = spec.need else {
+            panic!("{name}: an open route needs no call from the page")
+        };
+        // docs/api.md "Dashboard reads": a reader token reads; the actions need an
+        // admin or operator token.
+        let allowed: Vec<Role> = Role::ALL.into_iter().filter(|r| r.allows(op)).collect();
+        let expected: &[Role] = if method == "GET" {
+            &Role::ALL
+        } else {
+            &[Role::Admin, Role::Operator]
+        };
+        assert_eq!(allowed, expected, "{name}: {method} {path}");
+    }
+}
+
+#[test]
+fn the_page_builds_html_from_no_data() {
+    // Job data is attacker-controlled: the script renders it as text (textContent,
+    // attribute values), never as markup.
+    for sink in [
+        "innerHTML",
+        "outerHTML",
+        "insertAdjacentHTML",
+        "document.write",
+        "eval(",
+    ] {
+        assert!(!APP_JS.contains(sink), "app.js uses {sink}");
+    }
+    // The token travels in a header, and is kept for the tab only (sessionStorage).
+    assert!(APP_JS.contains("Authorization = \"Bearer \""));
+    assert!(!APP_JS.contains("localStorage"));
 }
