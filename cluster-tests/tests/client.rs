@@ -498,7 +498,12 @@ async fn a_cancel_reaches_the_running_work_and_ends_the_job_cancelled() {
         .expect("run returned after the cancel")
         .unwrap();
     match out {
-        Err(leasehold_client::RunError::Cancelled { release: None }) => {}
+        // Cooperative: the work saw `ctx.cancelled()`, returned, and was not dropped.
+        Err(leasehold_client::RunError::Cancelled {
+            dropped: false,
+            error: None,
+            release: None,
+        }) => {}
         other => panic!("expected Cancelled, got {other:?}"),
     }
     let job = client.get_job("cancel-me").await.unwrap();
