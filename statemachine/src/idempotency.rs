@@ -84,10 +84,10 @@ pub(crate) struct Shared {
 }
 
 /// What an entry keeps of its first reply.
-#[derive(Debug, Clone, PartialEq, Eq)]
-// Almost every entry is a `Reply`: boxing it would cost an allocation per remembered
-// request to make the rare `BeforeRaise` smaller.
+// Nearly every entry is a `Reply`; boxing it to shrink the rare `BeforeRaise` would add
+// an allocation to each.
 #[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Kept {
     /// The reply, byte for byte once `shared` (if any) is put back from its record.
     Reply {

@@ -536,6 +536,40 @@ fn a_holder_may_still_complete_or_fail_a_job_whose_cancel_was_requested() {
     assert_eq!(err(h.at(40, cancel("b"))).code, ErrorCode::JobFailed);
 }
 
+/// Found by tests/model (claim j1; cancel j1; fail j1): `fail` cleared `cancel_requested`
+/// and kept `cancel_reason`, while `complete` and `release` keep both. docs/api.md's Job:
+/// "a cancel came while the job was leased, and the reason it gave" stays true.
+#[test]
+fn a_failed_job_keeps_its_cancel_request() {
+    let mut h = H::new();
+    h.at(0, submit("a", PLAIN)).unwrap();
+    let g = lease(h.at(10, claim("a", "w"))).generation;
+    h.at(20, cancel("a")).unwrap();
+    let j = job_of(h.at(30, fail("a", g, "gave up")));
+    assert_eq!(j.state, JobState::Failed);
+    assert!(j.cancel_requested);
+    assert_eq!(j.cancel_reason.as_deref(), Some("not needed"));
+}
+
+/// Found by tests/model (claim j3; cancel j3; cancel j3): a second cancel of a leased job
+/// kept the first reason but moved `updated_ms` and `log_index`, "the last entry that
+/// changed the job" (docs/api.md, Job), though nothing changed.
+#[test]
+fn a_second_cancel_of_a_leased_job_changes_nothing() {
+    let mut h = H::new();
+    h.at(0, submit("a", PLAIN)).unwrap();
+    lease(h.at(10, claim("a", "w")));
+    let first = job_of(h.at(20, cancel("a")));
+    let again = Command::Cancel {
+        job_id: "a".into(),
+        reason: Some("another".into()),
+    };
+    let second = job_of(h.at(30, again));
+    assert_eq!(second, first, "the same answer");
+    assert_eq!((second.updated_ms, second.log_index), (20, first.log_index));
+    assert_eq!(h.job("a").cancel_reason.as_deref(), Some("not needed"));
+}
+
 // ---- progress -----------------------------------------------------------------------
 
 #[test]

@@ -103,7 +103,8 @@ impl LeaseMachine {
         let mut job = self.touch(handle, now, log_index);
         let rec = job.edit();
         rec.life.last_error = error.clone();
-        rec.life.cancel_requested = false;
+        // A cancel request stays on record, as after a complete: `cancel_requested` says
+        // a cancel came while the job was leased (docs/api.md, Job), with its reason.
         job.move_to(Place::Closed(Closed::Failed { at_ms: now }), Cause::Fail);
         Ok(Outcome::Job(self.view(&self.jobs[&handle], now)))
     }
@@ -128,8 +129,12 @@ impl LeaseMachine {
                 let msg = format!("job {job_id} has failed");
                 return Err(self.job_error(handle, ErrorCode::JobFailed, msg));
             }
-            // Cancelled already: the same answer again, nothing changes.
+            // Cancelled already, or its cancel asked already (the first reason kept): the
+            // same answer again, nothing changes — not even `updated_ms` and `log_index`.
             Place::Closed(Closed::Cancelled) => {
+                return Ok(Outcome::Job(self.view(&self.jobs[&handle], now)));
+            }
+            Place::Leased { .. } if self.jobs[&handle].life.cancel_requested => {
                 return Ok(Outcome::Job(self.view(&self.jobs[&handle], now)));
             }
             Place::Leased { .. } => None,
@@ -137,9 +142,7 @@ impl LeaseMachine {
         };
         let mut job = self.touch(handle, now, log_index);
         let rec = job.edit();
-        if !rec.life.cancel_requested {
-            rec.life.cancel_reason = reason.clone();
-        }
+        rec.life.cancel_reason = reason.clone();
         rec.life.cancel_requested = to.is_none();
         if let Some(to) = to {
             job.move_to(to, Cause::Cancel);

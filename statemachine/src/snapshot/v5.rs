@@ -418,7 +418,8 @@ fn reply_of(r: ReplyV5<'_>) -> Reply {
     }
 }
 
-// Decoded one entry at a time and converted at once: its size does not matter.
+// Mirrors `idempotency::Kept`: nearly every entry is a `Reply`, so boxing it would only
+// add an allocation per entry.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(super) enum KeptV5<'a> {
