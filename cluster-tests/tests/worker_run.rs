@@ -284,10 +284,10 @@ async fn grandchild_left_by_a_successful_command_is_killed_before_completion() {
     assert_eq!(code, 0, "stderr: {stderr}");
 }
 
-/// Every request of the worker crosses a proxy that delays each direction by 120 ms, with
+/// Every request of the worker crosses a proxy that delays each direction by 200 ms, with
 /// a 400 ms TTL: the local deadline (396 − 100 = 296 ms after the claim's send) has passed
-/// by the time the claim's answer and the payload read are back (≥ 480 ms). The command
-/// must not be started at all.
+/// by the time the claim's answer is back (≥ 400 ms; since version 1.1 the claim carries
+/// the payload, so no payload read adds to it). The command must not be started at all.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn command_is_not_started_after_the_local_deadline() {
     let _serial = SERIAL.lock().await;
@@ -296,7 +296,7 @@ async fn command_is_not_started_after_the_local_deadline() {
     let mut proxies = Vec::new();
     for id in c.ids() {
         let p = LinkProxy::start(c.addr(id)).await.expect("a proxy");
-        p.set(Fault::Delay(Duration::from_millis(120)));
+        p.set(Fault::Delay(Duration::from_millis(200)));
         proxies.push(p);
     }
     let endpoints: Vec<String> = proxies.iter().map(|p| p.addr().to_string()).collect();
