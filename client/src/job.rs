@@ -62,7 +62,7 @@ pub struct JobPage {
 
 /// Encoded JSON text as a value: the state machine keeps only valid JSON, so the
 /// fallback (the text as a string) is for a value a test built by hand.
-fn value_of(text: Option<String>) -> Option<Value> {
+pub(crate) fn value_of(text: Option<String>) -> Option<Value> {
     text.map(|t| serde_json::from_str(&t).unwrap_or(Value::String(t)))
 }
 

@@ -17,7 +17,7 @@ use std::time::Duration;
 use crate::client::{Client, Release, RenewCall};
 use crate::clock::LocalInstant;
 use crate::error::Error;
-use crate::job::Job;
+use crate::job::{value_of, Job};
 use crate::transport::CallOpts;
 use serde_json::Value;
 
@@ -178,7 +178,7 @@ impl Lease {
     /// The job's payload, as the claim answered it (1.1; `None` from a cluster not yet
     /// running version 1.1, and for a job without one).
     pub fn payload(&self) -> Option<Value> {
-        json_of(self.inner.claim.payload.clone())
+        value_of(self.inner.claim.payload.clone())
     }
 
     /// The job's attempts with this one, as the claim answered it (1.1).
@@ -190,7 +190,10 @@ impl Lease {
     /// it (1.1): resume from it.
     pub fn checkpoint(&self) -> Option<(Value, u64)> {
         let claim = &self.inner.claim;
-        Some((json_of(claim.progress.clone())?, claim.progress_generation?))
+        Some((
+            value_of(claim.progress.clone())?,
+            claim.progress_generation?,
+        ))
     }
 
     /// Whether the store said the job's cancellation was requested (1.1): stop, then
@@ -291,11 +294,6 @@ impl Lease {
             *pending = None;
         }
     }
-}
-
-/// JSON text (as the state machine keeps it) as a value.
-fn json_of(text: Option<String>) -> Option<Value> {
-    text.map(|t| serde_json::from_str(&t).unwrap_or(Value::String(t)))
 }
 
 fn deadline_of(
