@@ -20,8 +20,10 @@ use crate::command::{BatchItem, Command, ScopedCommand};
 use crate::tenant::{QueuePattern, Scope};
 
 /// The newest entry version this build applies: the highest [`Descriptor::since`] of
-/// any command. A cluster proposes a command only once every member can apply it.
-pub const ENTRY_VERSION_MAX: u32 = 4;
+/// any command, or a version that changes what existing commands do (5: the machine
+/// records events, `machine/events.rs`). A cluster proposes a command, and activates a
+/// version, only once every member can apply it.
+pub const ENTRY_VERSION_MAX: u32 = 5;
 
 /// What a request does, as far as permissions go (the role table is the node's
 /// `security::auth::Role::allows`). Commands carry theirs in their [`Descriptor`];

@@ -49,8 +49,11 @@ pub use command::{
 pub use descriptor::{
     CommandScope, Descriptor, MissingJob, Names, Operation, DESCRIPTORS, ENTRY_VERSION_MAX,
 };
-pub use machine::{Config, LeaseMachine, Stats};
+pub use machine::{Config, EventFilter, LeaseMachine, Stats};
 pub use queue_stats::QueueStats;
 pub use raise::{GenerationOverflow, Raised};
 pub use snapshot::{Inconsistency, SnapshotError, SnapshotFormat, SnapshotSource};
-pub use wire::{ApiError, ErrorBody, ErrorCode, Job, JobPage, JobState, Lease};
+pub use wire::{
+    ApiError, ErrorBody, ErrorCode, Event, EventDetail, EventKind, EventPage, Job, JobPage,
+    JobState, Lease,
+};

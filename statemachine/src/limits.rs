@@ -79,6 +79,29 @@ pub const PROGRESS_BYTES_MAX: usize = 16 * 1024;
 pub const ERROR_BYTES_MAX: usize = 4 * 1024;
 /// Largest `reason` of a cancel (400 past it).
 pub const REASON_BYTES_MAX: usize = 1024;
+/// Events a job's history keeps (docs/api.md "History of a job"): older ones drop.
+pub const HISTORY_EVENTS_MAX: usize = 100;
+/// Longest `error` or `reason` an event carries, in bytes (cut at a character boundary,
+/// ending in `…`): a history holds 100 events, each would otherwise copy 4 KiB.
+pub const EVENT_TEXT_BYTES_MAX: usize = 256;
+/// Deleted jobs whose history is kept (the most recently deleted): a history answers
+/// for a deleted id, and a re-created id continues it.
+pub const HISTORIES_DELETED_KEPT: usize = 100_000;
+/// The event feed keeps at least this many of the newest events (docs/api.md: "at least
+/// the last 100,000 events or 10 minutes")…
+pub const FEED_EVENTS_KEPT_MIN: usize = 100_000;
+/// …and older ones still within this much cluster time of the newest…
+pub const FEED_KEPT_MS: u64 = 600_000;
+/// …up to this many in all (a bound on memory and snapshot size under any load).
+pub const FEED_EVENTS_KEPT_MAX: usize = 250_000;
+/// `limit` of `GET /v1/events`: default and largest.
+pub const EVENTS_LIMIT_DEFAULT: usize = 100;
+pub const EVENTS_LIMIT_MAX: usize = 1000;
+/// Longest `wait_ms` of `GET /v1/events`.
+pub const EVENTS_WAIT_MS_MAX: u64 = 30_000;
+/// Events one feed read looks at, matched or not: a filtered read of a busy feed ends
+/// there (its `next_after` says where to go on), so the state is never held long.
+pub const EVENTS_SCAN_MAX: usize = 20_000;
 /// `limit` of a redrive: default and largest.
 pub const REDRIVE_LIMIT_DEFAULT: u32 = 100;
 pub const REDRIVE_LIMIT_MAX: u32 = 1000;

@@ -636,6 +636,117 @@ pub struct RedriveReply {
     pub retried: u64,
 }
 
+/// What happened to a job (docs/api.md "History of a job"). Renewals are not events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    Submitted,
+    Claimed,
+    Released,
+    Expired,
+    Completed,
+    Failed,
+    CancelRequested,
+    Cancelled,
+    Retried,
+    Deleted,
+}
+
+impl EventKind {
+    pub const ALL: [EventKind; 10] = [
+        EventKind::Submitted,
+        EventKind::Claimed,
+        EventKind::Released,
+        EventKind::Expired,
+        EventKind::Completed,
+        EventKind::Failed,
+        EventKind::CancelRequested,
+        EventKind::Cancelled,
+        EventKind::Retried,
+        EventKind::Deleted,
+    ];
+
+    /// The name docs/api.md gives it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventKind::Submitted => "submitted",
+            EventKind::Claimed => "claimed",
+            EventKind::Released => "released",
+            EventKind::Expired => "expired",
+            EventKind::Completed => "completed",
+            EventKind::Failed => "failed",
+            EventKind::CancelRequested => "cancel_requested",
+            EventKind::Cancelled => "cancelled",
+            EventKind::Retried => "retried",
+            EventKind::Deleted => "deleted",
+        }
+    }
+}
+
+/// An event's particulars (docs/api-additions.md): the fields that say more than the
+/// event's name, absent when they do not apply. An event with none has `detail: null`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventDetail {
+    /// `claimed`: the lease's end as granted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_until_ms: Option<u64>,
+    /// `claimed`: which attempt this is (1 for the first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u64>,
+    /// `submitted`, `released`, `expired`, `retried`: when the job becomes claimable,
+    /// if later than the event (a `run_at_ms`, a delay, a backoff).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub due_ms: Option<u64>,
+    /// `released`, `failed`: the error recorded (at most
+    /// [`crate::limits::EVENT_TEXT_BYTES_MAX`] bytes; the job keeps it whole).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// `cancel_requested`, `cancelled`: the cancel's reason (shortened as `error`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl EventDetail {
+    pub fn is_empty(&self) -> bool {
+        *self == EventDetail::default()
+    }
+}
+
+/// One event of a job's history and of the event feed (docs/api.md).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    /// One cluster-wide sequence, in log order, the same on every node.
+    pub seq: u64,
+    pub job_id: String,
+    pub queue: String,
+    pub event: EventKind,
+    /// The job's generation after the event (a claim's new fencing token).
+    pub generation: u64,
+    /// The lease holder the event concerns (claimed, released, expired, completed, a
+    /// holder's fail, a cancel request on a held lease), else `null`.
+    pub owner: Option<String>,
+    /// Store time of the entry, or for `expired` the lease's end (`lease_until_ms`).
+    pub cluster_time_ms: u64,
+    /// The log entry that recorded it.
+    pub log_index: u64,
+    pub detail: Option<EventDetail>,
+}
+
+/// `GET /v1/jobs/{id}/history`: the job's last events, oldest first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct History {
+    pub events: Vec<Event>,
+}
+
+/// `GET /v1/events`: events with `seq > after`, and where the next call starts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventPage {
+    pub events: Vec<Event>,
+    /// The `after` of the next call: the last seq this call looked at (matched or not),
+    /// so a filtered watcher does not look at the same events again.
+    pub next_after: u64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -313,9 +313,9 @@ fn restore_rejects_an_empty_input_and_unknown_versions() {
     replay(&mut m, &random_log(1, 500), 1);
     let snap = m.snapshot();
     assert_eq!(snap[0], SNAPSHOT_FORMAT_V3);
-    // 4 is known since issue 29 (a raised cluster version, tests/versions.rs) and 5
-    // since issue 31 (version 1.1): 6 is the first unknown one.
-    for version in [0u8, 6, 0x7f, 0xff] {
+    // 4 is known since issue 29 (a raised cluster version, tests/versions.rs), 5 since
+    // issue 31 (version 1.1) and 6 since issue 32 (events): 7 is the first unknown one.
+    for version in [0u8, 7, 0x7f, 0xff] {
         let mut bytes = snap.clone();
         bytes[0] = version;
         match LeaseMachine::restore(&bytes) {

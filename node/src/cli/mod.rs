@@ -147,6 +147,10 @@ pub struct ServeArgs {
     /// from --max-inflight; past it, 503 + Retry-After.
     #[arg(long, default_value_t = crate::http::listener::MAX_LONG_POLLS)]
     pub max_long_polls: usize,
+    /// Event-feed watchers (`GET /v1/events` streams and waiting long polls) this node
+    /// keeps open at once; past it, 503 + Retry-After.
+    #[arg(long, default_value_t = crate::node::watchers::MAX_WATCHERS_DEFAULT)]
+    pub max_watchers: usize,
     /// Waiting claim-next requests one caller may have at once.
     #[arg(long, default_value_t = crate::http::listener::MAX_LONG_POLLS_PER_CALLER)]
     pub max_long_polls_per_caller: usize,
@@ -293,6 +297,10 @@ impl ServeArgs {
         cfg.clock = SystemClock::skewed(self.clock_offset_ms, self.clock_rate).shared();
         cfg.limits.ttl_ms_min = self.ttl_ms_min;
         cfg.limits.ttl_ms_max = self.ttl_ms_max;
+        if self.max_watchers == 0 {
+            return Err(FlagError::ZeroLimit);
+        }
+        cfg.limits.max_watchers = self.max_watchers;
         cfg.raft.heartbeat_ms = self.heartbeat_ms;
         cfg.raft.election_timeout_min_ms = self.election_timeout_min_ms;
         cfg.raft.election_timeout_max_ms = self.election_timeout_max_ms;

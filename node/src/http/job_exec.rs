@@ -39,6 +39,13 @@ pub enum LeaderOp {
         /// A job the scope does not hold answers 404.
         scope: Option<Scope>,
     },
+    /// A job's history, at the leader's read time (so a lease that ran out is recorded
+    /// as `expired` first).
+    History {
+        id: String,
+        /// A job the scope does not hold answers 404, as a missing one.
+        scope: Option<Scope>,
+    },
     List {
         queue: Option<String>,
         state: Option<JobState>,
@@ -77,6 +84,7 @@ async fn execute(node: &Arc<Node>, op: &LeaderOp) -> Result<Response, ProposeErr
             Ok(render(route, &reply))
         }
         LeaderOp::GetJob { id, scope } => get_job(node, id, scope.as_ref()).await,
+        LeaderOp::History { id, scope } => history(node, id, scope.as_ref()).await,
         LeaderOp::List {
             queue,
             state,
@@ -104,6 +112,21 @@ async fn get_job(node: &Node, id: &str, scope: Option<&Scope>) -> Result<Respons
     Ok(match job {
         Some(job) if scope.is_none_or(|s| s.holds(&job.id, &job.queue)) => {
             json_response(StatusCode::OK, &job)
+        }
+        Some(_) => error_response(&client_auth::hidden_job(id)),
+        None => error_response(&ApiError::new(
+            ErrorCode::NotFound,
+            format!("job {id} not found"),
+        )),
+    })
+}
+
+async fn history(node: &Node, id: &str, scope: Option<&Scope>) -> Result<Response, ProposeError> {
+    node.read_time().await?;
+    let history = node.sm.read(|s| s.machine.history(id));
+    Ok(match history {
+        Some((queue, h)) if scope.is_none_or(|s| s.holds(id, &queue)) => {
+            json_response(StatusCode::OK, &h)
         }
         Some(_) => error_response(&client_auth::hidden_job(id)),
         None => error_response(&ApiError::new(

@@ -221,7 +221,7 @@ pub(crate) fn split_action(
 ) -> Result<(String, Option<RouteId>), ApiError> {
     let action = route
         .spec()
-        .filter(|r| r.method == "POST" && !r.tail().is_empty())
+        .filter(|r| !r.tail().is_empty())
         .and_then(|r| rest.strip_suffix(r.tail()).map(|raw| (raw, r.id)));
     let (raw_id, action) = match action {
         Some((raw, id)) => (raw, Some(id)),
@@ -285,12 +285,18 @@ pub async fn delete_job(State(node): State<Arc<Node>>, req: Request) -> Response
     }
 }
 
+/// `GET /v1/jobs/{id}` and `GET /v1/jobs/{id}/history` (one mount: the route resolved
+/// with the request says which).
 pub async fn get_job(State(node): State<Arc<Node>>, req: Request) -> Response {
     let caller = client_auth::caller_of(&req);
-    let op = named_job(&req).and_then(|id| {
+    let route = listener::route_of(&req);
+    let op = split_action(route, raw_rest(&req)).and_then(|(id, action)| {
         client_auth::check_job_id(&node, caller.as_deref(), &id)?;
         let scope = client_auth::scope_of(&node, caller.as_deref()).cloned();
-        Ok(LeaderOp::GetJob { id, scope })
+        Ok(match action {
+            Some(RouteId::JobHistory) => LeaderOp::History { id, scope },
+            _ => LeaderOp::GetJob { id, scope },
+        })
     });
     match op {
         Ok(op) => read(node, req, op).await,

@@ -14,8 +14,9 @@
 //! - `client_auth.rs` and `browser.rs` (the middleware of client tokens and of the
 //!   browser guard, whose policies are in `security`), `forward.rs` and `leader.rs` (run
 //!   here, forward, or wait);
-//! - one file per group of handlers (`jobs` with `job_exec`, `ops`, `membership`,
-//!   `backup`, `ui`, `raft_rpc`);
+//! - one file per group of handlers (`jobs` with `job_exec`, `feed` — the event feed,
+//!   served from this node's applied state — `ops`, `membership`, `backup`, `ui`,
+//!   `raft_rpc`);
 //! - `router.rs`: each route of the table mapped to its handler, under the middleware.
 //!
 //! This file only declares them and re-exports what the rest of the crate uses; it
@@ -27,6 +28,7 @@ mod answer;
 mod backup;
 pub mod browser;
 mod client_auth;
+mod feed;
 mod forward;
 mod job_exec;
 pub mod jobs;

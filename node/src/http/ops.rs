@@ -37,6 +37,9 @@ pub(super) struct ClusterView {
     /// Added (issue 29): on the leader, each member's entry version as it last polled
     /// them; empty on other nodes.
     pub(super) entry_versions: BTreeMap<String, MemberVersion>,
+    /// Added (issue 32): the seq of the newest event this node applied (0 before any):
+    /// where a watcher that wants only what comes next starts (`GET /v1/events?after=`).
+    pub(super) event_seq: u64,
 }
 
 /// A member's entry version as the leader knows it (`raft::versions::Seen`).
@@ -94,6 +97,7 @@ pub(super) async fn cluster_view(node: &Node) -> ClusterView {
         cluster_version: node.sm.read(|s| s.machine.cluster_version()),
         entry_version_max: node.versions.own(),
         entry_versions: member_versions(node),
+        event_seq: node.sm.read(|s| s.machine.last_event_seq()),
     }
 }
 
@@ -202,12 +206,13 @@ pub async fn metrics(State(node): State<Arc<Node>>) -> Response {
     // applied never exceeds commit in one scrape.
     let raft = node.raft_metrics();
     let commit_index = committed_index(&node).await;
-    let (stats, queues, last_grace_ms) = node.sm.read(|s| {
+    let (stats, queues, last_grace_ms, event_seq) = node.sm.read(|s| {
         let top = crate::telemetry::metrics::top_queues(
             s.machine.queue_stats(),
             crate::telemetry::metrics::QUEUES_EXPORTED_MAX,
         );
-        (s.machine.stats(), top, s.machine.last_grace_ms())
+        let m = &s.machine;
+        (m.stats(), top, m.last_grace_ms(), m.last_event_seq())
     });
     let scrape = crate::telemetry::metrics::Scrape {
         known_leader: node.known_leader(&raft),
@@ -219,6 +224,8 @@ pub async fn metrics(State(node): State<Arc<Node>>) -> Response {
         queues,
         last_grace_ms,
         snapshots: *node.sm.snapshots.lock().expect("snapshot stats lock"),
+        event_seq,
+        event_watchers: node.watchers.count() as u64,
     };
     let text = node.metrics.render(&scrape);
     (

@@ -21,7 +21,7 @@ use super::answer::{error_response, stamp};
 use super::listener::{self, Admission};
 use super::request::check_target;
 use super::routes::{self, RouteId, ROUTES};
-use super::{backup, browser, client_auth, jobs, membership, ops, raft_rpc, ui};
+use super::{backup, browser, client_auth, feed, jobs, membership, ops, raft_rpc, ui};
 use crate::node::Node;
 
 /// The node's HTTP app: every route of [`ROUTES`], then the fallback (404), under the
@@ -66,13 +66,14 @@ fn handler(id: RouteId, m: MethodFilter) -> MethodRouter<Arc<Node>> {
     match id {
         SubmitJob => on(m, jobs::submit),
         ListJobs => on(m, jobs::list),
-        GetJob => on(m, jobs::get_job),
+        GetJob | JobHistory => on(m, jobs::get_job),
         DeleteJob => on(m, jobs::delete_job),
         ClaimJob | RenewJob | CompleteJob | ReleaseJob | FailJob | CancelJob | RetryJob => {
             on(m, jobs::job_action)
         }
         ClaimNext => on(m, jobs::claim_next),
         Redrive => on(m, jobs::redrive),
+        Events => on(m, feed::events),
         Cluster => on(m, ops::cluster),
         Digest => on(m, ops::digest),
         Members => on(m, ui::members),

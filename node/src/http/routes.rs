@@ -39,6 +39,7 @@ use crate::types::{
 pub enum RouteId {
     SubmitJob,
     ListJobs,
+    JobHistory,
     GetJob,
     DeleteJob,
     ClaimJob,
@@ -50,6 +51,7 @@ pub enum RouteId {
     RetryJob,
     ClaimNext,
     Redrive,
+    Events,
     Cluster,
     Digest,
     Members,
@@ -353,7 +355,7 @@ const LEASE_HOLDER_ERRORS: &[ErrorCode] = &[
 
 /// Every route the node serves.
 pub const ROUTES: &[RouteSpec] = {
-    use BudgetClass::{Client, Exempt, LongPoll};
+    use BudgetClass::{Client, Exempt, LongPoll, Stream};
     use ErrorCode::*;
     use Need::{Op, Open};
     use Operation::{
@@ -391,6 +393,23 @@ pub const ROUTES: &[RouteSpec] = {
             response: Body::json("JobPage"),
             success: &[200],
             errors: &[InvalidArgument],
+        },
+        // Before GetJob: both are GETs on the job mount, and GetJob's empty tail ends
+        // every path (the first row whose tail ends the path wins).
+        RouteSpec {
+            id: RouteId::JobHistory,
+            method: "GET",
+            path: "/v1/jobs/{id}/history",
+            mount: JOB_MOUNT,
+            query: &[],
+            need: Op(Read),
+            scope: Job,
+            budget: Client,
+            label: RouteLabel::Job,
+            request: Body::NONE,
+            response: Body::json("History"),
+            success: &[200],
+            errors: &[InvalidArgument, NotFound],
         },
         RouteSpec {
             id: RouteId::GetJob,
@@ -608,6 +627,21 @@ pub const ROUTES: &[RouteSpec] = {
             response: Body::json("MembersView"),
             success: &[200],
             errors: &[],
+        },
+        RouteSpec {
+            id: RouteId::Events,
+            method: "GET",
+            path: "/v1/events",
+            mount: "/v1/events",
+            query: &["after", "queue", "job_id", "limit", "wait_ms"],
+            need: Op(Read),
+            scope: List,
+            budget: Stream,
+            label: RouteLabel::Events,
+            request: Body::NONE,
+            response: Body::json("EventPage"),
+            success: &[200],
+            errors: &[InvalidArgument, EventsCompacted, Unavailable],
         },
         RouteSpec {
             id: RouteId::Rejections,

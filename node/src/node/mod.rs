@@ -9,7 +9,8 @@
 //! - `batcher.rs`: group commit, on a [`Proposer`];
 //! - `ticks.rs`: the leader's ticks that carry cluster time, on a [`Proposer`];
 //! - `upgrade.rs`: the leader's poll of its members' entry versions and the activation
-//!   of a newer cluster version, on a [`Proposer`].
+//!   of a newer cluster version, on a [`Proposer`];
+//! - `watchers.rs`: the bound on open event-feed watchers.
 //!
 //! Below `http`, above `raft`: it may import `raft`, `store` and the lower layers
 //! (`security`, `time`, `telemetry`, `types`), never `http`, `server` or `cli`. A task
@@ -20,6 +21,7 @@ pub mod batcher;
 pub mod proposer;
 pub mod ticks;
 pub mod upgrade;
+pub mod watchers;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -51,6 +53,8 @@ pub struct Limits {
     /// Narrowed TTL range (`serve --ttl-ms-min/--ttl-ms-max`).
     pub ttl_ms_min: u64,
     pub ttl_ms_max: u64,
+    /// Open event-feed watchers at most (`serve --max-watchers`).
+    pub max_watchers: usize,
 }
 
 impl Default for Limits {
@@ -61,6 +65,7 @@ impl Default for Limits {
             forward_hops_max: 2,
             ttl_ms_min: leasehold_statemachine::limits::TTL_MS_MIN,
             ttl_ms_max: leasehold_statemachine::limits::TTL_MS_MAX,
+            max_watchers: watchers::MAX_WATCHERS_DEFAULT,
         }
     }
 }
@@ -86,6 +91,8 @@ pub struct Node {
     pub bootstrap: Arc<Bootstrap>,
     /// This node's entry version and its members' (`raft/versions.rs`).
     pub versions: Arc<Versions>,
+    /// Open event-feed watchers and their bound.
+    pub watchers: watchers::Watchers,
     proposer: Proposer,
     /// The group-commit batcher's queue (`batcher.rs`).
     commits: batcher::Queue,
@@ -174,7 +181,7 @@ impl Node {
             raft: p.raft,
             sm: p.sm,
             time: p.time,
-            limits: p.limits,
+            limits: p.limits.clone(),
             metrics: p.metrics,
             peers: p.peers,
             guards: p.guards,
@@ -182,6 +189,7 @@ impl Node {
             elector: p.elector,
             bootstrap: p.bootstrap,
             versions: p.versions,
+            watchers: watchers::Watchers::new(p.limits.max_watchers),
             proposer,
             commits,
         };

@@ -440,7 +440,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         // Encoded straight into the file: no image of the whole table in memory.
         let bytes = self
             .files
-            .save(meta.clone(), Body::Source(source))
+            .save(meta.clone(), Body::Source(Box::new(source)))
             .await
             .map_err(|e| {
                 StorageIOError::write_snapshot(Some(meta.signature()), AnyError::new(&e))
@@ -572,7 +572,7 @@ fn open_dir(
 /// records of this node's own machine, encoded as they are written.
 enum Body {
     Bytes(Vec<u8>),
-    Source(SnapshotSource),
+    Source(Box<SnapshotSource>),
 }
 
 /// A snapshot file is fdatasynced every this many bytes while it is written, so the
@@ -779,7 +779,7 @@ pub async fn write_snapshot_to(
     source: SnapshotSource,
 ) -> io::Result<(File, u64)> {
     run_in_background_thread(move || {
-        let (mut file, _) = write_format(file, &meta, &Body::Source(source))?;
+        let (mut file, _) = write_format(file, &meta, &Body::Source(Box::new(source)))?;
         let len = file.seek(io::SeekFrom::End(0))?;
         file.seek(io::SeekFrom::Start(0))?;
         Ok((file, len))
@@ -866,7 +866,7 @@ mod tests {
         let (m, d) = read_file(&path).unwrap();
         assert_eq!((m, d), (meta.clone(), machine.clone()));
         let bytes_written = fs::read(&path).unwrap();
-        let streamed = Body::Source(lm.snapshot_source());
+        let streamed = Body::Source(Box::new(lm.snapshot_source()));
         assert_eq!(
             write_file(&Disk::Real, dir.path(), &meta, &streamed).unwrap(),
             body_len

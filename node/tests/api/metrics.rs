@@ -298,6 +298,8 @@ fn a_scrape() -> Scrape {
         last_grace_ms: 250,
         known_leader: None,
         quorum_lost: 0,
+        event_seq: 9,
+        event_watchers: 1,
         snapshots: SnapshotStats {
             builds: 2,
             last_bytes: 4096,

@@ -144,8 +144,9 @@ impl LeaseMachine {
         let rec = job.edit();
         rec.life.cancel_reason = reason.clone();
         rec.life.cancel_requested = to.is_none();
-        if let Some(to) = to {
-            job.move_to(to, Cause::Cancel);
+        match to {
+            Some(to) => job.move_to(to, Cause::Cancel),
+            None => job.note(Cause::CancelRequest),
         }
         Ok(Outcome::Job(self.view(&self.jobs[&handle], now)))
     }
@@ -236,6 +237,7 @@ mod tests {
             created_ms: 0,
             updated_ms: 0,
             log_index: 1,
+            history: Default::default(),
         }
     }
 

@@ -40,14 +40,17 @@ use crate::idempotency::{Bounds, IdempotencyTable, Remembered};
 use crate::limits;
 use crate::wire::{ApiError, ErrorCode};
 
+pub(crate) mod events;
 mod indexes;
 mod lifecycle;
 mod reads;
+pub use reads::EventFilter;
 pub(crate) mod record;
 mod rules;
 mod scoped;
 pub(crate) mod transition;
 
+pub(crate) use events::{EventLog, History};
 pub(crate) use indexes::{FixedHashMap, Indexes};
 pub(crate) use lifecycle::Wait;
 pub(crate) use record::{Closed, JobRecord, Lifecycle, Past, Place, Progress};
@@ -127,6 +130,9 @@ pub struct LeaseMachine {
     pub(crate) idempotency: IdempotencyTable,
     /// Derived from the records' places (`indexes.rs`), rebuilt on restore.
     pub(crate) ix: Indexes,
+    /// The seq counter, the event feed and deleted jobs' histories (`events.rs`). In
+    /// snapshots from v6 on.
+    pub(crate) events: EventLog,
 }
 
 impl Default for LeaseMachine {
@@ -151,6 +157,7 @@ impl LeaseMachine {
             cluster_version: crate::version::CLUSTER_VERSION_INITIAL,
             idempotency: IdempotencyTable::default(),
             ix: Indexes::default(),
+            events: EventLog::default(),
         }
     }
 
@@ -226,6 +233,8 @@ impl LeaseMachine {
     pub fn apply(&mut self, log_index: u64, entry: &Entry) -> Reply {
         debug_assert!(log_index > self.last_log_index, "log applied out of order");
         let now = self.clock_ms.max(entry.stamp_ms);
+        let events_on = self.cluster_version >= events::VERSION_EVENTS;
+        self.events.begin(log_index, now, events_on);
         if entry.term > self.term {
             if self.term != 0 {
                 self.grant_failover_grace(now - self.clock_ms);

@@ -5,7 +5,17 @@
 
 use crate::limits;
 use crate::machine::LeaseMachine;
-use crate::wire::{ApiError, ErrorCode, Job, JobPage, JobState};
+use crate::tenant::Scope;
+use crate::wire::{ApiError, ErrorCode, EventPage, History, Job, JobPage, JobState};
+
+/// Which events a feed read wants (docs/api.md "Event feed").
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EventFilter<'a> {
+    pub queue: Option<&'a str>,
+    pub job_id: Option<&'a str>,
+    /// A scoped caller sees only its own jobs' events.
+    pub scope: Option<&'a Scope>,
+}
 
 impl LeaseMachine {
     /// The earliest store time at which a job changes place without a command: the
@@ -87,5 +97,50 @@ impl LeaseMachine {
             jobs,
             next_page_token,
         })
+    }
+
+    /// Job `job_id`'s last events, oldest first, and its queue; a deleted job's too
+    /// (among the last [`limits::HISTORIES_DELETED_KEPT`] deleted). `None`: no such job.
+    pub fn history(&self, job_id: &str) -> Option<(String, History)> {
+        let (queue, history) = match self.ix.ids.get(job_id) {
+            Some(h) => {
+                let rec = &self.jobs[h];
+                (&rec.queue, &rec.history)
+            }
+            None => {
+                let b = self.events.graveyard.get(job_id)?;
+                (&b.queue, &b.history)
+            }
+        };
+        let events = history
+            .entries()
+            .iter()
+            .map(|e| e.event(job_id, queue))
+            .collect();
+        Some((queue.clone(), History { events }))
+    }
+
+    /// Feed events after seq `after` that `filter` wants, at most `limit`.
+    pub fn events(
+        &self,
+        after: u64,
+        limit: usize,
+        filter: EventFilter<'_>,
+    ) -> Result<EventPage, ApiError> {
+        if limit == 0 || limit > limits::EVENTS_LIMIT_MAX {
+            let max = limits::EVENTS_LIMIT_MAX;
+            let msg = format!("limit must be 1-{max} (got {limit})");
+            return Err(ApiError::new(ErrorCode::InvalidArgument, msg));
+        }
+        self.events.page(after, limit, |e| {
+            filter.queue.is_none_or(|q| q == e.queue)
+                && filter.job_id.is_none_or(|j| j == e.job_id)
+                && filter.scope.is_none_or(|s| s.holds(&e.job_id, &e.queue))
+        })
+    }
+
+    /// The seq of the newest event applied here; 0 before the first.
+    pub fn last_event_seq(&self) -> u64 {
+        self.events.last_seq
     }
 }

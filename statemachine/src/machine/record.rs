@@ -7,6 +7,7 @@
 //! [`LeaseMachine::view`]. May import `wire`; no serde: the snapshot formats have their
 //! own record types (`snapshot/`), converted to and from this one.
 
+use crate::machine::events::History;
 use crate::machine::LeaseMachine;
 use crate::wire::{Job, JobState};
 
@@ -83,6 +84,8 @@ pub(crate) struct JobRecord {
     pub created_ms: u64,
     pub updated_ms: u64,
     pub log_index: u64,
+    /// Its last events (`events.rs`), written only by the transition point.
+    pub history: History,
 }
 
 impl JobRecord {

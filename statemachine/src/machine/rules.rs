@@ -16,6 +16,7 @@ use crate::machine::LeaseMachine;
 pub(crate) use crate::tenant::not_found;
 use crate::tenant::Scope;
 use crate::wire::{ApiError, ErrorCode, Lease};
+use std::sync::Arc;
 
 /// The Lease object of a grant or renew that `rec` just recorded.
 fn lease_of(rec: &JobRecord, owner: &str, ttl_ms: u64, now: u64, log_index: u64) -> Lease {
@@ -92,7 +93,7 @@ impl LeaseMachine {
             match (expiry, due) {
                 (Some((until, handle)), due) if due.is_none_or(|d| until <= d.0) => {
                     let to = self.jobs[&handle].after_expiry(until);
-                    self.move_job(handle, to, cause_of_end(to, Cause::Expire));
+                    self.move_job(handle, to, Cause::Expire);
                 }
                 (_, Some((due_ms, handle))) => {
                     let to = self.jobs[&handle].ready_at(due_ms);
@@ -111,6 +112,7 @@ impl LeaseMachine {
     /// on from a deleted namesake's, or starts at the floor.
     fn new_record(&mut self, log_index: u64, now: u64, id: &str, queue: &str) -> JobRecord {
         let generation = self.tombstones.remove(id).unwrap_or(self.generation_floor);
+        let history = self.events.revive(id);
         JobRecord {
             id: id.to_owned(),
             queue: queue.to_owned(),
@@ -130,6 +132,7 @@ impl LeaseMachine {
             created_ms: now,
             updated_ms: now,
             log_index,
+            history,
         }
     }
 
@@ -371,7 +374,7 @@ impl LeaseMachine {
             job.edit().life.last_error = Some(error.clone());
         }
         let to = job.after_lease(now, how.wait);
-        job.move_to(to, cause_of_end(to, Cause::Release));
+        job.move_noting(to, Cause::Release, how.error.map(String::as_str));
         // The lease ends now, not at its term: a later renew by the same holder is
         // `lease_expired`, "ended at" now.
         job.edit().past.lease_until_ms = now;
@@ -384,7 +387,9 @@ impl LeaseMachine {
             let msg = format!("job {job_id} is leased until {until_ms}");
             return Err(self.job_error(handle, ErrorCode::LeaseHeld, msg));
         }
-        let rec = self.remove_job(handle, Cause::Delete);
+        let mut rec = self.remove_job(handle, Cause::Delete);
+        let history = std::mem::take(&mut Arc::make_mut(&mut rec).history);
+        self.events.bury(&rec.id, &rec.queue, history);
         // Remembered replies sharing the record's payload or result copy them first.
         self.idempotency.materialize(
             handle,
@@ -435,13 +440,5 @@ fn closed(rec: &JobRecord) -> Result<(), (ErrorCode, String)> {
             Err((ErrorCode::JobCancelled, format!("job {id} is cancelled")))
         }
         Place::Scheduled { .. } | Place::Ready { .. } | Place::Leased { .. } => Ok(()),
-    }
-}
-
-/// The cause of a lease's end that went to `to`: a cancellation carried out, or `cause`.
-fn cause_of_end(to: Place, cause: Cause) -> Cause {
-    match to {
-        Place::Closed(Closed::Cancelled) => Cause::Cancel,
-        _ => cause,
     }
 }

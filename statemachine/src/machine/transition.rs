@@ -18,12 +18,14 @@
 //!   any place but Leased ──Delete──▶ (none)
 //! ```
 //!
-//! The history issue feeds its event log from `transition`: it has the job, both
-//! places and the cause (and will take the entry's store time and index).
-//! May import `record` and `indexes`.
+//! The event log (`events.rs`) is fed here and only here: every change of place, and
+//! the one change that is not one (a cancel request on a held lease, [`JobMut::note`]),
+//! reaches [`EventLog::record`] with both places and the cause.
+//! May import `record`, `indexes` and `events`.
 
 use std::sync::Arc;
 
+use crate::machine::events::{Change, EventLog};
 use crate::machine::indexes::Indexes;
 use crate::machine::record::{JobRecord, Past, Place};
 use crate::machine::LeaseMachine;
@@ -45,8 +47,11 @@ pub(crate) enum Cause {
     Fail,
     /// Store time reached a scheduled job's due time.
     Due,
-    /// A cancel (a pending job), or the end of a lease whose job's cancel was requested.
+    /// A cancel of a pending job. (A lease's end that carries out a requested cancel
+    /// keeps its own cause, `Release` or `Expire`; the event log sees where it went.)
     Cancel,
+    /// A cancel of a held lease: the job stays where it is (an event, no move).
+    CancelRequest,
     /// A retry or a redrive of a failed or cancelled job.
     Retry,
     Delete,
@@ -64,6 +69,7 @@ pub(crate) struct JobMut<'m> {
     handle: u64,
     rec: &'m mut JobRecord,
     ix: &'m mut Indexes,
+    events: &'m mut EventLog,
 }
 
 impl JobMut<'_> {
@@ -74,8 +80,30 @@ impl JobMut<'_> {
 
     /// Moves the job to `to` (the transition point).
     pub fn move_to(&mut self, to: Place, cause: Cause) {
-        let from = self.rec.place;
-        transition(self.ix, self.handle, self.rec, Some(from), Some(to), cause);
+        self.move_noting(to, cause, None);
+    }
+
+    /// [`Self::move_to`], with the text its event carries (a release's error).
+    pub fn move_noting(&mut self, to: Place, cause: Cause, text: Option<&str>) {
+        let change = Change {
+            from: Some(self.rec.place),
+            to: Some(to),
+            cause,
+            text,
+        };
+        transition(self.ix, self.events, self.handle, self.rec, &change);
+    }
+
+    /// Records `cause` for the job where it stands: an event without a move.
+    pub fn note(&mut self, cause: Cause) {
+        let here = Some(self.rec.place);
+        let change = Change {
+            from: here,
+            to: here,
+            cause,
+            text: None,
+        };
+        self.events.record(self.rec, &change);
     }
 }
 
@@ -98,13 +126,19 @@ impl LeaseMachine {
             handle,
             rec: Arc::make_mut(rec),
             ix: &mut self.ix,
+            events: &mut self.events,
         }
     }
 
     /// Adds `rec` (its `place` the first) as job `handle`.
     pub(crate) fn add_job(&mut self, handle: u64, mut rec: JobRecord, cause: Cause) {
-        let place = rec.place;
-        transition(&mut self.ix, handle, &mut rec, None, Some(place), cause);
+        let change = Change {
+            from: None,
+            to: Some(rec.place),
+            cause,
+            text: None,
+        };
+        transition(&mut self.ix, &mut self.events, handle, &mut rec, &change);
         let previous = self.jobs.insert(handle, Arc::new(rec));
         assert!(previous.is_none(), "handle {handle} issued twice");
     }
@@ -120,30 +154,35 @@ impl LeaseMachine {
             .jobs
             .remove(&handle)
             .expect("a job the caller looked up");
-        let from = rec.place;
+        let change = Change {
+            from: Some(rec.place),
+            to: None,
+            cause,
+            text: None,
+        };
+        let ix = &mut self.ix;
         transition(
-            &mut self.ix,
+            ix,
+            &mut self.events,
             handle,
             Arc::make_mut(&mut rec),
-            Some(from),
-            None,
-            cause,
+            &change,
         );
         rec
     }
 }
 
 /// The transition point (see the module doc): job `handle`, whose record is `rec`, goes
-/// from `from` (its place; `None`: it is entering the table) to `to` (`None`: it is
-/// leaving).
+/// from `change.from` (its place; `None`: it is entering the table) to `change.to`
+/// (`None`: it is leaving), and the event log records why.
 fn transition(
     ix: &mut Indexes,
+    events: &mut EventLog,
     handle: u64,
     rec: &mut JobRecord,
-    from: Option<Place>,
-    to: Option<Place>,
-    _cause: Cause,
+    change: &Change<'_>,
 ) {
+    let (from, to) = (change.from, change.to);
     debug_assert!(
         from.is_none_or(|f| f == rec.place),
         "a job moves from where it is"
@@ -155,8 +194,7 @@ fn transition(
         rec.place = to;
     }
     ix.shift(handle, &rec.id, &rec.queue, from, to);
-    // The event log (history issue) is fed here, from (handle, from, to, _cause) and the
-    // entry being applied.
+    events.record(rec, change);
 }
 
 /// What leaving `place` leaves behind.

@@ -24,7 +24,7 @@
 //!   written only once every node can read it — the machine writes the oldest format
 //!   that carries its state ([`SnapshotFormat::for_cluster_version`]): v3 until an
 //!   activation raised the cluster version (`version.rs`), v4 at cluster versions 2
-//!   and 3, v5 from 4 (docs/api.md's version 1.1) on.
+//!   and 3, v5 at 4 (docs/api.md's version 1.1), v6 from 5 (events) on.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -32,12 +32,13 @@ use std::sync::Arc;
 use bincode::Options;
 
 use crate::idempotency::{Bounds, IdempotencyTable, Remembered};
-use crate::machine::{Config, Indexes, JobRecord, LeaseMachine, Place};
+use crate::machine::{Config, EventLog, History, Indexes, JobRecord, LeaseMachine, Place};
 use crate::version::CLUSTER_VERSION_INITIAL;
 
 mod v1;
 mod v3;
 mod v5;
+mod v6;
 
 /// Version byte of a snapshot of a machine without a generation floor (every machine
 /// but one seeded from a backup): `[1] ++ bincode(state)`.
@@ -66,6 +67,13 @@ pub const SNAPSHOT_FORMAT_V5: u8 = 5;
 /// The cluster version from which a machine's state needs format v5.
 const CLUSTER_VERSION_V5: u32 = 4;
 
+/// Version byte of a snapshot of a machine at cluster version 5 or later (it records
+/// events): `[6] ++ v5's body ++ bincode(event state)` (`v6.rs`).
+pub const SNAPSHOT_FORMAT_V6: u8 = 6;
+
+/// The cluster version from which a machine's state needs format v6.
+const CLUSTER_VERSION_V6: u32 = crate::machine::events::VERSION_EVENTS;
+
 /// A format this build can write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum SnapshotFormat {
@@ -75,6 +83,8 @@ pub enum SnapshotFormat {
     V4,
     /// [`SNAPSHOT_FORMAT_V5`].
     V5,
+    /// [`SNAPSHOT_FORMAT_V6`].
+    V6,
 }
 
 impl SnapshotFormat {
@@ -83,13 +93,16 @@ impl SnapshotFormat {
             SnapshotFormat::V3 => SNAPSHOT_FORMAT_V3,
             SnapshotFormat::V4 => SNAPSHOT_FORMAT_V4,
             SnapshotFormat::V5 => SNAPSHOT_FORMAT_V5,
+            SnapshotFormat::V6 => SNAPSHOT_FORMAT_V6,
         }
     }
 
     /// The format a machine at `cluster_version` writes: the oldest that carries its
     /// state, so every node the cluster version admits can read it.
     pub fn for_cluster_version(cluster_version: u32) -> SnapshotFormat {
-        if cluster_version >= CLUSTER_VERSION_V5 {
+        if cluster_version >= CLUSTER_VERSION_V6 {
+            SnapshotFormat::V6
+        } else if cluster_version >= CLUSTER_VERSION_V5 {
             SnapshotFormat::V5
         } else if cluster_version > CLUSTER_VERSION_INITIAL {
             SnapshotFormat::V4
@@ -104,7 +117,7 @@ pub enum SnapshotError {
     #[error("snapshot is empty")]
     Empty,
     #[error(
-        "snapshot format version {0} is not supported (this build reads {SNAPSHOT_FORMAT_V1} to {SNAPSHOT_FORMAT_V5})"
+        "snapshot format version {0} is not supported (this build reads {SNAPSHOT_FORMAT_V1} to {SNAPSHOT_FORMAT_V6})"
     )]
     UnknownVersion(u8),
     #[error("snapshot does not decode: {0}")]
@@ -152,6 +165,10 @@ pub enum Inconsistency {
     ExpiredKeyKept(String),
     #[error("idempotency key {0:?} shares a payload or result no job record holds")]
     SharedNotHeld(String),
+    #[error("the history of {0} does not decode, or is out of order")]
+    BadHistory(String),
+    #[error("the event feed's seqs are not consecutive up to the last seq")]
+    BadFeed,
 }
 
 /// The machine's scalars, first in every snapshot format.
@@ -175,6 +192,8 @@ struct Image {
     idempotency: Vec<(String, Remembered)>,
     generation_floor: u64,
     cluster_version: u32,
+    /// The event state; the live jobs' histories are in their records.
+    events: EventLog,
 }
 
 /// An [`Image`] borrowed from a machine or a source, to encode.
@@ -185,6 +204,7 @@ struct ImageRef<'a> {
     idempotency: Vec<(&'a String, &'a Remembered)>,
     generation_floor: u64,
     cluster_version: u32,
+    events: &'a EventLog,
 }
 
 /// The records of a machine at one instant, detached from it: taking one costs a walk
@@ -230,6 +250,7 @@ impl SnapshotSource {
             idempotency: i.idempotency.iter().map(|(k, r)| (k, r)).collect(),
             generation_floor: i.generation_floor,
             cluster_version: i.cluster_version,
+            events: &i.events,
         };
         encode_into(format, &image, w)
     }
@@ -256,6 +277,10 @@ fn encode_into<W: std::io::Write>(
             bincode::serialize_into(w, &image.cluster_version)
         }
         SnapshotFormat::V5 => v5::encode_into(image, w),
+        SnapshotFormat::V6 => {
+            v5::encode_into(image, &mut w)?;
+            v6::encode_into(image, w)
+        }
     }
 }
 
@@ -263,6 +288,7 @@ fn encode_into<W: std::io::Write>(
 fn decode(version: u8, body: &[u8], options: impl Options) -> Result<Image, SnapshotError> {
     let err = |e: bincode::Error| SnapshotError::Decode(e.to_string());
     let mut cluster_version = CLUSTER_VERSION_INITIAL;
+    let mut events = (EventLog::default(), Vec::new());
     let (state, idempotency, floor) = match version {
         SNAPSHOT_FORMAT_V1 => {
             let s: v1::StateV1<v1::RememberedV1> = options.deserialize(body).map_err(err)?;
@@ -300,10 +326,21 @@ fn decode(version: u8, body: &[u8], options: impl Options) -> Result<Image, Snap
         }
         SNAPSHOT_FORMAT_V5 => {
             let (s, floor, version): v5::BodyV5 = options.deserialize(body).map_err(err)?;
-            if version < CLUSTER_VERSION_V5 {
+            if !(CLUSTER_VERSION_V5..CLUSTER_VERSION_V6).contains(&version) {
                 return Err(Inconsistency::FormatForVersion(version).into());
             }
             cluster_version = version;
+            let (s, idem) = split(s);
+            (s.reshaped(), idem, floor)
+        }
+        SNAPSHOT_FORMAT_V6 => {
+            let ((s, floor, version), ev): (v5::BodyV5, v6::EventsV6) =
+                options.deserialize(body).map_err(err)?;
+            if version < CLUSTER_VERSION_V6 {
+                return Err(Inconsistency::FormatForVersion(version).into());
+            }
+            cluster_version = version;
+            events = ev.restore()?;
             let (s, idem) = split(s);
             (s.reshaped(), idem, floor)
         }
@@ -312,16 +349,39 @@ fn decode(version: u8, body: &[u8], options: impl Options) -> Result<Image, Snap
     if let Some(why) = state.jobs.inconsistency {
         return Err(why.into());
     }
+    // Sorted already: built in bulk. A handle written twice keeps its last record, as a
+    // map decoded entry by entry did.
+    let mut jobs: BTreeMap<u64, Arc<JobRecord>> = state.jobs.jobs.into_iter().collect();
+    let (events, histories) = events;
+    attach_histories(&mut jobs, &events, histories)?;
     Ok(Image {
         header: state.header.into(),
-        // Sorted already: built in bulk. A handle written twice keeps its last record,
-        // as a map decoded entry by entry did.
-        jobs: state.jobs.jobs.into_iter().collect(),
+        jobs,
         tombstones: state.tombstones,
         idempotency,
         generation_floor: floor,
         cluster_version,
+        events,
     })
+}
+
+/// Puts each live job's history into its record; a history for no job, or a live id
+/// whose history is also among the deleted ones, is refused.
+fn attach_histories(
+    jobs: &mut BTreeMap<u64, Arc<JobRecord>>,
+    events: &EventLog,
+    histories: Vec<(u64, History)>,
+) -> Result<(), Inconsistency> {
+    for (handle, history) in histories {
+        let rec = jobs
+            .get_mut(&handle)
+            .ok_or_else(|| Inconsistency::BadHistory(format!("handle {handle}")))?;
+        Arc::make_mut(rec).history = history;
+    }
+    match jobs.values().find(|r| events.graveyard.contains_key(&r.id)) {
+        Some(r) => Err(Inconsistency::BadHistory(r.id.clone())),
+        None => Ok(()),
+    }
 }
 
 /// A decoded state with its idempotency entries converted to the in-memory type.
@@ -367,6 +427,7 @@ impl LeaseMachine {
                 .collect(),
             generation_floor: self.generation_floor,
             cluster_version: self.cluster_version,
+            events: self.events.clone(),
         };
         SnapshotSource { image }
     }
@@ -387,6 +448,7 @@ impl LeaseMachine {
             idempotency: self.idempotency.entries().collect(),
             generation_floor: self.generation_floor,
             cluster_version: self.cluster_version,
+            events: &self.events,
         };
         let mut out = Vec::new();
         encode_into(format, &image, &mut out).expect("state always encodes");
@@ -419,6 +481,7 @@ impl LeaseMachine {
         m.tombstones = image.tombstones;
         m.generation_floor = image.generation_floor;
         m.cluster_version = image.cluster_version;
+        m.events = image.events;
         m.idempotency = IdempotencyTable::from_entries(image.idempotency, Bounds::of(&h.config))?;
         for (&handle, rec) in &image.jobs {
             if handle >= m.next_handle {
@@ -515,6 +578,8 @@ impl LeaseMachine {
             }
         }
         self.ix.check(&self.jobs);
+        self.events
+            .check(self.jobs.values().map(|r| (r.id.as_str(), &r.history)));
         self.idempotency
             .check_invariants(self.clock_ms, Bounds::of(&self.config));
         for (key, r) in self.idempotency.entries() {

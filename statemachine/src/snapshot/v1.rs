@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::command::{Outcome, Reply};
 use crate::idempotency::{Kept, Remembered};
-use crate::machine::{Closed, Config, JobRecord, Lifecycle, Past, Place};
+use crate::machine::{Closed, Config, History, JobRecord, Lifecycle, Past, Place};
 use crate::snapshot::{Header, Inconsistency};
 use crate::wire::{ApiError, ErrorCode, Job, JobState, Lease};
 
@@ -186,6 +186,7 @@ impl TryFrom<JobRecordV1<String>> for JobRecord {
             created_ms: r.created_ms,
             updated_ms: r.updated_ms,
             log_index: r.log_index,
+            history: History::default(),
         })
     }
 }

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::command::{Outcome, Reply};
 use crate::idempotency::{Kept, Remembered};
-use crate::machine::{Closed, JobRecord, Lifecycle, Past, Place, Progress};
+use crate::machine::{Closed, History, JobRecord, Lifecycle, Past, Place, Progress};
 use crate::snapshot::v1::{HeaderV1, StateV1};
 use crate::snapshot::v3::SharedV3;
 use crate::snapshot::{ImageRef, Inconsistency};
@@ -165,6 +165,7 @@ impl TryFrom<JobRecordV5<String>> for JobRecord {
             created_ms: r.created_ms,
             updated_ms: r.updated_ms,
             log_index: r.log_index,
+            history: History::default(),
         })
     }
 }

@@ -40,6 +40,7 @@ fn every_route_declares_its_operation() {
     let want = [
         "POST /v1/jobs Op(Submit) Command",
         "GET /v1/jobs Op(Read) List",
+        "GET /v1/jobs/{id}/history Op(Read) Job",
         "GET /v1/jobs/{id} Op(Read) Job",
         "DELETE /v1/jobs/{id} Op(Delete) Command",
         "POST /v1/jobs/{id}/claim Op(Claim) Command",
@@ -54,6 +55,7 @@ fn every_route_declares_its_operation() {
         "GET /v1/cluster Op(Read) Shared",
         "GET /v1/cluster/digest Op(Read) Shared",
         "GET /v1/cluster/members Op(Read) Shared",
+        "GET /v1/events Op(Read) List",
         "GET /v1/cluster/rejections Op(Read) Shared",
         "POST /v1/cluster/nodes Op(Manage) UnscopedOnly",
         "DELETE /v1/cluster/nodes/{id} Op(Manage) UnscopedOnly",

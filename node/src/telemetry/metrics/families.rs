@@ -28,7 +28,7 @@ use MetricType::{Counter, Gauge, Histogram};
 
 /// In the order a scrape shows them: this node's own counters, then the state read at
 /// scrape time (Raft, jobs, snapshots).
-pub const FAMILIES: [FamilySpec; 33] = [
+pub const FAMILIES: [FamilySpec; 35] = [
     family("leasehold_requests_total", Counter, "HTTP requests by route and status"),
     family(
         "leasehold_request_duration_seconds",
@@ -98,6 +98,16 @@ pub const FAMILIES: [FamilySpec; 33] = [
         "leasehold_cluster_time_ms",
         Gauge,
         "Cluster time as this node estimates it",
+    ),
+    family(
+        "leasehold_event_seq",
+        Gauge,
+        "Seq of the newest event this node applied (GET /v1/events)",
+    ),
+    family(
+        "leasehold_event_watchers",
+        Gauge,
+        "Event-feed watchers (streams and waiting long polls) open on this node",
     ),
     family(
         "leasehold_raft_quorum_lost_total",

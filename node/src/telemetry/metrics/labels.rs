@@ -21,6 +21,7 @@ pub enum RouteLabel {
     Job,
     QueueClaim,
     QueueRedrive,
+    Events,
     Cluster,
     Digest,
     Members,
@@ -37,11 +38,12 @@ pub enum RouteLabel {
 }
 
 impl RouteLabel {
-    pub const ALL: [RouteLabel; 17] = [
+    pub const ALL: [RouteLabel; 18] = [
         RouteLabel::Jobs,
         RouteLabel::Job,
         RouteLabel::QueueClaim,
         RouteLabel::QueueRedrive,
+        RouteLabel::Events,
         RouteLabel::Cluster,
         RouteLabel::Digest,
         RouteLabel::Members,
@@ -63,6 +65,7 @@ impl RouteLabel {
             RouteLabel::Job => "/v1/jobs/{id}",
             RouteLabel::QueueClaim => "/v1/queues/{queue}/claim",
             RouteLabel::QueueRedrive => "/v1/queues/{queue}/redrive",
+            RouteLabel::Events => "/v1/events",
             RouteLabel::Cluster => "/v1/cluster",
             RouteLabel::Digest => "/v1/cluster/digest",
             RouteLabel::Members => "/v1/cluster/members",

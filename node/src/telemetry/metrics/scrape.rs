@@ -41,6 +41,10 @@ pub struct Scrape {
     pub known_leader: Option<u64>,
     /// Times check quorum deposed this node (`Elector::deposals`).
     pub quorum_lost: u64,
+    /// The seq of the newest event applied here.
+    pub event_seq: u64,
+    /// Event-feed watchers open on this node (`node::watchers`).
+    pub event_watchers: u64,
 }
 
 /// Snapshot builds of this node since it started: the state-machine store records them,
@@ -154,6 +158,8 @@ fn raft(r: &mut Registry, s: &Scrape) {
     let learners = membership.learner_ids().count() as u64;
     gauge(r, "leasehold_raft_learners", learners);
     gauge(r, "leasehold_cluster_time_ms", s.cluster_time_ms);
+    gauge(r, "leasehold_event_seq", s.event_seq);
+    gauge(r, "leasehold_event_watchers", s.event_watchers);
     counter(r, "leasehold_raft_quorum_lost_total", s.quorum_lost);
 }
 

@@ -1,0 +1,134 @@
+//! Snapshot format v6: `[6] ++ v5's body ++ bincode(EventsV6)`, written once the cluster
+//! version reaches 5, the entry version from which the machine records events
+//! (`machine/events.rs`).
+//!
+//! What v6 added over v5: the event state — the seq counter, each live job's history
+//! (by handle), the deleted jobs' histories (oldest deletion first) and the event feed.
+//! A history travels as its encoded bytes (`History::raw`: each event a
+//! `HistoryEntry` in bincode's varint encoding), and a feed event as its job's id and
+//! queue and a `HistoryEntry`: that encoding is v6's and never changes. May import `v5`
+//! and the in-memory types it converts.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::machine::events::HistoryEntry;
+use crate::machine::{EventLog, History};
+use crate::snapshot::{ImageRef, Inconsistency};
+
+/// A history as v6 carries it: `History::raw`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct HistoryV6 {
+    count: u8,
+    bytes: Vec<u8>,
+}
+
+/// The event state as v6 carries it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct EventsV6 {
+    last_seq: u64,
+    /// Live jobs' histories, by handle, in handle order (jobs without events left out).
+    histories: Vec<(u64, HistoryV6)>,
+    /// Deleted jobs' histories: (id, queue, history), oldest deletion first.
+    graveyard: Vec<(String, String, HistoryV6)>,
+    /// The feed, oldest first: (job id, queue, event).
+    feed: Vec<(String, String, HistoryEntry)>,
+}
+
+fn history_v6(h: &History) -> HistoryV6 {
+    let (count, bytes) = h.raw();
+    HistoryV6 {
+        count,
+        bytes: bytes.to_vec(),
+    }
+}
+
+fn history_of(id: &str, h: HistoryV6) -> Result<History, Inconsistency> {
+    History::from_raw(h.count, h.bytes).map_err(|_| Inconsistency::BadHistory(id.to_owned()))
+}
+
+/// Writes `image`'s event state (after v5's body).
+pub(super) fn encode_into<W: std::io::Write>(image: &ImageRef<'_>, w: W) -> bincode::Result<()> {
+    let events = image.events;
+    let histories = image
+        .jobs
+        .iter()
+        .filter(|(_, r)| r.history.len() > 0)
+        .map(|(&h, r)| (h, history_v6(&r.history)))
+        .collect();
+    let graveyard = events
+        .buried
+        .values()
+        .map(|id| {
+            let b = &events.graveyard[id];
+            (id.clone(), b.queue.clone(), history_v6(&b.history))
+        })
+        .collect();
+    let feed = events
+        .feed
+        .iter()
+        .map(|e| (e.job_id.clone(), e.queue.clone(), HistoryEntry::of(e)))
+        .collect();
+    let v6 = EventsV6 {
+        last_seq: events.last_seq,
+        histories,
+        graveyard,
+        feed,
+    };
+    bincode::serialize_into(w, &v6)
+}
+
+/// What v6's event state gives back: the log, and the live jobs' histories by handle.
+pub(super) type Restored = (EventLog, Vec<(u64, History)>);
+
+impl EventsV6 {
+    /// The event state, checked: histories decode, seqs stay at or below `last_seq`, and
+    /// the feed's seqs are consecutive up to it.
+    pub(super) fn restore(self) -> Result<Restored, Inconsistency> {
+        let mut log = EventLog::after(self.last_seq);
+        let mut histories = Vec::with_capacity(self.histories.len());
+        for (handle, h) in self.histories {
+            let h = history_of(&format!("handle {handle}"), h)?;
+            check_seqs(&log, &h, &format!("handle {handle}"))?;
+            histories.push((handle, h));
+        }
+        for (id, queue, h) in self.graveyard {
+            let h = history_of(&id, h)?;
+            check_seqs(&log, &h, &id)?;
+            let seq = h.entries().last().map(|e| e.seq);
+            if log.graveyard.contains_key(&id) || seq.is_none_or(|s| log.buried.contains_key(&s)) {
+                return Err(Inconsistency::BadHistory(id));
+            }
+            log.bury(&id, &queue, h);
+        }
+        log.feed = feed_of(self.feed, self.last_seq)?;
+        Ok((log, histories))
+    }
+}
+
+fn check_seqs(log: &EventLog, h: &History, id: &str) -> Result<(), Inconsistency> {
+    match h.entries().last() {
+        Some(e) if e.seq > log.last_seq => Err(Inconsistency::BadHistory(id.to_owned())),
+        _ => Ok(()),
+    }
+}
+
+fn feed_of(
+    feed: Vec<(String, String, HistoryEntry)>,
+    last_seq: u64,
+) -> Result<VecDeque<Arc<crate::wire::Event>>, Inconsistency> {
+    let first = last_seq + 1 - feed.len() as u64;
+    if feed.len() as u64 > last_seq || feed.len() > crate::limits::FEED_EVENTS_KEPT_MAX {
+        return Err(Inconsistency::BadFeed);
+    }
+    let mut out = VecDeque::with_capacity(feed.len());
+    for (i, (id, queue, e)) in feed.into_iter().enumerate() {
+        if e.seq != first + i as u64 {
+            return Err(Inconsistency::BadFeed);
+        }
+        out.push_back(Arc::new(e.event(&id, &queue)));
+    }
+    Ok(out)
+}
