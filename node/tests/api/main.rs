@@ -18,6 +18,7 @@ mod common;
 
 mod browser;
 mod client_auth;
+mod events;
 mod hostile_load;
 mod idempotency_bytes;
 mod json_depth;
