@@ -13,7 +13,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use crate::history::{
-    Accepted, Backoff, FinalJob, Nanos, Op, OpKind, Outcome, ReplicaDigest, RunRecord,
+    Accepted, Backoff, FinalJob, Nanos, Op, OpKind, Outcome, ReplicaDigest, ReplicaFeed, RunRecord,
 };
 
 /// How many violations [`Report::summary`] spells out.
@@ -72,6 +72,14 @@ pub enum ViolationKind {
     /// `g`). The end is at least the last store time any acked claim or renew of `g`
     /// answered, so the rule only ever errs towards silence.
     ClaimedBeforeDue,
+    /// The replicas' event feeds differ after healing, or one's seqs are not consecutive
+    /// (docs/api.md: "every node serves the same sequence … never with a gap").
+    FeedsDiverge,
+    /// An acked claim or complete has no `claimed`/`completed` event with its job,
+    /// generation and owner in the feed, although the feed covers its time (issue 32:
+    /// the feed records every transition; the checker trusts its own history, not the
+    /// cluster's).
+    EventMissing,
 }
 
 /// Drift allowance of [`ViolationKind::ClusterTimeAhead`], in percent: the client's
@@ -179,6 +187,7 @@ pub fn check(run: &RunRecord) -> Report {
         c.durability(&jobs, finals);
     }
     c.replicas(&run.replicas);
+    c.feeds(&run.feeds, &jobs);
     c.destination(&run.accepted);
     c.cluster_time(&run.ops);
     Report {
@@ -668,4 +677,82 @@ fn believed_ends<'a>(ops: &[&'a Op]) -> HashMap<(u64, &'a str), Nanos> {
         }
     }
     deadline
+}
+
+/// The feed rules ([`ViolationKind::FeedsDiverge`], [`ViolationKind::EventMissing`]).
+impl Checker {
+    fn feeds(&mut self, feeds: &[ReplicaFeed], jobs: &BTreeMap<&str, Vec<&Op>>) {
+        let Some(first) = feeds.first() else { return };
+        for f in feeds {
+            if let Some(w) = f.events.windows(2).find(|w| w[0].seq + 1 != w[1].seq) {
+                let detail = format!("node {}: seq {} then {}", f.node_id, w[0].seq, w[1].seq);
+                self.push(ViolationKind::FeedsDiverge, "", detail);
+            }
+            if f.events != first.events {
+                let at = f.events.iter().zip(&first.events).position(|(a, b)| a != b);
+                let detail = format!(
+                    "node {} ({} events) and node {} ({} events) differ from index {:?}",
+                    f.node_id,
+                    f.events.len(),
+                    first.node_id,
+                    first.events.len(),
+                    at
+                );
+                self.push(ViolationKind::FeedsDiverge, "", detail);
+            }
+        }
+        let Some(start) = first.events.first() else {
+            return;
+        };
+        let recorded: HashMap<(&str, &str, u64), Option<&str>> = first
+            .events
+            .iter()
+            .map(|e| {
+                (
+                    (e.job_id.as_str(), e.event.as_str(), e.generation),
+                    e.owner.as_deref(),
+                )
+            })
+            .collect();
+        for (job, ops) in jobs {
+            self.events_of(job, ops, start.cluster_time_ms, &recorded);
+        }
+    }
+
+    /// Each acked claim applied after the feed's first event (by store time), and each
+    /// acked complete of such a claim, has its event with the worker as owner.
+    fn events_of(
+        &mut self,
+        job: &str,
+        ops: &[&Op],
+        feed_start_ms: u64,
+        recorded: &HashMap<(&str, &str, u64), Option<&str>>,
+    ) {
+        let covered: Vec<u64> = ops
+            .iter()
+            .filter(|o| o.kind == OpKind::Claim && is_ok(o))
+            .filter(|o| o.cluster_time_ms.is_some_and(|t| t > feed_start_ms))
+            .filter_map(|o| o.generation)
+            .collect();
+        for op in ops.iter().filter(|o| is_ok(o)) {
+            let kind = match op.kind {
+                OpKind::Claim => "claimed",
+                OpKind::Complete => "completed",
+                _ => continue,
+            };
+            let Some(g) = op.generation.filter(|g| covered.contains(g)) else {
+                continue;
+            };
+            match recorded.get(&(job, kind, g)) {
+                Some(Some(owner)) if *owner == op.process => {}
+                found => {
+                    let detail = format!(
+                        "acked {kind} of generation {g} by {}: the feed has {found:?}",
+                        op.process
+                    );
+                    self.push(ViolationKind::EventMissing, job, detail);
+                }
+            }
+        }
+    }
 }

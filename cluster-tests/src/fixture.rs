@@ -18,7 +18,7 @@ pub use leasehold_proc_cluster::{
     free_port, leasehold_bin, Added, ClusterOpts, NodeSpec, ProcCluster, Status, POLL,
 };
 
-use crate::history::{FinalJob, ReplicaDigest};
+use crate::history::{FeedEvent, FinalJob, ReplicaDigest, ReplicaFeed};
 use crate::nodes::Nodes;
 
 /// `leasehold cluster ARGS --endpoints=ADDR` run with `bin`, as an operator runs it:
@@ -57,6 +57,35 @@ pub async fn converged_digests(c: &impl Nodes, bound: Duration) -> Vec<ReplicaDi
         }
         tokio::time::sleep(POLL * 4).await;
     }
+}
+
+/// One page of `GET /v1/events`, as far as the checker reads it.
+#[derive(serde::Deserialize)]
+struct FeedPage {
+    events: Vec<FeedEvent>,
+    next_after: u64,
+}
+
+/// Every event each node's feed holds, page by page (after [`converged_digests`]: the
+/// nodes applied the same log). A node that stops answering mid-read is left out.
+pub async fn feeds(c: &impl Nodes) -> Vec<ReplicaFeed> {
+    let mut out = Vec::new();
+    'nodes: for node_id in c.ids() {
+        let (mut events, mut after) = (Vec::new(), 0);
+        loop {
+            let path = format!("/v1/events?after={after}&limit=1000");
+            let Some(page) = c.get_json::<FeedPage>(node_id, &path).await else {
+                continue 'nodes;
+            };
+            if page.events.is_empty() {
+                break;
+            }
+            after = page.next_after;
+            events.extend(page.events);
+        }
+        out.push(ReplicaFeed { node_id, events });
+    }
+    out
 }
 
 /// Reads each job through the cluster (linearizable, via any node), retrying each

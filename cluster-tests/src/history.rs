@@ -106,6 +106,25 @@ pub struct ReplicaDigest {
     pub digest: String,
 }
 
+/// One event of a replica's feed, as the checker compares it (`GET /v1/events`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FeedEvent {
+    pub seq: u64,
+    pub job_id: String,
+    /// `submitted`, `claimed`, `completed`… (docs/api.md "History and the event feed").
+    pub event: String,
+    pub generation: u64,
+    pub owner: Option<String>,
+    pub cluster_time_ms: u64,
+}
+
+/// Every event one replica's feed held after the run, oldest first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaFeed {
+    pub node_id: u64,
+    pub events: Vec<FeedEvent>,
+}
+
 /// One write the destination accepted, in acceptance order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Accepted {
@@ -145,6 +164,9 @@ pub struct RunRecord {
     pub final_jobs: Option<Vec<FinalJob>>,
     /// Every replica's digest after healing (empty if not read).
     pub replicas: Vec<ReplicaDigest>,
+    /// Every replica's event feed after healing (empty if not read).
+    #[serde(default)]
+    pub feeds: Vec<ReplicaFeed>,
     /// The destination's accepted writes, in order.
     pub accepted: Vec<Accepted>,
 }

@@ -323,6 +323,7 @@ impl<C: Nodes> Chaos<C> {
             .collect();
         let final_jobs = fixture::final_jobs(&self.cluster, &jobs, Duration::from_secs(30)).await;
         let replicas = fixture::converged_digests(&self.cluster, Duration::from_secs(30)).await;
+        let feeds = fixture::feeds(&self.cluster).await;
         let accepted = self
             .dest
             .accepted()
@@ -339,6 +340,7 @@ impl<C: Nodes> Chaos<C> {
             backoffs: self.backoffs.clone(),
             final_jobs: Some(final_jobs),
             replicas,
+            feeds,
             accepted,
         };
         let report = check(&run);

@@ -8,7 +8,8 @@
 
 use leasehold_cluster_tests::checker::{check, Report, ViolationKind};
 use leasehold_cluster_tests::history::{
-    Accepted, FinalJob, Nanos, Op, OpKind, Outcome, ReplicaDigest, RunRecord,
+    Accepted, FeedEvent, FinalJob, Nanos, Op, OpKind, Outcome, ReplicaDigest, ReplicaFeed,
+    RunRecord,
 };
 
 use ViolationKind::*;
@@ -179,6 +180,29 @@ impl History {
             applied_index,
             digest: digest.to_string(),
         });
+        self
+    }
+
+    /// The op recorded last was applied at store time `ms`.
+    fn stored_at(mut self, ms: u64) -> Self {
+        self.run.ops.last_mut().unwrap().cluster_time_ms = Some(ms);
+        self
+    }
+
+    /// Node `node_id`'s feed held `events`: (seq, job, event, generation, owner, time).
+    fn feed(mut self, node_id: u64, events: &[(u64, &str, &str, u64, Option<&str>, u64)]) -> Self {
+        let events = events
+            .iter()
+            .map(|&(seq, job, event, generation, owner, t)| FeedEvent {
+                seq,
+                job_id: job.into(),
+                event: event.into(),
+                generation,
+                owner: owner.map(String::from),
+                cluster_time_ms: t,
+            })
+            .collect();
+        self.run.feeds.push(ReplicaFeed { node_id, events });
         self
     }
 
@@ -712,4 +736,38 @@ fn a_claim_before_the_backoff_ran_out_is_caught() {
         .delay_ms(5),
         500
     );
+}
+
+/// Issue 32: the cluster's event feed against the checker's own history.
+#[test]
+fn the_feed_must_hold_every_acked_claim_and_completion() {
+    type E<'a> = (u64, &'a str, &'a str, u64, Option<&'a str>, u64);
+    let full: &[E] = &[
+        (1, "j", "submitted", 0, None, 1_000),
+        (2, "j", "claimed", 1, Some("a"), 1_010),
+        (3, "j", "completed", 1, Some("a"), 1_020),
+    ];
+    let run = || {
+        History::new()
+            .claim("a", "j", 1, (0, 10), 900)
+            .stored_at(1_010)
+            .complete("a", "j", 1, (20, 30))
+    };
+    assert_clean(&run().feed(1, full).feed(2, full).feed(3, full));
+    // A completion the feed lacks, on every node alike.
+    let no_completion = &full[..2];
+    let h = run().feed(1, no_completion).feed(2, no_completion);
+    assert_only(&h, EventMissing);
+    // The claim recorded for another owner.
+    let mut other: Vec<E> = full.to_vec();
+    other[1].4 = Some("b");
+    assert_only(&run().feed(1, &other), EventMissing);
+    // A claim applied before the feed's first event (before events were recorded) is
+    // not looked for.
+    let later: &[E] = &[(7, "k", "submitted", 0, None, 5_000)];
+    assert_clean(&run().feed(1, later));
+    // Replicas whose feeds differ, or with a gap.
+    assert_only(&run().feed(1, full).feed(2, no_completion), FeedsDiverge);
+    let gap: &[E] = &[full[0], full[1], (4, "j", "completed", 1, Some("a"), 1_020)];
+    assert_only(&run().feed(1, gap), FeedsDiverge);
 }

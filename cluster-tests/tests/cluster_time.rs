@@ -341,6 +341,7 @@ async fn a_leader_cut_off_while_the_majority_was_down_does_not_expire_leases_ear
         ops: rec.ops(),
         final_jobs: Some(fixture::final_jobs(&c, &jobs, BOUND).await),
         replicas: fixture::converged_digests(&c, BOUND).await,
+        feeds: fixture::feeds(&c).await,
         accepted: Vec::new(),
         backoffs: Default::default(),
     };
