@@ -1,7 +1,7 @@
 //! A rolling upgrade with real processes (issue 29, item 5): three nodes of the previous
 //! release under a claim/complete load are restarted one at a time on this build, on
 //! their own data dirs. While any node runs the previous release the cluster version
-//! stays the previous release's (1 before entry versions, 3 for issue 30's release:
+//! stays the previous release's (1 before entry versions, 4 for issue 31's release:
 //! nothing is written that it cannot read); after the last, the leader
 //! activates this build's entry version. Then a downgrade is refused: the previous release started on an
 //! upgraded node's data dir exits without serving, and so does this build claiming the

@@ -9,7 +9,9 @@
 //! 1,000,000-job state. Last (issue 31), claim-next + complete over a million jobs on a
 //! plain queue against a million spread over 1,000 due times and 5 priorities, half of
 //! them due when the loop starts and one more due time passing every second of store
-//! time during it (a fresh machine each, at version 1.1). Single-threaded.
+//! time during it (a fresh machine each, at version 1.1). Last (issue 32), the same loop
+//! on a plain queue at entry version 4 (no events) against version 5 (every claim and
+//! completion recorded in the job's history and the feed). Single-threaded.
 //!
 //! Each figure is wall-clock time; where Linux exposes it, the thread's on-CPU time is
 //! printed too, which stays meaningful on a machine shared with other work.
@@ -291,7 +293,7 @@ fn main() {
 
     // 5. Claim-next over a plain queue against one spread over due times and priorities.
     for scheduled in [false, true, false, true] {
-        let mut log = lifecycle_machine(scheduled);
+        let mut log = lifecycle_machine(scheduled, 4);
         let what = if scheduled {
             "1,000 due times × 5 priorities"
         } else {
@@ -305,19 +307,32 @@ fn main() {
         );
         std::mem::forget(log);
     }
+
+    // 6. The cost of recording events: the plain loop without and with them.
+    for version in [4, 5, 4, 5] {
+        let mut log = lifecycle_machine(false, version);
+        let timer = Timer::start();
+        claim_next_loop(&mut log, "q", 20_000);
+        let what = if version >= 5 { "with events" } else { "no events" };
+        println!(
+            "claim-next + complete over 1,000,000 jobs, entry version {version} ({what}): {}",
+            rate_line(40_000, timer.stop())
+        );
+        std::mem::forget(log);
+    }
 }
 
-/// A machine at version 1.1 with 1,000,000 jobs in queue `q`: plain, or spread over
+/// A machine at entry version `version` (≥ 4: 1.1) with 1,000,000 jobs in queue `q`: plain, or spread over
 /// 1,000 due times a second apart and 5 priorities, with store time moved (by a tick a
 /// second, as a leader's ticks would) to the 500th due time.
-fn lifecycle_machine(scheduled: bool) -> Log {
+fn lifecycle_machine(scheduled: bool, version: u32) -> Log {
     let start = 1_764_000_000_000u64;
     let mut log = Log {
         machine: LeaseMachine::new(Config::default()),
         index: 0,
         stamp: start,
     };
-    let e = log.entry(None, Command::ActivateVersion { version: 4 });
+    let e = log.entry(None, Command::ActivateVersion { version });
     log.apply(&e).expect("activates");
     for n in 0..JOBS {
         let (run_at_ms, priority) = match scheduled {

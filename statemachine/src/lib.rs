@@ -12,8 +12,9 @@
 //! - [`descriptor`]: every fact about a command, written once: name, operation, scope
 //!   rule, outcome names, the entry version that introduced it, and what it names.
 //! - [`machine`]: `LeaseMachine::apply` and, in its files, the job record and its
-//!   place, the indexes, the one transition point, the rules (failover grace included)
-//!   and the reads (`next_deadline_ms`).
+//!   place, the indexes, the one transition point, the event log it feeds (histories
+//!   and the feed, `events.rs`), the rules (failover grace included) and the reads
+//!   (`next_deadline_ms`, `history`, `events`).
 //! - `idempotency`: the table of remembered replies to keyed requests, bounded in keys,
 //!   accounted bytes and per caller scope.
 //! - `replies`: what a keyed request's reply is remembered as, and how a retry is
@@ -26,8 +27,9 @@
 //! - [`version`]: entry versions, the cluster version and its activation (rolling
 //!   upgrades).
 //! - [`snapshot`]: `snapshot()`/`restore()` and `check_invariants()`; the versioned
-//!   snapshot formats (`snapshot/v1.rs`, `v3.rs`, `v4.rs`: their own record and reply
-//!   types); why a restore is refused ([`SnapshotError`], [`Inconsistency`]).
+//!   snapshot formats (`snapshot/v1.rs`, `v3.rs`, `v5.rs`, `v6.rs`: their own record,
+//!   reply and event types); why a restore is refused ([`SnapshotError`],
+//!   [`Inconsistency`]).
 
 pub mod command;
 pub mod descriptor;

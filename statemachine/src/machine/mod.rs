@@ -24,11 +24,13 @@
 //!   requests (remembered replies) and batches.
 //! - `record`: [`JobRecord`](record::JobRecord) and its place; how a record is shown.
 //! - `indexes`: the derived indexes and counts, changed only by a place change.
-//! - `transition`: the one transition point (and the event hook).
+//! - `transition`: the one transition point, which feeds the event log.
+//! - `events`: the event log: the seq counter, each job's compact history, the deleted
+//!   jobs' histories and the feed.
 //! - `rules`: the rules, each deciding a job's next place.
 //! - `scoped`: a command held to its caller's tenant scope, checked against the stored
 //!   job before its rule runs.
-//! - `reads`: `job`, `list`, `next_deadline_ms`.
+//! - `reads`: `job`, `list`, `next_deadline_ms`, `history`, `events`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
