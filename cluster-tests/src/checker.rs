@@ -115,6 +115,9 @@ pub struct Stats {
     pub completes_ok: usize,
     /// Writes the destination accepted (`RunRecord::accepted`).
     pub writes_accepted: usize,
+    /// Replicas whose event feed was read, and the events of the first.
+    pub feeds: usize,
+    pub events: usize,
 }
 
 /// The checker's verdict on one run.
@@ -135,7 +138,7 @@ impl Report {
         let s = &self.stats;
         let mut out = format!(
             "{} ops ({} ok, {} failed, {} unknown) on {} jobs; {} claims ok, \
-             {} completes ok, {} writes accepted\n",
+             {} completes ok, {} writes accepted; {} events in each of {} feeds\n",
             s.ops,
             s.ok,
             s.failed,
@@ -143,7 +146,9 @@ impl Report {
             s.jobs,
             s.claims_ok,
             s.completes_ok,
-            s.writes_accepted
+            s.writes_accepted,
+            s.events,
+            s.feeds
         );
         if self.is_ok() {
             out.push_str("no violations\n");
@@ -213,6 +218,8 @@ fn stats(run: &RunRecord, jobs: usize) -> Stats {
         claims_ok: acked(OpKind::Claim),
         completes_ok: acked(OpKind::Complete),
         writes_accepted: run.accepted.len(),
+        feeds: run.feeds.len(),
+        events: run.feeds.first().map_or(0, |f| f.events.len()),
     }
 }
 

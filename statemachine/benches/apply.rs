@@ -313,7 +313,11 @@ fn main() {
         let mut log = lifecycle_machine(false, version);
         let timer = Timer::start();
         claim_next_loop(&mut log, "q", 20_000);
-        let what = if version >= 5 { "with events" } else { "no events" };
+        let what = if version >= 5 {
+            "with events"
+        } else {
+            "no events"
+        };
         println!(
             "claim-next + complete over 1,000,000 jobs, entry version {version} ({what}): {}",
             rate_line(40_000, timer.stop())

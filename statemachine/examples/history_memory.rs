@@ -21,7 +21,9 @@ fn rss_bytes() -> u64 {
 fn main() {
     let mut args = std::env::args().skip(1);
     let version: u32 = args.next().map_or(5, |v| v.parse().expect("a version"));
-    let jobs: u64 = args.next().map_or(1_000_000, |n| n.parse().expect("a count"));
+    let jobs: u64 = args
+        .next()
+        .map_or(1_000_000, |n| n.parse().expect("a count"));
     let mut m = LeaseMachine::new(Config::default());
     let (mut index, mut stamp) = (0u64, 1_764_000_000_000u64);
     let mut apply = |m: &mut LeaseMachine, command: Command| {

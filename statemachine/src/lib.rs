@@ -51,7 +51,7 @@ pub use command::{
 pub use descriptor::{
     CommandScope, Descriptor, MissingJob, Names, Operation, DESCRIPTORS, ENTRY_VERSION_MAX,
 };
-pub use machine::{Config, EventFilter, LeaseMachine, Stats};
+pub use machine::{Config, EventFilter, FeedEvent, LeaseMachine, Stats};
 pub use queue_stats::QueueStats;
 pub use raise::{GenerationOverflow, Raised};
 pub use snapshot::{Inconsistency, SnapshotError, SnapshotFormat, SnapshotSource};

@@ -25,7 +25,7 @@ use leasehold_statemachine::limits::{
     self, EVENTS_LIMIT_DEFAULT, EVENTS_LIMIT_MAX, EVENTS_WAIT_MS_MAX,
 };
 use leasehold_statemachine::tenant::Scope;
-use leasehold_statemachine::{ApiError, ErrorBody, ErrorCode, Event, EventFilter, EventPage};
+use leasehold_statemachine::{ApiError, ErrorBody, ErrorCode, EventFilter, EventPage, FeedEvent};
 use serde::Deserialize;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -77,23 +77,35 @@ pub async fn events(State(node): State<Arc<Node>>, req: Request) -> Response {
         Ok(w) => w,
         Err(e) => return error_response(&e),
     };
+    if stream {
+        return open_stream(node, &req, watch);
+    }
     // The first page answers at once, a 410 included, before anything waits.
     let first = match local_page(&node, &watch) {
         Ok(page) => page,
         Err(e) => return error_response(&e),
     };
-    let waits = stream || (first.events.is_empty() && !watch.wait.is_zero());
-    if !waits {
+    if !first.events.is_empty() || watch.wait.is_zero() {
         return json_response(StatusCode::OK, &first);
     }
+    let Some(_watcher) = node.watchers.open() else {
+        return too_many_watchers(&node);
+    };
+    long_poll(&node, watch, first).await
+}
+
+/// A stream: its first events (or a 410 at once), then the stream holding a watcher and
+/// the request's long-poll slot until it ends.
+fn open_stream(node: Arc<Node>, req: &Request, watch: Watch) -> Response {
+    let first = match local_shared(&node, &watch) {
+        Ok(first) => first,
+        Err(e) => return error_response(&e),
+    };
     let Some(watcher) = node.watchers.open() else {
         return too_many_watchers(&node);
     };
-    let slot = listener::admission_of(&req).and_then(|a| a.slot.clone());
-    if stream {
-        return sse(node, watch, first, watcher, slot);
-    }
-    long_poll(&node, watch, first).await
+    let slot = listener::admission_of(req).and_then(|a| a.slot.clone());
+    sse(node, watch, first, watcher, slot)
 }
 
 /// `Accept` names `text/event-stream`.
@@ -114,7 +126,13 @@ fn parse(node: &Node, req: &Request, stream: bool) -> Result<Watch, ApiError> {
     if let Some(id) = &p.job_id {
         limits::validate_job_id(id)?;
     }
-    let limit = p.limit.unwrap_or(EVENTS_LIMIT_DEFAULT);
+    // A stream reads in the largest pages: `limit` only sizes a JSON answer.
+    let default = if stream {
+        EVENTS_LIMIT_MAX
+    } else {
+        EVENTS_LIMIT_DEFAULT
+    };
+    let limit = p.limit.unwrap_or(default);
     if !(1..=EVENTS_LIMIT_MAX).contains(&limit) {
         return Err(invalid(format!(
             "limit must be 1-{EVENTS_LIMIT_MAX} (got {limit})"
@@ -155,10 +173,17 @@ fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
         .map_err(|_| invalid(format!("Last-Event-ID must be a seq (got {text:?})")))
 }
 
-/// The one local-read path: a page of the feed from this node's applied state.
+/// The one local-read path: a page of the feed from this node's applied state…
 fn local_page(node: &Node, w: &Watch) -> Result<EventPage, ApiError> {
     node.sm
         .read(|s| s.machine.events(w.after, w.limit, w.filter()))
+}
+
+/// …and the same shared with the feed (each event's JSON encoded once for every
+/// watcher): (events, next_after).
+fn local_shared(node: &Node, w: &Watch) -> Result<(Vec<Arc<FeedEvent>>, u64), ApiError> {
+    node.sm
+        .read(|s| s.machine.events_shared(w.after, w.limit, w.filter()))
 }
 
 /// Waits for the next applied entry, at most until `deadline`: false once it passed.
@@ -218,7 +243,7 @@ struct Streaming {
     node: Arc<Node>,
     watch: Watch,
     applied: watch::Receiver<u64>,
-    ready: VecDeque<Event>,
+    ready: VecDeque<Arc<FeedEvent>>,
     deadline: Instant,
     ended: bool,
     _watcher: Watcher,
@@ -228,17 +253,17 @@ struct Streaming {
 fn sse(
     node: Arc<Node>,
     watch: Watch,
-    first: EventPage,
+    (first, next_after): (Vec<Arc<FeedEvent>>, u64),
     watcher: Watcher,
     slot: Option<HeldSlot>,
 ) -> Response {
     let mut watch = watch;
-    watch.after = first.next_after;
+    watch.after = next_after;
     let state = Streaming {
         applied: node.sm.subscribe(),
         node,
         watch,
-        ready: first.events.into(),
+        ready: first.into(),
         deadline: Instant::now() + Duration::from_millis(listener::STREAM_TIMEOUT_MS),
         ended: false,
         _watcher: watcher,
@@ -262,19 +287,22 @@ impl Streaming {
     /// fell behind what is kept) after which the stream ends; `None` at the end.
     async fn next(&mut self) -> Option<SseEvent> {
         loop {
-            if self.ended {
+            if self.ended || Instant::now() >= self.deadline {
                 return None;
             }
             if let Some(e) = self.ready.pop_front() {
                 return Some(sse_event(&e));
             }
-            if !next_apply(&mut self.applied, self.deadline).await {
-                return None;
-            }
-            match local_page(&self.node, &self.watch) {
-                Ok(page) => {
-                    self.watch.after = page.next_after;
-                    self.ready = page.events.into();
+            // Read on before waiting: a watcher catching up reads page after page.
+            match local_shared(&self.node, &self.watch) {
+                Ok((events, next_after)) => {
+                    let moved = next_after != self.watch.after;
+                    self.watch.after = next_after;
+                    self.ready = events.into();
+                    let idle = self.ready.is_empty() && !moved;
+                    if idle && !next_apply(&mut self.applied, self.deadline).await {
+                        return None;
+                    }
                 }
                 Err(e) => {
                     self.ended = true;
@@ -287,7 +315,6 @@ impl Streaming {
     }
 }
 
-fn sse_event(e: &Event) -> SseEvent {
-    let data = serde_json::to_string(e).expect("an event always encodes");
-    SseEvent::default().id(e.seq.to_string()).data(data)
+fn sse_event(e: &FeedEvent) -> SseEvent {
+    SseEvent::default().id(e.seq.to_string()).data(e.json())
 }

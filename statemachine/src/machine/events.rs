@@ -13,7 +13,7 @@
 //! log (`version.rs`). May import `record`, `transition` (the causes), `limits`, `wire`.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use bincode::Options;
 use serde::{Deserialize, Serialize};
@@ -40,7 +40,7 @@ pub(crate) struct EventLog {
     /// The seq of the newest event; 0 before the first.
     pub last_seq: u64,
     /// The newest events, oldest first, their seqs consecutive up to `last_seq`.
-    pub feed: VecDeque<Arc<Event>>,
+    pub feed: VecDeque<Arc<FeedEvent>>,
     /// Deleted jobs' histories by id…
     pub graveyard: BTreeMap<String, Buried>,
     /// …and the ids in that order, to drop the oldest past
@@ -94,7 +94,7 @@ impl EventLog {
             let entry = self.entry(rec, change, kind);
             rec.history.push(&entry);
             let event = entry.event(&rec.id, &rec.queue);
-            self.feed.push_back(Arc::new(event));
+            self.feed.push_back(Arc::new(FeedEvent::new(event)));
         }
         self.trim();
     }
@@ -205,25 +205,34 @@ impl EventLog {
         limit: usize,
         keep: impl Fn(&Event) -> bool,
     ) -> Result<EventPage, ApiError> {
+        let (events, next_after) = self.shared_page(after, limit, keep)?;
+        let events = events.iter().map(|e| e.event().clone()).collect();
+        Ok(EventPage { events, next_after })
+    }
+
+    /// [`Self::page`], the events shared with the feed (no copy): what a stream sends.
+    pub fn shared_page(
+        &self,
+        after: u64,
+        limit: usize,
+        keep: impl Fn(&Event) -> bool,
+    ) -> Result<(Vec<Arc<FeedEvent>>, u64), ApiError> {
         let first = self.feed.front().map_or(self.last_seq + 1, |e| e.seq);
         if after.saturating_add(1) < first {
             return Err(compacted(after, first));
         }
         let skip = usize::try_from(after + 1 - first).unwrap_or(usize::MAX);
-        let mut page = EventPage {
-            events: Vec::new(),
-            next_after: after,
-        };
+        let (mut events, mut next_after) = (Vec::new(), after);
         for e in self.feed.iter().skip(skip).take(limits::EVENTS_SCAN_MAX) {
-            page.next_after = e.seq;
+            next_after = e.seq;
             if keep(e) {
-                page.events.push((**e).clone());
-                if page.events.len() >= limit {
+                events.push(e.clone());
+                if events.len() >= limit {
                     break;
                 }
             }
         }
-        Ok(page)
+        Ok((events, next_after))
     }
 }
 
@@ -390,6 +399,41 @@ impl HistoryEntry {
     }
 }
 
+/// A feed event and, once a reader asked for it, its JSON: shared by every watcher of a
+/// node, so an event is encoded once, not once per watcher.
+#[derive(Debug)]
+pub struct FeedEvent {
+    event: Event,
+    json: OnceLock<String>,
+}
+
+impl FeedEvent {
+    pub fn new(event: Event) -> FeedEvent {
+        FeedEvent {
+            event,
+            json: OnceLock::new(),
+        }
+    }
+
+    pub fn event(&self) -> &Event {
+        &self.event
+    }
+
+    /// The event as docs/api.md writes it (JSON), encoded on first use.
+    pub fn json(&self) -> &str {
+        self.json
+            .get_or_init(|| serde_json::to_string(&self.event).expect("an event encodes"))
+    }
+}
+
+impl std::ops::Deref for FeedEvent {
+    type Target = Event;
+
+    fn deref(&self) -> &Event {
+        &self.event
+    }
+}
+
 /// Why a history's bytes are not a history (a snapshot from a peer or the disk).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct BadHistory;
@@ -535,8 +579,8 @@ mod tests {
         let mut log = EventLog::default();
         for seq in 1..=5 {
             log.last_seq = seq;
-            log.feed
-                .push_back(Arc::new(entry(seq).event(&format!("j{seq}"), "q")));
+            let event = entry(seq).event(&format!("j{seq}"), "q");
+            log.feed.push_back(Arc::new(FeedEvent::new(event)));
         }
         let page = log.page(2, 2, |_| true).unwrap();
         let seqs: Vec<u64> = page.events.iter().map(|e| e.seq).collect();

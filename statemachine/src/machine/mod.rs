@@ -46,6 +46,7 @@ pub(crate) mod events;
 mod indexes;
 mod lifecycle;
 mod reads;
+pub use events::FeedEvent;
 pub use reads::EventFilter;
 pub(crate) mod record;
 mod rules;

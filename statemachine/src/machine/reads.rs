@@ -6,7 +6,27 @@
 use crate::limits;
 use crate::machine::LeaseMachine;
 use crate::tenant::Scope;
-use crate::wire::{ApiError, ErrorCode, EventPage, History, Job, JobPage, JobState};
+use std::sync::Arc;
+
+use crate::machine::events::FeedEvent;
+use crate::wire::{ApiError, ErrorCode, Event, EventPage, History, Job, JobPage, JobState};
+
+fn check_limit(limit: usize) -> Result<(), ApiError> {
+    if limit == 0 || limit > limits::EVENTS_LIMIT_MAX {
+        let max = limits::EVENTS_LIMIT_MAX;
+        let msg = format!("limit must be 1-{max} (got {limit})");
+        return Err(ApiError::new(ErrorCode::InvalidArgument, msg));
+    }
+    Ok(())
+}
+
+impl EventFilter<'_> {
+    fn wants(&self, e: &Event) -> bool {
+        self.queue.is_none_or(|q| q == e.queue)
+            && self.job_id.is_none_or(|j| j == e.job_id)
+            && self.scope.is_none_or(|s| s.holds(&e.job_id, &e.queue))
+    }
+}
 
 /// Which events a feed read wants (docs/api.md "Event feed").
 #[derive(Debug, Clone, Copy, Default)]
@@ -127,16 +147,20 @@ impl LeaseMachine {
         limit: usize,
         filter: EventFilter<'_>,
     ) -> Result<EventPage, ApiError> {
-        if limit == 0 || limit > limits::EVENTS_LIMIT_MAX {
-            let max = limits::EVENTS_LIMIT_MAX;
-            let msg = format!("limit must be 1-{max} (got {limit})");
-            return Err(ApiError::new(ErrorCode::InvalidArgument, msg));
-        }
-        self.events.page(after, limit, |e| {
-            filter.queue.is_none_or(|q| q == e.queue)
-                && filter.job_id.is_none_or(|j| j == e.job_id)
-                && filter.scope.is_none_or(|s| s.holds(&e.job_id, &e.queue))
-        })
+        check_limit(limit)?;
+        self.events.page(after, limit, |e| filter.wants(e))
+    }
+
+    /// [`Self::events`], shared with the feed: each with its JSON encoded once for every
+    /// reader (what a node streams to its watchers).
+    pub fn events_shared(
+        &self,
+        after: u64,
+        limit: usize,
+        filter: EventFilter<'_>,
+    ) -> Result<(Vec<Arc<FeedEvent>>, u64), ApiError> {
+        check_limit(limit)?;
+        self.events.shared_page(after, limit, |e| filter.wants(e))
     }
 
     /// The seq of the newest event applied here; 0 before the first.

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::machine::events::HistoryEntry;
+use crate::machine::events::{FeedEvent, HistoryEntry};
 use crate::machine::{EventLog, History};
 use crate::snapshot::{ImageRef, Inconsistency};
 
@@ -118,7 +118,7 @@ fn check_seqs(log: &EventLog, h: &History, id: &str) -> Result<(), Inconsistency
 fn feed_of(
     feed: Vec<(String, String, HistoryEntry)>,
     last_seq: u64,
-) -> Result<VecDeque<Arc<crate::wire::Event>>, Inconsistency> {
+) -> Result<VecDeque<Arc<FeedEvent>>, Inconsistency> {
     let first = last_seq + 1 - feed.len() as u64;
     if feed.len() as u64 > last_seq || feed.len() > crate::limits::FEED_EVENTS_KEPT_MAX {
         return Err(Inconsistency::BadFeed);
@@ -128,7 +128,7 @@ fn feed_of(
         if e.seq != first + i as u64 {
             return Err(Inconsistency::BadFeed);
         }
-        out.push_back(Arc::new(e.event(&id, &queue)));
+        out.push_back(Arc::new(FeedEvent::new(e.event(&id, &queue))));
     }
     Ok(out)
 }
