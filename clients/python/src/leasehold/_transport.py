@@ -20,6 +20,7 @@ import secrets
 import ssl
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,6 +64,10 @@ class Call:
     attempt_timeout: float | None = None
     extra_wait: float = 0.0
     budget: float | None = None
+    #: Checked before every attempt after the first: when it returns True the call
+    #: ends (as exhausted) without another attempt. A keep-alive's renew round uses it
+    #: so that no renew attempt starts once the lease is cancelled.
+    abandon: Callable[[], bool] | None = None
 
     @property
     def is_write(self) -> bool:
@@ -232,6 +237,9 @@ class Core:
             prog.pass_retry_after = None
         if call.budget is not None and time.monotonic() + wait > prog.first_sent + call.budget:
             raise prog.exhausted(call.is_write)
+        if call.abandon is not None and call.abandon():
+            prog.last += " (abandoned)"
+            raise prog.exhausted(call.is_write)
         return wait
 
 
@@ -263,6 +271,8 @@ class SyncTransport:
             wait = self.core.next_step(call, prog, rotation, out)
             if wait > 0:
                 time.sleep(wait)
+                if call.abandon is not None and call.abandon():
+                    raise prog.exhausted(call.is_write)
 
     def _send_once(self, idx: int, call: Call) -> Exchange:
         url = self.core.endpoints[idx] + call.path

@@ -379,6 +379,7 @@ class _ThreadKeeper:
         transport = self._transport
         while not self._stop.wait(max(0.0, next_renew - time.monotonic())):
             call, version = lease._renew_call()
+            call.abandon = self._stop.is_set
             try:
                 answer = transport.execute(call)
                 if self._stop.is_set():
@@ -389,6 +390,10 @@ class _ThreadKeeper:
                     return
                 next_renew = time.monotonic() + RENEW_ROUND_PAUSE
                 continue
+            except RuntimeError:  # the client was closed under a lease still kept alive
+                log.warning("lease %s/%d: client closed, keep-alive ends", lease.job_id,
+                            lease.generation)
+                return
             next_renew = lease.sent_at + lease.renew_every
 
 
