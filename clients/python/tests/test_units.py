@@ -197,3 +197,36 @@ def test_nesting_is_allowed_at_the_limit_and_refused_one_past_it() -> None:
     with pytest.raises(leasehold.InvalidArgument):
         _limits.json_value("payload", _nested(65), _limits.PAYLOAD_BYTES_MAX)
     assert _limits.json_depth('["[[[", {"a": "]"}]') == 2
+
+
+def test_a_worker_refuses_a_handler_of_the_other_kind_and_bad_settings() -> None:
+    async def async_handler(lease: object) -> None:
+        return None
+
+    with leasehold.Client("127.0.0.1:1") as c:
+        with pytest.raises(leasehold.InvalidArgument):
+            leasehold.Worker(c, "q", async_handler)
+        with pytest.raises(leasehold.InvalidArgument):
+            leasehold.Worker(c, "q", lambda lease: None, concurrency=0)
+        with pytest.raises(leasehold.InvalidArgument):
+            leasehold.Worker(c, "Q", lambda lease: None)
+        w = leasehold.Worker(c, "q", lambda lease: None)
+        assert w.owner and w.ttl_ms == 30_000
+
+
+def test_every_public_name_has_a_docstring() -> None:
+    import inspect
+
+    from leasehold.fence import postgres
+
+    missing = []
+    for mod, names in ((leasehold, leasehold.__all__), (postgres, postgres.__all__)):
+        for name in names:
+            obj = getattr(mod, name)
+            if not inspect.getdoc(obj):
+                missing.append(name)
+            if inspect.isclass(obj):
+                for attr, member in vars(obj).items():
+                    if not attr.startswith("_") and callable(member) and not inspect.getdoc(member):
+                        missing.append(f"{name}.{attr}")
+    assert not missing, missing

@@ -4,7 +4,6 @@ logging what it did."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -13,7 +12,6 @@ from pathlib import Path
 import pytest
 
 import leasehold
-from cluster import wait_for
 
 WORKER = r'''
 import logging, os, sys, time
@@ -37,14 +35,40 @@ print("exited", flush=True)
 '''
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+ASYNC_WORKER = r'''
+import asyncio, logging, os, sys
+import leasehold
+
+logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+gate = sys.argv[2]
+
+async def handler(lease):
+    print("started", lease.job_id, flush=True)
+    while not os.path.exists(os.path.join(gate, lease.job_id)):
+        try:
+            await asyncio.wait_for(lease.cancelled.wait(), 0.02)
+            return None
+        except asyncio.TimeoutError:
+            pass
+    return {"by": "worker"}
+
+client = leasehold.AsyncClient(sys.argv[1].split(","))
+leasehold.Worker(client, "jobs", handler, owner="py-worker", concurrency=2,
+                 ttl_ms=3000, poll_ms=200).run()
+print("exited", flush=True)
+'''
+
+
+@pytest.mark.parametrize("sig,script", [
+    (signal.SIGTERM, WORKER), (signal.SIGINT, WORKER), (signal.SIGTERM, ASYNC_WORKER),
+], ids=["sigterm", "sigint", "async-sigterm"])
 def test_the_worker_finishes_running_jobs_and_stops_claiming_on_a_signal(
-    client: leasehold.Client, tmp_path: Path, sig: signal.Signals,
+    client: leasehold.Client, tmp_path: Path, sig: signal.Signals, script: str,
 ) -> None:
     for i in range(5):
         client.submit(f"job-{i}", queue="jobs")
     proc = subprocess.Popen(
-        [sys.executable, "-c", WORKER, ",".join(client.endpoints), str(tmp_path)],
+        [sys.executable, "-c", script, ",".join(client.endpoints), str(tmp_path)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:

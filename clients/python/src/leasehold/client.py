@@ -105,8 +105,21 @@ class Client(_Base):
     client). Use as a context manager, or call :meth:`close`.
     """
 
-    def __init__(self, endpoints: str | Sequence[str], **kwargs: Any) -> None:
-        super().__init__(endpoints, **kwargs)
+    def __init__(
+        self,
+        endpoints: str | Sequence[str],
+        *,
+        token: str | None = None,
+        ca_file: str | None = None,
+        timeout: float = REQUEST_TIMEOUT,
+        connect_timeout: float = CONNECT_TIMEOUT,
+        max_attempts: int = MAX_ATTEMPTS,
+        drift: float = DRIFT,
+        margin: float = MARGIN,
+    ) -> None:
+        super().__init__(endpoints, token=token, ca_file=ca_file, timeout=timeout,
+                         connect_timeout=connect_timeout, max_attempts=max_attempts,
+                         drift=drift, margin=margin)
         self._transport = SyncTransport(self._core, self._ca_file)
 
     @classmethod
@@ -308,8 +321,21 @@ class AsyncClient(_Base):
     leases are entered with ``async with`` and their ``cancelled`` is an
     ``asyncio.Event``. Use as an async context manager, or await :meth:`aclose`."""
 
-    def __init__(self, endpoints: str | Sequence[str], **kwargs: Any) -> None:
-        super().__init__(endpoints, **kwargs)
+    def __init__(
+        self,
+        endpoints: str | Sequence[str],
+        *,
+        token: str | None = None,
+        ca_file: str | None = None,
+        timeout: float = REQUEST_TIMEOUT,
+        connect_timeout: float = CONNECT_TIMEOUT,
+        max_attempts: int = MAX_ATTEMPTS,
+        drift: float = DRIFT,
+        margin: float = MARGIN,
+    ) -> None:
+        super().__init__(endpoints, token=token, ca_file=ca_file, timeout=timeout,
+                         connect_timeout=connect_timeout, max_attempts=max_attempts,
+                         drift=drift, margin=margin)
         self._transport = AsyncTransport(self._core, self._ca_file)
 
     @classmethod

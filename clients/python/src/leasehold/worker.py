@@ -1,6 +1,10 @@
 """:class:`Worker`: claims jobs of one queue and runs a handler under each lease, with
 the safety loop of :class:`~leasehold.Lease`, until SIGTERM or SIGINT.
 
+With an :class:`~leasehold.AsyncClient` the handler is a coroutine function and the
+worker runs on asyncio (:meth:`Worker.run_async`, or :meth:`Worker.run`, which runs it
+in a new event loop); the rules are the same.
+
 On a signal the worker stops claiming; handlers that are running finish within their
 leases (their keep-alive goes on, and ``lease.cancelled`` still fires at the deadline
 as always); a lease granted after the signal is released unused. Then :meth:`run`
@@ -9,19 +13,21 @@ returns. Everything is logged on the ``leasehold.worker`` logger.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
 import os
 import re
 import signal
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from types import FrameType
-from typing import Any
+from typing import Any, cast
 
 from . import _limits as lim
-from .client import Client
-from .errors import LeaseholdError
+from .client import AsyncClient, Client
+from .errors import InvalidArgument, LeaseholdError
 from .lease import Lease
 
 log = logging.getLogger("leasehold.worker")
@@ -35,7 +41,10 @@ POLL_MS = 1_000
 #: After a failed claim (no node reachable…), wait this long before the next (seconds).
 CLAIM_ERROR_PAUSE = 1.0
 
+#: A handler of a :class:`~leasehold.Client`'s worker.
 Handler = Callable[[Lease[threading.Event]], Any]
+#: A handler of an :class:`~leasehold.AsyncClient`'s worker (a coroutine function).
+AsyncHandler = Callable[[Lease[asyncio.Event]], Awaitable[Any]]
 
 
 def default_owner() -> str:
@@ -52,9 +61,13 @@ class Worker:
     """
 
     def __init__(
-        self, client: Client, queue: str, handler: Handler, *, owner: str | None = None,
+        self, client: Client | AsyncClient, queue: str, handler: Handler | AsyncHandler, *,
+        owner: str | None = None,
         concurrency: int = 1, ttl_ms: int = TTL_MS_DEFAULT, poll_ms: int = POLL_MS,
     ) -> None:
+        if isinstance(client, AsyncClient) != inspect.iscoroutinefunction(handler):
+            raise InvalidArgument("an AsyncClient's worker takes an `async def` handler, "
+                                      "a Client's a plain function")
         self.client = client
         self.queue = lim.queue(queue)
         self.handler = handler
@@ -78,7 +91,11 @@ class Worker:
 
     def run(self) -> None:
         """Runs until :meth:`stop`, SIGTERM or SIGINT (handlers are installed when called
-        from the main thread, and restored after)."""
+        from the main thread, and restored after). With an AsyncClient: runs
+        :meth:`run_async` in a new event loop."""
+        if isinstance(self.client, AsyncClient):
+            asyncio.run(self.run_async())
+            return
         restore = self._install_signals()
         threads = [threading.Thread(target=self._loop, name=f"leasehold-worker-{i}",
                                     daemon=True) for i in range(self.concurrency)]
@@ -112,9 +129,10 @@ class Worker:
         return restore
 
     def _loop(self) -> None:
+        client = cast(Client, self.client)
         while not self.stopping.is_set():
             try:
-                lease = self.client.claim_next(self.queue, owner=self.owner,
+                lease = client.claim_next(self.queue, owner=self.owner,
                                                ttl_ms=self.ttl_ms, wait_ms=self.poll_ms)
             except LeaseholdError as e:
                 log.warning("worker %s: claim failed: %s", self.owner, e)
@@ -130,7 +148,8 @@ class Worker:
     def _give_back(self, lease: Lease[threading.Event]) -> None:
         """A lease granted after the stop request: released unused (not an attempt)."""
         try:
-            self.client.release(lease.job_id, owner=lease.owner, generation=lease.generation)
+            cast(Client, self.client).release(lease.job_id, owner=lease.owner,
+                                              generation=lease.generation)
             log.info("worker %s: released %s/%d unused (stopping)", self.owner,
                      lease.job_id, lease.generation)
         except LeaseholdError as e:
@@ -141,16 +160,92 @@ class Worker:
                  lease.generation, lease.attempts)
         try:
             with lease:
-                out = self.handler(lease)
+                out = cast(Handler, self.handler)(lease)
                 if lease.result is None:
                     lease.result = out
         except Exception:
-            with self._count_lock:
-                self.failed += 1
-            log.exception("worker %s: %s/%d failed", self.owner, lease.job_id, lease.generation)
+            self._failed(lease)
             return
+        self._finished(lease)
+
+    def _failed(self, lease: Lease[Any]) -> None:
+        with self._count_lock:
+            self.failed += 1
+        log.exception("worker %s: %s/%d failed", self.owner, lease.job_id, lease.generation)
+
+    def _finished(self, lease: Lease[Any]) -> None:
         with self._count_lock:
             self.completed += lease.cancel_reason is None
         log.info("worker %s: %s/%d %s", self.owner, lease.job_id, lease.generation,
                  "completed" if lease.cancel_reason is None
                  else f"stopped ({lease.cancel_reason})")
+
+    # --- asyncio ---------------------------------------------------------------------
+
+    async def run_async(self) -> None:
+        """The worker on the running event loop (an AsyncClient's): ``concurrency``
+        tasks, until :meth:`stop`, SIGTERM or SIGINT (loop signal handlers, installed
+        when the loop runs in the main thread)."""
+        client = self.client
+        if not isinstance(client, AsyncClient):
+            raise TypeError("run_async needs an AsyncClient; use run() with a Client")
+        loop = asyncio.get_running_loop()
+        signals = self._install_loop_signals(loop)
+        log.info("worker %s: queue %s, concurrency %d, ttl %d ms (asyncio)", self.owner,
+                 self.queue, self.concurrency, self.ttl_ms)
+        try:
+            await asyncio.gather(*(self._aloop(client) for _ in range(self.concurrency)))
+        finally:
+            for s in signals:
+                loop.remove_signal_handler(s)
+        log.info("worker %s: stopped (%d completed, %d failed)", self.owner,
+                 self.completed, self.failed)
+
+    def _install_loop_signals(self, loop: asyncio.AbstractEventLoop) -> list[int]:
+        if threading.current_thread() is not threading.main_thread():
+            return []
+        sigs = [signal.SIGTERM, signal.SIGINT]
+        for s in sigs:
+            loop.add_signal_handler(s, self._on_loop_signal, s)
+        return list(sigs)
+
+    def _on_loop_signal(self, signum: int) -> None:
+        log.info("worker %s: got %s", self.owner, signal.Signals(signum).name)
+        self.stop()
+
+    async def _aloop(self, client: AsyncClient) -> None:
+        while not self.stopping.is_set():
+            try:
+                lease = await client.claim_next(self.queue, owner=self.owner,
+                                                ttl_ms=self.ttl_ms, wait_ms=self.poll_ms)
+            except LeaseholdError as e:
+                log.warning("worker %s: claim failed: %s", self.owner, e)
+                await asyncio.sleep(CLAIM_ERROR_PAUSE)
+                continue
+            if lease is None:
+                continue
+            if self.stopping.is_set():
+                await self._agive_back(client, lease)
+                return
+            await self._arun_one(lease)
+
+    async def _agive_back(self, client: AsyncClient, lease: Lease[asyncio.Event]) -> None:
+        try:
+            await client.release(lease.job_id, owner=lease.owner, generation=lease.generation)
+            log.info("worker %s: released %s/%d unused (stopping)", self.owner,
+                     lease.job_id, lease.generation)
+        except LeaseholdError as e:
+            log.warning("worker %s: release of %s failed: %s", self.owner, lease.job_id, e)
+
+    async def _arun_one(self, lease: Lease[asyncio.Event]) -> None:
+        log.info("worker %s: running %s/%d (attempt %s)", self.owner, lease.job_id,
+                 lease.generation, lease.attempts)
+        try:
+            async with lease:
+                out = await cast(AsyncHandler, self.handler)(lease)
+                if lease.result is None:
+                    lease.result = out
+        except Exception:
+            self._failed(lease)
+            return
+        self._finished(lease)
