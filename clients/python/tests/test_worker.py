@@ -4,6 +4,7 @@ logging what it did."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import leasehold
+from cluster import wait_for
 
 WORKER = r'''
 import logging, os, sys, time
@@ -93,3 +95,37 @@ def test_the_worker_finishes_running_jobs_and_stops_claiming_on_a_signal(
         assert jobs[job_id].state == "completed" and jobs[job_id].result == {"by": "worker"}
     rest = [j for j in jobs.values() if j.id not in started]
     assert len(rest) == 3 and all(j.state == "pending" for j in rest), rest
+
+
+def _readme_worker() -> str:
+    """The README's worker block, verbatim."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = readme.split("## A worker\n\n```python\n", 1)[1]
+    return block.split("```\n", 1)[0]
+
+
+def test_the_readme_worker_runs_jobs_resuming_from_a_checkpoint(
+    client: leasehold.Client,
+) -> None:
+    client.submit("fresh", payload={"count": 3})
+    client.submit("resumed", payload={"count": 4})
+    lease = client.claim("resumed", owner="earlier", ttl_ms=1000)
+    client.renew("resumed", owner="earlier", generation=lease.generation, progress=2)
+    client.release("resumed", owner="earlier", generation=lease.generation)
+    env = {**os.environ, "LEASEHOLD_ENDPOINTS": ",".join(client.endpoints)}
+    env.pop("LEASEHOLD_TOKEN", None)
+    proc = subprocess.Popen([sys.executable, "-c", _readme_worker()], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for("both jobs completed", lambda: all(
+            client.get_job(j).state == "completed" for j in ("fresh", "resumed")), 30)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert client.get_job("fresh").result == {"steps": 3}
+    steps = [line for line in out.splitlines() if line.startswith("resumed:")]
+    assert [s.split(",")[0] for s in steps] == ["resumed: step 2", "resumed: step 3"], out
