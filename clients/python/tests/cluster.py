@@ -107,6 +107,14 @@ class Cluster:
             return leader if isinstance(leader, int) and leader in self.live() else None
         return wait_for("a leader every live node agrees on", agreed, timeout)
 
+    def wait_version(self, version: int = 4, timeout: float = LEADER_WAIT) -> None:
+        """Waits until every live node reports ``cluster_version >= version`` (4: the
+        cluster serves version 1.1's lifecycle, and a claim carries payload and attempts)."""
+        def ready() -> bool:
+            versions = [(s or {}).get("cluster_version") for s in map(self.status, self.live())]
+            return all(isinstance(v, int) and v >= version for v in versions)
+        wait_for(f"cluster_version {version} on every live node", ready, timeout)
+
     def kill(self, i: int) -> None:
         """SIGKILLs node ``i`` and reaps it."""
         self.procs[i].send_signal(signal.SIGKILL)

@@ -48,6 +48,7 @@ def cluster() -> Iterator[Cluster]:
     c = Cluster()
     try:
         c.wait_leader()
+        c.wait_version()
         yield c
     except BaseException:
         print(c.logs())

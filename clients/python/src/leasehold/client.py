@@ -140,7 +140,7 @@ class Client(_Base):
 
     def _lease(self, answer: Any) -> Lease[threading.Event]:
         wire = _calls.lease_wire(answer)
-        if "attempts" not in wire:  # a node before 1.1: one read of the job
+        if wire.get("attempts") is None:  # a cluster before 1.1: one read of the job
             job = self.get_job(wire["job_id"])
             wire = {**wire, "payload": job.payload, "attempts": job.attempts}
         return Lease(self, wire, answer.first_sent, threading.Event())
@@ -355,7 +355,7 @@ class AsyncClient(_Base):
 
     async def _lease(self, answer: Any) -> Lease[asyncio.Event]:
         wire = _calls.lease_wire(answer)
-        if "attempts" not in wire:  # a node before 1.1: one read of the job
+        if wire.get("attempts") is None:  # a cluster before 1.1: one read of the job
             job = await self.get_job(wire["job_id"])
             wire = {**wire, "payload": job.payload, "attempts": job.attempts}
         return Lease(self, wire, answer.first_sent, asyncio.Event())
