@@ -55,7 +55,8 @@ def wait_for(what: str, cond: Callable[[], T | None], timeout: float, every: flo
 class Cluster:
     """Three ``leasehold serve`` processes forming one cluster."""
 
-    def __init__(self, size: int = 3) -> None:
+    def __init__(self, size: int = 3, extra_args: list[str] | None = None,
+                 token: str | None = None) -> None:
         self.bin = binary()
         if not self.bin.exists():
             raise FileNotFoundError(f"no leasehold binary at {self.bin} (set LEASEHOLD_BIN)")
@@ -63,7 +64,9 @@ class Cluster:
         self.ports = {i: free_port() for i in range(1, size + 1)}
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self.stopped: set[int] = set()
-        self._http = httpx.Client(timeout=1.0, trust_env=False)
+        self.extra_args = extra_args or []
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(timeout=1.0, trust_env=False, headers=headers)
         for i in self.ports:
             self.start(i)
 
@@ -82,7 +85,7 @@ class Cluster:
         log = open(self.dir / f"node{i}.log", "ab")
         self.procs[i] = subprocess.Popen(
             [str(self.bin), "serve", "--id", str(i), "--listen", self.endpoint(i),
-             "--data-dir", str(self.dir / f"n{i}"), "--worker-threads", "1", *peers],
+             "--data-dir", str(self.dir / f"n{i}"), "--worker-threads", "1", *peers, *self.extra_args],
             stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "RUST_LOG": "warn"},
         )
         log.close()
