@@ -11,6 +11,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
@@ -56,7 +57,7 @@ class Cluster:
     """Three ``leasehold serve`` processes forming one cluster."""
 
     def __init__(self, size: int = 3, extra_args: list[str] | None = None,
-                 token: str | None = None) -> None:
+                 token: str | None = None, ca_file: str | None = None) -> None:
         self.bin = binary()
         if not self.bin.exists():
             raise FileNotFoundError(f"no leasehold binary at {self.bin} (set LEASEHOLD_BIN)")
@@ -66,7 +67,9 @@ class Cluster:
         self.stopped: set[int] = set()
         self.extra_args = extra_args or []
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(timeout=1.0, trust_env=False, headers=headers)
+        self.scheme = "https" if ca_file else "http"
+        verify = ssl.create_default_context(cafile=ca_file) if ca_file else True
+        self._http = httpx.Client(timeout=1.0, trust_env=False, headers=headers, verify=verify)
         for i in self.ports:
             self.start(i)
 
@@ -93,7 +96,7 @@ class Cluster:
     def status(self, i: int) -> dict[str, object] | None:
         """Node ``i``'s ``/v1/cluster``, or None when it does not answer."""
         try:
-            r = self._http.get(f"http://{self.endpoint(i)}/v1/cluster")
+            r = self._http.get(f"{self.scheme}://{self.endpoint(i)}/v1/cluster")
             return r.json() if r.status_code == 200 else None  # type: ignore[no-any-return]
         except (httpx.HTTPError, ValueError):
             return None
