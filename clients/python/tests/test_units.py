@@ -10,7 +10,7 @@ import pytest
 
 import leasehold
 from leasehold import _calls, _retry, errors
-from leasehold.lease import usable_seconds
+from leasehold.lease import cleanup_window, usable_seconds
 
 
 def test_availability_errors_retry_and_others_are_final() -> None:
@@ -230,3 +230,11 @@ def test_every_public_name_has_a_docstring() -> None:
                     if not attr.startswith("_") and callable(member) and not inspect.getdoc(member):
                         missing.append(f"{name}.{attr}")
     assert not missing, missing
+
+
+def test_the_cleanup_window_is_a_tenth_of_the_ttl_up_to_its_cap() -> None:
+    assert cleanup_window(600) == pytest.approx(0.06)
+    assert cleanup_window(10_000) == pytest.approx(1.0)
+    assert cleanup_window(50_000) == pytest.approx(5.0)
+    assert cleanup_window(50_010) == pytest.approx(5.0)
+    assert cleanup_window(49_990) == pytest.approx(4.999)
