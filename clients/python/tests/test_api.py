@@ -120,7 +120,14 @@ def test_cluster_status_and_from_env(cluster: Cluster, monkeypatch: pytest.Monke
     assert status.leader_id in (1, 2, 3) and sorted(status.voters) == [1, 2, 3]
 
 
-def test_history_of_a_job(client: leasehold.Client) -> None:
+def _events_on(cluster: Cluster, client: leasehold.Client) -> None:
+    """Waits for entry version 5 (history and the feed) when the binary has it."""
+    if int(client.cluster_status().extra.get("entry_version_max", 0)) >= 5:
+        cluster.wait_version(5)
+
+
+def test_history_of_a_job(cluster: Cluster, client: leasehold.Client) -> None:
+    _events_on(cluster, client)
     client.submit("h1")
     lease = client.claim("h1", owner="w", ttl_ms=2000)
     client.complete("h1", owner="w", generation=lease.generation)
@@ -132,9 +139,16 @@ def test_history_of_a_job(client: leasehold.Client) -> None:
     assert [e.event for e in events] == ["submitted", "claimed", "completed"]
     assert all(a.seq < b.seq for a, b in zip(events, events[1:]))
     assert events[1].generation == 1 and events[1].owner == "w"
+    assert {e.job_id for e in events} == {"h1"} and events[0].queue == "default"
+    # A job id with a slash is one path segment; a job that never existed is 404.
+    client.claim("a/history", owner="w", ttl_ms=2000)
+    assert [e.event for e in client.history("a/history")] == ["submitted", "claimed"]
+    with pytest.raises(leasehold.NotFound):
+        client.history("never-was")
 
 
-def test_the_event_feed(client: leasehold.Client) -> None:
+def test_the_event_feed(cluster: Cluster, client: leasehold.Client) -> None:
+    _events_on(cluster, client)
     client.submit("e1", queue="feed")
     try:
         first = next(iter(client.events(queue="feed", follow=False)))
@@ -146,6 +160,12 @@ def test_the_event_feed(client: leasehold.Client) -> None:
     follow = client.events(after=first.seq, queue="feed", wait_ms=5000)
     nxt = next(follow)
     assert (nxt.job_id, nxt.event) == ("e2", "submitted") and nxt.seq > first.seq
+    # A follower waits on the server for the next matching event.
+    lease = client.claim("e2", owner="w", ttl_ms=2000)
+    claimed = next(follow)
+    assert (claimed.event, claimed.generation, claimed.owner) == ("claimed", lease.token, "w")
+    only_e1 = [e.event for e in client.events(job_id="e1", follow=False)]
+    assert only_e1 == ["submitted"]
 
 
 def test_a_bearer_token_is_sent_on_every_call(tmp_path: Path) -> None:

@@ -10,10 +10,13 @@ or renew that granted the lease's current term (a retry under the same
 The store stamps the entry no earlier than ``sent``, so its expiry ``stamp + ttl`` is
 never before ``sent + ttl``: the deadline comes first. While the block runs, a keep-alive
 renews every ttl/3 (carrying the latest ``lease.progress``); each success moves the
-deadline to its own send + ttl… . ``lease.cancelled`` is set, with ``cancel_reason``:
+deadline, computed from that renew's own first send. ``lease.cancelled`` is set, with
+``cancel_reason``:
 
-- ``"deadline"``: the deadline passed without a successful renew (set AT the deadline,
-  by a watcher that does not wait for a renew in flight);
+- ``"deadline"``: no renew has succeeded by ``deadline − cleanup window`` (the window is
+  ``min(ttl/10, 5 s)``, as the Rust client's work signal), so the work can still stop
+  cleanly while the lease holds; set by a watcher that does not wait for a renew in
+  flight, so it comes on time even when every node is frozen;
 - ``"lost"``: the store refused a renew (``stale_lease``, ``lease_expired``…);
 - ``"cancelled"``: a renew answered ``cancel_requested`` (someone cancelled the job).
 
@@ -28,7 +31,7 @@ wind down; the exit then releases the job, which ends ``cancelled``.)
 Leaving the block normally completes the job with ``lease.result``; leaving it by an
 exception releases it (``retry=True``, the exception as ``error``) and re-raises. After
 a cancellation the job is never completed: the exit releases it if the lease is still
-ours by our own reckoning (reason ``"cancelled"``, deadline ahead), else sends nothing.
+ours by our own reckoning (not ``"lost"``, deadline ahead), else sends nothing.
 """
 
 from __future__ import annotations
@@ -62,6 +65,9 @@ RENEW_ROUND_PAUSE = 0.050
 #: How long the exit tries to hand back a cancelled lease still held (seconds, per
 #: attempt and for starting attempts): a lease not released runs out on its own.
 RELEASE_AFTER_CANCEL_WAIT = 0.500
+#: The cleanup window's cap (seconds): a cleanup (abort a request, flush, roll back) takes
+#: well under this; the window is min(ttl/10, this), never more than ttl/3.
+CLEANUP_WINDOW_MAX = 5.0
 
 #: Reasons of ``Lease.cancel_reason``.
 LOST, CANCELLED, DEADLINE = "lost", "cancelled", "deadline"
@@ -73,6 +79,14 @@ def usable_seconds(ttl_ms: int, drift: float = DRIFT, margin: float = MARGIN) ->
     """``ttl × (1 − drift) − margin`` in seconds, at least zero: how long after the send
     a lease of ``ttl_ms`` may be used."""
     return max(0.0, ttl_ms / 1000 * (1 - drift) - margin)
+
+
+def cleanup_window(ttl_ms: int) -> float:
+    """How long before the deadline the work is told to stop when no renew succeeded:
+    ``min(ttl/10, 5 s)`` (about a third of a renew interval: the renews have then been
+    failing for most of two intervals), never more than ttl/3."""
+    ttl = ttl_ms / 1000
+    return min(ttl / 10, CLEANUP_WINDOW_MAX, ttl / 3)
 
 
 def _error_text(exc: BaseException) -> str:
@@ -160,6 +174,12 @@ class Lease(Generic[E]):
     def renew_every(self) -> float:
         """Seconds between renews: ttl/3, so two more tries fit if one fails."""
         return self.ttl_ms / 3000
+
+    @property
+    def stop_at(self) -> float:
+        """When ``cancelled`` is set (reason ``"deadline"``) if no renew succeeds before:
+        ``deadline − cleanup window`` (monotonic)."""
+        return self._deadline - cleanup_window(self.ttl_ms)
 
     def remaining(self) -> float:
         """Seconds left before the local deadline (zero once it has passed)."""
@@ -256,7 +276,7 @@ class Lease(Generic[E]):
                 return _calls.complete(self.job_id, owner=self.owner,
                                        generation=self.generation, result=self.result), True
             return self._release_call(exc), False
-        if self.cancel_reason == CANCELLED and time.monotonic() < self._deadline:
+        if self.cancel_reason != LOST and time.monotonic() < self._deadline:
             call = self._release_call(exc)
             call.attempt_timeout = call.budget = RELEASE_AFTER_CANCEL_WAIT
             return call, False
@@ -344,7 +364,7 @@ class Lease(Generic[E]):
 
 class _ThreadKeeper:
     """The keep-alive of a blocking lease: a renewer thread, and a watcher thread that
-    sets ``cancelled`` at the deadline even while a renew is still in flight."""
+    sets ``cancelled`` at ``stop_at`` even while a renew is still in flight."""
 
     def __init__(self, lease: Lease[Any], transport: SyncTransport) -> None:
         self._lease = lease
@@ -367,7 +387,7 @@ class _ThreadKeeper:
     def _watch(self) -> None:
         lease = self._lease
         while not self._stop.is_set():
-            left = lease.deadline - time.monotonic()
+            left = lease.stop_at - time.monotonic()
             if left <= 0:
                 lease._fire(DEADLINE)
                 return
@@ -399,7 +419,7 @@ class _ThreadKeeper:
 
 class _TaskKeeper:
     """The keep-alive of an asyncio lease: one task that renews, with each renew round
-    bounded by the deadline (``asyncio.wait_for``), so ``cancelled`` is set on time
+    bounded by ``stop_at`` (``asyncio.wait_for``), so ``cancelled`` is set on time
     while the event loop runs."""
 
     def __init__(self, lease: Lease[Any], transport: AsyncTransport) -> None:
@@ -427,19 +447,19 @@ class _TaskKeeper:
         next_renew = lease.sent_at + lease.renew_every
         while not lease.cancelled.is_set():
             now = time.monotonic()
-            if now >= lease.deadline:
+            if now >= lease.stop_at:
                 lease._fire(DEADLINE)
                 return
             if now < next_renew:
-                await asyncio.sleep(min(next_renew, lease.deadline) - now)
+                await asyncio.sleep(min(next_renew, lease.stop_at) - now)
                 continue
             next_renew = await self._round()
 
     async def _round(self) -> float:
-        """One renew round, cut at the deadline; the time of the next one."""
+        """One renew round, cut at ``stop_at``; the time of the next one."""
         lease = self._lease
         call, version = lease._renew_call()
-        left = max(0.0, lease.deadline - time.monotonic())
+        left = max(0.0, lease.stop_at - time.monotonic())
         try:
             answer = await asyncio.wait_for(self._transport.execute(call), timeout=left)
             lease._renewed(answer, version)
