@@ -163,7 +163,9 @@ pub(crate) fn judge_poll(endpoint: &str, result: Result<Answer, Error>) -> Polle
             Err(e) => Polled::Ended(e),
         },
         500..=599 => Polled::Moved(match api_error(&a) {
-            Error::Api { code, message, .. } => format!("{endpoint}: {} {code}: {message}", a.status),
+            Error::Api { code, message, .. } => {
+                format!("{endpoint}: {} {code}: {message}", a.status)
+            }
             _ => format!("{endpoint}: HTTP {} {}", a.status, snippet(&a.body)),
         }),
         _ => Polled::Ended(api_error(&a)),
@@ -295,7 +297,11 @@ impl Follow {
         loop {
             if let Some(e) = self.ready.pop_front() {
                 // Past the last event of a page, what it looked at beyond it is done too.
-                let upto = if self.ready.is_empty() { self.cursor.after } else { e.seq };
+                let upto = if self.ready.is_empty() {
+                    self.cursor.after
+                } else {
+                    e.seq
+                };
                 self.published.store(upto, Ordering::Relaxed);
                 return Some(Ok(e));
             }
@@ -433,7 +439,10 @@ mod tests {
             other => panic!("{other:?}"),
         }
         let bad = r#"{"error":{"code":"invalid_argument","message":"bad queue"}}"#;
-        assert!(matches!(judge_poll("n1", answer(400, bad)), Polled::Ended(_)));
+        assert!(matches!(
+            judge_poll("n1", answer(400, bad)),
+            Polled::Ended(_)
+        ));
         assert!(matches!(
             judge_poll("n1", answer(200, "{")),
             Polled::Ended(Error::Protocol { status: 200, .. })

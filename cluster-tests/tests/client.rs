@@ -15,11 +15,11 @@ use std::time::Duration;
 
 use common::{dead_addr, eventually, Cluster, Destination};
 use leasehold_client::fence::http::{send_write, WriteRequest, WriteStatus};
-use leasehold_cluster_tests::fixture::{leasehold_bin, ClusterOpts, ProcCluster};
 use leasehold_client::{
     run_leased, CancelReason, Client, ErrorCode, Event, EventKind, EventsQuery, JobState,
     LeaseStatus, ListJobs, NewJob,
 };
+use leasehold_cluster_tests::fixture::{leasehold_bin, ClusterOpts, ProcCluster};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -528,12 +528,16 @@ async fn a_cancel_reaches_the_running_work_and_ends_the_job_cancelled() {
 /// second after forming. Waits until every endpoint of `client` has applied it.
 async fn wait_events_recorded(client: &Client) {
     for i in 0..client.endpoints().len() {
-        eventually("a node to record events (cluster version 5)", CALL, || async {
-            match client.cluster_status_at(i).await {
-                Ok(s) if s.cluster_version.unwrap_or(1) >= 5 => Ok(()),
-                other => Err(format!("endpoint {i}: {other:?}")),
-            }
-        })
+        eventually(
+            "a node to record events (cluster version 5)",
+            CALL,
+            || async {
+                match client.cluster_status_at(i).await {
+                    Ok(s) if s.cluster_version.unwrap_or(1) >= 5 => Ok(()),
+                    other => Err(format!("endpoint {i}: {other:?}")),
+                }
+            },
+        )
         .await;
     }
 }
@@ -616,9 +620,17 @@ async fn history_through_the_client_after_claim_expire_complete() {
         ],
         "{history:#?}"
     );
-    assert!(history.windows(2).all(|w| w[0].seq < w[1].seq), "{history:#?}");
-    assert!(history.iter().all(|e| e.job_id == "hist-1" && e.queue == "hist"));
-    assert_eq!(history[2].cluster_time_ms, first_until, "expired at the lease's end");
+    assert!(
+        history.windows(2).all(|w| w[0].seq < w[1].seq),
+        "{history:#?}"
+    );
+    assert!(history
+        .iter()
+        .all(|e| e.job_id == "hist-1" && e.queue == "hist"));
+    assert_eq!(
+        history[2].cluster_time_ms, first_until,
+        "expired at the lease's end"
+    );
     let claim_detail = |i: usize| history[i].detail.clone().expect("a claim has a detail");
     assert_eq!(claim_detail(1).lease_until_ms, Some(first_until));
     assert_eq!(
@@ -672,7 +684,10 @@ async fn a_restarted_stream_continues_exactly_after_its_seq() {
     let mut stream = client.events(&EventsQuery::new().queue("odd")).unwrap();
     let head = take_events(&mut stream, 4).await;
     let resume_at = stream.after();
-    assert!(resume_at >= head[3].seq && resume_at < odd[4].seq, "{resume_at}");
+    assert!(
+        resume_at >= head[3].seq && resume_at < odd[4].seq,
+        "{resume_at}"
+    );
     drop(stream);
     let query = EventsQuery::new().queue("odd").after(resume_at);
     let mut resumed = client.events(&query).unwrap();
@@ -780,17 +795,24 @@ async fn watcher_reaches(seen: &AtomicU64, n: u64, what: &str) {
 /// The newest event seq, once every endpoint of `client` reports the same one.
 async fn settled_event_seq(client: &Client) -> u64 {
     let running: Vec<usize> = (0..client.endpoints().len()).collect();
-    eventually("the nodes to agree on the newest event seq", PROC_BOUND, || async {
-        let mut seen = Vec::new();
-        for &i in &running {
-            let s = client.cluster_status_at(i).await.map_err(|e| e.to_string())?;
-            seen.push(s.event_seq.ok_or("no event_seq")?);
-        }
-        match seen.first() {
-            Some(&n) if seen.iter().all(|&s| s == n) => Ok(n),
-            _ => Err(format!("event seqs: {seen:?}")),
-        }
-    })
+    eventually(
+        "the nodes to agree on the newest event seq",
+        PROC_BOUND,
+        || async {
+            let mut seen = Vec::new();
+            for &i in &running {
+                let s = client
+                    .cluster_status_at(i)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                seen.push(s.event_seq.ok_or("no event_seq")?);
+            }
+            match seen.first() {
+                Some(&n) if seen.iter().all(|&s| s == n) => Ok(n),
+                _ => Err(format!("event seqs: {seen:?}")),
+            }
+        },
+    )
     .await
 }
 
@@ -810,7 +832,10 @@ async fn a_watcher_on_a_follower_sees_every_event_across_a_leader_kill() {
     let leader = c.wait_leader(PROC_BOUND).await;
     let ids = c.ids();
     let follower = *ids.iter().find(|&&id| id != leader).unwrap();
-    let other = *ids.iter().find(|&&id| id != leader && id != follower).unwrap();
+    let other = *ids
+        .iter()
+        .find(|&&id| id != leader && id != follower)
+        .unwrap();
     let mut order = vec![follower];
     order.extend(ids.iter().copied().filter(|&id| id != follower));
     let watcher = Client::new(order.iter().map(|&id| c.endpoint(id))).unwrap();
@@ -846,14 +871,21 @@ async fn a_watcher_on_a_follower_sees_every_event_across_a_leader_kill() {
         state: Some(JobState::Leased),
         ..ListJobs::default()
     };
-    eventually("every lease of the run to have ended", PROC_BOUND, || async {
-        let held = survivors.list_all_jobs(&leased).await.map_err(|e| e.to_string())?;
-        if held.is_empty() {
-            Ok(())
-        } else {
-            Err(format!("{} jobs still leased", held.len()))
-        }
-    })
+    eventually(
+        "every lease of the run to have ended",
+        PROC_BOUND,
+        || async {
+            let held = survivors
+                .list_all_jobs(&leased)
+                .await
+                .map_err(|e| e.to_string())?;
+            if held.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("{} jobs still leased", held.len()))
+            }
+        },
+    )
     .await;
     let n = settled_event_seq(&survivors).await;
     until_tx.send(n).unwrap();
@@ -871,18 +903,26 @@ async fn a_watcher_on_a_follower_sees_every_event_across_a_leader_kill() {
         (1..=n).collect::<Vec<_>>(),
         "seed {seed}: the watcher's seqs are not exactly 1..={n}"
     );
-    let fresh = read_feed(&Client::new([c.endpoint(other)]).unwrap(), &EventsQuery::new()).await;
+    let fresh = read_feed(
+        &Client::new([c.endpoint(other)]).unwrap(),
+        &EventsQuery::new(),
+    )
+    .await;
     assert_eq!(fresh, watched, "seed {seed}: node {other}'s feed differs");
 
     // The killed node, back: the same feed once it caught up.
     c.restart(leader);
     let back = Client::new([c.endpoint(leader)]).unwrap();
-    eventually("the restarted node to apply every event", PROC_BOUND, || async {
-        match back.cluster_status_at(0).await {
-            Ok(s) if s.event_seq == Some(n) => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
-    })
+    eventually(
+        "the restarted node to apply every event",
+        PROC_BOUND,
+        || async {
+            match back.cluster_status_at(0).await {
+                Ok(s) if s.event_seq == Some(n) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
     .await;
     assert_eq!(
         read_feed(&back, &EventsQuery::new()).await,
@@ -929,7 +969,9 @@ impl Relay {
 async fn received(
     rx: &mut tokio::sync::mpsc::UnboundedReceiver<Result<Event, leasehold_client::Error>>,
 ) -> Event {
-    let item = timeout(CALL, rx.recv()).await.expect("an event within the bound");
+    let item = timeout(CALL, rx.recv())
+        .await
+        .expect("an event within the bound");
     item.expect("the stream goes on").expect("an event")
 }
 
@@ -960,7 +1002,10 @@ async fn a_stream_moves_to_the_next_node_when_its_node_goes_away() {
         }
     });
     for i in 0..5 {
-        client.submit(&NewJob::new().id(format!("mv-{i}"))).await.unwrap();
+        client
+            .submit(&NewJob::new().id(format!("mv-{i}")))
+            .await
+            .unwrap();
     }
     let mut watched = Vec::new();
     for _ in 0..5 {
@@ -968,7 +1013,10 @@ async fn a_stream_moves_to_the_next_node_when_its_node_goes_away() {
     }
     relay.cut();
     for i in 5..10 {
-        client.submit(&NewJob::new().id(format!("mv-{i}"))).await.unwrap();
+        client
+            .submit(&NewJob::new().id(format!("mv-{i}")))
+            .await
+            .unwrap();
     }
     for _ in 0..5 {
         watched.push(received(&mut rx).await);
