@@ -6,7 +6,8 @@
 //! Output ([`show`](super::show)): `--output table` (default) prints a human-readable
 //! view; `--output json` prints exactly one docs/api.md object (a Job, a Lease, the
 //! `GET /v1/jobs` page object `{"jobs":[…],"next_page_token":…}`, the history object
-//! `{"events":[…]}`, or the `GET /v1/cluster` object). `job delete` prints nothing in JSON mode (the API answers 204 with no body).
+//! `{"events":[…]}`, or the `GET /v1/cluster` object). `job delete` prints nothing in
+//! JSON mode (the API answers 204 with no body).
 //!
 //! Errors print one line to stderr, `error: <code>: <message>`, and exit with
 //! [`EXIT_API`] for docs/api.md errors, [`EXIT_USAGE`] for bad arguments, [`EXIT_UNAVAILABLE`]
@@ -38,8 +39,8 @@ pub enum Output {
     Json,
 }
 
-/// Flags shared by every client-side subcommand (`job`, `queue`, `events`, `cluster`, `worker`,
-/// `snapshot save`, `bench`). They are declared once, on the top-level command, and
+/// Flags shared by every client-side subcommand (`job`, `queue`, `events`, `cluster`,
+/// `worker`, `snapshot save`, `bench`). They are declared once, on the top-level command, and
 /// `global`, so they go before or after the subcommand alike (`leasehold --endpoints E
 /// job list` and `leasehold job list --endpoints E`), as etcdctl's and kubectl's do; the
 /// command that uses them is handed the parsed set. A subcommand with a flag of the same

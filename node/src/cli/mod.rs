@@ -4,8 +4,8 @@
 //! The folder is everything the binary does besides serving: [`jobs`] (`job …`,
 //! `cluster …`, the client flags), [`lifecycle`] (version 1.1's job flags, `job
 //! fail|retry|cancel`), [`queue`] (`queue redrive`), [`events`] (`job history`, `events`:
-//! the event feed, followed), [`duration`] (`30s`, `5m` flag
-//! values), [`show`] (tables and JSON output), [`worker`] (`worker run`), [`snapshot`]
+//! the event feed, followed), [`duration`] (`30s`, `5m` flag values), [`show`] (tables
+//! and JSON output), [`worker`] (`worker run`), [`snapshot`]
 //! (`snapshot save|restore`), [`bench`](mod@bench) (the load generator, and `bench
 //! failover`), [`error`] (why `serve`, `dev` or `bench` stopped). It is the top layer:
 //! it may import any folder (`server` to run a node, `http`'s header names, limits and
