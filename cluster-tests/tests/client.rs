@@ -4,7 +4,8 @@
 //! every node is gone, and a claim whose answer was lost being retried without a second
 //! generation. Issue 32: a job's history and the event feed through the client, a stream
 //! resumed from a seq, and — on real `leasehold serve` processes ([`ProcCluster`]), since
-//! it needs a SIGKILL — a watcher on a follower that sees every event across a leader kill.
+//! it needs a SIGKILL — a watcher on a follower that sees every event across a leader kill,
+//! and one that resumes on another node when its own node is killed.
 
 mod common;
 
@@ -854,7 +855,13 @@ async fn a_watcher_on_a_follower_sees_every_event_across_a_leader_kill() {
 
     watcher_reaches(&seen, EVENTS_BEFORE_KILL, "events before the kill").await;
     c.kill(leader);
-    let at_kill = seen.load(Ordering::Relaxed);
+    // What the follower holds now: every event past it is committed under a new leader.
+    let at_kill = timeout(CALL, watcher.cluster_status_at(0))
+        .await
+        .expect("the follower answers in time")
+        .expect("the follower answers")
+        .event_seq
+        .expect("the follower reports event_seq");
     let new_leader = c.wait_leader(PROC_BOUND).await;
     assert_ne!(new_leader, leader);
     watcher_reaches(&seen, at_kill + EVENTS_AFTER_KILL, "events after the kill").await;
@@ -1024,4 +1031,100 @@ async fn a_stream_moves_to_the_next_node_when_its_node_goes_away() {
     assert_eq!(seqs(&watched), (1..=10).collect::<Vec<_>>());
     assert_eq!(watched, read_feed(&client, &EventsQuery::new()).await);
     cluster.shutdown().await;
+}
+
+/// The watched node itself SIGKILLed mid-follow (a follower, so writes go on): the
+/// stream moves to the next endpoint and resumes from its last seq; at the end its seqs
+/// are exactly 1..=N and equal the leader's feed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_watcher_resumes_on_another_node_when_its_node_is_killed() {
+    let seed = seed("a_watcher_resumes_on_another_node_when_its_node_is_killed");
+    let mut opts = ClusterOpts::new(leasehold_bin(env!("CARGO_BIN_EXE_leasehold-under-test")));
+    opts.link_proxies = false;
+    opts.temp_prefix = "leasehold-events-".into();
+    let mut c = ProcCluster::start(opts, PROC_BOUND).await;
+    wait_events_recorded(&Client::new(c.endpoints()).unwrap()).await;
+    let leader = c.wait_leader(PROC_BOUND).await;
+    let ids = c.ids();
+    let watched_node = *ids.iter().find(|&&id| id != leader).unwrap();
+    let other = *ids
+        .iter()
+        .find(|&&id| id != leader && id != watched_node)
+        .unwrap();
+    let mut order = vec![watched_node];
+    order.extend(ids.iter().copied().filter(|&id| id != watched_node));
+    let watcher = Client::new(order.iter().map(|&id| c.endpoint(id))).unwrap();
+
+    let seen = Arc::new(AtomicU64::new(0));
+    let (until_tx, until_rx) = tokio::sync::watch::channel(0);
+    let stream = watcher.events(&EventsQuery::new()).unwrap();
+    let watching = tokio::spawn(watch(stream, seen.clone(), until_rx));
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            let client = Client::new([c.endpoint(leader), c.endpoint(other)]).unwrap();
+            tokio::spawn(write_until(client, w, seed, stop.clone()))
+        })
+        .collect();
+    watcher_reaches(&seen, EVENTS_BEFORE_KILL, "events before the kill").await;
+    c.kill(watched_node);
+    // Events past what the cluster held at the kill cannot have come from the dead node
+    // (nor from what the stream had read ahead of `seen`).
+    let leader_only = Client::new([c.endpoint(leader)]).unwrap();
+    let at_kill = timeout(CALL, leader_only.cluster_status())
+        .await
+        .expect("the leader answers in time")
+        .expect("the leader answers")
+        .event_seq
+        .expect("the leader reports event_seq");
+    watcher_reaches(
+        &seen,
+        at_kill + EVENTS_AFTER_KILL,
+        "events from another node",
+    )
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    for w in writers {
+        timeout(CALL * 2, w).await.expect("a writer stops").unwrap();
+    }
+    let survivors = Client::new([c.endpoint(leader), c.endpoint(other)]).unwrap();
+    let leased = ListJobs {
+        queue: Some("evq".into()),
+        state: Some(JobState::Leased),
+        ..ListJobs::default()
+    };
+    eventually(
+        "every lease of the run to have ended",
+        PROC_BOUND,
+        || async {
+            let held = survivors
+                .list_all_jobs(&leased)
+                .await
+                .map_err(|e| e.to_string())?;
+            if held.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("{} jobs still leased", held.len()))
+            }
+        },
+    )
+    .await;
+    let n = settled_event_seq(&survivors).await;
+    until_tx.send(n).unwrap();
+    let watched = timeout(PROC_BOUND, watching)
+        .await
+        .expect("the watcher reaches the last seq")
+        .unwrap();
+    eprintln!("seed {seed}: {n} events, {at_kill} before the kill of node {watched_node}");
+    assert_eq!(
+        seqs(&watched),
+        (1..=n).collect::<Vec<_>>(),
+        "seed {seed}: the watcher's seqs are not exactly 1..={n}"
+    );
+    let fresh = read_feed(
+        &Client::new([c.endpoint(leader)]).unwrap(),
+        &EventsQuery::new(),
+    )
+    .await;
+    assert_eq!(fresh, watched, "seed {seed}: the leader's feed differs");
 }
