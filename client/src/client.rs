@@ -230,6 +230,10 @@ pub struct ClusterStatus {
     /// 1.1's lifecycle. Absent from a node of the first release.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster_version: Option<u32>,
+    /// Added (issue 32): the newest event seq this node applied; an `after` that sees only
+    /// what comes next. Absent from a node older than the event feed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_seq: Option<u64>,
 }
 
 /// The membership after a change (`POST /v1/cluster/nodes`,
@@ -255,7 +259,7 @@ fn raw(value: Option<&Value>) -> Result<Option<Box<RawValue>>, Error> {
 }
 
 /// Percent-encodes all but RFC 3986's unreserved characters.
-fn encode_component(s: &str) -> String {
+pub(crate) fn encode_component(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
         if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
@@ -271,7 +275,7 @@ fn encode_component(s: &str) -> String {
 /// the node decodes after splitting off the action, docs/api.md ids may contain `/`). The ids
 /// `.` and `..` are valid per docs/api.md but are dot-segments that every URL parser removes
 /// (also when written `%2E`), so no HTTP client can address them: refused here.
-fn job_path(id: &str) -> Result<String, Error> {
+pub(crate) fn job_path(id: &str) -> Result<String, Error> {
     limits::validate_job_id(id)?;
     if id == "." || id == ".." {
         return Err(Error::invalid(format!(
@@ -301,7 +305,7 @@ fn to_body<T: Serialize>(value: &T) -> Result<Vec<u8>, Error> {
 }
 
 /// Decodes a final answer: `ok` statuses into `T`, anything else into [`Error`].
-fn decode<T: DeserializeOwned>(a: &Answer, ok: &[u16]) -> Result<T, Error> {
+pub(crate) fn decode<T: DeserializeOwned>(a: &Answer, ok: &[u16]) -> Result<T, Error> {
     if !ok.contains(&a.status) {
         return Err(api_error(a));
     }
@@ -311,7 +315,7 @@ fn decode<T: DeserializeOwned>(a: &Answer, ok: &[u16]) -> Result<T, Error> {
     })
 }
 
-fn api_error(a: &Answer) -> Error {
+pub(crate) fn api_error(a: &Answer) -> Error {
     match serde_json::from_slice::<ErrorBody>(&a.body) {
         Ok(body) => body.error.into(),
         Err(_) => Error::Protocol {
@@ -321,7 +325,7 @@ fn api_error(a: &Answer) -> Error {
     }
 }
 
-fn snippet(body: &[u8]) -> String {
+pub(crate) fn snippet(body: &[u8]) -> String {
     String::from_utf8_lossy(&body[..body.len().min(300)]).into_owned()
 }
 

@@ -36,6 +36,9 @@
 //!   claim's payload and checkpoint, the progress the next renew carries.
 //! - [`job`]: [`Job`], [`JobPage`] — docs/api.md's Job with JSON values as
 //!   `serde_json::Value`.
+//! - [`events`]: [`Client::history`], [`Client::events_page`] and [`EventStream`]
+//!   ([`Client::events`]) — the event feed followed with long polls, resumed on another
+//!   node from the last seq seen; [`Event`] is the store's wire type, re-exported.
 //! - [`keepalive`]: [`KeepAlive`] — background renewal and the cancellation signals.
 //! - [`run`]: [`Lease::run`], [`run_leased`], [`LeaseCtx`] — work under a lease,
 //!   cancelled cooperatively, dropped at the deadline.
@@ -48,6 +51,7 @@ pub mod clock;
 pub mod config;
 pub mod deadline;
 pub mod error;
+pub mod events;
 pub mod fence;
 pub mod job;
 pub mod keepalive;
@@ -62,6 +66,7 @@ pub use clock::{BootClock, Clock, LocalClock, LocalInstant};
 pub use config::{ClientBuilder, Config, Token};
 pub use deadline::{DeadlinePolicy, DriftOutOfRange};
 pub use error::Error;
+pub use events::{Event, EventDetail, EventKind, EventPage, EventStream, EventsQuery};
 pub use job::{Job, JobPage};
 pub use keepalive::{CancelReason, KeepAlive, KeepAliveConfig, LeaseStatus};
 pub use lease::Lease;

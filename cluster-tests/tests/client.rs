@@ -2,19 +2,25 @@
 //! loopback) and a real fenced destination: the calls of docs/api.md, rotation past a dead
 //! endpoint, docs/design.md's worked example end to end, the keep-alive's cancellation when
 //! every node is gone, and a claim whose answer was lost being retried without a second
-//! generation.
+//! generation. Issue 32: a job's history and the event feed through the client, a stream
+//! resumed from a seq, and — on real `leasehold serve` processes ([`ProcCluster`]), since
+//! it needs a SIGKILL — a watcher on a follower that sees every event across a leader kill,
+//! and one that resumes on another node when its own node is killed.
 
 mod common;
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{dead_addr, eventually, Cluster, Destination};
 use leasehold_client::fence::http::{send_write, WriteRequest, WriteStatus};
 use leasehold_client::{
-    run_leased, CancelReason, Client, ErrorCode, JobState, LeaseStatus, ListJobs, NewJob,
+    run_leased, CancelReason, Client, ErrorCode, Event, EventKind, EventsQuery, JobState,
+    LeaseStatus, ListJobs, NewJob,
 };
+use leasehold_cluster_tests::fixture::{leasehold_bin, ClusterOpts, ProcCluster};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -515,4 +521,610 @@ async fn a_cancel_reaches_the_running_work_and_ends_the_job_cancelled() {
     let resumed = client.claim("cancel-me", "w2", 1_500).await.unwrap();
     assert_eq!(resumed.checkpoint(), Some((json!({"step": 1}), 1)));
     cluster.shutdown().await;
+}
+
+// Issue 32: a job's history and the event feed through the client.
+
+/// Events are recorded from entry version 5 on, which a fresh cluster activates about a
+/// second after forming. Waits until every endpoint of `client` has applied it.
+async fn wait_events_recorded(client: &Client) {
+    for i in 0..client.endpoints().len() {
+        eventually(
+            "a node to record events (cluster version 5)",
+            CALL,
+            || async {
+                match client.cluster_status_at(i).await {
+                    Ok(s) if s.cluster_version.unwrap_or(1) >= 5 => Ok(()),
+                    other => Err(format!("endpoint {i}: {other:?}")),
+                }
+            },
+        )
+        .await;
+    }
+}
+
+/// Every event `client`'s nodes hold after `query.after`, page by page (no wait), until
+/// a page looks at nothing new.
+async fn read_feed(client: &Client, query: &EventsQuery) -> Vec<Event> {
+    let mut q = query.clone();
+    let mut all = Vec::new();
+    loop {
+        let page = timeout(CALL, client.events_page(&q, 1000, 0))
+            .await
+            .expect("a page within the bound")
+            .expect("a page");
+        let next = page.next_after.max(page.events.last().map_or(0, |e| e.seq));
+        all.extend(page.events);
+        if next <= q.after {
+            return all;
+        }
+        q.after = next;
+    }
+}
+
+fn seqs(events: &[Event]) -> Vec<u64> {
+    events.iter().map(|e| e.seq).collect()
+}
+
+/// Reads `n` items of `stream`, each within the bound; panics on an error item.
+async fn take_events(stream: &mut leasehold_client::EventStream, n: usize) -> Vec<Event> {
+    let mut out = Vec::new();
+    while out.len() < n {
+        let item = timeout(CALL, stream.next())
+            .await
+            .unwrap_or_else(|_| panic!("event {} of {n} within {CALL:?}", out.len() + 1))
+            .expect("the stream goes on");
+        out.push(item.expect("an event"));
+    }
+    out
+}
+
+/// (a) A job claimed, left to expire, claimed again and completed: its history through
+/// the client, with generations, owners, the expiry at the lease's end and the claims'
+/// details; the feed filtered by the job holds the same events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn history_through_the_client_after_claim_expire_complete() {
+    let cluster = Cluster::start().await;
+    let client = cluster.client();
+    wait_events_recorded(&client).await;
+    client
+        .submit(&NewJob::new().id("hist-1").queue("hist"))
+        .await
+        .unwrap();
+    let first = client.claim("hist-1", "worker-a", 300).await.unwrap();
+    let first_until = first.wire().lease_until_ms;
+    drop(first);
+    eventually("the first lease's expiry in the history", CALL, || async {
+        let h = client.history("hist-1").await.map_err(|e| e.to_string())?;
+        match h.last() {
+            Some(e) if e.event == EventKind::Expired => Ok(()),
+            other => Err(format!("last event: {other:?}")),
+        }
+    })
+    .await;
+    let second = client.claim("hist-1", "worker-b", 10_000).await.unwrap();
+    second.complete(json!({"ok": true})).await.unwrap();
+
+    let history = client.history("hist-1").await.unwrap();
+    let shape: Vec<(EventKind, u64, Option<&str>)> = history
+        .iter()
+        .map(|e| (e.event, e.generation, e.owner.as_deref()))
+        .collect();
+    assert_eq!(
+        shape,
+        [
+            (EventKind::Submitted, 0, None),
+            (EventKind::Claimed, 1, Some("worker-a")),
+            (EventKind::Expired, 1, Some("worker-a")),
+            (EventKind::Claimed, 2, Some("worker-b")),
+            (EventKind::Completed, 2, Some("worker-b")),
+        ],
+        "{history:#?}"
+    );
+    assert!(
+        history.windows(2).all(|w| w[0].seq < w[1].seq),
+        "{history:#?}"
+    );
+    assert!(history
+        .iter()
+        .all(|e| e.job_id == "hist-1" && e.queue == "hist"));
+    assert_eq!(
+        history[2].cluster_time_ms, first_until,
+        "expired at the lease's end"
+    );
+    let claim_detail = |i: usize| history[i].detail.clone().expect("a claim has a detail");
+    assert_eq!(claim_detail(1).lease_until_ms, Some(first_until));
+    assert_eq!(
+        (claim_detail(1).attempt, claim_detail(3).attempt),
+        (Some(1), Some(2))
+    );
+
+    let fed = read_feed(&client, &EventsQuery::new().job_id("hist-1")).await;
+    assert_eq!(fed, history, "the feed filtered by job holds the history");
+    let missing = client.history("never-was").await.unwrap_err();
+    assert_eq!(missing.code(), Some(ErrorCode::NotFound));
+    let bad = client.history("a b").await.unwrap_err();
+    assert_eq!(bad.code(), Some(ErrorCode::InvalidArgument));
+    assert!(client
+        .events(&EventsQuery::new().queue("Not A Queue"))
+        .is_err());
+    cluster.shutdown().await;
+}
+
+/// (c) A stream restarted with `after` = a seq it handed out continues exactly after
+/// it, filtered or not; `EventStream::after` says where to resume.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_restarted_stream_continues_exactly_after_its_seq() {
+    let cluster = Cluster::start().await;
+    let client = cluster.client();
+    wait_events_recorded(&client).await;
+    for i in 0..12 {
+        let queue = if i % 2 == 0 { "even" } else { "odd" };
+        let id = format!("res-{i}");
+        client
+            .submit(&NewJob::new().id(&id).queue(queue))
+            .await
+            .unwrap();
+        let lease = client.claim(&id, "w", 10_000).await.unwrap();
+        lease.complete(None).await.unwrap();
+    }
+    let all = read_feed(&client, &EventsQuery::new()).await;
+    assert_eq!(seqs(&all), (1..=36).collect::<Vec<_>>(), "3 events per job");
+
+    let mut stream = client.events(&EventsQuery::new()).unwrap();
+    let head = take_events(&mut stream, 10).await;
+    assert_eq!(stream.after(), 10);
+    drop(stream);
+    let mut resumed = client.events(&EventsQuery::new().after(10)).unwrap();
+    let tail = take_events(&mut resumed, 26).await;
+    assert_eq!([head, tail].concat(), all);
+
+    // Filtered: the odd queue's events, resumed after the 4th; `after()` may be past
+    // the 4th's seq (events of the even queue were looked at), never before it.
+    let odd: Vec<Event> = all.iter().filter(|e| e.queue == "odd").cloned().collect();
+    let mut stream = client.events(&EventsQuery::new().queue("odd")).unwrap();
+    let head = take_events(&mut stream, 4).await;
+    let resume_at = stream.after();
+    assert!(
+        resume_at >= head[3].seq && resume_at < odd[4].seq,
+        "{resume_at}"
+    );
+    drop(stream);
+    let query = EventsQuery::new().queue("odd").after(resume_at);
+    let mut resumed = client.events(&query).unwrap();
+    let tail = take_events(&mut resumed, odd.len() - 4).await;
+    assert_eq!([head, tail].concat(), odd);
+
+    // Events that come after a stream started reach it too (the long poll wakes).
+    let mut live = client.events(&EventsQuery::new().after(36)).unwrap();
+    client.submit(&NewJob::new().id("res-late")).await.unwrap();
+    let late = take_events(&mut live, 1).await;
+    assert_eq!((late[0].seq, late[0].job_id.as_str()), (37, "res-late"));
+    cluster.shutdown().await;
+}
+
+/// Bound on the process cluster's steps (start, an election after a kill, catching up).
+const PROC_BOUND: Duration = Duration::from_secs(60);
+/// Events the watcher sees before the kill, and after it, before the writers stop.
+const EVENTS_BEFORE_KILL: u64 = 40;
+const EVENTS_AFTER_KILL: u64 = 40;
+/// Writers submitting, claiming and ending jobs throughout.
+const WRITERS: u64 = 3;
+
+/// The seed of a randomized test: `EVENTS_SEED` if set, else a fresh one; printed with
+/// the command that replays it.
+fn seed(test: &str) -> u64 {
+    let seed = std::env::var("EVENTS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    eprintln!(
+        "seed {seed}: replay with EVENTS_SEED={seed} cargo test -p leasehold-cluster-tests \
+         --test client -- {test}"
+    );
+    seed
+}
+
+/// One writer: submits jobs, claims each and ends it — complete, release or fail, as
+/// the seeded dice say — until `stop`. Failed calls (the leader is being killed) are
+/// counted, not fatal: whatever they did or did not do, the feed is what is checked.
+async fn write_until(client: Client, writer: u64, seed: u64, stop: Arc<AtomicBool>) -> u64 {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ writer);
+    let mut failed = 0;
+    let mut i = 0;
+    while !stop.load(Ordering::Relaxed) {
+        i += 1;
+        let id = format!("ev-{writer}-{i}");
+        let dice = rng.gen_range(0..10);
+        let step = async {
+            client.submit(&NewJob::new().id(&id).queue("evq")).await?;
+            // A short TTL: a lease whose end was lost in the kill runs out soon.
+            let lease = client.claim(&id, &format!("w{writer}"), 1_000).await?;
+            match dice {
+                0..=5 => lease.complete(json!({"i": i})).await?,
+                6..=7 => lease.release().await?,
+                _ => lease.fail(Some("dice")).await?,
+            };
+            Ok::<(), leasehold_client::Error>(())
+        };
+        if !matches!(timeout(CALL, step).await, Ok(Ok(()))) {
+            failed += 1;
+        }
+    }
+    failed
+}
+
+/// Follows `stream`, publishing the last seq seen, until it has seen `until` (once set,
+/// non-zero); returns what it saw. Any error item fails the test: the watcher's node
+/// never goes down, so the stream has nothing to report.
+async fn watch(
+    mut stream: leasehold_client::EventStream,
+    seen: Arc<AtomicU64>,
+    mut until: tokio::sync::watch::Receiver<u64>,
+) -> Vec<Event> {
+    let mut events = Vec::new();
+    loop {
+        let target = *until.borrow();
+        if target != 0 && seen.load(Ordering::Relaxed) >= target {
+            return events;
+        }
+        tokio::select! {
+            item = stream.next() => {
+                let e = item.expect("the stream goes on").expect("an event");
+                seen.store(e.seq, Ordering::Relaxed);
+                events.push(e);
+            }
+            changed = until.changed() => changed.expect("the test holds the sender"),
+        }
+    }
+}
+
+/// Waits until the watcher has seen seq `n`.
+async fn watcher_reaches(seen: &AtomicU64, n: u64, what: &str) {
+    eventually(what, PROC_BOUND, || async {
+        let s = seen.load(Ordering::Relaxed);
+        if s >= n {
+            Ok(())
+        } else {
+            Err(format!("the watcher is at seq {s}"))
+        }
+    })
+    .await;
+}
+
+/// The newest event seq, once every endpoint of `client` reports the same one.
+async fn settled_event_seq(client: &Client) -> u64 {
+    let running: Vec<usize> = (0..client.endpoints().len()).collect();
+    eventually(
+        "the nodes to agree on the newest event seq",
+        PROC_BOUND,
+        || async {
+            let mut seen = Vec::new();
+            for &i in &running {
+                let s = client
+                    .cluster_status_at(i)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                seen.push(s.event_seq.ok_or("no event_seq")?);
+            }
+            match seen.first() {
+                Some(&n) if seen.iter().all(|&s| s == n) => Ok(n),
+                _ => Err(format!("event seqs: {seen:?}")),
+            }
+        },
+    )
+    .await
+}
+
+/// (b) Issue 32 item 6: a watcher following a follower sees every event, in order, once,
+/// across a SIGKILL of the leader while writers keep going. Its client has the follower
+/// first and the others after it. At the end its seqs are exactly 1..=N, and the events
+/// equal a fresh read of the feed from the other survivor (and from the killed node,
+/// restarted and caught up).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_watcher_on_a_follower_sees_every_event_across_a_leader_kill() {
+    let seed = seed("a_watcher_on_a_follower_sees_every_event_across_a_leader_kill");
+    let mut opts = ClusterOpts::new(leasehold_bin(env!("CARGO_BIN_EXE_leasehold-under-test")));
+    opts.link_proxies = false;
+    opts.temp_prefix = "leasehold-events-".into();
+    let mut c = ProcCluster::start(opts, PROC_BOUND).await;
+    wait_events_recorded(&Client::new(c.endpoints()).unwrap()).await;
+    let leader = c.wait_leader(PROC_BOUND).await;
+    let ids = c.ids();
+    let follower = *ids.iter().find(|&&id| id != leader).unwrap();
+    let other = *ids
+        .iter()
+        .find(|&&id| id != leader && id != follower)
+        .unwrap();
+    let mut order = vec![follower];
+    order.extend(ids.iter().copied().filter(|&id| id != follower));
+    let watcher = Client::new(order.iter().map(|&id| c.endpoint(id))).unwrap();
+
+    let seen = Arc::new(AtomicU64::new(0));
+    let (until_tx, until_rx) = tokio::sync::watch::channel(0);
+    let stream = watcher.events(&EventsQuery::new()).unwrap();
+    let watching = tokio::spawn(watch(stream, seen.clone(), until_rx));
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            let client = Client::new(c.endpoints()).unwrap();
+            tokio::spawn(write_until(client, w, seed, stop.clone()))
+        })
+        .collect();
+
+    watcher_reaches(&seen, EVENTS_BEFORE_KILL, "events before the kill").await;
+    c.kill(leader);
+    // What the follower holds now: every event past it is committed under a new leader.
+    let at_kill = timeout(CALL, watcher.cluster_status_at(0))
+        .await
+        .expect("the follower answers in time")
+        .expect("the follower answers")
+        .event_seq
+        .expect("the follower reports event_seq");
+    let new_leader = c.wait_leader(PROC_BOUND).await;
+    assert_ne!(new_leader, leader);
+    watcher_reaches(&seen, at_kill + EVENTS_AFTER_KILL, "events after the kill").await;
+    stop.store(true, Ordering::Relaxed);
+    let mut failed = 0;
+    for w in writers {
+        failed += timeout(CALL * 2, w).await.expect("a writer stops").unwrap();
+    }
+
+    // No lease left to run out: after this no event can come.
+    let survivors = Client::new([c.endpoint(follower), c.endpoint(other)]).unwrap();
+    let leased = ListJobs {
+        queue: Some("evq".into()),
+        state: Some(JobState::Leased),
+        ..ListJobs::default()
+    };
+    eventually(
+        "every lease of the run to have ended",
+        PROC_BOUND,
+        || async {
+            let held = survivors
+                .list_all_jobs(&leased)
+                .await
+                .map_err(|e| e.to_string())?;
+            if held.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("{} jobs still leased", held.len()))
+            }
+        },
+    )
+    .await;
+    let n = settled_event_seq(&survivors).await;
+    until_tx.send(n).unwrap();
+    let watched = timeout(PROC_BOUND, watching)
+        .await
+        .expect("the watcher reaches the last seq")
+        .unwrap();
+    eprintln!(
+        "seed {seed}: {n} events, {} before the kill of leader {leader}, {failed} writer \
+         calls failed",
+        at_kill
+    );
+    assert_eq!(
+        seqs(&watched),
+        (1..=n).collect::<Vec<_>>(),
+        "seed {seed}: the watcher's seqs are not exactly 1..={n}"
+    );
+    let fresh = read_feed(
+        &Client::new([c.endpoint(other)]).unwrap(),
+        &EventsQuery::new(),
+    )
+    .await;
+    assert_eq!(fresh, watched, "seed {seed}: node {other}'s feed differs");
+
+    // The killed node, back: the same feed once it caught up.
+    c.restart(leader);
+    let back = Client::new([c.endpoint(leader)]).unwrap();
+    eventually(
+        "the restarted node to apply every event",
+        PROC_BOUND,
+        || async {
+            match back.cluster_status_at(0).await {
+                Ok(s) if s.event_seq == Some(n) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        read_feed(&back, &EventsQuery::new()).await,
+        watched,
+        "seed {seed}: the restarted node {leader}'s feed differs"
+    );
+}
+
+/// A TCP relay to `upstream` that can be cut: [`Relay::cut`] closes its listener and
+/// every connection through it at once, as a node's death does to its clients.
+struct Relay {
+    addr: SocketAddr,
+    tasks: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
+}
+
+impl Relay {
+    async fn start(upstream: SocketAddr) -> Relay {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let tasks: Arc<Mutex<Vec<tokio::task::AbortHandle>>> = Arc::default();
+        let conns = tasks.clone();
+        let accept = tokio::spawn(async move {
+            while let Ok((mut down, _)) = listener.accept().await {
+                let relay = tokio::spawn(async move {
+                    if let Ok(mut up) = TcpStream::connect(upstream).await {
+                        let _ = tokio::io::copy_bidirectional(&mut down, &mut up).await;
+                    }
+                });
+                conns.lock().unwrap().push(relay.abort_handle());
+            }
+        });
+        tasks.lock().unwrap().push(accept.abort_handle());
+        Relay { addr, tasks }
+    }
+
+    fn cut(&self) {
+        for t in self.tasks.lock().unwrap().drain(..) {
+            t.abort();
+        }
+    }
+}
+
+/// The next event a reading task passed on, within the bound.
+async fn received(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<Result<Event, leasehold_client::Error>>,
+) -> Event {
+    let item = timeout(CALL, rx.recv())
+        .await
+        .expect("an event within the bound");
+    item.expect("the stream goes on").expect("an event")
+}
+
+/// A stream whose node goes away mid-follow (its connections cut, its port closed)
+/// carries on at the next endpoint from its last seq: no event missed, none twice. Its
+/// first endpoint is dead from the start too, which it skips.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stream_moves_to_the_next_node_when_its_node_goes_away() {
+    let cluster = Cluster::start().await;
+    let client = cluster.client();
+    wait_events_recorded(&client).await;
+    let nodes: Vec<SocketAddr> = cluster.addrs.values().copied().collect();
+    let relay = Relay::start(nodes[0]).await;
+    let endpoints = [
+        dead_addr().await.to_string(),
+        relay.addr.to_string(),
+        nodes[1].to_string(),
+    ];
+    let watcher = Client::new(endpoints).unwrap();
+    let mut stream = watcher.events(&EventsQuery::new()).unwrap();
+    // Read on a task of its own, so a long poll is in flight when the relay is cut.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Some(item) = stream.next().await {
+            if tx.send(item).is_err() {
+                return;
+            }
+        }
+    });
+    for i in 0..5 {
+        client
+            .submit(&NewJob::new().id(format!("mv-{i}")))
+            .await
+            .unwrap();
+    }
+    let mut watched = Vec::new();
+    for _ in 0..5 {
+        watched.push(received(&mut rx).await);
+    }
+    relay.cut();
+    for i in 5..10 {
+        client
+            .submit(&NewJob::new().id(format!("mv-{i}")))
+            .await
+            .unwrap();
+    }
+    for _ in 0..5 {
+        watched.push(received(&mut rx).await);
+    }
+    assert_eq!(seqs(&watched), (1..=10).collect::<Vec<_>>());
+    assert_eq!(watched, read_feed(&client, &EventsQuery::new()).await);
+    cluster.shutdown().await;
+}
+
+/// The watched node itself SIGKILLed mid-follow (a follower, so writes go on): the
+/// stream moves to the next endpoint and resumes from its last seq; at the end its seqs
+/// are exactly 1..=N and equal the leader's feed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_watcher_resumes_on_another_node_when_its_node_is_killed() {
+    let seed = seed("a_watcher_resumes_on_another_node_when_its_node_is_killed");
+    let mut opts = ClusterOpts::new(leasehold_bin(env!("CARGO_BIN_EXE_leasehold-under-test")));
+    opts.link_proxies = false;
+    opts.temp_prefix = "leasehold-events-".into();
+    let mut c = ProcCluster::start(opts, PROC_BOUND).await;
+    wait_events_recorded(&Client::new(c.endpoints()).unwrap()).await;
+    let leader = c.wait_leader(PROC_BOUND).await;
+    let ids = c.ids();
+    let watched_node = *ids.iter().find(|&&id| id != leader).unwrap();
+    let other = *ids
+        .iter()
+        .find(|&&id| id != leader && id != watched_node)
+        .unwrap();
+    let mut order = vec![watched_node];
+    order.extend(ids.iter().copied().filter(|&id| id != watched_node));
+    let watcher = Client::new(order.iter().map(|&id| c.endpoint(id))).unwrap();
+
+    let seen = Arc::new(AtomicU64::new(0));
+    let (until_tx, until_rx) = tokio::sync::watch::channel(0);
+    let stream = watcher.events(&EventsQuery::new()).unwrap();
+    let watching = tokio::spawn(watch(stream, seen.clone(), until_rx));
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            let client = Client::new([c.endpoint(leader), c.endpoint(other)]).unwrap();
+            tokio::spawn(write_until(client, w, seed, stop.clone()))
+        })
+        .collect();
+    watcher_reaches(&seen, EVENTS_BEFORE_KILL, "events before the kill").await;
+    c.kill(watched_node);
+    // Events past what the cluster held at the kill cannot have come from the dead node
+    // (nor from what the stream had read ahead of `seen`).
+    let leader_only = Client::new([c.endpoint(leader)]).unwrap();
+    let at_kill = timeout(CALL, leader_only.cluster_status())
+        .await
+        .expect("the leader answers in time")
+        .expect("the leader answers")
+        .event_seq
+        .expect("the leader reports event_seq");
+    watcher_reaches(
+        &seen,
+        at_kill + EVENTS_AFTER_KILL,
+        "events from another node",
+    )
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    for w in writers {
+        timeout(CALL * 2, w).await.expect("a writer stops").unwrap();
+    }
+    let survivors = Client::new([c.endpoint(leader), c.endpoint(other)]).unwrap();
+    let leased = ListJobs {
+        queue: Some("evq".into()),
+        state: Some(JobState::Leased),
+        ..ListJobs::default()
+    };
+    eventually(
+        "every lease of the run to have ended",
+        PROC_BOUND,
+        || async {
+            let held = survivors
+                .list_all_jobs(&leased)
+                .await
+                .map_err(|e| e.to_string())?;
+            if held.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("{} jobs still leased", held.len()))
+            }
+        },
+    )
+    .await;
+    let n = settled_event_seq(&survivors).await;
+    until_tx.send(n).unwrap();
+    let watched = timeout(PROC_BOUND, watching)
+        .await
+        .expect("the watcher reaches the last seq")
+        .unwrap();
+    eprintln!("seed {seed}: {n} events, {at_kill} before the kill of node {watched_node}");
+    assert_eq!(
+        seqs(&watched),
+        (1..=n).collect::<Vec<_>>(),
+        "seed {seed}: the watcher's seqs are not exactly 1..={n}"
+    );
+    let fresh = read_feed(
+        &Client::new([c.endpoint(leader)]).unwrap(),
+        &EventsQuery::new(),
+    )
+    .await;
+    assert_eq!(fresh, watched, "seed {seed}: the leader's feed differs");
 }

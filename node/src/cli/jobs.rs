@@ -5,8 +5,9 @@
 //!
 //! Output ([`show`](super::show)): `--output table` (default) prints a human-readable
 //! view; `--output json` prints exactly one docs/api.md object (a Job, a Lease, the
-//! `GET /v1/jobs` page object `{"jobs":[…],"next_page_token":…}`, or the `GET /v1/cluster`
-//! object). `job delete` prints nothing in JSON mode (the API answers 204 with no body).
+//! `GET /v1/jobs` page object `{"jobs":[…],"next_page_token":…}`, the history object
+//! `{"events":[…]}`, or the `GET /v1/cluster` object). `job delete` prints nothing in
+//! JSON mode (the API answers 204 with no body).
 //!
 //! Errors print one line to stderr, `error: <code>: <message>`, and exit with
 //! [`EXIT_API`] for docs/api.md errors, [`EXIT_USAGE`] for bad arguments, [`EXIT_UNAVAILABLE`]
@@ -38,15 +39,17 @@ pub enum Output {
     Json,
 }
 
-/// Flags shared by every client-side subcommand (`job`, `queue`, `cluster`, `worker`,
-/// `snapshot save`, `bench`). They are declared once, on the top-level command, and
+/// Flags shared by every client-side subcommand (`job`, `queue`, `events`, `cluster`,
+/// `worker`, `snapshot save`, `bench`). They are declared once, on the top-level command, and
 /// `global`, so they go before or after the subcommand alike (`leasehold --endpoints E
 /// job list` and `leasehold job list --endpoints E`), as etcdctl's and kubectl's do; the
 /// command that uses them is handed the parsed set. A subcommand with a flag of the same
 /// name of its own (`serve --tls-ca`, `snapshot restore --output`) keeps it: clap does
 /// not put a global flag on a subcommand that declares that argument itself.
 #[derive(Debug, Clone, Args)]
-#[command(next_help_heading = "Client options (job, queue, cluster, worker, snapshot save, bench)")]
+#[command(
+    next_help_heading = "Client options (job, queue, events, cluster, worker, snapshot save, bench)"
+)]
 pub struct ClientOpts {
     /// Nodes to talk to, comma-separated HOST:PORT (plain HTTP) or https://HOST:PORT.
     #[arg(
@@ -250,6 +253,12 @@ pub enum JobCmd {
     /// Cancel a job (admin or operator): a pending one at once; a leased one is marked
     /// cancel_requested, which its holder hears on its next renew.
     Cancel(CancelArgs),
+    /// Show a job's last events (at most 100), oldest first: who held it, with which
+    /// generation, and how each lease ended (GET /v1/jobs/{id}/history).
+    History {
+        /// Job id.
+        id: String,
+    },
     /// Delete a job.
     Delete {
         /// Job id.
@@ -393,6 +402,9 @@ pub async fn run_job(args: JobArgs, opts: &ClientOpts) -> Result<(), CliError> {
             show_job(&client.submit(&nj).await?, json)
         }
         JobCmd::Get { id } => show_job(&client.get_job(&id).await?, json),
+        JobCmd::History { id } => {
+            crate::cli::events::show_history(client.history(&id).await?, json)
+        }
         JobCmd::List {
             queue,
             state,

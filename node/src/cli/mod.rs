@@ -3,8 +3,9 @@
 //!
 //! The folder is everything the binary does besides serving: [`jobs`] (`job …`,
 //! `cluster …`, the client flags), [`lifecycle`] (version 1.1's job flags, `job
-//! fail|retry|cancel`), [`queue`] (`queue redrive`), [`duration`] (`30s`, `5m` flag
-//! values), [`show`] (tables and JSON output), [`worker`] (`worker run`), [`snapshot`]
+//! fail|retry|cancel`), [`queue`] (`queue redrive`), [`events`] (`job history`, `events`:
+//! the event feed, followed), [`duration`] (`30s`, `5m` flag values), [`show`] (tables
+//! and JSON output), [`worker`] (`worker run`), [`snapshot`]
 //! (`snapshot save|restore`), [`bench`](mod@bench) (the load generator, and `bench
 //! failover`), [`error`] (why `serve`, `dev` or `bench` stopped). It is the top layer:
 //! it may import any folder (`server` to run a node, `http`'s header names, limits and
@@ -14,6 +15,7 @@
 pub mod bench;
 pub mod duration;
 pub mod error;
+pub mod events;
 pub mod jobs;
 pub mod lifecycle;
 pub mod queue;
@@ -64,6 +66,9 @@ pub enum Cmd {
     Job(crate::cli::jobs::JobArgs),
     /// Act on a whole queue: redrive its failed jobs.
     Queue(crate::cli::queue::QueueArgs),
+    /// Print the cluster's job events (GET /v1/events), one line each; --follow keeps
+    /// following the feed.
+    Events(crate::cli::events::EventsArgs),
     /// Inspect the cluster.
     Cluster(crate::cli::jobs::ClusterArgs),
     /// Run a command per job of a queue, under a kept-alive, fenced lease.
@@ -724,7 +729,7 @@ fn run(args: Cli, disk: crate::fsio::Disk) -> Result<(), RunError> {
     // Client commands print one line per error and nothing else on stderr: no logging.
     let client_cmd = matches!(
         command,
-        Cmd::Job(_) | Cmd::Queue(_) | Cmd::Cluster(_) | Cmd::Snapshot(_)
+        Cmd::Job(_) | Cmd::Queue(_) | Cmd::Events(_) | Cmd::Cluster(_) | Cmd::Snapshot(_)
     );
     if matches!(command, Cmd::Worker(_)) {
         // Through a writer thread: a stalled stderr must not stall renewals.
@@ -742,6 +747,7 @@ fn run(args: Cli, disk: crate::fsio::Disk) -> Result<(), RunError> {
             Cmd::Bench(a) => Ok(crate::cli::bench::run(a, &client).await?),
             Cmd::Job(a) => exit(crate::cli::jobs::run_job(a, &client).await),
             Cmd::Queue(a) => exit(crate::cli::queue::run_queue(a, &client).await),
+            Cmd::Events(a) => exit(crate::cli::events::run_events(a, &client).await),
             Cmd::Cluster(a) => exit(crate::cli::jobs::run_cluster(a, &client).await),
             Cmd::Worker(a) => {
                 let r = crate::cli::worker::run(a, &client).await;

@@ -7,6 +7,7 @@ use crate::common::binary::{self, Out};
 use crate::common::{self, TestCluster};
 use leasehold_client::{ClusterStatus, Job, JobPage, JobState};
 use serde_json::{json, Value};
+use tokio::io::AsyncBufReadExt;
 
 /// Bound on one CLI invocation (a short command).
 const CMD_WAIT: Duration = Duration::from_secs(30);
@@ -870,4 +871,144 @@ async fn bad_lifecycle_flags_are_refused_before_anything_is_sent() {
     ];
     let out = leasehold_alone(&argv).await;
     assert_eq!(out.code, 3, "{argv:?}: {:?}", out.stderr);
+}
+
+// Issue 32: `job history` and `events`, table and JSON, with and without --follow.
+
+/// The `--output json` lines of `events ARGS`, each parsed as an Event.
+async fn events_json(c: &TestCluster, args: &[&str]) -> Vec<leasehold_client::Event> {
+    let all = [&["events"][..], args, &["--output", "json"]].concat();
+    let out = leasehold(c, &all, CMD_WAIT).await;
+    assert_eq!(out.code, 0, "leasehold {all:?}: stderr {:?}", out.stderr);
+    out.stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
+        .collect()
+}
+
+fn seqs_of(events: &[leasehold_client::Event]) -> Vec<u64> {
+    events.iter().map(|e| e.seq).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn job_history_and_events_print_one_line_per_event() {
+    let c = TestCluster::start().await;
+    c.wait_for_leader().await;
+    c.wait_settled().await;
+    let _: Job = json_of(&c, &["job", "submit", "--id", "h-1", "--queue", "hq"]).await;
+    let gen = claim(&c, "h-1", "w1").await;
+    let done = [
+        "job",
+        "complete",
+        "h-1",
+        "--owner",
+        "w1",
+        "--generation",
+        &gen,
+    ];
+    let _: Job = json_of(&c, &done).await;
+    let _: Job = json_of(&c, &["job", "submit", "--id", "other", "--queue", "oq"]).await;
+
+    // `job history`: the API's object in JSON; a header and one line per event.
+    let printed: Value = json_of(&c, &["job", "history", "h-1"]).await;
+    let answered = c.get(1, "/v1/jobs/h-1/history").await.ok(200);
+    assert_eq!(printed, answered);
+    let table = table_of(&c, &["job", "history", "h-1"]).await;
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 4, "{table}");
+    assert!(
+        lines[0]
+            .split_whitespace()
+            .eq(["SEQ", "TIME", "EVENT", "GENERATION", "OWNER", "DETAIL"]),
+        "{table}"
+    );
+    let claimed: Vec<&str> = lines[2].split_whitespace().collect();
+    assert_eq!(&claimed[2..5], ["claimed", "1", "w1"], "{table}");
+    assert!(claimed[1].ends_with('Z') && claimed[5].starts_with("lease_until_ms="));
+    api_error(&c, &["job", "history", "nope"], "not_found").await;
+
+    // `events` without --follow: all the feed holds after --after, then it exits.
+    let all = events_json(&c, &[]).await;
+    assert_eq!(seqs_of(&all), [1, 2, 3, 4], "{all:?}");
+    let history: Vec<leasehold_client::Event> =
+        serde_json::from_value(answered["events"].clone()).unwrap();
+    assert_eq!(all[..3], history[..], "the job's history is in the feed");
+    assert_eq!(seqs_of(&events_json(&c, &["--after", "2"]).await), [3, 4]);
+    assert_eq!(seqs_of(&events_json(&c, &["--queue", "oq"]).await), [4]);
+    assert_eq!(
+        seqs_of(&events_json(&c, &["--job", "h-1", "--after", "1"]).await),
+        [2, 3]
+    );
+    assert!(events_json(&c, &["--after", "4"]).await.is_empty());
+    let table = table_of(&c, &["events", "--queue", "hq"]).await;
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 4, "{table}");
+    assert!(lines[0].starts_with("     SEQ TIME"), "{table}");
+    let completed: Vec<&str> = lines[3].split_whitespace().collect();
+    assert_eq!(
+        [
+            completed[0],
+            completed[2],
+            completed[3],
+            completed[4],
+            completed[5]
+        ],
+        ["3", "h-1", "completed", "1", "w1"],
+        "{table}"
+    );
+
+    // --follow: what the feed holds, then what comes, until SIGINT (exit 0).
+    let mut follow = binary::leasehold(&["events", "--follow", "--after", "3", "--output", "json"])
+        .env("LEASEHOLD_ENDPOINTS", c.endpoints())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawning events --follow");
+    let mut lines = tokio::io::BufReader::new(follow.stdout.take().unwrap()).lines();
+    assert_eq!(next_event(&mut lines).await.seq, 4);
+    let _: Job = json_of(&c, &["job", "submit", "--id", "late", "--queue", "hq"]).await;
+    let late = next_event(&mut lines).await;
+    assert_eq!((late.seq, late.job_id.as_str()), (5, "late"));
+    let pid = follow.id().expect("pid").to_string();
+    let status = std::process::Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = finish(follow, CMD_WAIT).await;
+    assert_eq!(out.code, 0, "stderr={}", out.stderr);
+    c.shutdown().await;
+}
+
+/// The next line `events --follow --output json` prints, as an Event.
+async fn next_event(
+    lines: &mut tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+) -> leasehold_client::Event {
+    let line = tokio::time::timeout(CMD_WAIT, lines.next_line())
+        .await
+        .expect("a line within the bound")
+        .unwrap()
+        .expect("events --follow keeps running");
+    serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line:?}: {e}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_events_flags_are_refused_before_anything_is_sent() {
+    for (args, flag) in [
+        (&["events", "--queue", "Not A Queue"][..], "--queue"),
+        (&["events", "--job", "a b"][..], "--job"),
+        (&["events", "--after=-1"][..], "--after"),
+        (&["events", "--after", "soon"][..], "--after"),
+    ] {
+        let argv = [args, &["--endpoints=127.0.0.1:1"]].concat();
+        let out = leasehold_alone(&argv).await;
+        let context = format!("leasehold {argv:?} -> {} {:?}", out.code, out.stderr);
+        assert_eq!(out.code, 2, "{context}");
+        assert_eq!(out.stderr.lines().count(), 1, "{context}");
+        assert!(out.stderr.contains(flag), "{context}");
+        assert!(out.stdout.is_empty(), "{context}");
+    }
+    // Valid flags get as far as sending: no node, exit 3.
+    let out = leasehold_alone(&["events", "--queue", "q", "--endpoints=127.0.0.1:1"]).await;
+    assert_eq!(out.code, 3, "{:?}", out.stderr);
 }
