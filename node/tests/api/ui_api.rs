@@ -424,7 +424,7 @@ fn page_calls(app_js: &str) -> Vec<(String, String, String)> {
 fn every_call_of_the_page_is_a_route_its_token_may_use() {
     let calls = page_calls(APP_JS);
     let names: Vec<&str> = calls.iter().map(|(n, _, _)| n.as_str()).collect();
-    for wanted in ["jobs", "cancel", "retry", "redrive"] {
+    for wanted in ["jobs", "cancel", "retry", "redrive", "events", "history"] {
         assert!(names.contains(&wanted), "ROUTES lacks {wanted}: {names:?}");
     }
     // Every call goes through the table: no other API path is written in the script.
