@@ -772,6 +772,12 @@
 
   function renderTimeline(id, v) {
     if (id !== state.timelineJob) return;
+    if (v.events.length === 0) {
+      // A job from before the cluster recorded events (api.md: version 1.1).
+      $("#timeline-note").textContent = "No events recorded for " + id + ".";
+      $("#timeline").replaceChildren();
+      return;
+    }
     const { lanes, marks } = timelineModel(v.events);
     const now = clusterNow();
     const times = v.events.map((e) => e.cluster_time_ms);
@@ -960,6 +966,7 @@
   });
   $("#events-form").addEventListener("submit", (e) => e.preventDefault());
   $("#events-queue").addEventListener("input", renderEvents);
+  $("#events-queue").addEventListener("change", renderEvents);
   $("#dead tbody").addEventListener("click", onJobButton);
 
   poll();
