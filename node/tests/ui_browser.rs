@@ -1097,7 +1097,9 @@ fn feed_is_contiguous(page: &Value, first: u64, last: u64) -> Result<(), String>
     if seqs == wanted {
         Ok(())
     } else {
-        Err(format!("feed seqs {seqs:?}, wanted {first}..={last} newest first"))
+        Err(format!(
+            "feed seqs {seqs:?}, wanted {first}..={last} newest first"
+        ))
     }
 }
 
@@ -1155,7 +1157,13 @@ async fn the_dashboard_follows_the_event_feed_and_draws_a_jobs_timeline() {
     let f = c.follower_of(leader);
 
     // Before the page opens: not in its feed, which starts at event_seq.
-    admin(&c, f, Req::post("/v1/jobs", &json!({"id": "before", "queue": "mail"})), 201).await;
+    admin(
+        &c,
+        f,
+        Req::post("/v1/jobs", &json!({"id": "before", "queue": "mail"})),
+        201,
+    )
+    .await;
     let start = last_seq_of(&c, f, "before").await;
 
     let mut driver = Driver::start(&chromedriver).await;
@@ -1180,7 +1188,13 @@ async fn the_dashboard_follows_the_event_feed_and_draws_a_jobs_timeline() {
     let b = claim_when_free(&c, f, "tl-1", "worker-b", 60_000).await;
     let done = json!({"owner": "worker-b", "generation": b["generation"]});
     admin(&c, f, Req::post("/v1/jobs/tl-1/complete", &done), 200).await;
-    admin(&c, f, Req::post("/v1/jobs", &json!({"id": "rep-1", "queue": "reports"})), 201).await;
+    admin(
+        &c,
+        f,
+        Req::post("/v1/jobs", &json!({"id": "rep-1", "queue": "reports"})),
+        201,
+    )
+    .await;
     let last = last_seq_of(&c, f, "rep-1").await;
 
     // The feed shows them as they happen: newest first, every seq once, nothing older
@@ -1199,7 +1213,12 @@ async fn the_dashboard_follows_the_event_feed_and_draws_a_jobs_timeline() {
     // The queue filter narrows the list.
     driver.type_into("#events-queue", "reports").await;
     wait_read(&driver, READ_EVENTS, "only queue reports", |page| {
-        let queues: Vec<&Value> = page["events"].as_array().ok_or("no events")?.iter().map(|e| &e["queue"]).collect();
+        let queues: Vec<&Value> = page["events"]
+            .as_array()
+            .ok_or("no events")?
+            .iter()
+            .map(|e| &e["queue"])
+            .collect();
         if queues == [&json!("reports")] {
             Ok(())
         } else {
@@ -1219,7 +1238,11 @@ async fn the_dashboard_follows_the_event_feed_and_draws_a_jobs_timeline() {
             .iter()
             .map(|l| {
                 let s = |k: &str| l[k].as_str().unwrap_or_default().to_owned();
-                (l["generation"].as_u64().unwrap_or(0), s("owner"), s("ending"))
+                (
+                    l["generation"].as_u64().unwrap_or(0),
+                    s("owner"),
+                    s("ending"),
+                )
             })
             .collect();
         let wanted = [
@@ -1233,7 +1256,9 @@ async fn the_dashboard_follows_the_event_feed_and_draws_a_jobs_timeline() {
         if first["label"] != "gen 1 \u{b7} worker-a" || first["bar"] != "bar end-expired" {
             return Err(format!("lane {first}"));
         }
-        if page["marks"] != json!(["submitted"]) || page["axis"].as_array().map_or(0, |a| a.len()) < 2 {
+        if page["marks"] != json!(["submitted"])
+            || page["axis"].as_array().map_or(0, |a| a.len()) < 2
+        {
             return Err(format!("marks {}, axis {}", page["marks"], page["axis"]));
         }
         Ok(())
@@ -1241,48 +1266,85 @@ async fn the_dashboard_follows_the_event_feed_and_draws_a_jobs_timeline() {
     .await;
 
     // The chart counted the claims, the expiry and the completion.
-    wait_read(&driver, READ_EVENTS, "the throughput chart's data", |page| {
-        let s = &page["series"];
-        let sum = |k: &str| s[k]["sum"].as_u64().unwrap_or(0);
-        if sum("claimed") == 2 && sum("expired") == 1 && sum("completed") == 1 && s["claimed"]["points"] == 180 {
-            Ok(())
-        } else {
-            Err(format!("series {s}"))
-        }
-    })
+    wait_read(
+        &driver,
+        READ_EVENTS,
+        "the throughput chart's data",
+        |page| {
+            let s = &page["series"];
+            let sum = |k: &str| s[k]["sum"].as_u64().unwrap_or(0);
+            if sum("claimed") == 2
+                && sum("expired") == 1
+                && sum("completed") == 1
+                && s["claimed"]["points"] == 180
+            {
+                Ok(())
+            } else {
+                Err(format!("series {s}"))
+            }
+        },
+    )
     .await;
 
     // The network fails under the feed: it retries from its last seq, and what happened
     // meanwhile shows once, with no gap.
     driver.execute(BREAK_FEED, json!([true])).await.unwrap();
-    admin(&c, f, Req::post("/v1/jobs", &json!({"id": "net-1", "queue": "mail"})), 201).await;
+    admin(
+        &c,
+        f,
+        Req::post("/v1/jobs", &json!({"id": "net-1", "queue": "mail"})),
+        201,
+    )
+    .await;
     wait_read(&driver, READ_EVENTS, "the feed failing", |page| {
-        if page["errors"].as_u64() >= Some(2) && page["status"].as_str().unwrap_or_default().starts_with("reconnecting") {
+        if page["errors"].as_u64() >= Some(2)
+            && page["status"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("reconnecting")
+        {
             Ok(())
         } else {
-            Err(format!("errors {}, status {}", page["errors"], page["status"]))
+            Err(format!(
+                "errors {}, status {}",
+                page["errors"], page["status"]
+            ))
         }
     })
     .await;
-    admin(&c, f, Req::post("/v1/jobs", &json!({"id": "net-2", "queue": "mail"})), 201).await;
+    admin(
+        &c,
+        f,
+        Req::post("/v1/jobs", &json!({"id": "net-2", "queue": "mail"})),
+        201,
+    )
+    .await;
     let claim = json!({"owner": "worker-c", "ttl_ms": 60_000});
     admin(&c, f, Req::post("/v1/jobs/net-2/claim", &claim), 200).await;
     let last = last_seq_of(&c, f, "net-2").await;
     driver.execute(BREAK_FEED, json!([false])).await.unwrap();
-    wait_read(&driver, READ_EVENTS, "the feed resumed without a gap", |page| {
-        feed_is_contiguous(page, start + 1, last)?;
-        if job_events(page, "net-2") != ["submitted", "claimed"] {
-            return Err(format!("net-2 events {:?}", job_events(page, "net-2")));
-        }
-        if page["injected"] != 0 || page["title"] != "Leasehold dashboard" {
-            return Err("markup injected".into());
-        }
-        Ok(())
-    })
+    wait_read(
+        &driver,
+        READ_EVENTS,
+        "the feed resumed without a gap",
+        |page| {
+            feed_is_contiguous(page, start + 1, last)?;
+            if job_events(page, "net-2") != ["submitted", "claimed"] {
+                return Err(format!("net-2 events {:?}", job_events(page, "net-2")));
+            }
+            if page["injected"] != 0 || page["title"] != "Leasehold dashboard" {
+                return Err("markup injected".into());
+            }
+            Ok(())
+        },
+    )
     .await;
 
     driver
-        .execute("document.getElementById('timeline-card').scrollIntoView(); return true;", json!([]))
+        .execute(
+            "document.getElementById('timeline-card').scrollIntoView(); return true;",
+            json!([]),
+        )
         .await
         .unwrap();
     let shot = save_screenshot(&driver, "dashboard-events.png").await;
