@@ -44,6 +44,7 @@
   const EVENTS_RETRY_MS = 1000;
   const EVENTS_SHOWN_MAX = 200;
   const RATE_WINDOW_S = 180;
+  const TIMELINE_SPAN_MIN_MS = 100;
 
   // Every API call the page makes, as [method, path]. node/tests/api/ui_api.rs checks
   // each against the node's route table: a reader token may make the GETs, an operator
@@ -712,6 +713,10 @@
       const sum = rows.reduce((a, r) => a + r[k], 0);
       const points = rows.map((r, i) => x(i).toFixed(1) + "," + y(r[k]).toFixed(1)).join(" ");
       parts.push(svg("polyline", { class: "rate rate-" + k, points, "data-series": k, "data-sum": sum, "data-max": Math.max(...rows.map((r) => r[k])) }));
+      // A dot on each second that saw any, so a one-second burst is not a hairline.
+      rows.forEach((r, i) => {
+        if (r[k] > 0) parts.push(svg("circle", { class: "dot-rate rate-" + k, cx: x(i), cy: y(r[k]), r: 2.5 }, [svgTitle(k + " " + r[k] + " at " + clock(secs[i] * 1000))]));
+      });
     }
     const chart = svg("svg", { id: "throughput-svg", viewBox: "0 0 " + g.w + " " + g.h, role: "img", "aria-label": "claims, completions and expiries per second" }, parts);
     $("#throughput").replaceChildren(chart);
@@ -729,7 +734,8 @@
       yield svg("text", { class: "axis", x: g.left - 4, y: y(v) + 3, "text-anchor": "end", text: String(v) });
     }
     for (let i = 0; i < secs.length; i++) {
-      if (secs[i] % 30 !== 0) continue;
+      // Every 30 s, where the label fits inside the chart.
+      if (secs[i] % 30 !== 0 || x(i) > g.w - g.right - 24 || x(i) < g.left + 24) continue;
       yield svg("line", { class: "tick", x1: x(i), x2: x(i), y1: g.h - g.bottom, y2: g.h - g.bottom + 4 });
       yield svg("text", { class: "axis", x: x(i), y: g.h - 6, "text-anchor": "middle", text: clock(secs[i] * 1000) });
     }
@@ -782,8 +788,11 @@
     const now = clusterNow();
     const times = v.events.map((e) => e.cluster_time_ms);
     if (lanes.some((l) => l.to === null) && now !== null) times.push(now);
+    // The axis spans the events (at least TIMELINE_SPAN_MIN_MS), with a margin on the
+    // right for the last bar's ending.
     const t0 = Math.min(...times);
-    const t1 = Math.max(t0 + 1000, ...times);
+    const span = Math.max(TIMELINE_SPAN_MIN_MS, Math.max(...times) - t0);
+    const t1 = t0 + span * 1.08;
     $("#timeline-note").textContent = v.events.length + " events, " + lanes.length + " generation" + (lanes.length === 1 ? "" : "s") + ", from " + clock(t0) + " UTC";
     $("#timeline").replaceChildren(timelineSvg(lanes, marks, t0, t1, now));
   }
@@ -812,7 +821,7 @@
   function laneOf(l, top, g, x, now) {
     const to = l.to !== null ? l.to : Math.max(l.from, now || l.from);
     const x1 = x(l.from);
-    const width = Math.max(3, x(to) - x1);
+    const width = Math.max(4, x(to) - x1);
     const label = "gen " + l.generation + " \u00b7 " + (l.owner || "?");
     const tip = label + ": claimed " + clock(l.from) + ", " + (l.to !== null ? l.ending + " " + clock(l.to) + " (held " + seconds(l.to - l.from) + ")" : "still held");
     const endLabel = svg("text", { class: "bar-label", x: Math.min(x1 + width + 4, g.w - g.right - 2), y: top + 17, "text-anchor": x1 + width + 60 > g.w ? "end" : "start", text: l.ending });
