@@ -814,7 +814,7 @@
     yield svg("line", { class: "axis-line", x1: g.left, x2: g.w - g.right, y1: axisY, y2: axisY });
     for (let t = 0; t <= t1 - t0; t += step) {
       yield svg("line", { class: "grid", x1: x(t0 + t), x2: x(t0 + t), y1: g.top, y2: axisY + 4 });
-      yield svg("text", { class: "axis", x: x(t0 + t), y: axisY + 16, "text-anchor": "middle", text: "+" + seconds(t) });
+      yield svg("text", { class: "axis", x: x(t0 + t), y: axisY + 16, "text-anchor": "middle", text: "+" + (step < 1000 ? Math.round(t) + " ms" : seconds(t)) });
     }
   }
 
@@ -824,7 +824,9 @@
     const width = Math.max(4, x(to) - x1);
     const label = "gen " + l.generation + " \u00b7 " + (l.owner || "?");
     const tip = label + ": claimed " + clock(l.from) + ", " + (l.to !== null ? l.ending + " " + clock(l.to) + " (held " + seconds(l.to - l.from) + ")" : "still held");
-    const endLabel = svg("text", { class: "bar-label", x: Math.min(x1 + width + 4, g.w - g.right - 2), y: top + 17, "text-anchor": x1 + width + 60 > g.w ? "end" : "start", text: l.ending });
+    // The ending after the bar, or before it where the chart ends too soon.
+    const after = x1 + width + 64 <= g.w;
+    const endLabel = svg("text", { class: "bar-label", x: after ? x1 + width + 4 : x1 - 4, y: top + 17, "text-anchor": after ? "start" : "end", text: l.ending });
     return svg("g", { class: "lane", "data-generation": l.generation, "data-owner": l.owner, "data-ending": l.ending }, [
       svgTitle(tip),
       svg("text", { class: "lane-label", x: 4, y: top + 17, text: short(label).slice(0, 24) }),
