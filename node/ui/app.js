@@ -45,6 +45,8 @@
   const EVENTS_SHOWN_MAX = 200;
   const RATE_WINDOW_S = 180;
   const TIMELINE_SPAN_MIN_MS = 100;
+  // What fits the timeline's 150-unit gutter in 11 px monospace; the tooltip has it all.
+  const LANE_LABEL_MAX = 22;
 
   // Every API call the page makes, as [method, path]. node/tests/api/ui_api.rs checks
   // each against the node's route table: a reader token may make the GETs, an operator
@@ -829,7 +831,7 @@
     const endLabel = svg("text", { class: "bar-label", x: after ? x1 + width + 4 : x1 - 4, y: top + 17, "text-anchor": after ? "start" : "end", text: l.ending });
     return svg("g", { class: "lane", "data-generation": l.generation, "data-owner": l.owner, "data-ending": l.ending }, [
       svgTitle(tip),
-      svg("text", { class: "lane-label", x: 4, y: top + 17, text: short(label).slice(0, 24) }),
+      svg("text", { class: "lane-label", x: 4, y: top + 17, text: label.length > LANE_LABEL_MAX ? label.slice(0, LANE_LABEL_MAX - 1) + "\u2026" : label }),
       svg("rect", { class: "bar end-" + l.ending, x: x1, y: top + 4, width, height: g.lane - 8, rx: 3 }),
       endLabel,
     ]);
