@@ -15,6 +15,14 @@
 //! one to stop, each read back through the API. Clicks and typing are WebDriver's own
 //! (real input events). `<target>/ui-artifacts/dashboard-lifecycle.png` is its page.
 //!
+//! The event feed (issue 32 item 5), with a reader token: the feed starts at the
+//! cluster's `event_seq` and shows each event once, newest first, with no gap; its queue
+//! filter narrows it; a job claimed, expired, claimed again and completed draws two
+//! lanes (expired, completed) with its submission as a marker; the throughput chart
+//! counts the claims, the expiry and the completion; the feed's calls failing (as a
+//! lost network) and coming back loses and repeats nothing.
+//! `<target>/ui-artifacts/dashboard-events.png` is its page.
+//!
 //! Needs Debian's `chromium` and `chromium-driver`. Without them the test prints a skip
 //! notice and passes, unless `LEASEHOLD_REQUIRE_BROWSER=1` (CI sets it), when it fails.
 
@@ -439,9 +447,20 @@ async fn wait_page<T>(
     what: &str,
     check: impl Fn(&Value) -> Result<T, String>,
 ) -> T {
+    wait_read(driver, READ_PAGE, what, check).await
+}
+
+/// Polls what `script` reads from the page until `check` accepts it; panics (after
+/// saving a screenshot of the page as it was) otherwise.
+async fn wait_read<T>(
+    driver: &Driver,
+    script: &str,
+    what: &str,
+    check: impl Fn(&Value) -> Result<T, String>,
+) -> T {
     let deadline = tokio::time::Instant::now() + PAGE_WAIT;
     loop {
-        let last = match driver.execute(READ_PAGE, json!([])).await {
+        let last = match driver.execute(script, json!([])).await {
             Ok(page) => match check(&page) {
                 Ok(v) => return v,
                 Err(e) => format!("{e}; page: {page}"),
@@ -1014,6 +1033,321 @@ async fn the_dashboard_shows_dead_letters_and_drives_the_lifecycle() {
     .await;
 
     let shot = save_screenshot(&driver, "dashboard-lifecycle.png").await;
+    println!("dashboard screenshot: {}", shot.display());
+    driver.quit().await;
+    drop(driver);
+    c.shutdown().await;
+}
+
+// ---- the event feed, a job's timeline and the throughput chart (issue 32 item 5) ------
+
+/// What the event panels show, read from the DOM by the `data-*` hooks app.js renders.
+const READ_EVENTS: &str = r#"
+const events = [...document.querySelectorAll('#events li[data-seq]')].map(li => ({
+  seq: Number(li.dataset.seq), event: li.dataset.event, job: li.dataset.jobId,
+  queue: li.dataset.queue, text: li.textContent,
+}));
+const lanes = [...document.querySelectorAll('#timeline-svg g.lane')].map(g => ({
+  generation: Number(g.dataset.generation), owner: g.dataset.owner, ending: g.dataset.ending,
+  label: g.querySelector('text.lane-label').textContent,
+  bar: g.querySelector('rect.bar').getAttribute('class'),
+  width: Number(g.querySelector('rect.bar').getAttribute('width')),
+}));
+const marks = [...document.querySelectorAll('#timeline-svg g.mark')].map(g => g.dataset.marker);
+const axis = [...document.querySelectorAll('#timeline-svg text.axis')].map(t => t.textContent);
+const series = {};
+for (const p of document.querySelectorAll('#throughput-svg polyline[data-series]')) {
+  series[p.dataset.series] = {
+    sum: Number(p.dataset.sum), max: Number(p.dataset.max),
+    points: p.getAttribute('points').trim().split(/\s+/).length,
+  };
+}
+const status = document.getElementById('events-status');
+return {
+  events, lanes, marks, axis, series,
+  after: Number(status.dataset.after || -1), errors: Number(status.dataset.errors || 0),
+  status: status.textContent,
+  injected: document.querySelectorAll('main img, main b, main i, main script').length,
+  title: document.title,
+};
+"#;
+
+/// Makes the page's `/v1/events` calls fail as a lost network does (`arguments[0]`
+/// true), or lets them through again (false). app.js looks `fetch` up at each call.
+const BREAK_FEED: &str = r#"
+if (!window.__realFetch) window.__realFetch = window.fetch;
+window.fetch = arguments[0]
+  ? (url, init) => String(url).startsWith('/v1/events')
+      ? Promise.reject(new TypeError('Failed to fetch (test: network down)'))
+      : window.__realFetch(url, init)
+  : window.__realFetch;
+return true;
+"#;
+
+/// The feed items' seqs, newest first, when they are exactly `first..=last` with no gap
+/// and no duplicate.
+fn feed_is_contiguous(page: &Value, first: u64, last: u64) -> Result<(), String> {
+    let seqs: Vec<u64> = page["events"]
+        .as_array()
+        .ok_or("no events")?
+        .iter()
+        .filter_map(|e| e["seq"].as_u64())
+        .collect();
+    let wanted: Vec<u64> = (first..=last).rev().collect();
+    if seqs == wanted {
+        Ok(())
+    } else {
+        Err(format!(
+            "feed seqs {seqs:?}, wanted {first}..={last} newest first"
+        ))
+    }
+}
+
+/// The events the feed shows for `job`, oldest first.
+fn job_events(page: &Value, job: &str) -> Vec<String> {
+    let mut names: Vec<String> = page["events"]
+        .as_array()
+        .map(|es| {
+            es.iter()
+                .filter(|e| e["job"] == job)
+                .filter_map(|e| e["event"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.reverse();
+    names
+}
+
+/// The cluster's newest event seq, as `job`'s history ends.
+async fn last_seq_of(c: &TestCluster, via: u64, job: &str) -> u64 {
+    let h = admin(c, via, Req::get(format!("/v1/jobs/{job}/history")), 200).await;
+    let events = h["events"].as_array().expect("events");
+    u64_of(events.last().expect("an event"), "seq")
+}
+
+/// Claims `job` for `owner` with `ttl_ms`, retried until the job is free (200).
+async fn claim_when_free(c: &TestCluster, via: u64, job: &str, owner: &str, ttl_ms: u64) -> Value {
+    let body = json!({"owner": owner, "ttl_ms": ttl_ms});
+    let mut req = Req::post(format!("/v1/jobs/{job}/claim"), &body);
+    req.headers
+        .push(("authorization".into(), format!("Bearer {ADMIN}")));
+    eventually(&format!("{owner} to claim {job}"), EXPIRY_WAIT, || async {
+        let r = c.send(via, &req).await;
+        if r.status == 200 {
+            Ok(r.json())
+        } else {
+            Err(r.text())
+        }
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_dashboard_follows_the_event_feed_and_draws_a_jobs_timeline() {
+    let Some((chromium, chromedriver)) = browser_binaries() else {
+        return;
+    };
+    let _one_browser = BROWSER.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let policy = lifecycle_auth(dir.path());
+    let c = TestCluster::start_with(move |cfg| cfg.auth = Some(policy.clone())).await;
+    let leader = c.wait_for_leader_in_process().await;
+    // Events are recorded once the cluster runs version 1.1 (entry version 5).
+    c.wait_settled().await;
+    let f = c.follower_of(leader);
+
+    // Before the page opens: not in its feed, which starts at event_seq.
+    admin(
+        &c,
+        f,
+        Req::post("/v1/jobs", &json!({"id": "before", "queue": "mail"})),
+        201,
+    )
+    .await;
+    let start = last_seq_of(&c, f, "before").await;
+
+    let mut driver = Driver::start(&chromedriver).await;
+    driver.new_session(&chromium).await;
+    driver.goto(&format!("http://{}/ui", c.addr(f))).await;
+    // A reader token: the feed's long polls carry it in their Authorization header.
+    use_token(&driver, READER).await;
+    wait_read(&driver, READ_EVENTS, "the feed following", |page| {
+        let status = page["status"].as_str().unwrap_or_default();
+        if page["after"].as_u64() >= Some(start) && status.starts_with("following after seq") {
+            Ok(())
+        } else {
+            Err(format!("status {status:?}, after {}", page["after"]))
+        }
+    })
+    .await;
+
+    // tl-1: worker-a's 100 ms lease runs out, worker-b claims it and completes; a job of
+    // another queue besides.
+    let a = claim_when_free(&c, f, "tl-1", "worker-a", 100).await;
+    assert_eq!(a["generation"], 1, "{a}");
+    let b = claim_when_free(&c, f, "tl-1", "worker-b", 60_000).await;
+    let done = json!({"owner": "worker-b", "generation": b["generation"]});
+    admin(&c, f, Req::post("/v1/jobs/tl-1/complete", &done), 200).await;
+    admin(
+        &c,
+        f,
+        Req::post("/v1/jobs", &json!({"id": "rep-1", "queue": "reports"})),
+        201,
+    )
+    .await;
+    let last = last_seq_of(&c, f, "rep-1").await;
+
+    // The feed shows them as they happen: newest first, every seq once, nothing older
+    // than the page.
+    let page = wait_read(&driver, READ_EVENTS, "tl-1's events in the feed", |page| {
+        feed_is_contiguous(page, start + 1, last)?;
+        let tl = job_events(page, "tl-1");
+        if tl != ["submitted", "claimed", "expired", "claimed", "completed"] {
+            return Err(format!("tl-1 events {tl:?}"));
+        }
+        Ok(page.clone())
+    })
+    .await;
+    assert!(job_events(&page, "before").is_empty(), "{page}");
+
+    // The queue filter narrows the list.
+    driver.type_into("#events-queue", "reports").await;
+    wait_read(&driver, READ_EVENTS, "only queue reports", |page| {
+        let queues: Vec<&Value> = page["events"]
+            .as_array()
+            .ok_or("no events")?
+            .iter()
+            .map(|e| &e["queue"])
+            .collect();
+        if queues == [&json!("reports")] {
+            Ok(())
+        } else {
+            Err(format!("queues {queues:?}"))
+        }
+    })
+    .await;
+    driver.type_into("#events-queue", "").await;
+
+    // tl-1's timeline: two lanes, worker-a's expired, worker-b's completed, its
+    // submission a marker, and a time axis.
+    driver.type_into("#timeline-job", "tl-1\u{E007}").await;
+    wait_read(&driver, READ_EVENTS, "tl-1's timeline", |page| {
+        let lanes: Vec<(u64, String, String)> = page["lanes"]
+            .as_array()
+            .ok_or("no lanes")?
+            .iter()
+            .map(|l| {
+                let s = |k: &str| l[k].as_str().unwrap_or_default().to_owned();
+                (
+                    l["generation"].as_u64().unwrap_or(0),
+                    s("owner"),
+                    s("ending"),
+                )
+            })
+            .collect();
+        let wanted = [
+            (1, "worker-a".to_owned(), "expired".to_owned()),
+            (2, "worker-b".to_owned(), "completed".to_owned()),
+        ];
+        if lanes != wanted {
+            return Err(format!("lanes {lanes:?}"));
+        }
+        let first = &page["lanes"][0];
+        if first["label"] != "gen 1 \u{b7} worker-a" || first["bar"] != "bar end-expired" {
+            return Err(format!("lane {first}"));
+        }
+        if page["marks"] != json!(["submitted"])
+            || page["axis"].as_array().map_or(0, |a| a.len()) < 2
+        {
+            return Err(format!("marks {}, axis {}", page["marks"], page["axis"]));
+        }
+        Ok(())
+    })
+    .await;
+
+    // The chart counted the claims, the expiry and the completion.
+    wait_read(
+        &driver,
+        READ_EVENTS,
+        "the throughput chart's data",
+        |page| {
+            let s = &page["series"];
+            let sum = |k: &str| s[k]["sum"].as_u64().unwrap_or(0);
+            if sum("claimed") == 2
+                && sum("expired") == 1
+                && sum("completed") == 1
+                && s["claimed"]["points"] == 180
+            {
+                Ok(())
+            } else {
+                Err(format!("series {s}"))
+            }
+        },
+    )
+    .await;
+
+    // The network fails under the feed: it retries from its last seq, and what happened
+    // meanwhile shows once, with no gap.
+    driver.execute(BREAK_FEED, json!([true])).await.unwrap();
+    admin(
+        &c,
+        f,
+        Req::post("/v1/jobs", &json!({"id": "net-1", "queue": "mail"})),
+        201,
+    )
+    .await;
+    wait_read(&driver, READ_EVENTS, "the feed failing", |page| {
+        if page["errors"].as_u64() >= Some(2)
+            && page["status"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("reconnecting")
+        {
+            Ok(())
+        } else {
+            Err(format!(
+                "errors {}, status {}",
+                page["errors"], page["status"]
+            ))
+        }
+    })
+    .await;
+    admin(
+        &c,
+        f,
+        Req::post("/v1/jobs", &json!({"id": "net-2", "queue": "mail"})),
+        201,
+    )
+    .await;
+    let claim = json!({"owner": "worker-c", "ttl_ms": 60_000});
+    admin(&c, f, Req::post("/v1/jobs/net-2/claim", &claim), 200).await;
+    let last = last_seq_of(&c, f, "net-2").await;
+    driver.execute(BREAK_FEED, json!([false])).await.unwrap();
+    wait_read(
+        &driver,
+        READ_EVENTS,
+        "the feed resumed without a gap",
+        |page| {
+            feed_is_contiguous(page, start + 1, last)?;
+            if job_events(page, "net-2") != ["submitted", "claimed"] {
+                return Err(format!("net-2 events {:?}", job_events(page, "net-2")));
+            }
+            if page["injected"] != 0 || page["title"] != "Leasehold dashboard" {
+                return Err("markup injected".into());
+            }
+            Ok(())
+        },
+    )
+    .await;
+
+    driver
+        .execute(
+            "document.getElementById('timeline-card').scrollIntoView(); return true;",
+            json!([]),
+        )
+        .await
+        .unwrap();
+    let shot = save_screenshot(&driver, "dashboard-events.png").await;
     println!("dashboard screenshot: {}", shot.display());
     driver.quit().await;
     drop(driver);

@@ -7,6 +7,12 @@
 //   GET /v1/cluster/members         every member's role, term and indexes, as seen here
 //   GET /v1/jobs?queue=&state=      the job table, and a queue's dead letters (api.md)
 //   GET /v1/cluster/rejections      the refused-commands feed, incrementally (`after`)
+//   GET /v1/events?after=&wait_ms=  the event feed, followed by long polls from
+//                                   /v1/cluster's event_seq (a token needs a header,
+//                                   which EventSource cannot send); it feeds the event
+//                                   list and the throughput chart
+//   GET /v1/jobs/{id}/history       the chosen job's events, drawn as its ownership
+//                                   timeline (one lane per generation)
 //   POST /v1/jobs/{id}/cancel, POST /v1/jobs/{id}/retry, POST /v1/queues/{queue}/redrive
 //                                   the buttons: an admin or operator token, each with
 //                                   an Idempotency-Key, tried again on 503/504
@@ -30,6 +36,17 @@
   const SHORT_MAX = 120;
   const TOKEN_KEY = "leasehold.token";
   const CANCEL_REASON = "cancelled from the dashboard";
+  // The event feed: a long poll waits this long for an event (api.md allows 30 s), asks
+  // for at most EVENTS_PAGE, and is asked again this soon after a failure. The list keeps
+  // the newest EVENTS_SHOWN_MAX; the chart counts the last RATE_WINDOW_S seconds.
+  const EVENTS_WAIT_MS = 10000;
+  const EVENTS_PAGE = 1000;
+  const EVENTS_RETRY_MS = 1000;
+  const EVENTS_SHOWN_MAX = 200;
+  const RATE_WINDOW_S = 180;
+  const TIMELINE_SPAN_MIN_MS = 100;
+  // What fits the timeline's 150-unit gutter in 11 px monospace; the tooltip has it all.
+  const LANE_LABEL_MAX = 22;
 
   // Every API call the page makes, as [method, path]. node/tests/api/ui_api.rs checks
   // each against the node's route table: a reader token may make the GETs, an operator
@@ -39,6 +56,8 @@
     members: ["GET", "/v1/cluster/members"],
     jobs: ["GET", "/v1/jobs"],
     rejections: ["GET", "/v1/cluster/rejections"],
+    events: ["GET", "/v1/events"],
+    history: ["GET", "/v1/jobs/{id}/history"],
     cancel: ["POST", "/v1/jobs/{id}/cancel"],
     retry: ["POST", "/v1/jobs/{id}/retry"],
     redrive: ["POST", "/v1/queues/{queue}/redrive"],
@@ -56,6 +75,13 @@
     localBase: 0,
     nodeId: null,
     feed: [], // newest first
+    // The event feed: `after` is the last seq handled (null until /v1/cluster answered);
+    // `list` the newest events, newest first; failures and restarts, for the status line.
+    events: { after: null, list: [], failure: null, errors: 0, gaps: 0 },
+    // Cluster second -> { claimed, completed, expired } counted from the feed.
+    rate: new Map(),
+    // The job whose timeline is drawn, or null.
+    timelineJob: null,
     lastSeq: 0,
     // What the tables last rendered: an unchanged answer keeps its rows (and a button
     // being clicked) instead of replacing them every second.
@@ -141,15 +167,17 @@
     return [path, init];
   }
 
+  // `opts.timeoutMs` lengthens the wait for a long poll (CALL_TIMEOUT_MS otherwise).
   async function call(route, opts) {
     const [path, init] = request(route, opts || {});
+    const timeoutMs = (opts && opts.timeoutMs) || CALL_TIMEOUT_MS;
     const ctl = new AbortController();
-    const timer = setTimeout(() => ctl.abort(), CALL_TIMEOUT_MS);
+    const timer = setTimeout(() => ctl.abort(), timeoutMs);
     try {
       const resp = await fetch(path, { ...init, signal: ctl.signal });
       return answerOf(resp, await resp.text());
     } catch (e) {
-      if (e.name === "AbortError") throw new Error("no answer within " + CALL_TIMEOUT_MS / 1000 + " s");
+      if (e.name === "AbortError") throw new Error("no answer within " + timeoutMs / 1000 + " s");
       throw e;
     } finally {
       clearTimeout(timer);
@@ -199,6 +227,11 @@
       ["GET /v1/jobs", call("jobs", { query: jobsQuery() }), renderJobs, "#jobs-card"],
       ["GET /v1/cluster/rejections", call("rejections", { query: rejections }), renderRejections, "#rejections-card"],
     ];
+    const jobId = state.timelineJob;
+    if (jobId) {
+      const history = call("history", { params: { id: jobId } });
+      calls.push(["GET /v1/jobs/" + jobId + "/history", history, (v) => renderTimeline(jobId, v), "#timeline-card"]);
+    }
     const queue = state.dead.queue;
     if (queue) {
       const dead = call("jobs", { query: deadQuery() });
@@ -245,6 +278,7 @@
       lu.setAttribute("data-updated-ms", String(now.getTime()));
     }
     $("#live-dot").className = "dot " + (failures.length === 0 ? "ok" : answered > 0 ? "warn" : "bad");
+    renderThroughput();
     tick();
   }
 
@@ -268,6 +302,7 @@
     state.clusterBase = c.cluster_time_ms;
     state.localBase = performance.now();
     state.nodeId = c.node_id;
+    startFeed(c.event_seq);
     const served = "via node " + c.node_id + (c.cluster_id ? " \u00b7 cluster " + c.cluster_id.slice(0, 8) : "");
     $("#served-by").textContent = served;
     $("#cluster-summary").textContent =
@@ -515,6 +550,302 @@
     $("#rejections-empty").hidden = items.length > 0;
   }
 
+  // ---- the event feed: followed by long polls, resumed from the last seq ----
+  //
+  // One loop for the page's life. It starts at /v1/cluster's event_seq (what comes
+  // next) and asks for `after` = the last seq it handled, so after an error it asks
+  // again from there: no gap, and an event at or below `after` is never shown twice.
+  // Long polls rather than EventSource: a token travels in a header, which EventSource
+  // cannot send. Events of every queue are followed; the queue filter only narrows
+  // what the list shows, so the chart counts them all.
+
+  function startFeed(eventSeq) {
+    if (state.events.after !== null) return;
+    state.events.after = Number(eventSeq) || 0;
+    followFeed();
+  }
+
+  async function followFeed() {
+    const ev = state.events;
+    for (;;) {
+      const query = { after: String(ev.after), limit: String(EVENTS_PAGE), wait_ms: String(EVENTS_WAIT_MS) };
+      try {
+        const page = await call("events", { query, timeoutMs: EVENTS_WAIT_MS + CALL_TIMEOUT_MS });
+        acceptEvents(page);
+        ev.failure = null;
+      } catch (e) {
+        ev.failure = e.message;
+        ev.errors += 1;
+        // Past the kept window the events in between are gone: say so and go on from
+        // the oldest kept one (api.md "410 events_compacted").
+        if (e.status === 410) await restartFeed();
+        await sleep(e.retryAfterMs || EVENTS_RETRY_MS);
+      }
+      showFeedStatus();
+    }
+  }
+
+  function sleep(ms) {
+    return new Promise((resolve) => setTimeout(resolve, ms));
+  }
+
+  async function restartFeed() {
+    try {
+      const c = await call("cluster");
+      state.events.after = Number(c.event_seq) || 0;
+      state.events.gaps += 1;
+    } catch (_) {
+      // Asked again after the next failure.
+    }
+  }
+
+  function acceptEvents(page) {
+    const ev = state.events;
+    const fresh = page.events.filter((e) => e.seq > ev.after);
+    for (const e of fresh) {
+      ev.list.unshift(e);
+      countEvent(e);
+    }
+    if (ev.list.length > EVENTS_SHOWN_MAX) ev.list.length = EVENTS_SHOWN_MAX;
+    ev.after = Math.max(ev.after, Number(page.next_after) || 0, ...fresh.map((e) => e.seq));
+    if (fresh.length > 0) {
+      renderEvents();
+      if (fresh.some((e) => e.job_id === state.timelineJob)) poll();
+    }
+  }
+
+  function showFeedStatus() {
+    const ev = state.events;
+    const s = $("#events-status");
+    s.setAttribute("data-after", String(ev.after));
+    s.setAttribute("data-errors", String(ev.errors));
+    s.textContent = ev.failure
+      ? "reconnecting after seq " + ev.after + " \u2014 " + ev.failure
+      : "following after seq " + ev.after + (ev.gaps ? " (skipped past compacted events)" : "");
+    s.classList.toggle("err", !!ev.failure);
+  }
+
+  function renderEvents() {
+    const queue = $("#events-queue").value.trim();
+    const shown = state.events.list.filter((e) => !queue || e.queue === queue);
+    $("#events").replaceChildren(...shown.map(eventItem));
+    $("#events-empty").hidden = shown.length > 0;
+  }
+
+  function eventItem(e) {
+    const who = e.owner ? " \u00b7 " + e.owner : "";
+    const detail = eventDetail(e);
+    return el(
+      "li",
+      { "data-seq": String(e.seq), "data-event": e.event, "data-job-id": e.job_id, "data-queue": e.queue, class: "event-item" },
+      [
+        el("span", { class: "pill ev ev-" + e.event, text: e.event }),
+        el("button", { type: "button", class: "link mono ellipsis", "data-show-job": e.job_id, title: "Show " + e.job_id + "'s timeline", text: e.job_id }),
+        el("span", { class: "muted small", text: e.queue + " \u00b7 gen " + e.generation + who }),
+        detail ? el("span", { class: "small detail", title: detail, text: short(detail) }) : "",
+        el("span", { class: "muted small ago", "data-at-ms": String(e.cluster_time_ms) }),
+        el("span", { class: "muted small seq mono", text: "#" + e.seq }),
+      ]
+    );
+  }
+
+  function eventDetail(e) {
+    const d = e.detail || {};
+    return ["error", "reason"].filter((k) => d[k]).map((k) => k + ": " + d[k]).join(" \u00b7 ");
+  }
+
+  // ---- SVG helpers (createElementNS and text nodes only) ----
+
+  const SVG_NS = "http://www.w3.org/2000/svg";
+
+  function svg(tag, attrs, children) {
+    const e = document.createElementNS(SVG_NS, tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === null || v === undefined) continue;
+      if (k === "text") e.textContent = v;
+      else e.setAttribute(k, String(v));
+    }
+    for (const c of children || []) e.append(c);
+    return e;
+  }
+
+  // A tooltip: SVG's <title> child, as text.
+  function svgTitle(text) {
+    return svg("title", { text });
+  }
+
+  // A round step for about `n` ticks over `span` ms.
+  function tickStep(span, n) {
+    const raw = Math.max(span / n, 1);
+    const p = Math.pow(10, Math.floor(Math.log10(raw)));
+    for (const m of [1, 2, 5, 10]) if (m * p >= raw) return m * p;
+    return 10 * p;
+  }
+
+  function clock(ms) {
+    return new Date(ms).toISOString().slice(11, 19);
+  }
+
+  // ---- the throughput chart: events per second, counted here from the feed ----
+
+  const SERIES = ["claimed", "completed", "expired"];
+
+  function countEvent(e) {
+    if (!SERIES.includes(e.event)) return;
+    const second = Math.floor(e.cluster_time_ms / 1000);
+    const b = state.rate.get(second) || { claimed: 0, completed: 0, expired: 0 };
+    b[e.event] += 1;
+    state.rate.set(second, b);
+  }
+
+  function renderThroughput() {
+    const now = clusterNow();
+    if (now === null) return;
+    const last = Math.floor(now / 1000);
+    const first = last - RATE_WINDOW_S + 1;
+    for (const s of state.rate.keys()) if (s < first) state.rate.delete(s);
+    const secs = Array.from({ length: RATE_WINDOW_S }, (_, i) => first + i);
+    const rows = secs.map((s) => state.rate.get(s) || { claimed: 0, completed: 0, expired: 0 });
+    const peak = Math.max(1, ...rows.flatMap((r) => SERIES.map((k) => r[k])));
+    const g = { w: 560, h: 170, left: 36, right: 8, top: 10, bottom: 22 };
+    const x = (i) => g.left + (i / (RATE_WINDOW_S - 1)) * (g.w - g.left - g.right);
+    const y = (v) => g.h - g.bottom - (v / peak) * (g.h - g.top - g.bottom);
+    const parts = [...rateGrid(g, x, y, peak, secs)];
+    for (const k of SERIES) {
+      const sum = rows.reduce((a, r) => a + r[k], 0);
+      const points = rows.map((r, i) => x(i).toFixed(1) + "," + y(r[k]).toFixed(1)).join(" ");
+      parts.push(svg("polyline", { class: "rate rate-" + k, points, "data-series": k, "data-sum": sum, "data-max": Math.max(...rows.map((r) => r[k])) }));
+      // A dot on each second that saw any, so a one-second burst is not a hairline.
+      rows.forEach((r, i) => {
+        if (r[k] > 0) parts.push(svg("circle", { class: "dot-rate rate-" + k, cx: x(i), cy: y(r[k]), r: 2.5 }, [svgTitle(k + " " + r[k] + " at " + clock(secs[i] * 1000))]));
+      });
+    }
+    const chart = svg("svg", { id: "throughput-svg", viewBox: "0 0 " + g.w + " " + g.h, role: "img", "aria-label": "claims, completions and expiries per second" }, parts);
+    $("#throughput").replaceChildren(chart);
+    $("#throughput-legend").replaceChildren(...SERIES.map((k) => {
+      const sum = rows.reduce((a, r) => a + r[k], 0);
+      return el("span", { class: "legend-item", "data-series": k }, [el("span", { class: "swatch rate-" + k }), el("span", { text: k + " " + sum })]);
+    }));
+  }
+
+  // The chart's axes: counts on the left, cluster time (UTC) below.
+  function* rateGrid(g, x, y, peak, secs) {
+    const step = Math.max(1, Math.ceil(peak / 4));
+    for (let v = 0; v <= peak; v += step) {
+      yield svg("line", { class: "grid", x1: g.left, x2: g.w - g.right, y1: y(v), y2: y(v) });
+      yield svg("text", { class: "axis", x: g.left - 4, y: y(v) + 3, "text-anchor": "end", text: String(v) });
+    }
+    for (let i = 0; i < secs.length; i++) {
+      // Every 30 s, where the label fits inside the chart.
+      if (secs[i] % 30 !== 0 || x(i) > g.w - g.right - 24 || x(i) < g.left + 24) continue;
+      yield svg("line", { class: "tick", x1: x(i), x2: x(i), y1: g.h - g.bottom, y2: g.h - g.bottom + 4 });
+      yield svg("text", { class: "axis", x: x(i), y: g.h - 6, "text-anchor": "middle", text: clock(secs[i] * 1000) });
+    }
+  }
+
+  // ---- a job's ownership timeline ----
+  //
+  // From its history (oldest first): a lane per claim, from `claimed` to the event
+  // that ended that generation's lease; a lease still held runs to now. Submissions,
+  // cancel requests, retries (and the rest) are markers on a row above the lanes.
+
+  const ENDINGS = ["completed", "released", "expired", "failed", "cancelled"];
+
+  function timelineModel(events) {
+    const lanes = [];
+    const marks = [];
+    let open = null;
+    for (const e of events) {
+      if (e.event === "claimed") {
+        open = { generation: e.generation, owner: e.owner, from: e.cluster_time_ms, to: null, ending: "held", until: (e.detail || {}).lease_until_ms };
+        lanes.push(open);
+      } else if (open && ENDINGS.includes(e.event)) {
+        open.to = e.cluster_time_ms;
+        open.ending = e.event;
+        open = null;
+      } else {
+        marks.push(e);
+      }
+    }
+    return { lanes, marks };
+  }
+
+  function setTimelineJob(id) {
+    state.timelineJob = id || null;
+    $("#timeline-job").value = id || "";
+    $("#timeline-note").textContent = id ? "loading\u2026" : "Name a job, or click one in the jobs table or the feed.";
+    if (!id) $("#timeline").replaceChildren();
+    poll();
+  }
+
+  function renderTimeline(id, v) {
+    if (id !== state.timelineJob) return;
+    if (v.events.length === 0) {
+      // A job from before the cluster recorded events (api.md: version 1.1).
+      $("#timeline-note").textContent = "No events recorded for " + id + ".";
+      $("#timeline").replaceChildren();
+      return;
+    }
+    const { lanes, marks } = timelineModel(v.events);
+    const now = clusterNow();
+    const times = v.events.map((e) => e.cluster_time_ms);
+    if (lanes.some((l) => l.to === null) && now !== null) times.push(now);
+    // The axis spans the events (at least TIMELINE_SPAN_MIN_MS), with a margin on the
+    // right for the last bar's ending.
+    const t0 = Math.min(...times);
+    const span = Math.max(TIMELINE_SPAN_MIN_MS, Math.max(...times) - t0);
+    const t1 = t0 + span * 1.08;
+    $("#timeline-note").textContent = v.events.length + " events, " + lanes.length + " generation" + (lanes.length === 1 ? "" : "s") + ", from " + clock(t0) + " UTC";
+    $("#timeline").replaceChildren(timelineSvg(lanes, marks, t0, t1, now));
+  }
+
+  function timelineSvg(lanes, marks, t0, t1, now) {
+    const g = { w: 760, left: 150, right: 16, top: 8, marks: 26, lane: 28 };
+    const height = g.top + g.marks + lanes.length * g.lane + 26;
+    const x = (t) => g.left + ((t - t0) / (t1 - t0)) * (g.w - g.left - g.right);
+    const axisY = g.top + g.marks + lanes.length * g.lane + 4;
+    const parts = [...timeAxis(g, x, t0, t1, axisY)];
+    parts.push(svg("text", { class: "lane-label muted", x: 4, y: g.top + 16, text: "events" }));
+    lanes.forEach((l, i) => parts.push(laneOf(l, g.top + g.marks + i * g.lane, g, x, now)));
+    marks.forEach((e) => parts.push(markOf(e, g.top + 12, x)));
+    return svg("svg", { id: "timeline-svg", viewBox: "0 0 " + g.w + " " + height, role: "img", "aria-label": "ownership timeline" }, parts);
+  }
+
+  function* timeAxis(g, x, t0, t1, axisY) {
+    const step = tickStep(t1 - t0, 6);
+    yield svg("line", { class: "axis-line", x1: g.left, x2: g.w - g.right, y1: axisY, y2: axisY });
+    for (let t = 0; t <= t1 - t0; t += step) {
+      yield svg("line", { class: "grid", x1: x(t0 + t), x2: x(t0 + t), y1: g.top, y2: axisY + 4 });
+      yield svg("text", { class: "axis", x: x(t0 + t), y: axisY + 16, "text-anchor": "middle", text: "+" + (step < 1000 ? Math.round(t) + " ms" : seconds(t)) });
+    }
+  }
+
+  function laneOf(l, top, g, x, now) {
+    const to = l.to !== null ? l.to : Math.max(l.from, now || l.from);
+    const x1 = x(l.from);
+    const width = Math.max(4, x(to) - x1);
+    const label = "gen " + l.generation + " \u00b7 " + (l.owner || "?");
+    const tip = label + ": claimed " + clock(l.from) + ", " + (l.to !== null ? l.ending + " " + clock(l.to) + " (held " + seconds(l.to - l.from) + ")" : "still held");
+    // The ending after the bar, or before it where the chart ends too soon.
+    const after = x1 + width + 64 <= g.w;
+    const endLabel = svg("text", { class: "bar-label", x: after ? x1 + width + 4 : x1 - 4, y: top + 17, "text-anchor": after ? "start" : "end", text: l.ending });
+    return svg("g", { class: "lane", "data-generation": l.generation, "data-owner": l.owner, "data-ending": l.ending }, [
+      svgTitle(tip),
+      svg("text", { class: "lane-label", x: 4, y: top + 17, text: label.length > LANE_LABEL_MAX ? label.slice(0, LANE_LABEL_MAX - 1) + "\u2026" : label }),
+      svg("rect", { class: "bar end-" + l.ending, x: x1, y: top + 4, width, height: g.lane - 8, rx: 3 }),
+      endLabel,
+    ]);
+  }
+
+  function markOf(e, cy, x) {
+    const cx = x(e.cluster_time_ms);
+    const tip = e.event + " #" + e.seq + " at " + clock(e.cluster_time_ms) + (eventDetail(e) ? " \u2014 " + eventDetail(e) : "");
+    return svg("g", { class: "mark", "data-marker": e.event }, [
+      svgTitle(tip),
+      svg("path", { class: "marker ev-" + e.event, d: "M" + cx + " " + (cy - 6) + " l6 6 l-6 6 l-6 -6 z" }),
+    ]);
+  }
+
   // ---- actions: cancel, retry, redrive (admin or operator token, api.md) ----
 
   // api.md "Availability errors": a 503 changed nothing, a 504 or a missing answer may
@@ -634,6 +965,21 @@
   $("#dead-first").addEventListener("click", () => deadPage(null));
   $("#redrive").addEventListener("click", (e) => redrive(e.currentTarget));
   $("#jobs tbody").addEventListener("click", onJobButton);
+  $("#jobs tbody").addEventListener("click", (e) => {
+    const td = e.target.closest("td[data-field=id]");
+    if (td) setTimelineJob(td.getAttribute("title"));
+  });
+  $("#events").addEventListener("click", (e) => {
+    const b = e.target.closest("button[data-show-job]");
+    if (b) setTimelineJob(b.getAttribute("data-show-job"));
+  });
+  $("#timeline-form").addEventListener("submit", (e) => {
+    e.preventDefault();
+    setTimelineJob($("#timeline-job").value.trim());
+  });
+  $("#events-form").addEventListener("submit", (e) => e.preventDefault());
+  $("#events-queue").addEventListener("input", renderEvents);
+  $("#events-queue").addEventListener("change", renderEvents);
   $("#dead tbody").addEventListener("click", onJobButton);
 
   poll();

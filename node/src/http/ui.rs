@@ -9,8 +9,11 @@
 //!   point is what *this* node can see.
 //! - `GET /v1/cluster/rejections` ([`rejections`]): the recent-rejections feed this
 //!   replica recorded at apply (`store/rejections.rs`), identical on every replica.
-//! - docs/api.md's `GET /v1/cluster` (cluster time, for lease countdowns and due times)
-//!   and `GET /v1/jobs` (the job table, and a queue's dead letters with `state=failed`).
+//! - docs/api.md's `GET /v1/cluster` (cluster time, for lease countdowns and due times,
+//!   and `event_seq`, where the event feed starts), `GET /v1/jobs` (the job table, and a
+//!   queue's dead letters with `state=failed`), `GET /v1/events` (followed by long polls:
+//!   the event list and the throughput chart) and `GET /v1/jobs/{id}/history` (a job's
+//!   ownership timeline, drawn as SVG in the page).
 //!
 //! Its buttons call the job lifecycle's routes (cancel, retry, redrive: an admin or
 //! operator token), which need nothing here: app.js's `ROUTES` table names every call
