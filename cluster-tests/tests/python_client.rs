@@ -22,7 +22,9 @@ fn root() -> PathBuf {
 
 /// Why the suite cannot run here, if it cannot.
 fn missing_tools() -> Option<String> {
-    let python = Command::new("python3").args(["-c", "import venv, ensurepip"]).output();
+    let python = Command::new("python3")
+        .args(["-c", "import venv, ensurepip"])
+        .output();
     if !python.is_ok_and(|o| o.status.success()) {
         return Some("python3 with venv and ensurepip".into());
     }
@@ -39,7 +41,10 @@ fn missing_tools() -> Option<String> {
 fn the_python_client_suite_passes_against_this_build() {
     if let Some(what) = missing_tools() {
         let required = std::env::var("LEASEHOLD_REQUIRE_PYTHON").as_deref() == Ok("1");
-        assert!(!required, "LEASEHOLD_REQUIRE_PYTHON=1 but {what} is missing");
+        assert!(
+            !required,
+            "LEASEHOLD_REQUIRE_PYTHON=1 but {what} is missing"
+        );
         eprintln!("skipped: the Python client's suite needs {what}");
         return;
     }
@@ -60,5 +65,8 @@ fn the_python_client_suite_passes_against_this_build() {
         .env("PYTHON", venv.join("bin/python"))
         .status()
         .expect("running clients/python/run-tests.sh");
-    assert!(status.success(), "the Python client's suite failed (output above)");
+    assert!(
+        status.success(),
+        "the Python client's suite failed (output above)"
+    );
 }
