@@ -14,6 +14,9 @@ use leasehold_cluster_tests::history::{
 
 use ViolationKind::*;
 
+/// A feed event as a test writes it: (seq, job, event, generation, owner, time).
+type FeedLine<'a> = (u64, &'a str, &'a str, u64, Option<&'a str>, u64);
+
 /// An arbitrary `CLOCK_MONOTONIC` reading as the histories' ms 0.
 const ORIGIN: Nanos = 7_000_000_000_000;
 
@@ -190,7 +193,7 @@ impl History {
     }
 
     /// Node `node_id`'s feed held `events`: (seq, job, event, generation, owner, time).
-    fn feed(mut self, node_id: u64, events: &[(u64, &str, &str, u64, Option<&str>, u64)]) -> Self {
+    fn feed(mut self, node_id: u64, events: &[FeedLine]) -> Self {
         let events = events
             .iter()
             .map(|&(seq, job, event, generation, owner, t)| FeedEvent {
@@ -741,7 +744,7 @@ fn a_claim_before_the_backoff_ran_out_is_caught() {
 /// Issue 32: the cluster's event feed against the checker's own history.
 #[test]
 fn the_feed_must_hold_every_acked_claim_and_completion() {
-    type E<'a> = (u64, &'a str, &'a str, u64, Option<&'a str>, u64);
+    type E<'a> = FeedLine<'a>;
     let full: &[E] = &[
         (1, "j", "submitted", 0, None, 1_000),
         (2, "j", "claimed", 1, Some("a"), 1_010),
