@@ -373,4 +373,7 @@ fn the_feed_filters_pages_and_answers_410_once_it_dropped_what_was_asked() {
     );
     let resumed = h.m.events(oldest - 1, 10, EventFilter::default()).unwrap();
     assert_eq!(resumed.events[0].seq, oldest);
+    // Past the end, even at the largest seq: nothing, and no overflow.
+    let past = h.m.events(u64::MAX, 10, EventFilter::default()).unwrap();
+    assert_eq!((past.events.len(), past.next_after), (0, u64::MAX));
 }

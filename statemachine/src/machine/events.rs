@@ -221,7 +221,8 @@ impl EventLog {
         if after.saturating_add(1) < first {
             return Err(compacted(after, first));
         }
-        let skip = usize::try_from(after + 1 - first).unwrap_or(usize::MAX);
+        // `after + 1 >= first` here; `after` may be u64::MAX (any client may send it).
+        let skip = usize::try_from(after.saturating_add(1) - first).unwrap_or(usize::MAX);
         let (mut events, mut next_after) = (Vec::new(), after);
         for e in self.feed.iter().skip(skip).take(limits::EVENTS_SCAN_MAX) {
             next_after = e.seq;

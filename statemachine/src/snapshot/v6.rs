@@ -119,10 +119,10 @@ fn feed_of(
     feed: Vec<(String, String, HistoryEntry)>,
     last_seq: u64,
 ) -> Result<VecDeque<Arc<FeedEvent>>, Inconsistency> {
-    let first = last_seq + 1 - feed.len() as u64;
     if feed.len() as u64 > last_seq || feed.len() > crate::limits::FEED_EVENTS_KEPT_MAX {
         return Err(Inconsistency::BadFeed);
     }
+    let first = last_seq + 1 - feed.len() as u64;
     let mut out = VecDeque::with_capacity(feed.len());
     for (i, (id, queue, e)) in feed.into_iter().enumerate() {
         if e.seq != first + i as u64 {
