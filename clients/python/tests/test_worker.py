@@ -16,14 +16,16 @@ import leasehold
 from cluster import wait_for
 
 WORKER = r'''
-import logging, os, sys, time
+import logging, os, sys, threading, time
 import leasehold
 
 logging.basicConfig(level=logging.INFO, stream=sys.stderr)
 gate = sys.argv[2]
+out = threading.Lock()  # print() from two handler threads would interleave its pieces
 
 def handler(lease):
-    print("started", lease.job_id, flush=True)
+    with out:
+        print("started", lease.job_id, flush=True)
     # The work: until the test opens the gate, never past the lease.
     while not os.path.exists(os.path.join(gate, lease.job_id)):
         if lease.cancelled.wait(0.02):
@@ -61,6 +63,19 @@ print("exited", flush=True)
 '''
 
 
+def _started(proc: subprocess.Popen[str]) -> str:
+    """The job id of the worker's next "started <id>" line; fails with the worker's
+    stderr when it printed something else or exited."""
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    words = line.split()
+    if len(words) == 2 and words[0] == "started":
+        return words[1]
+    proc.kill()
+    _, err = proc.communicate(timeout=30)
+    pytest.fail(f"expected 'started <id>' from the worker, got {line!r}; stderr:\n{err}")
+
+
 @pytest.mark.parametrize("sig,script", [
     (signal.SIGTERM, WORKER), (signal.SIGINT, WORKER), (signal.SIGTERM, ASYNC_WORKER),
 ], ids=["sigterm", "sigint", "async-sigterm"])
@@ -75,7 +90,7 @@ def test_the_worker_finishes_running_jobs_and_stops_claiming_on_a_signal(
     )
     try:
         assert proc.stdout is not None
-        started = [proc.stdout.readline().split()[1] for _ in range(2)]
+        started = [_started(proc) for _ in range(2)]
         proc.send_signal(sig)
         # Stopping waits for the two running handlers: still alive a while later.
         with pytest.raises(subprocess.TimeoutExpired):

@@ -138,6 +138,10 @@ class Worker:
                 log.warning("worker %s: claim failed: %s", self.owner, e)
                 self.stopping.wait(CLAIM_ERROR_PAUSE)
                 continue
+            except Exception:  # a bug, not the cluster: keep the worker alive, loudly
+                log.exception("worker %s: claim failed unexpectedly", self.owner)
+                self.stopping.wait(CLAIM_ERROR_PAUSE)
+                continue
             if lease is None:
                 continue
             if self.stopping.is_set():
@@ -220,6 +224,10 @@ class Worker:
                                                 ttl_ms=self.ttl_ms, wait_ms=self.poll_ms)
             except LeaseholdError as e:
                 log.warning("worker %s: claim failed: %s", self.owner, e)
+                await asyncio.sleep(CLAIM_ERROR_PAUSE)
+                continue
+            except Exception:  # a bug, not the cluster: keep the worker alive, loudly
+                log.exception("worker %s: claim failed unexpectedly", self.owner)
                 await asyncio.sleep(CLAIM_ERROR_PAUSE)
                 continue
             if lease is None:
