@@ -160,6 +160,37 @@ pub enum CommandOf<Items, Scoped> {
         queue: String,
         limit: u32,
     },
+    /// Entry version 6 (docs/api.md "Batches"): up to `max_jobs` jobs of a queue
+    /// claimed in one entry, each as [`CommandOf::ClaimNext`] would.
+    ClaimNextMany {
+        queue: String,
+        owner: String,
+        ttl_ms: u64,
+        max_jobs: u32,
+    },
+    /// Entry version 6: each of `leases` renewed as [`CommandOf::RenewWith`] would (an
+    /// item's `json` is its progress), each with its own reply.
+    RenewMany {
+        owner: String,
+        ttl_ms: Option<u64>,
+        leases: Vec<LeaseItem>,
+    },
+    /// Entry version 6: each of `leases` completed as [`CommandOf::Complete`] would (an
+    /// item's `json` is its result), each with its own reply.
+    CompleteMany {
+        owner: String,
+        leases: Vec<LeaseItem>,
+    },
+}
+
+/// One lease of a [`Command::RenewMany`] or [`Command::CompleteMany`]: the job, the
+/// generation its holder presents, and the JSON text the single call would carry
+/// (renew: `progress`; complete: `result`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseItem {
+    pub job_id: String,
+    pub generation: u64,
+    pub json: Option<String>,
 }
 
 /// A client command ([`Command::Scoped`]) and the tenant scope of the token that sent it.
@@ -381,6 +412,27 @@ impl<S: Into<ScopedCommand>> From<CommandOf<NoBatch, S>> for Command {
             C::Cancel { job_id, reason } => C::Cancel { job_id, reason },
             C::Retry { job_id, run_at_ms } => C::Retry { job_id, run_at_ms },
             C::Redrive { queue, limit } => C::Redrive { queue, limit },
+            C::ClaimNextMany {
+                queue,
+                owner,
+                ttl_ms,
+                max_jobs,
+            } => C::ClaimNextMany {
+                queue,
+                owner,
+                ttl_ms,
+                max_jobs,
+            },
+            C::RenewMany {
+                owner,
+                ttl_ms,
+                leases,
+            } => C::RenewMany {
+                owner,
+                ttl_ms,
+                leases,
+            },
+            C::CompleteMany { owner, leases } => C::CompleteMany { owner, leases },
         }
     }
 }
@@ -419,6 +471,19 @@ impl Command {
             }
             Command::Claim { ttl_ms, .. } | Command::ClaimNext { ttl_ms, .. } => {
                 limits::validate_ttl_ms(*ttl_ms)?
+            }
+            Command::ClaimNextMany {
+                ttl_ms, max_jobs, ..
+            } => {
+                limits::validate_ttl_ms(*ttl_ms)?;
+                limits::validate_max_jobs(*max_jobs)?;
+            }
+            Command::RenewMany { ttl_ms, leases, .. } => {
+                ttl_ms.map_or(Ok(()), limits::validate_ttl_ms)?;
+                validate_lease_items(leases, limits::validate_progress)?;
+            }
+            Command::CompleteMany { leases, .. } => {
+                validate_lease_items(leases, |r| limits::validate_json_size("result", r))?
             }
             Command::Renew { ttl_ms, .. } => ttl_ms.map_or(Ok(()), limits::validate_ttl_ms)?,
             Command::RenewWith {
@@ -476,6 +541,22 @@ fn validate_new_job(payload: &Option<String>, max_attempts: Option<u64>) -> Resu
 fn validate_error(error: &Option<String>) -> Result<(), ApiError> {
     let error = error.as_deref().unwrap_or_default();
     limits::validate_text("error", error, limits::ERROR_BYTES_MAX)
+}
+
+/// A client batch's leases: 1 to [`limits::BATCH_LEASES_MAX`], each with a valid job id
+/// and JSON text. One bad item refuses the whole request, naming it: bad input changes
+/// nothing.
+fn validate_lease_items(
+    leases: &[LeaseItem],
+    json_ok: impl Fn(&str) -> Result<(), ApiError>,
+) -> Result<(), ApiError> {
+    limits::validate_batch_leases(leases.len())?;
+    for (i, item) in leases.iter().enumerate() {
+        let checked = limits::validate_job_id(&item.job_id)
+            .and_then(|()| item.json.as_deref().map_or(Ok(()), &json_ok));
+        checked.map_err(|e| ApiError::new(e.code, format!("leases[{i}]: {}", e.message)))?;
+    }
+    Ok(())
 }
 
 fn validate_batch(items: &[BatchItem]) -> Result<(), ApiError> {

@@ -16,14 +16,14 @@
 
 use std::fmt;
 
-use crate::command::{BatchItem, Command, ScopedCommand};
+use crate::command::{BatchItem, Command, LeaseItem, ScopedCommand};
 use crate::tenant::{QueuePattern, Scope};
 
 /// The newest entry version this build applies: the highest [`Descriptor::since`] of
 /// any command, or a version that changes what existing commands do (5: the machine
 /// records events, `machine/events.rs`). A cluster proposes a command, and activates a
 /// version, only once every member can apply it.
-pub const ENTRY_VERSION_MAX: u32 = 5;
+pub const ENTRY_VERSION_MAX: u32 = 6;
 
 /// What a request does, as far as permissions go (the role table is the node's
 /// `security::auth::Role::allows`). Commands carry theirs in their [`Descriptor`];
@@ -111,6 +111,12 @@ pub enum CommandScope {
     StoredJob(MissingJob),
     /// Carries other commands (a batch): each item by its own rule.
     Items,
+    /// Acts on the leases it lists (batch renew and complete), each by its job id as
+    /// [`CommandScope::StoredJob`]`(`[`MissingJob::NotFound`]`)` would: every id in
+    /// scope (else the whole request is refused, before anything is applied), and each
+    /// stored job's queue where it is applied — an item whose job the scope does not
+    /// hold answers 404, as a missing one.
+    Leases,
     /// Internal, never sent by a client (tick): refused to every scoped token.
     Internal,
 }
@@ -151,6 +157,8 @@ pub struct Names<'a> {
     /// The generation it presents (renew, complete, release).
     pub generation: Option<u64>,
     pub items: &'a [BatchItem],
+    /// The leases a batch renew or complete acts on, each by job id and generation.
+    pub leases: &'a [LeaseItem],
 }
 
 impl Names<'static> {
@@ -160,6 +168,7 @@ impl Names<'static> {
         owner: None,
         generation: None,
         items: &[],
+        leases: &[],
     };
 }
 
@@ -282,8 +291,29 @@ const REDRIVE: Descriptor = Descriptor {
     since: 4,
 };
 
+/// docs/api.md "Batches" (entry version 6): several leases in one request and one log
+/// entry. Their own names, so their metrics and rejections read apart from the single
+/// calls'; the operations (so the roles) of the single calls.
+const CLAIM_NEXT_MANY: Descriptor = Descriptor {
+    name: "claim_next_many",
+    since: 6,
+    ..CLAIM_NEXT
+};
+const RENEW_MANY: Descriptor = Descriptor {
+    name: "renew_many",
+    operation: Operation::Renew,
+    scope: CommandScope::Leases,
+    outcomes: &["ok"],
+    since: 6,
+};
+const COMPLETE_MANY: Descriptor = Descriptor {
+    name: "complete_many",
+    operation: Operation::Complete,
+    ..RENEW_MANY
+};
+
 /// Every descriptor, in the order of `Command`'s variants (their bincode index).
-pub const DESCRIPTORS: [Descriptor; 18] = [
+pub const DESCRIPTORS: [Descriptor; 21] = [
     SUBMIT,
     CLAIM,
     CLAIM_NEXT,
@@ -302,6 +332,9 @@ pub const DESCRIPTORS: [Descriptor; 18] = [
     CANCEL,
     RETRY,
     REDRIVE,
+    CLAIM_NEXT_MANY,
+    RENEW_MANY,
+    COMPLETE_MANY,
 ];
 
 impl Command {
@@ -392,6 +425,16 @@ impl Command {
                     ..none
                 },
             ),
+            Command::ClaimNextMany { queue, owner, .. } => (
+                &CLAIM_NEXT_MANY,
+                Names {
+                    queue: Some(queue),
+                    owner: Some(owner),
+                    ..none
+                },
+            ),
+            Command::RenewMany { owner, leases, .. } => (&RENEW_MANY, held_many(owner, leases)),
+            Command::CompleteMany { owner, leases } => (&COMPLETE_MANY, held_many(owner, leases)),
         }
     }
 
@@ -443,6 +486,15 @@ fn held<'a>(job_id: &'a str, owner: &'a str, generation: u64) -> Names<'a> {
         job_id: Some(job_id),
         owner: Some(owner),
         generation: Some(generation),
+        ..Names::NONE
+    }
+}
+
+/// The names of a command on several held leases (batch renew and complete).
+fn held_many<'a>(owner: &'a str, leases: &'a [LeaseItem]) -> Names<'a> {
+    Names {
+        owner: Some(owner),
+        leases,
         ..Names::NONE
     }
 }
@@ -544,6 +596,29 @@ pub fn one_of_each() -> Vec<Command> {
             queue: "q".into(),
             limit: 10,
         },
+        Command::ClaimNextMany {
+            queue: "q".into(),
+            owner: "o".into(),
+            ttl_ms: 1_000,
+            max_jobs: 64,
+        },
+        Command::RenewMany {
+            owner: "o".into(),
+            ttl_ms: Some(2_000),
+            leases: vec![LeaseItem {
+                job_id: "j".into(),
+                generation: 7,
+                json: Some("{\"step\":2}".into()),
+            }],
+        },
+        Command::CompleteMany {
+            owner: "o".into(),
+            leases: vec![LeaseItem {
+                job_id: "j".into(),
+                generation: 7,
+                json: Some("1".into()),
+            }],
+        },
     ];
     let listed: Vec<usize> = all.iter().map(variant_index).collect();
     let want: Vec<usize> = (0..all.len()).collect();
@@ -575,5 +650,8 @@ fn variant_index(c: &Command) -> usize {
         Command::Cancel { .. } => 15,
         Command::Retry { .. } => 16,
         Command::Redrive { .. } => 17,
+        Command::ClaimNextMany { .. } => 18,
+        Command::RenewMany { .. } => 19,
+        Command::CompleteMany { .. } => 20,
     }
 }

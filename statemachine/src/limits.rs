@@ -58,6 +58,10 @@ pub const IDEMPOTENCY_SCOPE_KEYS_MAX: usize = idempotency_scope_keys_max(IDEMPOT
 pub const IDEMPOTENCY_SCOPE_LEN_MAX: usize = 32;
 /// Most client commands the node packs into one log entry.
 pub const BATCH_ITEMS_MAX: usize = 512;
+/// Most jobs one claim-next hands out (`max_jobs`, docs/api.md "Batches").
+pub const CLAIM_MAX_JOBS_MAX: u32 = 256;
+/// Most leases one `POST /v1/leases/renew` or `/v1/leases/complete` carries.
+pub const BATCH_LEASES_MAX: usize = 1000;
 /// Most ready jobs of a queue a scoped claim-next looks at for one its scope holds (a
 /// scope with a job prefix skips the others): past it, nothing is claimable for it.
 pub const SCOPED_CLAIM_SCAN_MAX: usize = 10_000;
@@ -293,6 +297,26 @@ pub fn validate_text(what: &str, text: &str, max: usize) -> Result<(), ApiError>
         return Err(invalid(format!(
             "{what} must be at most {max} bytes (got {})",
             text.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Claim-next's `max_jobs`: 1 to [`CLAIM_MAX_JOBS_MAX`].
+pub fn validate_max_jobs(max_jobs: u32) -> Result<(), ApiError> {
+    if max_jobs == 0 || max_jobs > CLAIM_MAX_JOBS_MAX {
+        return Err(invalid(format!(
+            "max_jobs must be 1-{CLAIM_MAX_JOBS_MAX} (got {max_jobs})"
+        )));
+    }
+    Ok(())
+}
+
+/// How many leases a batch renew or complete carries: 1 to [`BATCH_LEASES_MAX`].
+pub fn validate_batch_leases(n: usize) -> Result<(), ApiError> {
+    if n == 0 || n > BATCH_LEASES_MAX {
+        return Err(invalid(format!(
+            "leases must hold 1-{BATCH_LEASES_MAX} items (got {n})"
         )));
     }
     Ok(())

@@ -206,6 +206,9 @@ impl Scope {
         if let Some(queue) = names.queue {
             self.check_queue(queue)?;
         }
+        for lease in names.leases {
+            self.check_id(&lease.job_id)?;
+        }
         match names.job_id {
             Some(id) => self.check_id(id),
             // A generated id is not in the prefix.
@@ -228,6 +231,7 @@ impl Scope {
             | CommandScope::Queue
             | CommandScope::StoredJob(_)
             | CommandScope::Items
+            | CommandScope::Leases
             | CommandScope::Internal => Ok(()),
         }
     }

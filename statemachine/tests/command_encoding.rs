@@ -16,7 +16,7 @@ use leasehold_statemachine::{
 use serde::de::{self, Deserialize, Deserializer, Visitor};
 
 /// `one_of_each()`, encoded (hex), in variant order. Never edit a line: append one.
-const GOLDEN: [&str; 18] = [
+const GOLDEN: [&str; 21] = [
     "000000000101000000000000006a0100000000000000710102000000000000007b7d010300000000000000",
     "0100000001000000000000006a01000000000000006fe803000000000000",
     "0200000001000000000000007101000000000000006fe803000000000000",
@@ -36,6 +36,10 @@ const GOLDEN: [&str; 18] = [
     "0f00000001000000000000006a01010000000000000072",
     "1000000001000000000000006a012823000000000000",
     "110000000100000000000000710a000000",
+    // Entry version 6 (docs/api.md "Batches").
+    "1200000001000000000000007101000000000000006fe80300000000000040000000",
+    "1300000001000000000000006f01d007000000000000010000000000000001000000000000006a0700000000000000010a000000000000007b2273746570223a327d",
+    "1400000001000000000000006f010000000000000001000000000000006a070000000000000001010000000000000031",
 ];
 
 /// `Entry { stamp_ms: 5, term: 2, idempotency_key: Some("k"), command: Tick }`.
@@ -154,6 +158,10 @@ fn every_scope_rule_covers_what_its_command_names() {
                 assert!(n.job_id.is_some() && n.queue.is_none(), "{kind}")
             }
             CommandScope::Items => assert!(!n.items.is_empty(), "{kind}: carries commands"),
+            CommandScope::Leases => assert!(
+                !n.leases.is_empty() && n.job_id.is_none() && n.queue.is_none(),
+                "{kind}: acts on the leases it lists"
+            ),
             CommandScope::Internal => assert_eq!(d.operation, Operation::Internal, "{kind}"),
         }
         if n.job_id.is_some() {
@@ -164,6 +172,9 @@ fn every_scope_rule_covers_what_its_command_names() {
         }
         if !n.items.is_empty() {
             assert_eq!(d.scope, CommandScope::Items, "{kind}");
+        }
+        if !n.leases.is_empty() {
+            assert_eq!(d.scope, CommandScope::Leases, "{kind}");
         }
         let client = d.operation != Operation::Internal;
         assert_eq!(
@@ -193,6 +204,9 @@ fn a_batch_needs_the_newest_version_of_its_items() {
             | Command::Cancel { .. }
             | Command::Retry { .. }
             | Command::Redrive { .. } => 4,
+            Command::ClaimNextMany { .. }
+            | Command::RenewMany { .. }
+            | Command::CompleteMany { .. } => 6,
             _ => 1,
         };
         assert_eq!(cmd.since(), want, "{cmd:?}");

@@ -28,6 +28,7 @@
 //! - `events`: the event log: the seq counter, each job's compact history, the deleted
 //!   jobs' histories and the feed.
 //! - `rules`: the rules, each deciding a job's next place.
+//! - `batches`: a client batch's items, each by its single call's rule.
 //! - `scoped`: a command held to its caller's tenant scope, checked against the stored
 //!   job before its rule runs.
 //! - `reads`: `job`, `list`, `next_deadline_ms`, `history`, `events`.
@@ -40,8 +41,10 @@ use serde::{Deserialize, Serialize};
 use crate::command::{BatchItem, Command, Entry, Outcome, Reply};
 use crate::idempotency::{Bounds, IdempotencyTable, Remembered};
 use crate::limits;
+use crate::tenant::Scope;
 use crate::wire::{ApiError, ErrorCode};
 
+mod batches;
 pub(crate) mod events;
 mod indexes;
 mod lifecycle;
@@ -53,6 +56,7 @@ mod rules;
 mod scoped;
 pub(crate) mod transition;
 
+use batches::LeaseOp;
 pub(crate) use events::{EventLog, History};
 pub(crate) use indexes::{FixedHashMap, Indexes};
 pub(crate) use lifecycle::Wait;
@@ -362,6 +366,39 @@ impl LeaseMachine {
                 Ok(Outcome::Ticked)
             }
             Command::Scoped(scoped) => self.execute_scoped(log_index, now, scoped),
+            Command::ClaimNextMany { .. }
+            | Command::RenewMany { .. }
+            | Command::CompleteMany { .. } => self.execute_many(log_index, now, cmd, None),
+        }
+    }
+
+    /// A client batch (`batches.rs`), held to `scope` item by item when it has one.
+    fn execute_many(
+        &mut self,
+        log_index: u64,
+        now: u64,
+        cmd: &Command,
+        scope: Option<&Scope>,
+    ) -> Reply {
+        match cmd {
+            Command::ClaimNextMany {
+                queue,
+                owner,
+                ttl_ms,
+                max_jobs,
+            } => self.claim_next_many(log_index, now, queue, owner, *ttl_ms, *max_jobs, scope),
+            Command::RenewMany {
+                owner,
+                ttl_ms,
+                leases,
+            } => {
+                let op = LeaseOp::Renew { ttl_ms: *ttl_ms };
+                self.leases_many(log_index, now, owner, leases, op, scope)
+            }
+            Command::CompleteMany { owner, leases } => {
+                self.leases_many(log_index, now, owner, leases, LeaseOp::Complete, scope)
+            }
+            other => unreachable!("not a client batch: {}", other.kind()),
         }
     }
 

@@ -37,12 +37,15 @@ impl LeaseMachine {
             Command::Redrive { queue, limit } => {
                 self.redrive(log_index, now, queue, *limit, Some(scope))
             }
+            Command::ClaimNextMany { .. }
+            | Command::RenewMany { .. }
+            | Command::CompleteMany { .. } => self.execute_many(log_index, now, cmd, Some(scope)),
             cmd => self.execute(log_index, now, cmd),
         }
     }
 
     /// The id and queue of a stored job.
-    fn stored(&self, id: &str) -> Option<(String, String)> {
+    pub(super) fn stored(&self, id: &str) -> Option<(String, String)> {
         let rec = &self.jobs[self.ix.ids.get(id)?];
         Some((rec.id.clone(), rec.queue.clone()))
     }

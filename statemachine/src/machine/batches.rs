@@ -1,0 +1,97 @@
+//! Client batches (docs/api.md "Batches", entry version 6): claim-next for several jobs,
+//! and renew or complete for several leases, in one log entry.
+//!
+//! Each item is decided exactly as its single call would be, by the same rule
+//! (`rules.rs`), in request order and at the entry's stamp, and gets its own reply in
+//! [`Outcome::Batch`]: one item's refusal changes nothing for the others. A scoped
+//! caller's items are each held to its scope against the stored job, as a single call's
+//! is (`scoped.rs`): a job the scope does not hold answers as a missing one.
+//!
+//! May import: `command`, `tenant`, `wire`, and the machine's rules.
+
+use crate::command::{LeaseItem, Outcome, Reply};
+use crate::machine::rules::Holder;
+use crate::machine::LeaseMachine;
+use crate::tenant::{not_found, Scope};
+
+/// What a batch renew or complete does to each of its leases.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum LeaseOp {
+    /// Renew, with the batch's TTL (the claim's when absent).
+    Renew {
+        ttl_ms: Option<u64>,
+    },
+    Complete,
+}
+
+impl LeaseMachine {
+    /// Up to `max_jobs` claims of the queue's next job; [`Outcome::Empty`] when none
+    /// was claimable (a waiting claim-next waits on it as on a single one).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn claim_next_many(
+        &mut self,
+        log_index: u64,
+        now: u64,
+        queue: &str,
+        owner: &str,
+        ttl_ms: u64,
+        max_jobs: u32,
+        scope: Option<&Scope>,
+    ) -> Reply {
+        let mut leases = Vec::new();
+        while leases.len() < max_jobs as usize {
+            match self.claim_next(log_index, now, queue, owner, ttl_ms, scope) {
+                Ok(Outcome::Empty) => break,
+                Ok(lease) => leases.push(Ok(lease)),
+                // Leases already granted are answered; the refusal ends the batch.
+                Err(e) if leases.is_empty() => return Err(e),
+                Err(_) => break,
+            }
+        }
+        if leases.is_empty() {
+            return Ok(Outcome::Empty);
+        }
+        Ok(Outcome::Batch(leases))
+    }
+
+    /// Each lease renewed or completed by its own rule, a reply each, in order.
+    pub(super) fn leases_many(
+        &mut self,
+        log_index: u64,
+        now: u64,
+        owner: &str,
+        leases: &[LeaseItem],
+        op: LeaseOp,
+        scope: Option<&Scope>,
+    ) -> Reply {
+        let replies = leases
+            .iter()
+            .map(|item| {
+                self.check_item_scope(scope, &item.job_id)?;
+                let holder = Holder {
+                    job_id: &item.job_id,
+                    owner,
+                    generation: item.generation,
+                };
+                match op {
+                    LeaseOp::Renew { ttl_ms } => {
+                        self.renew(log_index, now, holder, ttl_ms, item.json.as_ref())
+                    }
+                    LeaseOp::Complete => self.complete(log_index, now, holder, &item.json),
+                }
+            })
+            .collect();
+        Ok(Outcome::Batch(replies))
+    }
+
+    /// A stored job the scope does not hold answers 404, as a missing one; a missing
+    /// one is left to the rule (which answers 404 too). The ids themselves were checked
+    /// against the scope with the whole command (`tenant::Scope::check_command`).
+    fn check_item_scope(&self, scope: Option<&Scope>, job_id: &str) -> Result<(), crate::ApiError> {
+        let Some(scope) = scope else { return Ok(()) };
+        match self.stored(job_id) {
+            Some((id, queue)) if !scope.holds(&id, &queue) => Err(not_found(job_id)),
+            _ => Ok(()),
+        }
+    }
+}
