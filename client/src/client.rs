@@ -469,6 +469,7 @@ impl Client {
             owner: owner.to_owned(),
             ttl_ms,
             wait_ms: Some(wait_ms),
+            max_jobs: None,
         };
         probe.into_command(queue)?;
         let slice_ms = (ttl_ms / 4).max(10);
@@ -498,6 +499,7 @@ impl Client {
             owner: owner.to_owned(),
             ttl_ms,
             wait_ms: (wait_ms > 0).then_some(wait_ms),
+            max_jobs: None,
         };
         let path = format!("/v1/queues/{}/claim", encode_component(queue));
         let mut call = Call::write(Method::POST, path, Some(to_body(&req)?));

@@ -12,6 +12,12 @@ use serde_json::value::RawValue;
 use crate::command::Command;
 use crate::limits;
 
+mod batch;
+pub use batch::{
+    BatchResult, BatchResults, CompleteItem, CompleteLeasesRequest, LeasesReply, RenewItem,
+    RenewLeasesRequest,
+};
+
 /// One variant per error code of docs/api.md, 1:1, spelled as on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -435,6 +441,10 @@ pub struct ClaimNextRequest {
     pub ttl_ms: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait_ms: Option<u64>,
+    /// Version 1.1 (docs/api.md "Batches"): up to this many jobs (1-256), answered as
+    /// `{"leases": […]}`; without it the v1 answer, one Lease.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_jobs: Option<u32>,
 }
 
 impl ClaimNextRequest {
@@ -442,10 +452,19 @@ impl ClaimNextRequest {
     pub fn into_command(self, queue: &str) -> Result<(Command, u64), ApiError> {
         let wait_ms = self.wait_ms.unwrap_or(0);
         limits::validate_wait_ms(wait_ms)?;
-        let cmd = Command::ClaimNext {
-            queue: queue.to_owned(),
-            owner: self.owner,
-            ttl_ms: self.ttl_ms,
+        let (queue, owner, ttl_ms) = (queue.to_owned(), self.owner, self.ttl_ms);
+        let cmd = match self.max_jobs {
+            None => Command::ClaimNext {
+                queue,
+                owner,
+                ttl_ms,
+            },
+            Some(max_jobs) => Command::ClaimNextMany {
+                queue,
+                owner,
+                ttl_ms,
+                max_jobs,
+            },
         };
         cmd.validate()?;
         Ok((cmd, wait_ms))

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use leasehold_statemachine::wire::{BatchResults, LeasesReply};
 use leasehold_statemachine::{ApiError, Command, ErrorCode, JobState, Outcome, Reply};
 use tokio::time::Instant;
 
@@ -81,7 +82,7 @@ async fn execute(node: &Arc<Node>, op: &LeaderOp) -> Result<Response, ProposeErr
             }
             let reply = node.propose(command.clone(), key.clone()).await?;
             record(node, command, &reply);
-            Ok(render(route, &reply))
+            Ok(render(route, command, &reply))
         }
         LeaderOp::GetJob { id, scope } => get_job(node, id, scope.as_ref()).await,
         LeaderOp::History { id, scope } => history(node, id, scope.as_ref()).await,
@@ -158,12 +159,12 @@ async fn claim_next_waiting(
         let reply = node.propose(command.clone(), key.clone()).await?;
         record(node, command, &reply);
         if !matches!(reply, Ok(Outcome::Empty)) {
-            return Ok(render(route, &reply));
+            return Ok(render(route, command, &reply));
         }
         loop {
             let now = Instant::now();
             if now >= deadline {
-                return Ok(render(route, &reply));
+                return Ok(render(route, command, &reply));
             }
             let _ = tokio::time::timeout(WAIT_STEP.min(deadline - now), applied.changed()).await;
             let cluster_now = node.cluster_time_ms();
@@ -188,7 +189,7 @@ fn record(node: &Node, command: &Command, reply: &Reply) {
 
 /// A write's reply as its route answers it: a body with the route's first success
 /// status (201 for a submit), no body with 204 (a delete, an empty claim-next).
-pub fn render(route: &RouteSpec, reply: &Reply) -> Response {
+pub fn render(route: &RouteSpec, command: &Command, reply: &Reply) -> Response {
     let status = StatusCode::from_u16(route.success[0]).unwrap_or(StatusCode::OK);
     match reply {
         Err(e) => error_response(e),
@@ -200,10 +201,28 @@ pub fn render(route: &RouteSpec, reply: &Reply) -> Response {
             status,
             &leasehold_statemachine::wire::RedriveReply { retried: *retried },
         ),
-        // The batcher splits batches; a client never proposes one.
-        Ok(Outcome::Batch(_)) => error_response(&ApiError::new(
-            ErrorCode::Internal,
-            "unexpected batch reply",
-        )),
+        Ok(Outcome::Batch(replies)) => render_batch(status, command, replies),
     }
+}
+
+/// A client batch's reply (docs/api.md "Batches"): claim-next's `{"leases": […]}`, or
+/// batch renew's and complete's `{"results": […]}` in request order. The batcher splits
+/// its own group commits, so no other command answers a batch.
+fn render_batch(status: StatusCode, command: &Command, replies: &[Reply]) -> Response {
+    let command = match command {
+        Command::Scoped(scoped) => &*scoped.command,
+        other => other,
+    };
+    let body = match command {
+        Command::ClaimNextMany { .. } => {
+            LeasesReply::of(replies).map(|r| json_response(status, &r))
+        }
+        _ => BatchResults::of(command, replies).map(|r| json_response(status, &r)),
+    };
+    body.unwrap_or_else(|| {
+        error_response(&ApiError::new(
+            ErrorCode::Internal,
+            format!("unexpected batch reply to {}", command.kind()),
+        ))
+    })
 }

@@ -17,8 +17,9 @@ use axum::extract::{Path, Query, Request, State};
 use axum::response::Response;
 use leasehold_statemachine::limits;
 use leasehold_statemachine::wire::{
-    CancelRequest, ClaimNextRequest, ClaimRequest, CompleteRequest, FailRequest, RedriveRequest,
-    ReleaseRequest, RenewRequest, RetryRequest, SubmitRequest,
+    CancelRequest, ClaimNextRequest, ClaimRequest, CompleteLeasesRequest, CompleteRequest,
+    FailRequest, RedriveRequest, ReleaseRequest, RenewLeasesRequest, RenewRequest, RetryRequest,
+    SubmitRequest,
 };
 use leasehold_statemachine::{ApiError, Command, ErrorCode, JobState};
 use serde::Deserialize;
@@ -166,6 +167,27 @@ pub async fn redrive(
 ) -> Response {
     write(node, req, |_, body| {
         Ok((parse_json::<RedriveRequest>(body)?.into_command(&queue)?, 0))
+    })
+    .await
+}
+
+/// `POST /v1/leases/renew` (docs/api.md "Batches").
+pub async fn renew_leases(State(node): State<Arc<Node>>, req: Request) -> Response {
+    write(node, req, |node, body| {
+        let r: RenewLeasesRequest = parse_json(body)?;
+        check_ttl(&node.limits, r.ttl_ms)?;
+        Ok((r.into_command()?, 0))
+    })
+    .await
+}
+
+/// `POST /v1/leases/complete` (docs/api.md "Batches").
+pub async fn complete_leases(State(node): State<Arc<Node>>, req: Request) -> Response {
+    write(node, req, |_, body| {
+        Ok((
+            parse_json::<CompleteLeasesRequest>(body)?.into_command()?,
+            0,
+        ))
     })
     .await
 }

@@ -73,6 +73,8 @@ fn handler(id: RouteId, m: MethodFilter) -> MethodRouter<Arc<Node>> {
         }
         ClaimNext => on(m, jobs::claim_next),
         Redrive => on(m, jobs::redrive),
+        RenewLeases => on(m, jobs::renew_leases),
+        CompleteLeases => on(m, jobs::complete_leases),
         Events => on(m, feed::events),
         Cluster => on(m, ops::cluster),
         Digest => on(m, ops::digest),

@@ -98,21 +98,30 @@ impl Queue {
 pub async fn run(intake: Intake, proposer: Proposer, cancel: CancellationToken) {
     let Intake { mut rx, in_flight } = intake;
     let batches = Arc::new(Semaphore::new(BATCH_INFLIGHT_MAX));
+    // A request that did not fit the last batch: the first of the next.
+    let mut carried: Option<Pending> = None;
     loop {
         let permit = tokio::select! {
             _ = cancel.cancelled() => return,
             p = batches.clone().acquire_owned() => p.expect("the semaphore is never closed"),
         };
-        let first = tokio::select! {
-            _ = cancel.cancelled() => return,
-            p = rx.recv() => match p { Some(p) => p, None => return },
+        let first = match carried.take() {
+            Some(p) => p,
+            None => tokio::select! {
+                _ = cancel.cancelled() => return,
+                p = rx.recv() => match p { Some(p) => p, None => return },
+            },
         };
+        let mut weight = weight_of(&first);
         let mut batch = vec![first];
-        while batch.len() < BATCH_ITEMS_MAX {
-            match rx.try_recv() {
-                Ok(p) => batch.push(p),
-                Err(_) => break,
+        while weight < BATCH_ITEMS_MAX {
+            let Ok(p) = rx.try_recv() else { break };
+            if weight + weight_of(&p) > BATCH_ITEMS_MAX {
+                carried = Some(p);
+                break;
             }
+            weight += weight_of(&p);
+            batch.push(p);
         }
         let (proposer, in_flight) = (proposer.clone(), in_flight.clone());
         tokio::spawn(async move {
@@ -122,6 +131,13 @@ pub async fn run(intake: Intake, proposer: Proposer, cancel: CancellationToken) 
             drop(permit);
         });
     }
+}
+
+/// What a request counts towards a batch's [`BATCH_ITEMS_MAX`]: one, plus the leases a
+/// client batch carries (`POST /v1/leases/…`), so group commit never packs hundreds of
+/// those, each up to 1 MiB, into one entry.
+fn weight_of(p: &Pending) -> usize {
+    1 + p.command.names().leases.len()
 }
 
 /// Proposes a batch once its term is ready (`Proposer::ready_term`): requests may have

@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use leasehold_statemachine::tenant::Scope;
-use leasehold_statemachine::{Command, Outcome, Reply};
+use leasehold_statemachine::{ApiError, Command, Names, Outcome, Reply};
 use serde::Serialize;
 
 /// Rejections kept per node.
@@ -57,7 +57,8 @@ pub struct RecentRejections {
 }
 
 impl RecentRejections {
-    /// Records every refusal in `reply` to `command` (each item of a batch on its own).
+    /// Records every refusal in `reply` to `command` (each item of a batch on its own, and
+    /// each lease of a batch renew or complete under its job id and generation).
     pub fn record(&mut self, log_index: u64, at_ms: u64, command: &Command, reply: &Reply) {
         match (command, reply) {
             (Command::Batch(items), Ok(Outcome::Batch(replies))) => {
@@ -65,34 +66,57 @@ impl RecentRejections {
                     self.record(log_index, at_ms, &item.command, reply);
                 }
             }
+            (command, Ok(Outcome::Batch(replies))) => {
+                let names = command.names();
+                for (lease, reply) in names.leases.iter().zip(replies) {
+                    if let Err(err) = reply {
+                        let lease_names = Names {
+                            job_id: Some(&lease.job_id),
+                            generation: Some(lease.generation),
+                            leases: &[],
+                            ..names
+                        };
+                        let at = (log_index, at_ms);
+                        self.push(at, command, lease_names, err);
+                    }
+                }
+            }
             // The leader's own entries (a tick, a version activation) are no client's
             // rejection.
             (Command::Tick | Command::ActivateVersion { .. }, _) | (_, Ok(_)) => {}
-            (command, Err(err)) => {
-                let names = command.names();
-                let job = err.job.as_deref();
-                let tenant = self.tenant_of(command);
-                self.next_seq += 1;
-                if self.items.len() == CAPACITY {
-                    self.items.pop_front();
-                }
-                self.items.push_back(Rejection {
-                    seq: self.next_seq,
-                    log_index,
-                    at_ms,
-                    command: command.kind(),
-                    job_id: names.job_id.map(str::to_owned),
-                    queue: names.queue.map(str::to_owned),
-                    owner: names.owner.map(str::to_owned),
-                    generation: names.generation,
-                    code: err.code.as_str(),
-                    message: err.message.clone(),
-                    current_generation: job.map(|j| j.generation),
-                    current_owner: job.and_then(|j| j.owner.clone()),
-                    tenant,
-                });
-            }
+            (command, Err(err)) => self.push((log_index, at_ms), command, command.names(), err),
         }
+    }
+
+    /// Records one refusal of `command` (at its entry's index and stamp), naming `names`.
+    fn push(
+        &mut self,
+        (log_index, at_ms): (u64, u64),
+        command: &Command,
+        names: Names,
+        err: &ApiError,
+    ) {
+        let job = err.job.as_deref();
+        let tenant = self.tenant_of(command);
+        self.next_seq += 1;
+        if self.items.len() == CAPACITY {
+            self.items.pop_front();
+        }
+        self.items.push_back(Rejection {
+            seq: self.next_seq,
+            log_index,
+            at_ms,
+            command: command.kind(),
+            job_id: names.job_id.map(str::to_owned),
+            queue: names.queue.map(str::to_owned),
+            owner: names.owner.map(str::to_owned),
+            generation: names.generation,
+            code: err.code.as_str(),
+            message: err.message.clone(),
+            current_generation: job.map(|j| j.generation),
+            current_owner: job.and_then(|j| j.owner.clone()),
+            tenant,
+        });
     }
 
     /// Rejections with `seq > after`, oldest first, at most `limit` of the newest.
@@ -198,6 +222,40 @@ mod tests {
     }
 
     #[test]
+    fn a_batch_renews_refused_leases_are_recorded_by_job_and_generation() {
+        use leasehold_statemachine::LeaseItem;
+        let item = |id: &str, generation| LeaseItem {
+            job_id: id.into(),
+            generation,
+            json: None,
+        };
+        let cmd = Command::RenewMany {
+            owner: "w".into(),
+            ttl_ms: None,
+            leases: vec![item("a", 1), item("b", 2)],
+        };
+        let replies = vec![
+            Ok(Outcome::Ticked),
+            Err(ApiError::new(ErrorCode::StaleLease, "refused")),
+        ];
+        let mut r = RecentRejections::default();
+        r.record(4, 40, &cmd, &Ok(Outcome::Batch(replies)));
+        let got = r.since(0, 10);
+        assert_eq!(got.len(), 1, "only the refused lease");
+        let x = &got[0];
+        assert_eq!(
+            (
+                x.command,
+                x.code,
+                x.job_id.as_deref(),
+                x.generation,
+                x.owner.as_deref()
+            ),
+            ("renew_many", "stale_lease", Some("b"), Some(2), Some("w"))
+        );
+    }
+
+    #[test]
     fn batch_items_are_recorded_one_by_one() {
         let mut r = RecentRejections::default();
         let items = vec![
@@ -237,6 +295,8 @@ mod tests {
                 "renew" | "complete" | "release" | "fail" => Some((j, None, o, Some(7))),
                 "delete" | "cancel" | "retry" => Some((j, None, None, None)),
                 "redrive" => Some((None, q, None, None)),
+                "claim_next_many" => Some((None, q, o, None)),
+                "renew_many" | "complete_many" => Some((None, None, o, None)),
                 "batch" => Some((None, None, None, None)),
                 "tick" | "activate_version" => None,
                 other => panic!("{other}: say what the feed shows of it"),

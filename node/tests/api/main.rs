@@ -1,6 +1,6 @@
 //! The HTTP API as a client sees it, on in-process three-node clusters: the browser
 //! guard, client tokens and scopes, the listener's limits and hostile load, JSON depth
-//! and idempotency bounds, version 1.1's job lifecycle (scheduling, priorities, backoff,
+//! and idempotency bounds, version 1.1's batches (`batches`) and job lifecycle (scheduling, priorities, backoff,
 //! fail, retry, redrive, cancellation, progress; its limits, roles and tenant scopes:
 //! `lifecycle`), the membership routes, `/metrics` and the dashboard's routes.
 //!
@@ -16,6 +16,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod batches;
 mod browser;
 mod client_auth;
 mod events;

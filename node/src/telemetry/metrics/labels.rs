@@ -21,6 +21,8 @@ pub enum RouteLabel {
     Job,
     QueueClaim,
     QueueRedrive,
+    LeasesRenew,
+    LeasesComplete,
     Events,
     Cluster,
     Digest,
@@ -38,11 +40,13 @@ pub enum RouteLabel {
 }
 
 impl RouteLabel {
-    pub const ALL: [RouteLabel; 18] = [
+    pub const ALL: [RouteLabel; 20] = [
         RouteLabel::Jobs,
         RouteLabel::Job,
         RouteLabel::QueueClaim,
         RouteLabel::QueueRedrive,
+        RouteLabel::LeasesRenew,
+        RouteLabel::LeasesComplete,
         RouteLabel::Events,
         RouteLabel::Cluster,
         RouteLabel::Digest,
@@ -65,6 +69,8 @@ impl RouteLabel {
             RouteLabel::Job => "/v1/jobs/{id}",
             RouteLabel::QueueClaim => "/v1/queues/{queue}/claim",
             RouteLabel::QueueRedrive => "/v1/queues/{queue}/redrive",
+            RouteLabel::LeasesRenew => "/v1/leases/renew",
+            RouteLabel::LeasesComplete => "/v1/leases/complete",
             RouteLabel::Events => "/v1/events",
             RouteLabel::Cluster => "/v1/cluster",
             RouteLabel::Digest => "/v1/cluster/digest",

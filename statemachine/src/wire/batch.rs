@@ -1,0 +1,161 @@
+//! The wire types of docs/api.md "Batches": `POST /v1/leases/renew` and
+//! `/v1/leases/complete` (requests and their per-item results) and claim-next's
+//! `{"leases": […]}` answer when it carries `max_jobs`.
+//!
+//! A request becomes one [`Command`] (`RenewMany`, `CompleteMany`): each item's JSON
+//! text is checked as the single call's is (size, depth), and a bad item refuses the
+//! whole request, naming it (`leases[3].progress: …`). The answer lists one result per
+//! item in request order: the single call's success body (`lease` or `job`) or its
+//! `error` object.
+//!
+//! May import the rest of `wire`, `command` and `limits`.
+
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+use super::{json_text, ApiError, Job, Lease};
+use crate::command::{Command, LeaseItem, Outcome, Reply};
+
+/// One lease of `POST /v1/leases/renew`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RenewItem {
+    pub job_id: String,
+    pub generation: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<Box<RawValue>>,
+}
+
+/// `POST /v1/leases/renew`: every lease the owner holds, renewed in one log entry.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RenewLeasesRequest {
+    pub owner: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<u64>,
+    pub leases: Vec<RenewItem>,
+}
+
+/// One lease of `POST /v1/leases/complete`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CompleteItem {
+    pub job_id: String,
+    pub generation: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Box<RawValue>>,
+}
+
+/// `POST /v1/leases/complete`: several jobs completed in one log entry.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CompleteLeasesRequest {
+    pub owner: String,
+    pub leases: Vec<CompleteItem>,
+}
+
+fn item(
+    i: usize,
+    what: &str,
+    job_id: String,
+    generation: u64,
+    raw: Option<Box<RawValue>>,
+) -> Result<LeaseItem, ApiError> {
+    let json = json_text(&format!("leases[{i}].{what}"), raw)?;
+    Ok(LeaseItem {
+        job_id,
+        generation,
+        json,
+    })
+}
+
+impl RenewLeasesRequest {
+    pub fn into_command(self) -> Result<Command, ApiError> {
+        let leases = self.leases.into_iter().enumerate();
+        let cmd = Command::RenewMany {
+            owner: self.owner,
+            ttl_ms: self.ttl_ms,
+            leases: leases
+                .map(|(i, l)| item(i, "progress", l.job_id, l.generation, l.progress))
+                .collect::<Result<_, _>>()?,
+        };
+        cmd.validate()?;
+        Ok(cmd)
+    }
+}
+
+impl CompleteLeasesRequest {
+    pub fn into_command(self) -> Result<Command, ApiError> {
+        let leases = self.leases.into_iter().enumerate();
+        let cmd = Command::CompleteMany {
+            owner: self.owner,
+            leases: leases
+                .map(|(i, l)| item(i, "result", l.job_id, l.generation, l.result))
+                .collect::<Result<_, _>>()?,
+        };
+        cmd.validate()?;
+        Ok(cmd)
+    }
+}
+
+/// Claim-next's answer when the request carried `max_jobs`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeasesReply {
+    pub leases: Vec<Lease>,
+}
+
+/// One item's result: the single call's success body or its error object.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchResult {
+    pub job_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<Lease>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<Job>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ApiError>,
+}
+
+/// The answer of `POST /v1/leases/renew` and `/v1/leases/complete`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchResults {
+    pub results: Vec<BatchResult>,
+}
+
+impl BatchResults {
+    /// The results of a batch renew or complete, paired with its items in order; `None`
+    /// when `cmd` is not one or the replies do not match its items.
+    pub fn of(cmd: &Command, replies: &[Reply]) -> Option<BatchResults> {
+        let items = cmd.names().leases;
+        if items.is_empty() || items.len() != replies.len() {
+            return None;
+        }
+        let results = items.iter().zip(replies).map(|(item, reply)| {
+            let mut r = BatchResult {
+                job_id: item.job_id.clone(),
+                lease: None,
+                job: None,
+                error: None,
+            };
+            match reply {
+                Ok(Outcome::Lease(l)) => r.lease = Some(l.clone()),
+                Ok(Outcome::Job(j)) => r.job = Some(j.clone()),
+                Ok(_) => return None,
+                Err(e) => r.error = Some(e.clone()),
+            }
+            Some(r)
+        });
+        Some(BatchResults {
+            results: results.collect::<Option<_>>()?,
+        })
+    }
+}
+
+impl LeasesReply {
+    /// Claim-next's leases from its batch reply; `None` if an item is not a lease.
+    pub fn of(replies: &[Reply]) -> Option<LeasesReply> {
+        let leases = replies.iter().map(|r| match r {
+            Ok(Outcome::Lease(l)) => Some(l.clone()),
+            _ => None,
+        });
+        Some(LeasesReply {
+            leases: leases.collect::<Option<_>>()?,
+        })
+    }
+}
