@@ -251,7 +251,7 @@ pub struct Membership {
 const ADD_NODE_WAIT: Duration = Duration::from_secs(40);
 
 /// A JSON value as the raw text the wire types carry, checked against docs/api.md's 64 KiB.
-fn raw(value: Option<&Value>) -> Result<Option<Box<RawValue>>, Error> {
+pub(crate) fn raw(value: Option<&Value>) -> Result<Option<Box<RawValue>>, Error> {
     let Some(v) = value else { return Ok(None) };
     let raw = serde_json::value::to_raw_value(v)
         .map_err(|e| Error::invalid(format!("value is not encodable as JSON: {e}")))?;
@@ -300,7 +300,7 @@ fn auth_headers(config: &Config) -> Result<reqwest::header::HeaderMap, Error> {
     Ok(headers)
 }
 
-fn to_body<T: Serialize>(value: &T) -> Result<Vec<u8>, Error> {
+pub(crate) fn to_body<T: Serialize>(value: &T) -> Result<Vec<u8>, Error> {
     serde_json::to_vec(value).map_err(|e| Error::invalid(format!("encoding the request: {e}")))
 }
 

@@ -46,6 +46,7 @@
 //! - [`fence`]: [`fence::FenceGate`], for destinations; `fence::http` (feature
 //!   `fence-http`) is a fenced HTTP destination built on it.
 
+pub mod batch;
 pub mod client;
 pub mod clock;
 pub mod config;
@@ -61,6 +62,7 @@ pub mod run;
 pub mod tls;
 mod transport;
 
+pub use batch::{ItemResult, LeaseRef};
 pub use client::{Client, ClusterStatus, ListJobs, Membership, NewJob, Release};
 pub use clock::{BootClock, Clock, LocalClock, LocalInstant};
 pub use config::{ClientBuilder, Config, Token};

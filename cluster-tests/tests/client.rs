@@ -1128,3 +1128,87 @@ async fn a_watcher_resumes_on_another_node_when_its_node_is_killed() {
     .await;
     assert_eq!(fresh, watched, "seed {seed}: the leader's feed differs");
 }
+
+// Issue 33: batches through the client.
+
+/// Batches are served from entry version 6 on, which a fresh cluster activates about a
+/// second after forming.
+async fn wait_batches(client: &Client) {
+    eventually("the cluster to activate batches", CALL, || async {
+        match client.cluster_status().await {
+            Ok(s) if s.cluster_version.unwrap_or(1) >= 6 => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+}
+
+/// Claim several, renew them in one call (one refused on its own), complete them in one
+/// call: each lease handle has its own deadline from the claim's first send, each item
+/// its own answer, and a refused item is the single call's typed error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn claim_renew_and_complete_many_through_the_client() {
+    use leasehold_client::LeaseRef;
+    let cluster = Cluster::start().await;
+    let client = cluster.client();
+    wait_batches(&client).await;
+    for i in 0..5 {
+        let job = NewJob::new().id(format!("many-{i}")).queue("many");
+        client.submit(&job).await.unwrap();
+    }
+    let before = client.clock().now();
+    let leases = client
+        .claim_next_many("many", "w", 5_000, 4, 0)
+        .await
+        .unwrap();
+    let ids: Vec<&str> = leases.iter().map(|l| l.job_id()).collect();
+    assert_eq!(ids, ["many-0", "many-1", "many-2", "many-3"]);
+    for l in &leases {
+        assert!(l.sent_at() >= before);
+        assert_eq!(l.deadline(), l.sent_at() + Duration::from_millis(4_850));
+    }
+    let mut refs: Vec<LeaseRef> = leases.iter().map(LeaseRef::of).collect();
+    refs[0] = LeaseRef::of(&leases[0]).with_value(json!({"step": 1}));
+    refs.push(LeaseRef::new("many-1", 7));
+    let renewed = client.renew_many("w", Some(10_000), &refs).await.unwrap();
+    assert_eq!(renewed.len(), 5);
+    for r in &renewed[..4] {
+        assert_eq!(r.result.as_ref().unwrap().ttl_ms, 10_000, "{}", r.job_id);
+    }
+    let stale = renewed[4].result.as_ref().unwrap_err();
+    assert_eq!(
+        (renewed[4].job_id.as_str(), stale.code()),
+        ("many-1", Some(ErrorCode::StaleLease))
+    );
+    let stored = client.get_job("many-0").await.unwrap();
+    assert_eq!(stored.progress, Some(json!({"step": 1})));
+
+    let done = client.complete_many("w", &refs[..4]).await.unwrap();
+    for d in &done {
+        assert_eq!(
+            d.result.as_ref().unwrap().state,
+            JobState::Completed,
+            "{}",
+            d.job_id
+        );
+    }
+    let rest = client
+        .claim_next_many("many", "w", 5_000, 4, 0)
+        .await
+        .unwrap();
+    assert_eq!(rest.len(), 1);
+    assert!(client
+        .claim_next_many("many", "w", 5_000, 4, 0)
+        .await
+        .unwrap()
+        .is_empty());
+    // Checked before sending: nothing reaches the cluster.
+    let e = client
+        .claim_next_many("many", "w", 5_000, 0, 0)
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::InvalidArgument));
+    let e = client.complete_many("w", &[]).await.unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::InvalidArgument));
+    cluster.shutdown().await;
+}
