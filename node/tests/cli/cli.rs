@@ -1012,3 +1012,67 @@ async fn bad_events_flags_are_refused_before_anything_is_sent() {
     let out = leasehold_alone(&["events", "--queue", "q", "--endpoints=127.0.0.1:1"]).await;
     assert_eq!(out.code, 3, "{:?}", out.stderr);
 }
+
+/// `bench --mode batch-cycle` (issue 33 item 3): fills its queue, then each cycle claims,
+/// renews and completes `--batch` jobs in three requests; its JSON line counts them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bench_batch_cycle_claims_renews_and_completes_its_batches() {
+    let c = TestCluster::start().await;
+    c.wait_for_leader().await;
+    c.wait_settled().await;
+    let args = [
+        "bench",
+        "--mode",
+        "batch-cycle",
+        "--batch",
+        "4",
+        "--cycles",
+        "6",
+        "--concurrency",
+        "2",
+        "--queue",
+        "bb",
+    ];
+    let out = leasehold(&c, &args, WORKER_WAIT).await;
+    assert_eq!(
+        out.code, 0,
+        "stdout={:?} stderr={:?}",
+        out.stdout, out.stderr
+    );
+    let line: Value = serde_json::from_str(out.stdout.trim()).expect("one JSON line");
+    assert_eq!(line["mode"], "batch-cycle", "{line}");
+    assert_eq!(
+        (&line["cycles_done"], &line["batch"]),
+        (&json!(6), &json!(4)),
+        "{line}"
+    );
+    assert_eq!(
+        (&line["jobs_done"], &line["errors"]),
+        (&json!(24), &json!(0)),
+        "{line}"
+    );
+    for step in ["claim", "renew", "complete", "cycle"] {
+        assert_eq!(line["lat"][step]["n"], 6, "{step}: {line}");
+    }
+    // What the warm-up and the timed cycles left: every filled job completed or pending.
+    let client = leasehold_client::Client::new(c.endpoints().split(',')).unwrap();
+    let query = leasehold_client::ListJobs {
+        queue: Some("bb".into()),
+        state: Some(JobState::Leased),
+        ..Default::default()
+    };
+    let leased = client.list_jobs(&query).await.unwrap();
+    assert!(
+        leased.jobs.is_empty(),
+        "no lease left held: {:?}",
+        leased.jobs
+    );
+    let out = leasehold(
+        &c,
+        &["bench", "--mode", "batch-cycle", "--batch", "257"],
+        CMD_WAIT,
+    )
+    .await;
+    assert_ne!(out.code, 0, "--batch 257 is refused");
+    c.shutdown().await;
+}

@@ -5,6 +5,7 @@
 //! A cycle is claim → renew → complete on a fresh job id; claim mode only claims.
 //! Workers spread round-robin over the endpoints (`all`) or all go to one (`leader`).
 
+mod batch;
 pub mod failover;
 
 use std::path::PathBuf;
@@ -85,6 +86,9 @@ pub enum Mode {
     Submit,
     /// Claim the next claimable job of `--queue`; an empty queue counts as an error.
     ClaimNext,
+    /// Claim `--batch` jobs of `--queue` in one request, renew them in one, complete them
+    /// in one (docs/api.md "Batches"); the queue is filled first, untimed.
+    BatchCycle,
 }
 
 impl Mode {
@@ -94,6 +98,7 @@ impl Mode {
             Mode::Claim => "claim",
             Mode::Submit => "submit",
             Mode::ClaimNext => "claim-next",
+            Mode::BatchCycle => "batch-cycle",
         }
     }
 }
@@ -132,7 +137,10 @@ pub struct BenchArgs {
     /// are driven by the same kind of client.
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
-    /// The queue of `submit` and `claim-next`.
+    /// `batch-cycle`: jobs per claim, renew and complete (1-256).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub batch: u32,
+    /// The queue of `submit`, `claim-next` and `batch-cycle`.
     #[arg(long, default_value = "bench")]
     pub queue: String,
     /// `submit`: spread the jobs over this many priorities around 0 (version 1.1);
@@ -247,6 +255,8 @@ struct Samples {
     complete: Vec<f64>,
     cycle: Vec<f64>,
     errors: u64,
+    /// `batch-cycle`: jobs claimed, renewed and completed.
+    jobs: u64,
 }
 
 struct Shared {
@@ -256,6 +266,7 @@ struct Shared {
     ttl_ms: u64,
     queue: String,
     spread: Spread,
+    batch: u32,
     /// Job ids of a phase start with `bench-{run}-`, so phases never share a job.
     run: AtomicU64,
     next: AtomicU64,
@@ -310,6 +321,7 @@ async fn one(
             out.claim.push(ms);
             return Ok(());
         }
+        Mode::BatchCycle => return batch::one(s, url, worker, out).await,
         Mode::Cycle | Mode::Claim => {}
     }
     let (lease, ms) = post(
@@ -374,6 +386,7 @@ async fn phase(
         all.complete.append(&mut r.complete);
         all.cycle.append(&mut r.cycle);
         all.errors += r.errors;
+        all.jobs += r.jobs;
     }
     all
 }
@@ -443,11 +456,8 @@ fn http_client(opts: &ClientOpts) -> Result<reqwest::Client, BenchError> {
 
 /// The timed run's JSON line.
 fn report(args: &BenchArgs, r: Samples, secs: f64, elections: Option<u64>) -> Value {
-    let done = if args.mode == Mode::Cycle {
-        r.cycle.len()
-    } else {
-        r.claim.len()
-    } as u64;
+    let cycles = matches!(args.mode, Mode::Cycle | Mode::BatchCycle);
+    let done = if cycles { r.cycle.len() } else { r.claim.len() } as u64;
     let mut lat = serde_json::Map::new();
     // Submit latencies are kept in the claim samples; reported under their own name.
     let first = if args.mode == Mode::Submit {
@@ -456,12 +466,12 @@ fn report(args: &BenchArgs, r: Samples, secs: f64, elections: Option<u64>) -> Va
         "claim"
     };
     lat.insert(first.into(), summary(r.claim));
-    if args.mode == Mode::Cycle {
+    if cycles {
         lat.insert("renew".into(), summary(r.renew));
         lat.insert("complete".into(), summary(r.complete));
         lat.insert("cycle".into(), summary(r.cycle));
     }
-    json!({
+    let mut line = json!({
         "system": "leasehold",
         "mode": args.mode.name(),
         "target": match args.target { Target::All => "all", Target::Leader => "leader" },
@@ -472,7 +482,13 @@ fn report(args: &BenchArgs, r: Samples, secs: f64, elections: Option<u64>) -> Va
         "per_sec": ((done as f64 / secs) * 10.0).round() / 10.0,
         "lat": lat,
         "elections": elections,
-    })
+    });
+    if args.mode == Mode::BatchCycle {
+        line["batch"] = json!(args.batch);
+        line["jobs_done"] = json!(r.jobs);
+        line["jobs_per_sec"] = json!(((r.jobs as f64 / secs) * 10.0).round() / 10.0);
+    }
+    line
 }
 
 pub async fn run(args: BenchArgs, opts: &ClientOpts) -> Result<(), BenchError> {
@@ -506,11 +522,22 @@ pub async fn run(args: BenchArgs, opts: &ClientOpts) -> Result<(), BenchError> {
         ttl_ms: args.ttl_ms,
         queue: args.queue.clone(),
         spread,
+        batch: args.batch,
         run: AtomicU64::new(0),
         next: AtomicU64::new(0),
     });
     // Untimed warm-up: 10% of the timed count, at least 50, at most 300, bounded in time.
     let warm = (args.cycles / 10).clamp(50, 300);
+    if args.mode == Mode::BatchCycle {
+        let jobs = (warm + args.cycles) * u64::from(args.batch);
+        let errors = batch::fill(&s, run_id, args.concurrency.max(16), jobs).await;
+        if errors > 0 {
+            eprintln!(
+                "bench: {errors} of {jobs} submits filling {} failed",
+                args.queue
+            );
+        }
+    }
     let warm_deadline = Instant::now() + Duration::from_secs(args.max_secs.min(15));
     phase(&s, run_id + 1, args.concurrency, warm, Some(warm_deadline)).await;
     let term_before = max_term(&s.http, &all_urls).await;

@@ -1,0 +1,92 @@
+//! `leasehold bench --mode batch-cycle --batch B` (issue 33 item 3): one operation claims
+//! up to B jobs of `--queue` in one request, renews them all in one request and completes
+//! them all in one request — three log entries for B jobs. The queue is filled before the
+//! timed part (untimed, `B × (warm-up + cycles)` submits at the bench's concurrency), so
+//! every timed claim finds B jobs.
+//!
+//! May import the bench's shared plumbing (`super`).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+use tokio::time::Instant;
+
+use super::{post, BenchError, Samples, Shared};
+
+/// Submits `n` jobs into the bench's queue with `concurrency` clients (untimed).
+pub(super) async fn fill(s: &Arc<Shared>, run: u64, concurrency: usize, n: u64) -> u64 {
+    let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let tasks: Vec<_> = (0..concurrency)
+        .map(|w| {
+            let (s, next) = (s.clone(), next.clone());
+            tokio::spawn(async move {
+                let url = s.urls[w % s.urls.len()].clone();
+                let mut errors = 0;
+                loop {
+                    let k = next.fetch_add(1, Ordering::Relaxed);
+                    if k >= n {
+                        return errors;
+                    }
+                    let body = json!({"id": format!("bench-fill-{run}-{k}"), "queue": s.queue});
+                    if post(&s, &url, "/v1/jobs", body).await.is_err() {
+                        errors += 1;
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut errors = 0;
+    for t in tasks {
+        errors += t.await.unwrap_or(1);
+    }
+    errors
+}
+
+/// The leases of a claim-next answer as batch items (`job_id`, `generation`).
+fn items(answer: &Value) -> Vec<Value> {
+    let leases = answer["leases"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    leases
+        .iter()
+        .map(|l| json!({"job_id": l["job_id"], "generation": l["generation"]}))
+        .collect()
+}
+
+/// Whether every item of a batch answer succeeded.
+fn all_ok(answer: &Value) -> bool {
+    let results = answer["results"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    results.iter().all(|r| r.get("error").is_none())
+}
+
+/// One batch cycle: claim up to `batch`, renew them, complete them.
+pub(super) async fn one(
+    s: &Shared,
+    url: &str,
+    worker: usize,
+    out: &mut Samples,
+) -> Result<(), BenchError> {
+    let t = Instant::now();
+    let owner = format!("w{worker}");
+    let path = format!("/v1/queues/{}/claim", s.queue);
+    let body = json!({"owner": owner, "ttl_ms": s.ttl_ms, "max_jobs": s.batch});
+    let (claimed, ms) = post(s, url, &path, body).await?;
+    out.claim.push(ms);
+    let leases = items(&claimed);
+    let body = json!({"owner": owner, "leases": leases});
+    let (renewed, ms) = post(s, url, "/v1/leases/renew", body.clone()).await?;
+    out.renew.push(ms);
+    let (completed, ms) = post(s, url, "/v1/leases/complete", body).await?;
+    out.complete.push(ms);
+    out.cycle.push(t.elapsed().as_secs_f64() * 1000.0);
+    if !all_ok(&renewed) || !all_ok(&completed) {
+        out.errors += 1;
+    }
+    out.jobs += leases.len() as u64;
+    Ok(())
+}
