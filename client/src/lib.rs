@@ -57,6 +57,7 @@ pub mod fence;
 pub mod job;
 pub mod keepalive;
 pub mod lease;
+pub mod lease_set;
 pub mod retry;
 pub mod run;
 pub mod tls;
@@ -72,6 +73,7 @@ pub use events::{Event, EventDetail, EventKind, EventPage, EventStream, EventsQu
 pub use job::{Job, JobPage};
 pub use keepalive::{CancelReason, KeepAlive, KeepAliveConfig, LeaseStatus};
 pub use lease::Lease;
+pub use lease_set::{HeldLease, LeaseSet, LeaseSetConfig};
 pub use retry::RetryPolicy;
 pub use run::{run_leased, Completed, LeaseCtx, RunError};
 pub use tls::TlsConfig;

@@ -1212,3 +1212,155 @@ async fn claim_renew_and_complete_many_through_the_client() {
     assert_eq!(e.code(), Some(ErrorCode::InvalidArgument));
     cluster.shutdown().await;
 }
+
+/// `leasehold_commands_total` of `kind` summed over every endpoint (each node counts the
+/// commands it proposed as leader).
+async fn commands_total(endpoints: &[String], kind: &str) -> u64 {
+    let http = reqwest::Client::new();
+    let mut total = 0.0;
+    for e in endpoints {
+        let text = http
+            .get(format!("http://{e}/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let prefix = format!("leasehold_commands_total{{kind=\"{kind}\",");
+        for line in text.lines().filter(|l| l.starts_with(&prefix)) {
+            total += line.rsplit(' ').next().unwrap().parse::<f64>().unwrap();
+        }
+    }
+    total as u64
+}
+
+/// Issue 33 item 2: a lease set keeps 30 leases alive with one request per round (no
+/// single renew at all); a lease refused in a batch renew fires only its own token;
+/// completions queued together go out in batches, each answered on its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lease_set_renews_all_in_one_request_and_ends_only_the_refused_lease() {
+    use leasehold_client::{LeaseSet, LeaseSetConfig};
+    let cluster = Cluster::start().await;
+    let client = cluster.client();
+    wait_batches(&client).await;
+    for i in 0..30 {
+        let job = NewJob::new().id(format!("set-{i:02}")).queue("set");
+        client.submit(&job).await.unwrap();
+    }
+    let ttl = Duration::from_millis(1_500);
+    let set = LeaseSet::new(&client, "w", LeaseSetConfig::new(ttl));
+    let held = set.claim_next_many("set", 30, 0).await.unwrap();
+    assert_eq!((held.len(), set.len()), (30, 30));
+    let first_deadline = held[0].deadline().unwrap();
+    // Released behind the set's back: the next batch renew refuses that one lease.
+    let gone = &held[5];
+    client
+        .release(&gone.job_id, "w", gone.generation)
+        .await
+        .unwrap();
+    timeout(ttl * 4, gone.cancelled().cancelled())
+        .await
+        .expect("its token fired");
+    // Released: same owner and generation, no live lease (docs/api.md: lease_expired).
+    assert_eq!(
+        gone.cancel_reason(),
+        Some(CancelReason::Rejected(ErrorCode::LeaseExpired))
+    );
+    // Two more TTLs: every other lease is still held, renewed by the set alone.
+    let later = client.clock().now() + ttl * 2;
+    client.clock().sleep_until(later).await;
+    for h in held.iter().filter(|h| h.job_id != gone.job_id) {
+        assert!(
+            !h.cancelled().is_cancelled(),
+            "{}: {:?}",
+            h.job_id,
+            h.cancel_reason()
+        );
+        assert!(
+            h.deadline().unwrap() > first_deadline + ttl,
+            "{} renewed",
+            h.job_id
+        );
+        let job = client.get_job(&h.job_id).await.unwrap();
+        assert_eq!(
+            (job.state, job.generation),
+            (JobState::Leased, 1),
+            "{}",
+            h.job_id
+        );
+    }
+    let endpoints = cluster.endpoints();
+    let rounds = commands_total(&endpoints, "renew_many").await;
+    assert!(rounds >= 3, "{rounds} batch renews");
+    assert_eq!(
+        commands_total(&endpoints, "renew").await,
+        0,
+        "no single renew"
+    );
+
+    let mut completions = tokio::task::JoinSet::new();
+    for h in held.into_iter().filter(|h| h.job_id != "set-05") {
+        completions.spawn(async move { (h.job_id.clone(), h.complete(None).await) });
+    }
+    while let Some(done) = completions.join_next().await {
+        let (id, r) = done.unwrap();
+        assert_eq!(r.unwrap().state, JobState::Completed, "{id}");
+    }
+    assert!(set.is_empty(), "completed leases leave the set");
+    let batches = commands_total(&endpoints, "complete_many").await;
+    assert!(
+        (1..29).contains(&batches),
+        "29 completions in {batches} requests"
+    );
+    assert_eq!(commands_total(&endpoints, "complete").await, 0);
+    cluster.shutdown().await;
+}
+
+/// Issue 33 item 2, the safety half: with every node gone, each lease of a set fires its
+/// own token once its own deadline passes — before the store could expire it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lease_sets_tokens_fire_at_their_deadlines_when_all_nodes_stop() {
+    use leasehold_client::{LeaseSet, LeaseSetConfig};
+    let mut cluster = Cluster::start().await;
+    let client = cluster.client();
+    wait_batches(&client).await;
+    for i in 0..3 {
+        let job = NewJob::new().id(format!("lapse-{i}")).queue("lapse");
+        client.submit(&job).await.unwrap();
+    }
+    let ttl = Duration::from_millis(1_500);
+    let set = LeaseSet::new(&client, "w", LeaseSetConfig::new(ttl));
+    let held = set.claim_next_many("lapse", 3, 0).await.unwrap();
+    let first = held[0].deadline().unwrap();
+    eventually("a batch renew to succeed", CALL, || {
+        let h = held[0].clone();
+        async move {
+            match h.deadline() {
+                Some(d) if d > first => Ok(()),
+                other => Err(format!("deadline {other:?}")),
+            }
+        }
+    })
+    .await;
+    cluster.stop_all().await;
+    // No renew can succeed from here on.
+    let deadlines: Vec<_> = held.iter().map(|h| h.deadline().unwrap()).collect();
+    let clock = client.clock().clone();
+    for (h, deadline) in held.iter().zip(deadlines) {
+        timeout(ttl * 4, h.cancelled().cancelled())
+            .await
+            .expect("the token fired");
+        let fired = clock.now();
+        assert_eq!(h.cancel_reason(), Some(CancelReason::DeadlinePassed));
+        assert!(fired >= deadline, "{}: fired before its deadline", h.job_id);
+        // The deadline is 1% and 100 ms before the earliest store expiry.
+        assert!(
+            fired <= deadline + Duration::from_millis(100),
+            "{}: fired {:?} after its deadline",
+            h.job_id,
+            fired - deadline
+        );
+    }
+    assert!(set.is_empty());
+}
