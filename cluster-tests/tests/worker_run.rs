@@ -671,3 +671,38 @@ async fn a_failed_attempt_backs_off_and_the_next_resumes_from_its_checkpoint() {
         "stderr: {stderr}"
     );
 }
+
+/// `--concurrency 3` runs three commands at the same time (issue 33 item 2): each
+/// command marks itself started and waits (at most 20 s, then fails) until all three
+/// have, so every job completes on its first attempt only if the three overlapped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrency_runs_that_many_commands_at_once() {
+    let _serial = SERIAL.lock().await;
+    let (_c, client, endpoints) = cluster().await;
+    let dir = tempfile::tempdir().unwrap();
+    let ids: Vec<String> = (0..3).map(|i| format!("conc-{i}")).collect();
+    for id in &ids {
+        submit(&client, id, "conc").await;
+    }
+    let d = dir.path().display();
+    let script = format!(
+        "touch {d}/started-$LEASEHOLD_JOB_ID; i=0; \
+         while [ \"$(ls {d} | grep -c '^started-')\" -lt 3 ]; do \
+           i=$((i+1)); [ $i -gt 1000 ] && exit 1; sleep 0.02; done; \
+         echo \"{{\\\"peers\\\":$(ls {d} | grep -c '^started-')}}\""
+    );
+    let flags = ["--concurrency", "3", "--max-jobs", "3"];
+    let worker = worker_command(&endpoints, "conc", 10_000, &flags, &script)
+        .spawn()
+        .expect("spawning the worker");
+    for id in &ids {
+        let done = wait_job(&client, id, "completed", |j| j.state == JobState::Completed).await;
+        assert_eq!(
+            (done.generation, &done.result),
+            (1, &Some(json!({"peers": 3}))),
+            "{done:?}"
+        );
+    }
+    let (code, log) = finish(worker).await;
+    assert_eq!(code, 0, "stderr: {log}");
+}
