@@ -16,7 +16,10 @@
 //! - **Cancellation is final**: once a lease's token fired, no further renew is sent for
 //!   it (it leaves the set), as for a single [`Lease`]'s keep-alive.
 //!
-//! [`LeaseSet::complete`] queues a completion; the queue is sent as one request when it
+//! A renew round sends at most 1,000 leases per request (docs/api.md's bound), so 10,000
+//! held leases are 10 requests per TTL/3.
+//!
+//! [`HeldLease::complete`] queues a completion; the queue is sent as one request when it
 //! holds [`LeaseSetConfig::complete_batch`] items or [`LeaseSetConfig::complete_delay`]
 //! after its first item, whichever comes first, and each caller gets its own item's
 //! answer. A completed (or finally refused) lease leaves the set.
@@ -25,6 +28,7 @@
 //! (`CancelReason`) and `lease`.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -41,13 +45,15 @@ use crate::job::Job;
 use crate::keepalive::CancelReason;
 use crate::lease::Lease;
 use crate::ErrorCode;
+use leasehold_statemachine::limits::BATCH_LEASES_MAX;
 
 /// How a [`LeaseSet`] renews and completes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LeaseSetConfig {
     /// The TTL every renew asks for (and the claims into the set should use).
     pub ttl: Duration,
-    /// A completion batch is sent once it holds this many items (1-1000)…
+    /// A completion batch is sent once it holds this many items (at most 1,000, a
+    /// request's bound)…
     pub complete_batch: usize,
     /// …or this long after its first item was queued.
     pub complete_delay: Duration,
@@ -91,6 +97,8 @@ struct Inner {
     queued: Mutex<Vec<Completion>>,
     /// Wakes the completion flusher (an item was queued).
     flush: Notify,
+    /// Batch renew requests the store answered.
+    rounds: AtomicU64,
 }
 
 /// Every lease of one owner, renewed together; see the module doc.
@@ -124,6 +132,7 @@ impl LeaseSet {
             held: Mutex::new(BTreeMap::new()),
             queued: Mutex::new(Vec::new()),
             flush: Notify::new(),
+            rounds: AtomicU64::new(0),
         });
         let tasks = vec![
             tokio::spawn(renew_loop(inner.clone())),
@@ -176,6 +185,11 @@ impl LeaseSet {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// How many batch renews the store has answered so far (for benchmarks and metrics).
+    pub fn renew_rounds(&self) -> u64 {
+        self.inner.rounds.load(Ordering::Relaxed)
     }
 }
 
@@ -254,7 +268,8 @@ async fn renew_loop(inner: Arc<Inner>) {
     }
 }
 
-/// Renews every held lease in one request; false when no node answered it.
+/// Renews every held lease, in requests of at most [`BATCH_LEASES_MAX`] leases; false
+/// when one of them reached no node.
 async fn renew_round(inner: &Inner) -> bool {
     let items: Vec<LeaseRef> = lock(&inner.held)
         .iter()
@@ -264,15 +279,21 @@ async fn renew_round(inner: &Inner) -> bool {
             value: h.progress.clone(),
         })
         .collect();
-    if items.is_empty() {
-        return true;
+    let mut ok = true;
+    for chunk in items.chunks(BATCH_LEASES_MAX) {
+        ok &= renew_chunk(inner, chunk).await;
     }
+    ok
+}
+
+async fn renew_chunk(inner: &Inner, items: &[LeaseRef]) -> bool {
     let (client, ttl) = (&inner.client, inner.config.ttl);
     let sent = client.clock().now();
     let ttl_ms = Some(ttl.as_millis() as u64);
-    let Ok(results) = client.renew_many(&inner.owner, ttl_ms, &items).await else {
+    let Ok(results) = client.renew_many(&inner.owner, ttl_ms, items).await else {
         return false;
     };
+    inner.rounds.fetch_add(1, Ordering::Relaxed);
     let deadline = client.config().deadline.deadline(sent, ttl);
     let mut held = lock(&inner.held);
     for (item, r) in items.iter().zip(results) {
@@ -352,7 +373,9 @@ async fn flusher(inner: Arc<Inner>) {
         loop {
             let batch: Vec<Completion> = {
                 let mut q = lock(&inner.queued);
-                let n = q.len().min(inner.config.complete_batch);
+                let n = q
+                    .len()
+                    .min(inner.config.complete_batch.clamp(1, BATCH_LEASES_MAX));
                 q.drain(..n).collect()
             };
             if batch.is_empty() {

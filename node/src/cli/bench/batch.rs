@@ -4,7 +4,12 @@
 //! timed part (untimed, `B × (warm-up + cycles)` submits at the bench's concurrency), so
 //! every timed claim finds B jobs.
 //!
-//! May import the bench's shared plumbing (`super`).
+//! `--mode hold --leases N` (issue 33's "10,000 held leases"): fills the queue, claims N
+//! leases into one `LeaseSet` (256 per request), holds them for `--max-secs`, and reports
+//! the batch renews sent and the leases lost (tokens fired); then completes them all
+//! through the set's batched completion.
+//!
+//! May import the bench's shared plumbing (`super`) and the Rust client.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -12,7 +17,9 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
-use super::{post, BenchError, Samples, Shared};
+use leasehold_client::{Client, LeaseSet, LeaseSetConfig};
+
+use super::{post, BenchArgs, BenchError, Samples, Shared};
 
 /// Submits `n` jobs into the bench's queue with `concurrency` clients (untimed).
 pub(super) async fn fill(s: &Arc<Shared>, run: u64, concurrency: usize, n: u64) -> u64 {
@@ -89,4 +96,55 @@ pub(super) async fn one(
     }
     out.jobs += leases.len() as u64;
     Ok(())
+}
+
+/// `--mode hold`: the JSON line of a hold (module doc).
+pub(super) async fn hold(
+    s: &Arc<Shared>,
+    args: &BenchArgs,
+    client: Client,
+    run: u64,
+) -> Result<Value, BenchError> {
+    let errors = fill(s, run, args.concurrency.max(16), args.leases).await;
+    let ttl = std::time::Duration::from_millis(args.ttl_ms);
+    let set = LeaseSet::new(&client, "bench-holder", LeaseSetConfig::new(ttl));
+    let mut held = Vec::new();
+    while (held.len() as u64) < args.leases {
+        let want = (args.leases - held.len() as u64).min(256) as u32;
+        let got = set.claim_next_many(&args.queue, want, 0).await?;
+        if got.is_empty() {
+            break;
+        }
+        held.extend(got);
+    }
+    let start = Instant::now();
+    let rounds_before = set.renew_rounds();
+    tokio::time::sleep(std::time::Duration::from_secs(args.max_secs)).await;
+    let secs = start.elapsed().as_secs_f64();
+    let rounds = set.renew_rounds() - rounds_before;
+    let lost = held.iter().filter(|h| h.cancelled().is_cancelled()).count();
+    let mut done = tokio::task::JoinSet::new();
+    for h in held
+        .iter()
+        .filter(|h| !h.cancelled().is_cancelled())
+        .cloned()
+    {
+        done.spawn(async move { h.complete(None).await.is_ok() });
+    }
+    let mut completed = 0;
+    while let Some(ok) = done.join_next().await {
+        completed += u64::from(ok.unwrap_or(false));
+    }
+    Ok(json!({
+        "system": "leasehold",
+        "mode": "hold",
+        "leases": held.len(),
+        "fill_errors": errors,
+        "ttl_ms": args.ttl_ms,
+        "secs": (secs * 1000.0).round() / 1000.0,
+        "renew_rounds": rounds,
+        "renews_per_sec": ((rounds as f64 * held.len() as f64 / secs) * 10.0).round() / 10.0,
+        "lost": lost,
+        "completed": completed,
+    }))
 }

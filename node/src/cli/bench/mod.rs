@@ -74,6 +74,8 @@ pub enum BenchError {
     Client(#[from] leasehold_client::Error),
     #[error("claiming a held job")]
     ClaimHeld(#[source] leasehold_client::Error),
+    #[error("the bench's client: {0}")]
+    ClientSetup(String),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -89,6 +91,9 @@ pub enum Mode {
     /// Claim `--batch` jobs of `--queue` in one request, renew them in one, complete them
     /// in one (docs/api.md "Batches"); the queue is filled first, untimed.
     BatchCycle,
+    /// Hold `--leases` leases for `--max-secs` with one lease set (the Rust client's
+    /// `LeaseSet`: one batch renew per TTL/3 for all of them); report renews and losses.
+    Hold,
 }
 
 impl Mode {
@@ -99,6 +104,7 @@ impl Mode {
             Mode::Submit => "submit",
             Mode::ClaimNext => "claim-next",
             Mode::BatchCycle => "batch-cycle",
+            Mode::Hold => "hold",
         }
     }
 }
@@ -140,7 +146,10 @@ pub struct BenchArgs {
     /// `batch-cycle`: jobs per claim, renew and complete (1-256).
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=256))]
     pub batch: u32,
-    /// The queue of `submit`, `claim-next` and `batch-cycle`.
+    /// `hold`: how many leases the lease set holds.
+    #[arg(long, default_value_t = 10_000)]
+    pub leases: u64,
+    /// The queue of `submit`, `claim-next`, `batch-cycle` and `hold`.
     #[arg(long, default_value = "bench")]
     pub queue: String,
     /// `submit`: spread the jobs over this many priorities around 0 (version 1.1);
@@ -322,6 +331,7 @@ async fn one(
             return Ok(());
         }
         Mode::BatchCycle => return batch::one(s, url, worker, out).await,
+        Mode::Hold => return Ok(()),
         Mode::Cycle | Mode::Claim => {}
     }
     let (lease, ms) = post(
@@ -526,6 +536,13 @@ pub async fn run(args: BenchArgs, opts: &ClientOpts) -> Result<(), BenchError> {
         run: AtomicU64::new(0),
         next: AtomicU64::new(0),
     });
+    if args.mode == Mode::Hold {
+        let client = opts
+            .client()
+            .map_err(|e| BenchError::ClientSetup(e.to_string()))?;
+        println!("{}", batch::hold(&s, &args, client, run_id).await?);
+        return Ok(());
+    }
     // Untimed warm-up: 10% of the timed count, at least 50, at most 300, bounded in time.
     let warm = (args.cycles / 10).clamp(50, 300);
     if args.mode == Mode::BatchCycle {
