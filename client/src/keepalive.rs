@@ -22,23 +22,29 @@
 //!                                                   to stop      (`run` drops the work)
 //! ```
 //!
-//! The deadline, the renew schedule and the recovery window are on the client's clock
+//! The deadline and the renew schedule are on the client's clock
 //! (`CLOCK_BOOTTIME` on Linux) and watched with [`Clock::sleep_until`]'s bounded steps:
 //! after a suspend that outlasted the deadline, the token fires within one step of the
 //! resume, without waiting for a renew to be refused.
 //!
-//! A token never un-fires. If a renew succeeds after the lease's token fired (an election
-//! ended late), the status becomes [`LeaseStatus::Recovered`]: the lease is held again, but
-//! the work that was told to stop is not silently resumed. Likewise a renew that succeeds
-//! inside the cleanup window moves the deadline but leaves the work's signal fired:
-//! [`Lease::run`] then releases the job once the work has ended, so it runs again from the
+//! **Cancellation is final** (the rule the Python client follows too, clients/python/README.md):
+//! once the lease's token has fired — the deadline passed, the store refused a renew, or
+//! a renew answered `cancel_requested` — the keep-alive sends no further renew, and a
+//! renew still in flight is abandoned. A lease won back after the work was told to stop
+//! is no use to anyone, and renewing it would only keep the job from the next worker
+//! until the lease runs out. After `cancel_requested` the lease is still live until its
+//! deadline: [`Lease::run`] releases it as soon as the work has stopped, so the job ends
+//! `cancelled`; if the work outlives the deadline, the lease runs out and the store ends
+//! the job `cancelled` itself. The same holds from the work's signal on: when no renew
+//! has succeeded by the cleanup window, the work is told to stop and renewing stops with
+//! it (a renew in flight is abandoned); the lease is still ours until its deadline, so
+//! [`Lease::run`] releases the job once the work has ended, and it runs again from the
 //! start, elsewhere or here.
 
 use std::future::Future;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use leasehold_statemachine::limits::GRACE_MS_MAX_DEFAULT;
 use leasehold_statemachine::ErrorCode;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -86,33 +92,23 @@ pub enum CancelReason {
 pub enum LeaseStatus {
     /// Renewing on schedule; the token has not fired.
     Live,
-    /// The deadline passed without a successful renew: the token fired; renewing goes on
-    /// (for a while) to find out whether the lease survived.
-    Lapsed,
-    /// A renew succeeded after the token fired. The store holds the lease for us again,
-    /// but the work was told to stop and stays stopped.
-    Recovered,
-    /// The lease is gone: the store refused it (`Some(code)`), or it could not be reached
-    /// for the whole recovery window (`None`). The token has fired.
+    /// The lease is gone, or may be: the store refused it (`Some(code)`), or the local
+    /// deadline passed without a successful renew (`None`). The token has fired and no
+    /// further renew is sent.
     Lost(Option<ErrorCode>),
     /// The holder stopped the keep-alive (complete, release, stop, drop).
     Stopped,
     /// The job's cancellation was requested ([`CancelReason::Cancelled`]): the token has
-    /// fired, the lease is still held and renewed until the holder releases it.
+    /// fired and no further renew is sent; the lease is still held until its deadline,
+    /// time for the holder to release it (the job then ends `cancelled`).
     CancelRequested,
 }
 
 impl LeaseStatus {
-    /// Whether no more change is expected without the holder acting: recovered, lost or
-    /// stopped.
+    /// Whether no more change is expected without the holder acting: lost, stopped or
+    /// cancel requested (everything but live).
     pub fn is_settled(self) -> bool {
-        matches!(
-            self,
-            LeaseStatus::Recovered
-                | LeaseStatus::Lost(_)
-                | LeaseStatus::Stopped
-                | LeaseStatus::CancelRequested
-        )
+        !matches!(self, LeaseStatus::Live)
     }
 }
 
@@ -122,10 +118,6 @@ pub struct KeepAliveConfig {
     /// Renew this long after the previous successful renew was sent. Default TTL/3: two
     /// more tries fit before the deadline if one fails.
     pub renew_every: Option<Duration>,
-    /// After the token fired, keep trying to renew this long to learn whether the lease
-    /// survived. Default TTL + the store's maximum failover grace (3 s): past that, the
-    /// store has expired the lease in every case short of the whole cluster being down.
-    pub recover_for: Option<Duration>,
     /// How long before the local deadline the work's signal ([`KeepAlive::ctx`]) fires
     /// when no renew has succeeded. Default: the client's
     /// [`Config::cleanup_window`](crate::Config::cleanup_window). Never more than TTL/3
@@ -164,9 +156,6 @@ impl Lease {
             clock: self.client().clock().clone(),
             lease: self.clone(),
             every,
-            recover_for: cfg
-                .recover_for
-                .unwrap_or(ttl + Duration::from_millis(GRACE_MS_MAX_DEFAULT)),
             cleanup_window: cleanup_window(ttl, cfg.cleanup_window.or(config.cleanup_window)),
             opts: renew_opts(every, config.request_timeout),
             ctx_cancel: cancel.child_token(),
@@ -175,8 +164,6 @@ impl Lease {
             stop: CancellationToken::new(),
             status: Arc::new(watch::channel(LeaseStatus::Live).0),
             reason: Arc::new(OnceLock::new()),
-            lapsed: false,
-            give_up_at: None,
         };
         let mut ka = KeepAlive {
             lease: self.clone(),
@@ -261,8 +248,8 @@ impl KeepAlive {
         self.status.subscribe()
     }
 
-    /// Waits until the status is settled (recovered, lost or stopped). Meant for after
-    /// the token fired: while renews succeed, a live lease never settles.
+    /// Waits until the status is settled (anything but live). Meant for after the token
+    /// fired, when it already is: while renews succeed, a live lease never settles.
     pub async fn wait_settled(&self) -> LeaseStatus {
         let mut rx = self.status.subscribe();
         let settled = rx.wait_for(|s| s.is_settled()).await.map(|s| *s);
@@ -321,7 +308,6 @@ struct Watchdog {
     clock: Clock,
     lease: Lease,
     every: Duration,
-    recover_for: Duration,
     cleanup_window: Duration,
     opts: CallOpts,
     cancel: CancellationToken,
@@ -330,14 +316,19 @@ struct Watchdog {
     stop: CancellationToken,
     status: Arc<watch::Sender<LeaseStatus>>,
     reason: Arc<OnceLock<CancelReason>>,
-    /// The current deadline passed without a renew (the token fired for it).
-    lapsed: bool,
-    /// While lapsed: when to stop trying to recover.
-    give_up_at: Option<LocalInstant>,
 }
 
 impl Watchdog {
     async fn run(mut self) {
+        self.renew_until_told_to_stop().await;
+        // The work was told to stop (the cleanup window) while the lease is still ours:
+        // no renew any more (final), and the lease's token fires at the deadline.
+        if !self.cancel.is_cancelled() && !self.stop.is_cancelled() {
+            self.drive(std::future::pending::<()>()).await;
+        }
+    }
+
+    async fn renew_until_told_to_stop(&mut self) {
         let mut next_renew = self.lease.sent_at() + self.every;
         loop {
             let clock = self.clock.clone();
@@ -352,7 +343,9 @@ impl Watchdog {
             {
                 None => return,
                 Some(Ok(())) => {
-                    self.renewed();
+                    if self.renewed() {
+                        return; // cancel requested: final, no further renew
+                    }
                     next_renew = self.lease.sent_at() + self.every;
                 }
                 Some(Err(Error::Api { code, .. })) => {
@@ -365,33 +358,28 @@ impl Watchdog {
         }
     }
 
-    /// Polls `fut` while watching the deadline, the cleanup window before it, the
-    /// recovery window and `stop`; `None` when the keep-alive ends first.
+    /// Polls `fut` while watching the deadline, the cleanup window before it and `stop`;
+    /// `None` when one of them came first (`fut`, a renew in flight, is abandoned).
     async fn drive<F: Future>(&mut self, fut: F) -> Option<F::Output> {
-        tokio::pin!(fut);
-        loop {
-            let deadline = self.lease.deadline();
-            let wind_down_at = deadline
-                .checked_sub(self.cleanup_window)
-                .unwrap_or(LocalInstant::from_origin(Duration::ZERO));
-            let give_up_at = self.give_up_at;
-            let stop = self.stop.clone();
-            let clock = self.clock.clone();
-            tokio::select! {
-                // The deadline before the window: when both passed at once (a resume from
-                // a suspend), the work's signal says `DeadlinePassed`, the stronger reason.
-                biased;
-                _ = stop.cancelled() => return None,
-                _ = clock.sleep_until(deadline), if !self.lapsed => self.lapse(deadline),
-                _ = clock.sleep_until(wind_down_at), if !self.ctx_cancel.is_cancelled() => {
-                    self.wind_down();
-                }
-                _ = clock.sleep_until(give_up_at.unwrap_or(deadline)), if give_up_at.is_some() => {
-                    self.lose(None);
-                    return None;
-                }
-                out = &mut fut => return Some(out),
+        let deadline = self.lease.deadline();
+        let wind_down_at = deadline
+            .checked_sub(self.cleanup_window)
+            .unwrap_or(LocalInstant::from_origin(Duration::ZERO));
+        let (stop, clock) = (self.stop.clone(), self.clock.clone());
+        tokio::select! {
+            // The deadline before the window: when both passed at once (a resume from a
+            // suspend), the work's signal says `DeadlinePassed`, the stronger reason.
+            biased;
+            _ = stop.cancelled() => None,
+            _ = clock.sleep_until(deadline) => {
+                self.lose(None);
+                None
             }
+            _ = clock.sleep_until(wind_down_at), if !self.ctx_cancel.is_cancelled() => {
+                self.wind_down();
+                None
+            }
+            out = fut => Some(out),
         }
     }
 
@@ -411,28 +399,14 @@ impl Watchdog {
         self.ctx_cancel.cancel();
     }
 
-    fn lapse(&mut self, deadline: LocalInstant) {
-        self.lapsed = true;
-        self.give_up_at = Some(deadline + self.recover_for);
-        self.fire(CancelReason::DeadlinePassed, LeaseStatus::Lapsed);
-    }
-
-    fn renewed(&mut self) {
-        self.lapsed = false;
-        self.give_up_at = None;
-        if self.lease.cancel_requested() && !self.cancel.is_cancelled() {
+    /// A renew succeeded; true when it answered `cancel_requested` (the token fired:
+    /// the keep-alive ends).
+    fn renewed(&mut self) -> bool {
+        if self.lease.cancel_requested() {
             self.fire(CancelReason::Cancelled, LeaseStatus::CancelRequested);
+            return true;
         }
-        if self.reason.get() == Some(&CancelReason::Cancelled) {
-            return; // held, renewed, and asked to stop: stays CancelRequested
-        }
-        let now = if self.cancel.is_cancelled() {
-            LeaseStatus::Recovered
-        } else {
-            LeaseStatus::Live
-        };
-        self.status
-            .send_if_modified(|s| std::mem::replace(s, now) != now);
+        false
     }
 
     fn lose(&mut self, code: Option<ErrorCode>) {

@@ -98,9 +98,9 @@ pub enum RunError<E> {
         #[source]
         error: Option<E>,
         /// The lease was still held when the work ended — the store had not refused it
-        /// and its local deadline was ahead (a renew may have succeeded after the
-        /// cancellation) — so the job was released for another run (`release` says if
-        /// that failed). Otherwise the lease runs out on the store.
+        /// and its local deadline was ahead (the work was told to stop a cleanup window
+        /// early) — so the job was released for another run (`release` says if that
+        /// failed). Otherwise the lease runs out on the store.
         recovered: bool,
         release: Option<Error>,
     },
@@ -222,8 +222,8 @@ impl Lease {
     ///   [`RunError::LeaseLost`] at once (see the module doc of `run`).
     ///
     /// A lease whose deadline has already passed when `run` starts does not run `work`:
-    /// `run` waits for the keep-alive to settle (bounded by its recovery window), releases
-    /// the job if the lease was recovered, and reports [`RunError::LeaseLost`].
+    /// `run` reports [`RunError::LeaseLost`] (the lease is not renewed past its deadline:
+    /// cancellation is final, `keepalive`'s module doc).
     ///
     /// Dropping stops `work` at its next `.await`; tasks or threads it spawned must watch
     /// [`LeaseCtx::cancelled`] themselves.
@@ -445,23 +445,17 @@ fn release_after_cancel() -> CallOpts {
     }
 }
 
-/// The deadline had passed before the work could start: wait for the keep-alive to
-/// settle (bounded by its recovery window), release a recovered lease, and say so.
+/// The deadline had passed before the work could start: the keep-alive ends there
+/// (cancellation is final), so there is nothing to hand back; say so.
 async fn lost_before_start<E>(ka: KeepAlive) -> RunError<E> {
-    let status = ka.wait_settled().await;
     let reason = ka.cancel_reason().unwrap_or(CancelReason::DeadlinePassed);
-    let recovered = status == LeaseStatus::Recovered;
-    let release = if recovered {
-        ka.release().await.err()
-    } else {
-        None
-    };
+    ka.stop().await;
     RunError::LeaseLost {
         reason,
         dropped: false,
         error: None,
-        recovered,
-        release,
+        recovered: false,
+        release: None,
     }
 }
 

@@ -403,7 +403,7 @@ async fn the_deadline_counts_from_the_first_send() {
 }
 
 /// Renews fail (503) past the deadline: the token fires at the deadline, not before and
-/// not much after; then the keep-alive gives up after its recovery window.
+/// not much after, and the lease is lost at once (cancellation is final).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keep_alive_fires_at_the_deadline_when_renews_fail() {
     let (fake, addr) = start_fake().await;
@@ -411,10 +411,7 @@ async fn keep_alive_fires_at_the_deadline_when_renews_fail() {
     fake.on("/renew", vec![api_error(503, "unavailable")]);
     let client = fast_client(&[addr]);
     let lease = client.claim("j1", "w", 600).await.unwrap();
-    let ka = lease.keep_alive_with(leasehold_client::KeepAliveConfig {
-        recover_for: Some(Duration::from_millis(300)),
-        ..Default::default()
-    });
+    let ka = lease.keep_alive();
     timeout(WAIT, ka.cancelled()).await.expect("token fired");
     let fired = client.clock().now();
     assert!(fired >= lease.deadline(), "fired before the deadline");
@@ -429,8 +426,74 @@ async fn keep_alive_fires_at_the_deadline_when_renews_fail() {
     );
     assert_eq!(ka.cancel_reason(), Some(CancelReason::DeadlinePassed));
     assert!(!fake.seen_on("/renew").is_empty());
-    let settled = timeout(WAIT, ka.wait_settled()).await.unwrap();
-    assert_eq!(settled, LeaseStatus::Lost(None));
+    assert_eq!(ka.status(), LeaseStatus::Lost(None));
+}
+
+/// Cancellation is final (issue 34 item 2; the Python client's rule too): renews fail
+/// until after the deadline and would then succeed, but once the token fired no renew is
+/// sent — not in the next three renew intervals, not ever — and the lease stays lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_renew_is_sent_once_the_token_fired() {
+    let (fake, addr) = start_fake().await;
+    fake.on("/claim", vec![reply(200, lease_json("j1", "w", 1, 600))]);
+    // ~0.2 s of 503s per round; the deadline is at ~0.49 s.
+    let mut renews = vec![api_error(503, "unavailable"); 80];
+    renews.push(reply(200, lease_json("j1", "w", 1, 600)));
+    fake.on("/renew", renews);
+    let client = Client::builder([addr.to_string()])
+        .backoff(Duration::from_millis(5), Duration::from_millis(5))
+        .build()
+        .unwrap();
+    let lease = client.claim("j1", "w", 600).await.unwrap();
+    let ka = lease.keep_alive();
+    let ctx = ka.ctx();
+    timeout(WAIT, ctx.cancelled())
+        .await
+        .expect("the work's signal");
+    assert_eq!(ctx.cancel_reason(), Some(CancelReason::DeadlineNear));
+    timeout(WAIT, ka.cancelled())
+        .await
+        .expect("the lease's token");
+    assert_eq!(ka.cancel_reason(), Some(CancelReason::DeadlinePassed));
+    let sent_by_then = fake.seen_on("/renew").len();
+    // Absence can only be watched for a while: three renew intervals (TTL/3 each).
+    let later = client.clock().now() + Duration::from_millis(600);
+    client.clock().sleep_until(later).await;
+    assert_eq!(
+        fake.seen_on("/renew").len(),
+        sent_by_then,
+        "a renew after the token fired"
+    );
+    assert_eq!(ka.status(), LeaseStatus::Lost(None));
+    assert!(!lease.is_live());
+}
+
+/// A renew answering `cancel_requested` fires the token with `Cancelled`, and it is the
+/// last renew: the holder releases within the lease (here: by hand).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_request_is_the_last_renew() {
+    let (fake, addr) = start_fake().await;
+    fake.on("/claim", vec![reply(200, lease_json("j1", "w", 1, 600))]);
+    let mut asked = lease_json("j1", "w", 1, 600);
+    asked["cancel_requested"] = json!(true);
+    fake.on("/renew", vec![reply(200, asked)]);
+    fake.on("/release", vec![reply(200, job_json("j1", "cancelled", 1))]);
+    let client = fast_client(&[addr]);
+    let lease = client.claim("j1", "w", 600).await.unwrap();
+    let ka = lease.keep_alive();
+    timeout(WAIT, ka.cancelled()).await.expect("token fired");
+    assert_eq!(ka.cancel_reason(), Some(CancelReason::Cancelled));
+    assert_eq!(ka.status(), LeaseStatus::CancelRequested);
+    assert_eq!(fake.seen_on("/renew").len(), 1);
+    let later = client.clock().now() + Duration::from_millis(400);
+    client.clock().sleep_until(later).await;
+    assert_eq!(
+        fake.seen_on("/renew").len(),
+        1,
+        "no renew after the cancel request"
+    );
+    ka.release().await.unwrap();
+    assert_eq!(fake.seen_on("/release").len(), 1);
 }
 
 /// The store says the lease is stale: the token fires at once, before any deadline.
@@ -449,39 +512,6 @@ async fn keep_alive_fires_when_the_store_says_stale() {
         Some(CancelReason::Rejected(ErrorCode::StaleLease))
     );
     assert_eq!(ka.status(), LeaseStatus::Lost(Some(ErrorCode::StaleLease)));
-}
-
-/// Renews fail until after the deadline, then succeed: both signals fired (the work's
-/// first, a cleanup window early), stay fired, and the lease is reported recovered.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_late_renew_recovers_the_lease_but_not_the_signals() {
-    let (fake, addr) = start_fake().await;
-    fake.on("/claim", vec![reply(200, lease_json("j1", "w", 1, 600))]);
-    // ~0.2 s of 503s per round; the deadline is at ~0.49 s.
-    let mut renews = vec![api_error(503, "unavailable"); 80];
-    renews.push(reply(200, lease_json("j1", "w", 1, 600)));
-    fake.on("/renew", renews);
-    fake.on("/release", vec![reply(200, job_json("j1", "pending", 1))]);
-    let client = Client::builder([addr.to_string()])
-        .backoff(Duration::from_millis(5), Duration::from_millis(5))
-        .build()
-        .unwrap();
-    let lease = client.claim("j1", "w", 600).await.unwrap();
-    let ka = lease.keep_alive();
-    let ctx = ka.ctx();
-    timeout(WAIT, ctx.cancelled())
-        .await
-        .expect("the work's signal");
-    assert_eq!(ctx.cancel_reason(), Some(CancelReason::DeadlineNear));
-    timeout(WAIT, ka.cancelled())
-        .await
-        .expect("the lease's token");
-    assert_eq!(ka.cancel_reason(), Some(CancelReason::DeadlinePassed));
-    let settled = timeout(WAIT, ka.wait_settled()).await.unwrap();
-    assert_eq!(settled, LeaseStatus::Recovered);
-    assert!(ka.is_cancelled() && ctx.is_cancelled() && lease.is_live());
-    ka.release().await.unwrap();
-    assert_eq!(fake.seen_on("/release").len(), 1);
 }
 
 /// A claim of `ttl_ms` whose every renew the store refuses with `stale_lease`.

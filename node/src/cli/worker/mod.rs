@@ -460,7 +460,7 @@ impl WorkerState {
                 tracing::warn!(job = %job_id, generation, "the watchdog was signalled; the command was stopped");
                 release(job_id, generation, ka).await;
             }
-            Ended::Stopped(_) => lease_lost(job_id, generation, ka, self.run.ttl_ms).await,
+            Ended::Stopped(_) => lease_lost(job_id, generation, ka).await,
         }
     }
 }
@@ -522,10 +522,10 @@ async fn not_started(job_id: &str, generation: u64, ka: leasehold_client::KeepAl
     release(job_id, generation, ka).await;
 }
 
-/// The command was stopped at (or for) the lease's deadline. A lease that recovered
-/// afterwards is handed back; a lost one needs nothing.
+/// The command was stopped at (or for) the lease's deadline. A lost lease needs nothing:
+/// the keep-alive renews nothing after its token fired.
 #[cfg(unix)]
-async fn lease_lost(job_id: &str, generation: u64, ka: leasehold_client::KeepAlive, ttl_ms: u64) {
+async fn lease_lost(job_id: &str, generation: u64, ka: leasehold_client::KeepAlive) {
     // The watchdog stops the command by the deadline, and the keep-alive fires its token
     // at the deadline: the two race. Wait for the token until a little past the
     // deadline; a renew that came meanwhile moved the deadline and the token stays.
@@ -544,14 +544,9 @@ async fn lease_lost(job_id: &str, generation: u64, ka: leasehold_client::KeepAli
     }
     tracing::warn!(job = %job_id, generation, reason = ?ka.cancel_reason(),
         "lease lost; the command was stopped");
-    let status = tokio::time::timeout(
-        Duration::from_millis(ttl_ms) + Duration::from_secs(5),
-        ka.wait_settled(),
-    )
-    .await;
-    if status == Ok(leasehold_client::LeaseStatus::Recovered) {
-        let _ = ka.release().await;
-    }
+    // Cancellation is final (leasehold_client::keepalive): nothing is renewed past the
+    // deadline, so there is nothing to hand back.
+    ka.stop().await;
 }
 
 /// The job's result from the command's last stdout line: JSON within the result limits
