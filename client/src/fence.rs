@@ -20,6 +20,9 @@
 //! must persist them with its data — this gate lives in memory.
 #[cfg(feature = "fence-http")]
 pub mod http;
+/// The same rule kept by PostgreSQL itself, in the write's own transaction.
+#[cfg(feature = "fence-postgres")]
+pub mod postgres;
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{HashMap, VecDeque};

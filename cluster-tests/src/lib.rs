@@ -13,6 +13,7 @@
 //! - [`scenario`]: one seeded chaos run on either cluster, ending in the verdict;
 //! - [`workload`]: the workers (in-process tasks or processes) and their recording;
 //! - [`nemesis`]: the mixed random fault schedule of the chaos suite and the soak;
+//! - [`postgres`]: a throw-away PostgreSQL server for the fence tests;
 //! - [`power`]: power loss on process nodes (SIGKILL, then their unsynced writes undone);
 //! - [`proxy`]: a TCP fault proxy per directed link (blackhole, delay, drop), from
 //!   [`leasehold_proc_cluster`];
@@ -24,6 +25,7 @@ pub mod history;
 pub mod holders;
 pub mod nemesis;
 pub mod nodes;
+pub mod postgres;
 pub mod power;
 pub mod scenario;
 pub mod workload;
