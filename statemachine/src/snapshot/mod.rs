@@ -242,8 +242,13 @@ impl SnapshotSource {
         format: SnapshotFormat,
         w: W,
     ) -> bincode::Result<()> {
+        encode_into(format, &self.image_ref(), w)
+    }
+
+    /// What the format encoders read: the image, borrowed.
+    fn image_ref(&self) -> ImageRef<'_> {
         let i = &self.image;
-        let image = ImageRef {
+        ImageRef {
             header: i.header,
             jobs: &i.jobs,
             tombstones: &i.tombstones,
@@ -251,8 +256,7 @@ impl SnapshotSource {
             generation_floor: i.generation_floor,
             cluster_version: i.cluster_version,
             events: &i.events,
-        };
-        encode_into(format, &image, w)
+        }
     }
 }
 

@@ -196,18 +196,8 @@ mod tests {
         }
         apply(&mut m, 20, Command::Delete { job_id: "b".into() });
         let src = m.snapshot_source();
-        let i = &src.image;
-        let image = ImageRef {
-            header: i.header,
-            jobs: &i.jobs,
-            tombstones: &i.tombstones,
-            idempotency: i.idempotency.iter().map(|(k, r)| (k, r)).collect(),
-            generation_floor: i.generation_floor,
-            cluster_version: i.cluster_version,
-            events: &i.events,
-        };
         let mut written = Vec::new();
-        encode_into(&image, &mut written).unwrap();
+        encode_into(&src.image_ref(), &mut written).unwrap();
         let owned: EventsV6 = bincode::deserialize(&written).unwrap();
         assert_eq!(owned.histories.len(), 2, "a and c");
         assert_eq!(owned.graveyard.len(), 1, "b");
