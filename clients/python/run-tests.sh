@@ -22,6 +22,9 @@ echo "== pip install $HERE[test]"
 echo "== mypy --strict (the package)"
 (cd "$HERE" && "$PY" -m mypy --strict src/leasehold)
 
+echo "== openapi-spec-validator docs/openapi.json"
+"$PY" -m openapi_spec_validator "$ROOT/docs/openapi.json"
+
 echo "== pytest (clients/python/tests, LEASEHOLD_BIN=$LEASEHOLD_BIN)"
 # Run from the tests' directory against the INSTALLED package (not src/), so a missing
 # file in the package shows up here.

@@ -231,3 +231,25 @@ fn every_route_label_is_documented() {
         "route labels docs/operations.md does not list: {missing:?}"
     );
 }
+
+/// `docs/openapi.json` is the document the node serves at `GET /v1/openapi.json`,
+/// generated from the route table and the wire types. Run with `LEASEHOLD_BLESS=1` to
+/// rewrite the file after a change to either.
+#[test]
+fn checked_in_openapi_document_is_the_generated_one() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/openapi.json");
+    let generated = leasehold_node::http::openapi::document();
+    let text = format!(
+        "{}\n",
+        serde_json::to_string_pretty(generated).expect("the document encodes")
+    );
+    if std::env::var_os("LEASEHOLD_BLESS").is_some() {
+        std::fs::write(&path, &text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    }
+    let checked_in = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        checked_in == text,
+        "docs/openapi.json differs from the generated document; rerun with LEASEHOLD_BLESS=1 \
+         (cargo test -p leasehold-node --test docs_api) and commit the file"
+    );
+}

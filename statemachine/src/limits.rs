@@ -114,6 +114,15 @@ fn invalid(msg: String) -> ApiError {
     ApiError::new(ErrorCode::InvalidArgument, msg)
 }
 
+/// The JSON Schema `pattern` of a job id and an owner (docs/openapi.json): the bytes
+/// [`is_name_byte`] allows (a test checks the two agree).
+pub const NAME_PATTERN: &str = "^[A-Za-z0-9._:/@-]+$";
+/// The JSON Schema `pattern` of a queue name: the bytes [`is_queue_byte`] allows.
+pub const QUEUE_PATTERN: &str = "^[a-z0-9_-]+$";
+
+/// The JSON Schema `pattern` of an `Idempotency-Key`: printable ASCII, no space.
+pub const IDEMPOTENCY_KEY_PATTERN: &str = "^[!-~]+$";
+
 fn is_name_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b':' | b'/' | b'@')
 }
@@ -143,9 +152,11 @@ pub fn validate_owner(owner: &str) -> Result<(), ApiError> {
 }
 
 pub fn validate_queue(queue: &str) -> Result<(), ApiError> {
-    check_name("queue", queue, QUEUE_LEN_MAX, |b| {
-        b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-'
-    })
+    check_name("queue", queue, QUEUE_LEN_MAX, is_queue_byte)
+}
+
+fn is_queue_byte(b: u8) -> bool {
+    b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-'
 }
 
 pub fn validate_ttl_ms(ttl_ms: u64) -> Result<(), ApiError> {
@@ -411,6 +422,39 @@ mod tests {
         for bad in ["a b", "a?b", "é", "a#", "a%20"] {
             let e = validate_job_id(bad).unwrap_err();
             assert_eq!(e.code, ErrorCode::InvalidArgument, "{bad}");
+        }
+    }
+
+    /// The bytes a `^[…]+$` pattern's class admits (literals and `a-z` ranges; a `-`
+    /// last is a literal).
+    fn class_of(pattern: &str) -> Vec<u8> {
+        let class = pattern
+            .strip_prefix("^[")
+            .and_then(|p| p.strip_suffix("]+$"))
+            .expect("a ^[…]+$ pattern")
+            .as_bytes();
+        let mut bytes = Vec::new();
+        let mut i = 0;
+        while i < class.len() {
+            if i + 2 < class.len() && class[i + 1] == b'-' {
+                bytes.extend(class[i]..=class[i + 2]);
+                i += 3;
+            } else {
+                bytes.push(class[i]);
+                i += 1;
+            }
+        }
+        bytes
+    }
+
+    #[test]
+    fn schema_patterns_admit_exactly_the_validated_bytes() {
+        let (names, queues) = (class_of(NAME_PATTERN), class_of(QUEUE_PATTERN));
+        for b in 0..=u8::MAX {
+            assert_eq!(names.contains(&b), is_name_byte(b), "name byte {b}");
+            assert_eq!(queues.contains(&b), is_queue_byte(b), "queue byte {b}");
+            let key = class_of(IDEMPOTENCY_KEY_PATTERN).contains(&b);
+            assert_eq!(key, b.is_ascii_graphic(), "idempotency key byte {b}");
         }
     }
 

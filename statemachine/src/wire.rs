@@ -6,6 +6,7 @@
 //! through the Raft log under bincode, which cannot carry a free-form JSON value; see
 //! [`raw_json`] for how the text is written back as raw JSON over HTTP.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
@@ -14,12 +15,12 @@ use crate::limits;
 
 mod batch;
 pub use batch::{
-    BatchResult, BatchResults, CompleteItem, CompleteLeasesRequest, LeasesReply, RenewItem,
-    RenewLeasesRequest,
+    BatchResult, BatchResults, ClaimNextReply, CompleteItem, CompleteLeasesRequest, LeasesReply,
+    RenewItem, RenewLeasesRequest,
 };
 
 /// One variant per error code of docs/api.md, 1:1, spelled as on the wire.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorCode {
     InvalidArgument,
@@ -142,11 +143,13 @@ impl std::fmt::Display for ErrorCode {
 }
 
 /// The `error` object of every non-2xx response.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
 pub struct ApiError {
     pub code: ErrorCode,
     pub message: String,
+    /// Left out of JSON when there is none (see the `Serialize` below).
     #[serde(default)]
+    #[schemars(skip_serializing_if = "Option::is_none")]
     pub job: Option<Box<Job>>,
 }
 
@@ -194,12 +197,14 @@ impl std::fmt::Display for ApiError {
 impl std::error::Error for ApiError {}
 
 /// The body of every non-2xx response: `{"error":{...}}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ErrorBody {
     pub error: ApiError,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum JobState {
     Pending,
@@ -234,7 +239,7 @@ impl JobState {
 }
 
 /// A job as docs/api.md's "Job" object.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Job {
     pub id: String,
     pub queue: String,
@@ -245,8 +250,10 @@ pub struct Job {
     pub attempts: u64,
     pub max_attempts: Option<u64>,
     #[serde(with = "raw_json")]
+    #[schemars(with = "serde_json::Value")]
     pub payload: Option<String>,
     #[serde(with = "raw_json")]
+    #[schemars(with = "serde_json::Value")]
     pub result: Option<String>,
     pub created_ms: u64,
     pub updated_ms: u64,
@@ -271,6 +278,7 @@ pub struct Job {
     pub cancel_reason: Option<String>,
     /// The last checkpoint a holder sent with a renew, and when.
     #[serde(default, with = "raw_json")]
+    #[schemars(with = "serde_json::Value")]
     pub progress: Option<String>,
     #[serde(default)]
     pub progress_ms: Option<u64>,
@@ -281,7 +289,7 @@ fn backoff_ms_max_default() -> u64 {
 }
 
 /// A granted or renewed lease, docs/api.md's "Lease" object.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Lease {
     pub job_id: String,
     pub owner: String,
@@ -296,18 +304,20 @@ pub struct Lease {
     /// Added (docs/api-additions.md), on a claim once the cluster runs version 1.1: the
     /// job's payload and attempts (this one included), so a worker needs no extra read.
     #[serde(default, with = "raw_json")]
+    #[schemars(with = "serde_json::Value")]
     pub payload: Option<String>,
     #[serde(default)]
     pub attempts: Option<u64>,
     /// On a claim: the last checkpoint recorded under an earlier generation.
     #[serde(default, with = "raw_json")]
+    #[schemars(with = "serde_json::Value")]
     pub progress: Option<String>,
     #[serde(default)]
     pub progress_generation: Option<u64>,
 }
 
 /// One page of `GET /v1/jobs`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct JobPage {
     pub jobs: Vec<Job>,
     pub next_page_token: Option<String>,
@@ -355,20 +365,25 @@ fn json_text(what: &str, raw: Option<Box<RawValue>>) -> Result<Option<String>, A
 }
 
 /// `POST /v1/jobs`.
-#[derive(Debug, Default, Serialize, Deserialize)]
+#[derive(Debug, Default, Serialize, Deserialize, JsonSchema)]
 pub struct SubmitRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = limits::JOB_ID_LEN_MAX), pattern(limits::NAME_PATTERN))]
     pub id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = limits::QUEUE_LEN_MAX), pattern(limits::QUEUE_PATTERN))]
     pub queue: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<serde_json::Value>")]
     pub payload: Option<Box<RawValue>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
     pub max_attempts: Option<u64>,
     /// Version 1.1 (docs/api.md "Scheduling, priorities, retries").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_at_ms: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = limits::PRIORITY_MIN, max = limits::PRIORITY_MAX))]
     pub priority: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backoff_ms: Option<u64>,
@@ -416,9 +431,11 @@ impl SubmitRequest {
 }
 
 /// `POST /v1/jobs/{id}/claim`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct ClaimRequest {
+    #[schemars(length(min = 1, max = limits::OWNER_LEN_MAX), pattern(limits::NAME_PATTERN))]
     pub owner: String,
+    #[schemars(range(min = limits::TTL_MS_MIN, max = limits::TTL_MS_MAX))]
     pub ttl_ms: u64,
 }
 
@@ -435,15 +452,19 @@ impl ClaimRequest {
 }
 
 /// `POST /v1/queues/{queue}/claim`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct ClaimNextRequest {
+    #[schemars(length(min = 1, max = limits::OWNER_LEN_MAX), pattern(limits::NAME_PATTERN))]
     pub owner: String,
+    #[schemars(range(min = limits::TTL_MS_MIN, max = limits::TTL_MS_MAX))]
     pub ttl_ms: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = limits::WAIT_MS_MAX))]
     pub wait_ms: Option<u64>,
     /// Version 1.1 (docs/api.md "Batches"): up to this many jobs (1-256), answered as
     /// `{"leases": […]}`; without it the v1 answer, one Lease.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = limits::CLAIM_MAX_JOBS_MAX))]
     pub max_jobs: Option<u32>,
 }
 
@@ -472,14 +493,17 @@ impl ClaimNextRequest {
 }
 
 /// `POST /v1/jobs/{id}/renew`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct RenewRequest {
+    #[schemars(length(min = 1, max = limits::OWNER_LEN_MAX), pattern(limits::NAME_PATTERN))]
     pub owner: String,
     pub generation: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = limits::TTL_MS_MIN, max = limits::TTL_MS_MAX))]
     pub ttl_ms: Option<u64>,
     /// Version 1.1: a checkpoint, any JSON value of at most 16 KiB.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<serde_json::Value>")]
     pub progress: Option<Box<RawValue>>,
 }
 
@@ -509,11 +533,13 @@ impl RenewRequest {
 }
 
 /// `POST /v1/jobs/{id}/complete`.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
 pub struct CompleteRequest {
+    #[schemars(length(min = 1, max = limits::OWNER_LEN_MAX), pattern(limits::NAME_PATTERN))]
     pub owner: String,
     pub generation: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<serde_json::Value>")]
     pub result: Option<Box<RawValue>>,
 }
 
@@ -531,12 +557,14 @@ impl CompleteRequest {
 }
 
 /// `POST /v1/jobs/{id}/release`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct ReleaseRequest {
+    #[schemars(length(min = 1, max = limits::OWNER_LEN_MAX), pattern(limits::NAME_PATTERN))]
     pub owner: String,
     pub generation: u64,
     /// Version 1.1: claimable again this much later (overrides the backoff).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = limits::DELAY_MS_MAX))]
     pub delay_ms: Option<u64>,
     /// Version 1.1: this was a failed attempt (the backoff applies).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -574,8 +602,9 @@ impl ReleaseRequest {
 }
 
 /// `POST /v1/jobs/{id}/fail` (version 1.1).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct FailRequest {
+    #[schemars(length(min = 1, max = limits::OWNER_LEN_MAX), pattern(limits::NAME_PATTERN))]
     pub owner: String,
     pub generation: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -596,7 +625,7 @@ impl FailRequest {
 }
 
 /// `POST /v1/jobs/{id}/cancel` (version 1.1).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 pub struct CancelRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
@@ -614,7 +643,7 @@ impl CancelRequest {
 }
 
 /// `POST /v1/jobs/{id}/retry` (version 1.1).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 pub struct RetryRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_at_ms: Option<u64>,
@@ -632,9 +661,10 @@ impl RetryRequest {
 }
 
 /// `POST /v1/queues/{queue}/redrive` (version 1.1).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 pub struct RedriveRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = limits::REDRIVE_LIMIT_MAX))]
     pub limit: Option<u32>,
 }
 
@@ -650,13 +680,13 @@ impl RedriveRequest {
 }
 
 /// The answer of a redrive: how many failed jobs went back to pending.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct RedriveReply {
     pub retried: u64,
 }
 
 /// What happened to a job (docs/api.md "History of a job"). Renewals are not events.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum EventKind {
     Submitted,
@@ -704,7 +734,7 @@ impl EventKind {
 
 /// An event's particulars (docs/api-additions.md): the fields that say more than the
 /// event's name, absent when they do not apply. An event with none has `detail: null`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct EventDetail {
     /// `claimed`: the lease's end as granted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -717,7 +747,7 @@ pub struct EventDetail {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub due_ms: Option<u64>,
     /// `released`, `failed`: the error recorded (at most
-    /// [`crate::limits::EVENT_TEXT_BYTES_MAX`] bytes; the job keeps it whole).
+    /// 256 bytes, `limits::EVENT_TEXT_BYTES_MAX`; the job keeps it whole).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// `cancel_requested`, `cancelled`: the cancel's reason (shortened as `error`).
@@ -732,7 +762,7 @@ impl EventDetail {
 }
 
 /// One event of a job's history and of the event feed (docs/api.md).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Event {
     /// One cluster-wide sequence, in log order, the same on every node.
     pub seq: u64,
@@ -752,13 +782,13 @@ pub struct Event {
 }
 
 /// `GET /v1/jobs/{id}/history`: the job's last events, oldest first.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct History {
     pub events: Vec<Event>,
 }
 
 /// `GET /v1/events`: events with `seq > after`, and where the next call starts.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct EventPage {
     pub events: Vec<Event>,
     /// The `after` of the next call: the last seq this call looked at (matched or not),

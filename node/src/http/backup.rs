@@ -54,7 +54,7 @@ pub const CLUSTER_ID_HEADER: &str = "x-leasehold-cluster-id";
 /// Bytes per frame of the streamed body.
 const CHUNK_BYTES: usize = 256 * 1024;
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SnapshotQuery {
     /// Ask the leader only for the index a consistent image must include.
@@ -63,8 +63,8 @@ pub struct SnapshotQuery {
 }
 
 /// `?read_index=true`: the leader's answer to a follower.
-#[derive(Debug, Serialize, Deserialize)]
-struct ReadIndex {
+#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
+pub(super) struct ReadIndex {
     read_index: u64,
     node_id: u64,
 }

@@ -37,12 +37,22 @@ use crate::node::watchers::Watcher;
 use crate::node::Node;
 
 /// The query of `GET /v1/events`.
-#[derive(Debug, Deserialize)]
-struct Params {
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub(super) struct Params {
+    /// Events with a larger `seq` (0: from the oldest kept).
     after: Option<u64>,
+    /// Only this queue's events.
+    #[schemars(length(min = 1, max = limits::QUEUE_LEN_MAX), pattern(limits::QUEUE_PATTERN))]
     queue: Option<String>,
+    /// Only this job's events.
+    #[schemars(length(min = 1, max = limits::JOB_ID_LEN_MAX), pattern(limits::NAME_PATTERN))]
     job_id: Option<String>,
+    /// At most this many events.
+    #[schemars(range(min = 1, max = EVENTS_LIMIT_MAX))]
     limit: Option<usize>,
+    /// With no event to answer yet, wait up to this long (ms) for one: the answer may
+    /// take that long.
+    #[schemars(range(max = EVENTS_WAIT_MS_MAX))]
     wait_ms: Option<u64>,
 }
 

@@ -326,12 +326,24 @@ pub async fn get_job(State(node): State<Arc<Node>>, req: Request) -> Response {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 pub struct ListParams {
+    /// Only this queue's jobs (empty: every queue).
+    #[schemars(length(max = limits::QUEUE_LEN_MAX), pattern("^[a-z0-9_-]*$"))]
     queue: Option<String>,
+    /// Only jobs in this state (empty: every state).
+    #[schemars(schema_with = "state_filter_schema")]
     state: Option<String>,
+    /// The page size.
+    #[schemars(range(min = 1, max = limits::LIST_LIMIT_MAX))]
     limit: Option<usize>,
+    /// The previous page's `next_page_token`.
     page_token: Option<String>,
+}
+
+/// A job state, or empty for none.
+fn state_filter_schema(g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({"anyOf": [g.subschema_for::<JobState>(), {"const": ""}]})
 }
 
 pub async fn list(State(node): State<Arc<Node>>, req: Request) -> Response {

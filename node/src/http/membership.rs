@@ -36,15 +36,19 @@ const CATCH_UP_LAG: u64 = 64;
 /// Longest a membership change (two entries, joint then uniform) may take to commit.
 const CHANGE_TIMEOUT: Duration = Duration::from_secs(10);
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct AddNodeRequest {
+pub(super) struct AddNodeRequest {
+    // Options so that a missing field gets this handler's message; both are required.
+    #[schemars(required, range(min = 1))]
     id: Option<NodeId>,
+    /// `HOST:PORT`, as the other members reach it (checked as `serve --peer` is).
+    #[schemars(required, pattern(r"^[A-Za-z0-9._\[\]:-]{1,253}:[0-9]{1,5}$"))]
     addr: Option<String>,
 }
 
 /// The body of a successful change: the membership after it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct MembershipView {
     pub leader_id: Option<NodeId>,
     pub voters: Vec<NodeId>,

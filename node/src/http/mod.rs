@@ -35,6 +35,7 @@ pub mod jobs;
 mod leader;
 pub mod listener;
 mod membership;
+pub mod openapi;
 mod ops;
 mod raft_rpc;
 mod request;

@@ -14,7 +14,7 @@ use serde::Serialize;
 use super::answer::{error_response, json_response};
 use crate::node::Node;
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub(super) struct ClusterView {
     pub(super) node_id: u64,
     pub(super) leader_id: Option<u64>,
@@ -43,7 +43,7 @@ pub(super) struct ClusterView {
 }
 
 /// A member's entry version as the leader knows it (`raft::versions::Seen`).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub(super) struct MemberVersion {
     /// 1 when it answered 404 (the previous release) or did not answer.
     pub(super) entry_version_max: u32,
@@ -116,8 +116,8 @@ fn member_versions(node: &Node) -> BTreeMap<String, MemberVersion> {
         .collect()
 }
 
-#[derive(Debug, Serialize)]
-struct DigestView {
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub(super) struct DigestView {
     node_id: u64,
     applied_index: u64,
     /// FNV-1a of this replica's state-machine snapshot, hex; equal on every replica
@@ -176,6 +176,18 @@ pub fn ready(
     holds_state && in_membership && leader.is_some() && applied >= committed
 }
 
+/// The body of `/readyz`, 200 or 503 alike.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub(super) struct Readiness {
+    ready: bool,
+    leader_id: Option<u64>,
+    applied_index: u64,
+    commit_index: u64,
+    /// How far this node is in joining (`raft::join::Stage`).
+    stage: &'static str,
+    in_membership: bool,
+}
+
 /// Ready: see [`ready`]. What an operator waits for before restarting the next node.
 pub async fn readyz(State(node): State<Arc<Node>>) -> Response {
     let m = node.raft_metrics();
@@ -193,11 +205,14 @@ pub async fn readyz(State(node): State<Arc<Node>>) -> Response {
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    let body = serde_json::json!({
-        "ready": ready, "leader_id": leader,
-        "applied_index": applied, "commit_index": committed,
-        "stage": stage.name(), "in_membership": in_membership,
-    });
+    let body = Readiness {
+        ready,
+        leader_id: leader,
+        applied_index: applied,
+        commit_index: committed,
+        stage: stage.name(),
+        in_membership,
+    };
     json_response(status, &body)
 }
 

@@ -11,6 +11,7 @@
 use std::sync::Arc;
 
 use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::Response;
 use axum::routing::{on, MethodFilter, MethodRouter};
@@ -21,7 +22,7 @@ use super::answer::{error_response, stamp};
 use super::listener::{self, Admission};
 use super::request::check_target;
 use super::routes::{self, RouteId, ROUTES};
-use super::{backup, browser, client_auth, feed, jobs, membership, ops, raft_rpc, ui};
+use super::{backup, browser, client_auth, feed, jobs, membership, openapi, ops, raft_rpc, ui};
 use crate::node::Node;
 
 /// The node's HTTP app: every route of [`ROUTES`], then the fallback (404), under the
@@ -88,6 +89,7 @@ fn handler(id: RouteId, m: MethodFilter) -> MethodRouter<Arc<Node>> {
         Healthz => on(m, ops::healthz),
         Readyz => on(m, ops::readyz),
         Metrics => on(m, ops::metrics),
+        OpenApi => on(m, openapi::serve),
         RaftAppend => on(m, raft_rpc::append),
         RaftVote => on(m, raft_rpc::vote),
         RaftPrevote => on(m, raft_rpc::prevote),
@@ -129,6 +131,16 @@ async fn stamp_headers(State(node): State<Arc<Node>>, mut req: Request, next: Ne
         }
     };
     let method = req.method().clone();
+    // A method the path is not served under: axum answers 405 with the methods of the
+    // whole mount; the table's own list for this path replaces them.
+    let allow = matches!(
+        route,
+        routes::Resolved::Unserved {
+            method_served: false,
+            ..
+        }
+    )
+    .then(|| routes::allowed(req.uri().path()));
     // Before the browser guard and the token check: the same answer whatever they
     // would say (a middleware of its own cost a measurable 0.4 ms per request).
     let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
@@ -136,6 +148,11 @@ async fn stamp_headers(State(node): State<Arc<Node>>, mut req: Request, next: Ne
         Ok(()) => next.run(req).await,
         Err(e) => error_response(&e),
     };
+    if let (Some(allow), StatusCode::METHOD_NOT_ALLOWED) = (allow, resp.status()) {
+        if let Ok(v) = HeaderValue::from_str(&allow) {
+            resp.headers_mut().insert(header::ALLOW, v);
+        }
+    }
     let status = resp.status().as_u16();
     node.metrics
         .request(route.label(), &method, status, started.elapsed());

@@ -67,6 +67,7 @@ pub enum RouteId {
     Healthz,
     Readyz,
     Metrics,
+    OpenApi,
     RaftAppend,
     RaftVote,
     RaftPrevote,
@@ -198,8 +199,13 @@ impl RouteSpec {
         if let Need::Op(_) = self.need {
             add(&[Unauthenticated, PermissionDenied]);
         }
-        if !self.request.media.is_empty() && self.budget != BudgetClass::Raft {
-            add(&[InvalidArgument, PayloadTooLarge, UnsupportedMediaType]);
+        if self.budget != BudgetClass::Raft {
+            // Every request passes the request-target check (400) and the browser guard
+            // (400 without a Host, 403 for a cross-site request).
+            add(&[InvalidArgument, PermissionDenied]);
+            if !self.request.media.is_empty() {
+                add(&[PayloadTooLarge, UnsupportedMediaType]);
+            }
         }
         if self.budget != BudgetClass::Exempt {
             add(&[Unavailable, Timeout]);
@@ -308,6 +314,32 @@ pub fn resolve(method: &Method, path: &str) -> Resolved {
         },
         (None, None) => Resolved::Unknown,
     }
+}
+
+/// The `Allow` header of a 405 for `path`: the methods of the rows that serve it (`HEAD`
+/// with `GET`). A path that ends with an action's tail (`/cancel`, `/history`) is that
+/// action's, as docs/openapi.json writes it, so it lists only the action's method, not
+/// every method of the job mount. Empty when no row serves the path.
+pub fn allowed(path: &str) -> String {
+    let serving: Vec<&RouteSpec> = ROUTES
+        .iter()
+        .filter(|r| pattern_matches(r.mount, path) && path.ends_with(r.tail()))
+        .collect();
+    let longest = serving.iter().map(|r| r.tail().len()).max().unwrap_or(0);
+    let mut methods: Vec<&str> = Vec::new();
+    for r in serving.iter().filter(|r| r.tail().len() == longest) {
+        let with_head: &[&str] = if r.method == "GET" {
+            &["GET", "HEAD"]
+        } else {
+            std::slice::from_ref(&r.method)
+        };
+        for m in with_head {
+            if !methods.contains(m) {
+                methods.push(m);
+            }
+        }
+    }
+    methods.join(", ")
 }
 
 /// The row of `id`.
@@ -456,7 +488,9 @@ pub const ROUTES: &[RouteSpec] = {
             request: Body::json("ClaimRequest"),
             response: Body::json("Lease"),
             success: &[200],
+            // `not_found`: a scoped token's claim of a job outside its scope.
             errors: &[
+                NotFound,
                 LeaseHeld,
                 JobCompleted,
                 JobFailed,
@@ -566,8 +600,9 @@ pub const ROUTES: &[RouteSpec] = {
             budget: LongPoll,
             label: RouteLabel::QueueClaim,
             request: Body::json("ClaimNextRequest"),
-            // `LeasesReply` when the request carries `max_jobs` (docs/api.md "Batches").
-            response: Body::json("Lease"),
+            // A Lease, or `{"leases": […]}` when the request carries `max_jobs` (docs/api.md
+            // "Batches").
+            response: Body::json("ClaimNextReply"),
             success: &[200, 204],
             errors: &[IdempotencyKeyReused],
         },
@@ -780,7 +815,7 @@ pub const ROUTES: &[RouteSpec] = {
             budget: Client,
             label: RouteLabel::Ui,
             request: Body::NONE,
-            response: Body::other("text/html, text/javascript or text/css", "dashboard file"),
+            response: Body::other("text/*", "dashboard file: HTML, JavaScript or CSS"),
             success: &[200],
             errors: &[NotFound],
         },
@@ -827,6 +862,23 @@ pub const ROUTES: &[RouteSpec] = {
             label: RouteLabel::Metrics,
             request: Body::NONE,
             response: Body::other("text/plain; version=0.0.4", "Prometheus text"),
+            success: &[200],
+            errors: &[],
+        },
+        // The API's own description (docs/openapi.json), generated from this table: open,
+        // as a fuzzer or a code generator reads it before it holds a token.
+        RouteSpec {
+            id: RouteId::OpenApi,
+            method: "GET",
+            path: "/v1/openapi.json",
+            mount: "/v1/openapi.json",
+            query: &[],
+            need: Open,
+            scope: Shared,
+            budget: Client,
+            label: RouteLabel::OpenApi,
+            request: Body::NONE,
+            response: Body::json("OpenApiDocument"),
             success: &[200],
             errors: &[],
         },

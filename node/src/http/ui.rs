@@ -63,6 +63,11 @@ const ASSETS: [(&str, &str, &str); 3] = [
     ("style.css", "text/css; charset=utf-8", STYLE_CSS),
 ];
 
+/// The names of the dashboard's files (`/ui/<name>`).
+pub(super) fn asset_names() -> Vec<&'static str> {
+    ASSETS.iter().map(|(name, _, _)| *name).collect()
+}
+
 /// The asset named `name` (as in `/ui/<name>`): its content type and body.
 fn find_asset(name: &str) -> Option<(&'static str, &'static str)> {
     ASSETS
@@ -102,14 +107,14 @@ pub async fn asset(Path(asset): Path<String>) -> Response {
 
 /// One member as this node sees it. Everything but `id`, `addr`, `voter`, `reachable`,
 /// `health` and `error` is what the member itself answered, null when it did not.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-struct Member {
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub(super) struct Member {
     id: NodeId,
     /// Its address in the membership (what `/v1/cluster`'s `nodes` says).
     addr: String,
     voter: bool,
     reachable: bool,
-    /// `ok`, `lagging`, `no_leader` or `unreachable` ([`health`]).
+    /// `ok`, `lagging`, `no_leader` or `unreachable`.
     health: &'static str,
     /// Raft role: `Leader`, `Follower`, `Candidate`, `Learner`.
     state: Option<String>,
@@ -135,8 +140,8 @@ struct Status {
     state: Option<String>,
 }
 
-#[derive(Debug, Serialize)]
-struct MembersView {
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub(super) struct MembersView {
     /// The node that answered.
     node_id: NodeId,
     /// Whom that node believes leads.
@@ -318,9 +323,10 @@ pub async fn members(State(node): State<Arc<Node>>, req: Request) -> Response {
 
 // ---- GET /v1/cluster/rejections -----------------------------------------------------
 
-#[derive(Debug, Deserialize)]
-struct RejectionParams {
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub(super) struct RejectionParams {
     after: Option<u64>,
+    #[schemars(range(min = 1, max = REJECTIONS_LIMIT_MAX))]
     limit: Option<usize>,
 }
 
@@ -338,8 +344,8 @@ fn rejection_params(uri: &axum::http::Uri) -> Result<(u64, usize), ApiError> {
     Ok((p.after.unwrap_or(0), limit))
 }
 
-#[derive(Debug, Serialize)]
-struct RejectionsView {
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub(super) struct RejectionsView {
     node_id: NodeId,
     /// Oldest first, `seq > after`, the newest `limit` of them.
     rejections: Vec<Rejection>,

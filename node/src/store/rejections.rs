@@ -21,7 +21,7 @@ use serde::Serialize;
 pub const CAPACITY: usize = 200;
 
 /// One refused command.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Rejection {
     /// Increases by one per recorded rejection on this node: a poller asks for `after`.
     pub seq: u64,

@@ -27,4 +27,5 @@ mod lifecycle;
 mod limits;
 mod membership_api;
 mod metrics;
+mod openapi;
 mod ui_api;

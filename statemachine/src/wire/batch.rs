@@ -10,43 +10,54 @@
 //!
 //! May import the rest of `wire`, `command` and `limits`.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use super::{json_text, ApiError, Job, Lease};
 use crate::command::{Command, LeaseItem, Outcome, Reply};
+use crate::limits;
 
 /// One lease of `POST /v1/leases/renew`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct RenewItem {
+    #[schemars(length(min = 1, max = limits::JOB_ID_LEN_MAX), pattern(limits::NAME_PATTERN))]
     pub job_id: String,
     pub generation: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<serde_json::Value>")]
     pub progress: Option<Box<RawValue>>,
 }
 
 /// `POST /v1/leases/renew`: every lease the owner holds, renewed in one log entry.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct RenewLeasesRequest {
+    #[schemars(length(min = 1, max = limits::OWNER_LEN_MAX), pattern(limits::NAME_PATTERN))]
     pub owner: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = limits::TTL_MS_MIN, max = limits::TTL_MS_MAX))]
     pub ttl_ms: Option<u64>,
+    #[schemars(length(min = 1, max = limits::BATCH_LEASES_MAX))]
     pub leases: Vec<RenewItem>,
 }
 
 /// One lease of `POST /v1/leases/complete`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct CompleteItem {
+    #[schemars(length(min = 1, max = limits::JOB_ID_LEN_MAX), pattern(limits::NAME_PATTERN))]
     pub job_id: String,
     pub generation: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<serde_json::Value>")]
     pub result: Option<Box<RawValue>>,
 }
 
 /// `POST /v1/leases/complete`: several jobs completed in one log entry.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct CompleteLeasesRequest {
+    #[schemars(length(min = 1, max = limits::OWNER_LEN_MAX), pattern(limits::NAME_PATTERN))]
     pub owner: String,
+    #[schemars(length(min = 1, max = limits::BATCH_LEASES_MAX))]
     pub leases: Vec<CompleteItem>,
 }
 
@@ -95,13 +106,22 @@ impl CompleteLeasesRequest {
 }
 
 /// Claim-next's answer when the request carried `max_jobs`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct LeasesReply {
     pub leases: Vec<Lease>,
 }
 
+/// Claim-next's 200 answer as the API's description (docs/openapi.json) writes it: one
+/// Lease without `max_jobs`, `{"leases": […]}` with it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(untagged)]
+pub enum ClaimNextReply {
+    One(Lease),
+    Many(LeasesReply),
+}
+
 /// One item's result: the single call's success body or its error object.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct BatchResult {
     pub job_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -113,7 +133,7 @@ pub struct BatchResult {
 }
 
 /// The answer of `POST /v1/leases/renew` and `/v1/leases/complete`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct BatchResults {
     pub results: Vec<BatchResult>,
 }

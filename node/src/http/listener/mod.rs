@@ -414,7 +414,7 @@ async fn serve_connection<IO>(
             let in_progress = (!unwanted_body).then(|| InProgress::start(activity.clone()));
             async move {
                 let resp = if unwanted_body {
-                    refuse_body(&shared, req.method()).await
+                    refuse_body(&shared, &req).await
                 } else {
                     handle(&shared, source, req).await
                 };
@@ -610,19 +610,34 @@ fn declares_unwanted_body(req: &Request<Incoming>) -> bool {
 pub const BODY_REFUSAL_DELAY_MS: u64 = 1_000;
 
 /// The tarpitted 400 of [`BODY_REFUSAL_DELAY_MS`], counted.
-async fn refuse_body(shared: &ListenerState, method: &axum::http::Method) -> Response<Body> {
+async fn refuse_body(shared: &ListenerState, req: &Request<Incoming>) -> Response<Body> {
     shared.node.metrics.refused(Refused::BodyNotAllowed);
     tokio::time::sleep(Duration::from_millis(BODY_REFUSAL_DELAY_MS)).await;
-    stamped(&shared.node, body_not_allowed(method))
+    stamped(&shared.node, body_not_allowed(req))
 }
 
-/// 400, and the connection closes after it: the body is never read, so the connection
-/// cannot carry another request.
-fn body_not_allowed(method: &axum::http::Method) -> Response<Body> {
-    let mut resp = error_response(&ApiError::new(
-        ErrorCode::InvalidArgument,
-        format!("a {method} request carries no body"),
-    ));
+/// 400 (405 when the path is not served under this method as docs/openapi.json describes
+/// it — `GET /v1/jobs/{id}/cancel` —, as the router answers without a body),
+/// and the connection closes after it: the body is never read, so the connection cannot
+/// carry another request.
+fn body_not_allowed(req: &Request<Incoming>) -> Response<Body> {
+    let (method, path) = (req.method(), req.uri().path());
+    let allow = routes::allowed(path);
+    let unserved = !allow.is_empty() && !allow.split(", ").any(|m| m == method.as_str());
+    let mut resp = if unserved {
+        // As the router's 405: no body, the methods that are served.
+        let mut resp = Response::new(Body::empty());
+        *resp.status_mut() = axum::http::StatusCode::METHOD_NOT_ALLOWED;
+        if let Ok(allow) = HeaderValue::from_str(&allow) {
+            resp.headers_mut().insert(axum::http::header::ALLOW, allow);
+        }
+        resp
+    } else {
+        error_response(&ApiError::new(
+            ErrorCode::InvalidArgument,
+            format!("a {method} request carries no body"),
+        ))
+    };
     resp.headers_mut().insert(
         axum::http::header::CONNECTION,
         HeaderValue::from_static("close"),

@@ -68,6 +68,7 @@ fn every_route_declares_its_operation() {
         "GET /healthz Open Shared",
         "GET /readyz Open Shared",
         "GET /metrics Op(Read) Shared",
+        "GET /v1/openapi.json Open Shared",
         "POST /raft/append Open Shared",
         "POST /raft/vote Open Shared",
         "POST /raft/prevote Open Shared",
@@ -79,9 +80,9 @@ fn every_route_declares_its_operation() {
 }
 
 #[test]
-fn only_probes_assets_and_raft_are_open() {
+fn only_probes_assets_the_api_description_and_raft_are_open() {
     for r in ROUTES.iter().filter(|r| r.need == Need::Open) {
-        let open = ["/healthz", "/readyz", "/ui"]
+        let open = ["/healthz", "/readyz", "/ui", "/v1/openapi.json"]
             .iter()
             .any(|p| r.path.starts_with(p))
             || r.path.starts_with("/raft/");
@@ -284,4 +285,15 @@ fn patterns_match_as_axum_does() {
         "/v1/queues/{queue}/claim",
         "/v1/queues/q/claim/x"
     ));
+}
+
+#[test]
+fn allow_lists_the_methods_of_the_rows_that_serve_a_path() {
+    assert_eq!(allowed("/v1/jobs/a/cancel"), "POST");
+    assert_eq!(allowed("/v1/jobs/a/history"), "GET, HEAD");
+    assert_eq!(allowed("/v1/jobs/a"), "GET, HEAD, DELETE");
+    assert_eq!(allowed("/v1/jobs"), "POST, GET, HEAD");
+    assert_eq!(allowed("/v1/leases/renew"), "POST");
+    assert_eq!(allowed("/healthz"), "GET, HEAD");
+    assert_eq!(allowed("/nope"), "");
 }

@@ -35,12 +35,13 @@ pub enum RouteLabel {
     Healthz,
     Readyz,
     Metrics,
+    OpenApi,
     Raft,
     Other,
 }
 
 impl RouteLabel {
-    pub const ALL: [RouteLabel; 20] = [
+    pub const ALL: [RouteLabel; 21] = [
         RouteLabel::Jobs,
         RouteLabel::Job,
         RouteLabel::QueueClaim,
@@ -59,6 +60,7 @@ impl RouteLabel {
         RouteLabel::Healthz,
         RouteLabel::Readyz,
         RouteLabel::Metrics,
+        RouteLabel::OpenApi,
         RouteLabel::Raft,
         RouteLabel::Other,
     ];
@@ -83,6 +85,7 @@ impl RouteLabel {
             RouteLabel::Healthz => "/healthz",
             RouteLabel::Readyz => "/readyz",
             RouteLabel::Metrics => "/metrics",
+            RouteLabel::OpenApi => "/v1/openapi.json",
             RouteLabel::Raft => "/raft",
             RouteLabel::Other => "other",
         }
