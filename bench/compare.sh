@@ -4,6 +4,9 @@
 #      c=1/16/64, three leader kill -9 trials);
 #   2. the same shapes against three `leasehold serve` processes (`leasehold bench`), and
 #      `leasehold bench failover --trials 3`;
+#   3. the batch rows (issue 33): `leasehold bench --mode batch-cycle --batch 64` at 16
+#      clients, and etcd's nearest (bench/etcd-batch: one txn of 64 puts under one lease,
+#      one keepalive, one txn of 64 deletes) on a fresh etcd of its own;
 # RUNS times (default 1; the issue's figures use 3), alternating the two systems, then a
 # table of medians and ratios. Only loopback traffic; every step bounded by `timeout`.
 #
@@ -35,10 +38,13 @@ mkdir -p "$OUT"
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 if [[ "$QUICK" == 1 ]]; then
-  C1=300; C16=1000; C64=1500; Q1=500; Q16=1500; Q64=2000; CL16=1000; TRIALS=1
+  C1=300; C16=1000; C64=1500; Q1=500; Q16=1500; Q64=2000; CL16=1000; TRIALS=1; BB=60
 else
-  C1=2000; C16=4000; C64=6000; Q1=3000; Q16=6000; Q64=8000; CL16=3000; TRIALS=3
+  C1=2000; C16=4000; C64=6000; Q1=3000; Q16=6000; Q64=8000; CL16=3000; TRIALS=3; BB=400
 fi
+# The batch rows (issue 33): BB batch cycles of B=64 jobs at 16 clients. etcd has no batch
+# claim: bench/etcd-batch does its nearest, a txn of 64 conditional puts under one lease,
+# one keepalive, a txn of 64 conditional deletes.
 
 if [[ "$SKIP_ETCD" != 1 ]]; then
   [[ -x "$ETCD_DIR/run.sh" ]] || { echo "etcd harness not found at $ETCD_DIR (set ETCD_DIR)" >&2; exit 1; }
@@ -103,6 +109,7 @@ measure_ours() {  # measure_ours LABEL RUN: every shape, then the failover trial
   ours "$f" claim 1 "$Q1"
   ours "$f" claim 16 "$Q16"
   ours "$f" claim 64 "$Q64"
+  ours "$f" batch-cycle 16 "$BB" --batch 64 --queue bq
   stop_ours
   timeout 600 "$BIN" bench failover --trials "$TRIALS" | tee -a "$f" >&2
 }
@@ -112,6 +119,10 @@ for r in $(seq 1 "$RUNS"); do
     log "run $r/$RUNS: etcd"
     RESULTS="$OUT/etcd-$r.jsonl" QUICK="$QUICK" timeout 900 "$ETCD_DIR/run.sh" >"$OUT/etcd-$r.log" 2>&1 ||
       { echo "etcd harness failed; see $OUT/etcd-$r.log" >&2; exit 1; }
+    log "run $r/$RUNS: etcd, batch cycles"
+    timeout 900 "$HERE/etcd-batch/run.sh" --concurrency 16 --batches "$BB" --batch 64 \
+      | tee "$OUT/etcd-batch-$r.jsonl" >&2 ||
+      { echo "etcd batch cycles failed" >&2; exit 1; }
   fi
   for pair in $BINS; do
     BIN="${pair#*=}" measure_ours "${pair%%=*}" "$r"
@@ -154,6 +165,9 @@ def rows_of(rows):
         for c in (1, 16, 64):
             t.append((f"{mode}s/s, c={c}", med(r["per_sec"] for r in pick(rows, mode, c)), "higher"))
     t.append(("cycles/s, c=16, leader", med(r["per_sec"] for r in pick(rows, "cycle", 16, "leader")), "higher"))
+    batch = pick(rows, "batch-cycle", 16)
+    t.append(("batch jobs/s, B=64, c=16", med(r.get("jobs_per_sec") for r in batch), "higher"))
+    t.append(("batch cycle p50 ms, B=64", med(lat(r, "cycle", "p50_ms") for r in batch), "lower"))
     t.append(("claim p50 ms, c=1", med(lat(r, "claim", "p50_ms") for r in pick(rows, "claim", 1)), "lower"))
     t.append(("claim p99 ms, c=64", med(lat(r, "claim", "p99_ms") for r in pick(rows, "claim", 64)), "lower"))
     fo = [r for r in rows if r.get("mode") == "failover"]
@@ -192,6 +206,12 @@ print(f"\nratio: how many times better each column is than {base_name} (throughp
       f"latency and gaps {base_name}/X).")
 print("A cycle: etcd = grant + claim txn + keepalive + complete txn + revoke (5 requests, 4 replicated);")
 print("Leasehold = claim + renew + complete (3 requests, 3 replicated). A claim: etcd = grant + txn; Leasehold = 1 request.")
+print("A batch cycle of 64 jobs: etcd = grant + txn of 64 puts + keepalive + txn of 64 deletes + revoke (5 requests,")
+print("4 replicated, one lease for all 64); Leasehold = claim-next max_jobs 64 + renew 64 + complete 64 (3 requests, 3 replicated).")
+for name, col in columns:
+    single, batch = dict((n, v) for n, v, _ in col).get("cycles/s, c=64"), dict((n, v) for n, v, _ in col).get("batch jobs/s, B=64, c=16")
+    if single and batch:
+        print(f"{name}: batch jobs/s (B=64, c=16) / single cycles/s (c=64) = x{batch / single:.1f}")
 for label in labels:
     el = [(r.get("mode"), r.get("concurrency"), r.get("elections")) for r in ours[label] if "elections" in r]
     print(f"{label}: leader elections during the timed runs (mode, clients, elections): {el}")
