@@ -16,9 +16,8 @@
 //! only); nothing of `http` imports it but `router.rs`.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
-use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use leasehold_statemachine::{self as sm, limits, ErrorCode};
@@ -29,13 +28,12 @@ use serde_json::{json, Map, Value};
 use super::answer::json_response;
 use super::routes::{BudgetClass, Need, RouteId, RouteSpec, ROUTES};
 use super::{backup, feed, jobs, membership, ops, ui};
-use crate::node::Node;
 
 /// The document's `info.version`: the API's, not the binary's.
 pub const API_VERSION: &str = "1.1";
 
 /// `GET /v1/openapi.json`.
-pub async fn serve(State(_node): State<Arc<Node>>) -> Response {
+pub async fn serve() -> Response {
     json_response(StatusCode::OK, document())
 }
 

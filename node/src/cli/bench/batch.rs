@@ -5,7 +5,7 @@
 //! every timed claim finds B jobs.
 //!
 //! `--mode hold --leases N` (issue 33's "10,000 held leases"): fills the queue, claims N
-//! leases into one `LeaseSet` (256 per request), holds them for `--max-secs`, and reports
+//! leases into one `LeaseSet` (`CLAIM_MAX_JOBS_MAX` per request), holds them for `--max-secs`, and reports
 //! the batch renews sent and the leases lost (tokens fired); then completes them all
 //! through the set's batched completion.
 //!
@@ -18,6 +18,7 @@ use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use leasehold_client::{Client, LeaseSet, LeaseSetConfig};
+use leasehold_statemachine::limits::{BATCH_LEASES_MAX, CLAIM_MAX_JOBS_MAX};
 
 use super::{post, BenchArgs, BenchError, Samples, Shared};
 
@@ -110,7 +111,7 @@ pub(super) async fn hold(
     let set = LeaseSet::new(&client, "bench-holder", LeaseSetConfig::new(ttl));
     let mut held = Vec::new();
     while (held.len() as u64) < args.leases {
-        let want = (args.leases - held.len() as u64).min(256) as u32;
+        let want = (args.leases - held.len() as u64).min(u64::from(CLAIM_MAX_JOBS_MAX)) as u32;
         let got = set.claim_next_many(&args.queue, want, 0).await?;
         if got.is_empty() {
             break;
@@ -134,8 +135,8 @@ pub(super) async fn hold(
     while let Some(ok) = done.join_next().await {
         completed += u64::from(ok.unwrap_or(false));
     }
-    // Each round renews every lease, in requests of at most 1,000.
-    let per_round = (leases as f64 / 1000.0).ceil().max(1.0);
+    // Each round renews every lease, in requests of at most BATCH_LEASES_MAX.
+    let per_round = leases.div_ceil(BATCH_LEASES_MAX).max(1) as f64;
     let renews_per_sec = ((rounds as f64 / per_round * leases as f64 / secs) * 10.0).round() / 10.0;
     Ok(json!({
         "system": "leasehold",
