@@ -118,10 +118,14 @@ pub(super) async fn hold(
         }
         held.extend(got);
     }
+    // The hold window's edges on stderr, for a script that samples the nodes' CPU over
+    // exactly this window (bench/hold-cpu.sh).
+    eprintln!("hold: start, {} leases held", held.len());
     let start = Instant::now();
     let rounds_before = set.renew_rounds();
     tokio::time::sleep(std::time::Duration::from_secs(args.max_secs)).await;
     let secs = start.elapsed().as_secs_f64();
+    eprintln!("hold: end");
     let rounds = set.renew_rounds() - rounds_before;
     let (leases, lost) = (
         held.len(),

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Issue 33's "10,000 held leases renewed by one worker set at ttl 30 s: <= 2 % of one core
+# on the leader, zero leases lost", measured per node: three `leasehold serve` processes,
+# one `leasehold bench --mode hold`, and each process's CPU (utime + stime from
+# /proc/PID/stat) over exactly the hold window, which the bench marks on stderr
+# ("hold: start" / "hold: end"). Prints the bench's JSON line and one line per node, the
+# leader marked. Only loopback traffic; every step bounded.
+#
+# Env: BIN (default target/release/leasehold), LEASES (10000), TTL_MS (30000),
+#      SECS (60, the hold window), BASE_PORT (our nodes on BASE_PORT+1..+3, default 17100),
+#      OUT (results dir).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BIN="${BIN:-$ROOT/target/release/leasehold}"
+LEASES="${LEASES:-10000}"
+TTL_MS="${TTL_MS:-30000}"
+SECS="${SECS:-60}"
+BASE_PORT="${BASE_PORT:-17100}"
+OUT="${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/leasehold-hold-cpu.XXXXXX")}"
+mkdir -p "$OUT"
+DATA="$(mktemp -d "${TMPDIR:-/tmp}/leasehold-hold-data.XXXXXX")"
+TCK="$(getconf CLK_TCK)"
+PIDS=()
+
+cleanup() {
+  local p
+  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]}"; do timeout 15 tail --pid="$p" -f /dev/null 2>/dev/null || kill -KILL "$p" 2>/dev/null || true; done
+  rm -rf "$DATA"
+}
+trap cleanup EXIT
+
+ticks() {  # ticks PID: utime + stime, in clock ticks (fields 14 and 15 after the comm)
+  awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"
+}
+
+wait_line() {  # wait_line FILE PATTERN SECONDS
+  local i
+  for i in $(seq 1 $(($3 * 20))); do
+    grep -q "$2" "$1" 2>/dev/null && return 0
+    sleep 0.05
+  done
+  echo "no '$2' in $1 within $3 s" >&2; return 1
+}
+
+peers=()
+for i in 1 2 3; do peers+=(--peer "$i=127.0.0.1:$((BASE_PORT + i))"); done
+for i in 1 2 3; do
+  RUST_LOG=warn "$BIN" serve --id "$i" --listen "127.0.0.1:$((BASE_PORT + i))" \
+    --data-dir "$DATA/n$i" "${peers[@]}" >>"$OUT/node$i.log" 2>&1 &
+  PIDS+=($!)
+done
+for _ in $(seq 1 120); do
+  ready=1
+  for i in 1 2 3; do curl -sf "http://127.0.0.1:$((BASE_PORT + i))/readyz" >/dev/null || ready=0; done
+  [[ "$ready" == 1 ]] && break
+  sleep 0.25
+done
+[[ "$ready" == 1 ]] || { echo "cluster did not become ready" >&2; exit 1; }
+
+eps="127.0.0.1:$((BASE_PORT + 1)),127.0.0.1:$((BASE_PORT + 2)),127.0.0.1:$((BASE_PORT + 3))"
+timeout $((SECS + 240)) "$BIN" bench --endpoints "$eps" --mode hold --leases "$LEASES" \
+  --ttl-ms "$TTL_MS" --max-secs "$SECS" --queue hold >"$OUT/bench.jsonl" 2>"$OUT/bench.err" &
+BENCH=$!
+wait_line "$OUT/bench.err" "hold: start" 180
+before=(); for p in "${PIDS[@]}"; do before+=("$(ticks "$p")"); done
+t0=$(date +%s.%N)
+wait_line "$OUT/bench.err" "hold: end" $((SECS + 30))
+after=(); for p in "${PIDS[@]}"; do after+=("$(ticks "$p")"); done
+t1=$(date +%s.%N)
+leader="$(curl -sf "http://127.0.0.1:$((BASE_PORT + 1))/v1/cluster" | sed -n 's/.*"leader_id":\([0-9]*\).*/\1/p')"
+wait "$BENCH"
+cat "$OUT/bench.jsonl"
+for i in 0 1 2; do
+  awk -v id=$((i + 1)) -v leader="$leader" -v d=$((after[i] - before[i])) -v tck="$TCK" -v t0="$t0" -v t1="$t1" \
+    'BEGIN { printf "node %d%s: %.2f %% of one core over %.1f s of holding (%d ticks)\n", id, (id == leader ? " (leader)" : ""), 100 * d / tck / (t1 - t0), t1 - t0, d }'
+done | tee "$OUT/cpu.txt"
+echo "results in $OUT" >&2
