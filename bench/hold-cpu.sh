@@ -21,15 +21,9 @@ OUT="${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/leasehold-hold-cpu.XXXXXX")}"
 mkdir -p "$OUT"
 DATA="$(mktemp -d "${TMPDIR:-/tmp}/leasehold-hold-data.XXXXXX")"
 TCK="$(getconf CLK_TCK)"
-PIDS=()
-
-cleanup() {
-  local p
-  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do timeout 15 tail --pid="$p" -f /dev/null 2>/dev/null || kill -KILL "$p" 2>/dev/null || true; done
-  rm -rf "$DATA"
-}
-trap cleanup EXIT
+# shellcheck source=bench/lib.sh
+source "$ROOT/bench/lib.sh"
+trap 'stop_three; rm -rf "$DATA"' EXIT
 
 ticks() {  # ticks PID: utime + stime, in clock ticks (fields 14 and 15 after the comm)
   awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"
@@ -44,22 +38,8 @@ wait_line() {  # wait_line FILE PATTERN SECONDS
   echo "no '$2' in $1 within $3 s" >&2; return 1
 }
 
-peers=()
-for i in 1 2 3; do peers+=(--peer "$i=127.0.0.1:$((BASE_PORT + i))"); done
-for i in 1 2 3; do
-  RUST_LOG=warn "$BIN" serve --id "$i" --listen "127.0.0.1:$((BASE_PORT + i))" \
-    --data-dir "$DATA/n$i" "${peers[@]}" >>"$OUT/node$i.log" 2>&1 &
-  PIDS+=($!)
-done
-for _ in $(seq 1 120); do
-  ready=1
-  for i in 1 2 3; do curl -sf "http://127.0.0.1:$((BASE_PORT + i))/readyz" >/dev/null || ready=0; done
-  [[ "$ready" == 1 ]] && break
-  sleep 0.25
-done
-[[ "$ready" == 1 ]] || { echo "cluster did not become ready" >&2; exit 1; }
-
-eps="127.0.0.1:$((BASE_PORT + 1)),127.0.0.1:$((BASE_PORT + 2)),127.0.0.1:$((BASE_PORT + 3))"
+start_three "$BIN" "$BASE_PORT" "$DATA" "$OUT"
+eps="$(endpoints "$BASE_PORT")"
 timeout $((SECS + 240)) "$BIN" bench --endpoints "$eps" --mode hold --leases "$LEASES" \
   --ttl-ms "$TTL_MS" --max-secs "$SECS" --queue hold >"$OUT/bench.jsonl" 2>"$OUT/bench.err" &
 BENCH=$!

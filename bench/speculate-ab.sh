@@ -19,15 +19,9 @@ CYCLES="${CYCLES:-6000}"
 SLOW_SYNC_US="${SLOW_SYNC_US:-0}"
 BASE_PORT="${BASE_PORT:-17200}"
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/leasehold-speculate-ab.XXXXXX")"
-PIDS=()
-
-cleanup() {
-  local p
-  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do timeout 15 tail --pid="$p" -f /dev/null 2>/dev/null || kill -KILL "$p" 2>/dev/null || true; done
-  PIDS=()
-}
-trap 'cleanup; rm -rf "$WORK"' EXIT
+# shellcheck source=bench/lib.sh
+source "$ROOT/bench/lib.sh"
+trap 'stop_three; rm -rf "$WORK"' EXIT
 
 PRELOAD=""
 if [[ "$SLOW_SYNC_US" != 0 ]]; then
@@ -36,29 +30,15 @@ if [[ "$SLOW_SYNC_US" != 0 ]]; then
 fi
 
 trial() {  # trial LABEL [serve flags]
-  local label="$1" i ok; shift
-  local data="$WORK/data-$label" peers=()
-  for i in 1 2 3; do peers+=(--peer "$i=127.0.0.1:$((BASE_PORT + i))"); done
-  for i in 1 2 3; do
-    LD_PRELOAD="$PRELOAD" SLOW_SYNC_US="$SLOW_SYNC_US" RUST_LOG=warn "$BIN" serve --id "$i" \
-      --listen "127.0.0.1:$((BASE_PORT + i))" --data-dir "$data/n$i" "${peers[@]}" "$@" \
-      >>"$WORK/node$i.log" 2>&1 &
-    PIDS+=($!)
-  done
-  for _ in $(seq 1 120); do
-    ok=1
-    for i in 1 2 3; do curl -sf "http://127.0.0.1:$((BASE_PORT + i))/readyz" >/dev/null || ok=0; done
-    [[ "$ok" == 1 ]] && break
-    sleep 0.25
-  done
-  [[ "$ok" == 1 ]] || { echo "cluster did not become ready" >&2; exit 1; }
-  local eps="127.0.0.1:$((BASE_PORT + 1)),127.0.0.1:$((BASE_PORT + 2)),127.0.0.1:$((BASE_PORT + 3))"
-  timeout 120 "$BIN" bench --endpoints "$eps" --mode claim --concurrency 1 --cycles "$CYCLES" \
-    --target leader 2>/dev/null | python3 -c '
+  local label="$1" data="$WORK/data-$1"
+  shift
+  LD_PRELOAD="$PRELOAD" SLOW_SYNC_US="$SLOW_SYNC_US" start_three "$BIN" "$BASE_PORT" "$data" "$WORK" "$@"
+  timeout 120 "$BIN" bench --endpoints "$(endpoints "$BASE_PORT")" --mode claim --concurrency 1 \
+    --cycles "$CYCLES" --target leader 2>/dev/null | python3 -c '
 import json, sys
 d = json.loads(sys.stdin.read()); c = d["lat"]["claim"]
 print(sys.argv[1], c["p50_ms"], c["p99_ms"], d["per_sec"])' "$label"
-  cleanup
+  stop_three
   rm -rf "$data"
 }
 
