@@ -7,10 +7,6 @@
 //!
 //! Group commit happens upstream: the batcher packs concurrent commands into one entry,
 //! and openraft hands over every entry accumulated meanwhile in one append.
-//!
-//! An [`AppendObserver`] (the leader's speculative AppendEntries, `raft/speculate.rs`)
-//! sees each append's entries, and what the log held before it, just before the write
-//! and its fsync: what it sends then travels while this node's fsync runs.
 
 use std::fmt;
 use std::fmt::Debug;
@@ -18,7 +14,7 @@ use std::io;
 use std::ops::{Bound, RangeBounds};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use openraft::storage::{LogFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::{AnyError, OptionalSend, StorageError, StorageIOError};
@@ -35,23 +31,6 @@ type Entry = openraft::Entry<TypeConfig>;
 pub struct LogStore {
     wal: Arc<Wal>,
     truncations: Truncations,
-    /// Set once, after Raft exists ([`LogStore::observe_appends`]); shared by every clone.
-    observer: Arc<OnceLock<Arc<dyn AppendObserver>>>,
-}
-
-/// What the log held just before an append: the vote it was made under, the committed
-/// id and the entry the appended ones follow.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AppendContext {
-    pub vote: Option<Vote>,
-    pub committed: Option<LogId>,
-    pub prev: Option<LogId>,
-}
-
-/// Sees every append just before it is written and fsynced (on the Raft core's task:
-/// it must not block).
-pub trait AppendObserver: Send + Sync {
-    fn appending(&self, before: &AppendContext, entries: &[Entry]);
 }
 
 /// How many times openraft truncated this node's log (a new leader's entries conflicted
@@ -112,17 +91,7 @@ impl LogStore {
         Ok(LogStore {
             wal: Arc::new(wal),
             truncations: Truncations::default(),
-            observer: Arc::default(),
         })
-    }
-
-    /// Shows every later append to `observer` before it is written. Once per log: a
-    /// second observer is refused (returned).
-    pub fn observe_appends(
-        &self,
-        observer: Arc<dyn AppendObserver>,
-    ) -> Result<(), Arc<dyn AppendObserver>> {
-        self.observer.set(observer)
     }
 
     /// The handle counting this log's truncations.
@@ -269,16 +238,6 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let entries: Vec<Entry> = entries.into_iter().collect();
-        if let Some(observer) = self.observer.get() {
-            let state = self.wal.state().map_err(|e| read_err(&e))?;
-            let before = AppendContext {
-                vote: state.vote,
-                committed: state.committed,
-                prev: state.last,
-            };
-            observer.appending(&before, &entries);
-        }
         // Written and fsynced before this returns; a failure goes both to openraft's
         // caller (which stops Raft) and to the callback.
         match self.wal.append(entries) {
