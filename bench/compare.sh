@@ -58,13 +58,11 @@ for pair in $BINS; do
   [[ "$pair" == *=* && -x "${pair#*=}" ]] || { echo "BINS: '$pair' is not LABEL=EXECUTABLE" >&2; exit 1; }
 done
 
-PIDS=()
+# shellcheck source=bench/lib.sh
+source "$HERE/lib.sh"
 DATA=""
 stop_ours() {
-  local p
-  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do timeout 15 tail --pid="$p" -f /dev/null 2>/dev/null || kill -KILL "$p" 2>/dev/null || true; done
-  PIDS=()
+  stop_three
   [[ -n "$DATA" ]] && rm -rf "$DATA"
   DATA=""
 }
@@ -72,29 +70,13 @@ trap stop_ours EXIT
 
 start_ours() {
   DATA="$(mktemp -d "${TMPDIR:-/tmp}/leasehold-compare-data.XXXXXX")"
-  local i peers=()
-  for i in 1 2 3; do peers+=(--peer "$i=127.0.0.1:$((BASE_PORT + i))"); done
-  for i in 1 2 3; do
-    # shellcheck disable=SC2086 # SERVE_FLAGS is a list of flags
-    RUST_LOG=warn "$BIN" serve --id "$i" --listen "127.0.0.1:$((BASE_PORT + i))" \
-      --data-dir "$DATA/n$i" "${peers[@]}" $SERVE_FLAGS >>"$OUT/leasehold-node$i.log" 2>&1 &
-    PIDS+=($!)
-  done
-  for _ in $(seq 1 120); do
-    if curl -sf "http://127.0.0.1:$((BASE_PORT + 1))/readyz" >/dev/null &&
-       curl -sf "http://127.0.0.1:$((BASE_PORT + 2))/readyz" >/dev/null &&
-       curl -sf "http://127.0.0.1:$((BASE_PORT + 3))/readyz" >/dev/null; then
-      return 0
-    fi
-    sleep 0.25
-  done
-  echo "leasehold cluster did not become ready" >&2; return 1
+  # shellcheck disable=SC2086 # SERVE_FLAGS is a list of flags
+  start_three "$BIN" "$BASE_PORT" "$DATA" "$OUT" $SERVE_FLAGS
 }
 
 ours() {  # ours FILE MODE CONC CYCLES [extra]
   local file="$1" mode="$2" c="$3" n="$4"; shift 4
-  local eps="127.0.0.1:$((BASE_PORT + 1)),127.0.0.1:$((BASE_PORT + 2)),127.0.0.1:$((BASE_PORT + 3))"
-  timeout 120 "$BIN" bench --endpoints "$eps" --mode "$mode" --concurrency "$c" --cycles "$n" \
+  timeout 120 "$BIN" bench --endpoints "$(endpoints "$BASE_PORT")" --mode "$mode" --concurrency "$c" --cycles "$n" \
     --ttl-ms 10000 --max-secs 60 "$@" | tee -a "$file" >&2
 }
 

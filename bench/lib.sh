@@ -1,4 +1,5 @@
-# Sourced by bench scripts (hold-cpu.sh): three `leasehold serve` processes on loopback, and their end.
+# Sourced by bench scripts (compare.sh, hold-cpu.sh): three `leasehold serve` processes on
+# loopback, and their end.
 #   start_three BIN BASE_PORT DATA LOGDIR [serve flags...]: nodes 1-3 on BASE_PORT+1..+3,
 #     data in DATA/n1..n3, logs appended to LOGDIR/node1..3.log, pids in PIDS; returns once
 #     all three answer /readyz (30 s at most). Env for the nodes is the caller's.
