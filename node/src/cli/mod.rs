@@ -122,6 +122,10 @@ pub struct ServeArgs {
     /// Raft election timeout range, its upper end.
     #[arg(long, default_value_t = crate::server::SERVE_ELECTION_TIMEOUT_MAX_MS)]
     pub election_timeout_max_ms: u64,
+    /// Do not send a leader's lone writes to the followers during its own fsync
+    /// (`raft/speculate.rs`); they then leave only after it, as openraft 0.9 sends them.
+    #[arg(long)]
+    pub no_speculative_append: bool,
     /// TEST ONLY: add this many ms to the node's wall clock.
     #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
     pub clock_offset_ms: i64,
@@ -309,6 +313,7 @@ impl ServeArgs {
         cfg.raft.heartbeat_ms = self.heartbeat_ms;
         cfg.raft.election_timeout_min_ms = self.election_timeout_min_ms;
         cfg.raft.election_timeout_max_ms = self.election_timeout_max_ms;
+        cfg.raft.speculative_append = !self.no_speculative_append;
         if let Some(path) = &self.auth_file {
             cfg.auth = Some(std::sync::Arc::new(
                 crate::security::auth::AuthPolicy::load(path)?,

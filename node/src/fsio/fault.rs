@@ -12,6 +12,8 @@
 //! - [`Plan::fail_at`]: the Nth operation (or the Nth of a kind, or the first on a path)
 //!   fails with an errno (EIO, ENOSPC) and is not done; later ones go ahead.
 //! - [`Plan::short_writes`]: writes store a random prefix of their buffer and say so.
+//! - [`FaultDisk::hold_syncs`]: fsyncs of some files block until the returned guard is
+//!   dropped — a stalled device, for tests of what goes on meanwhile.
 //!
 //! Every operation is counted and kept in a trace, so a test can first run a workload on a
 //! fault-free disk to learn how many operations it does, then crash it at each of them.
@@ -32,7 +34,7 @@ use std::fs::{self, File};
 use std::io::{self, Seek};
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -236,6 +238,45 @@ impl State {
 #[derive(Debug, Clone)]
 pub struct FaultDisk {
     state: Arc<Mutex<State>>,
+    held: Arc<SyncGate>,
+}
+
+/// [`FaultDisk::hold_syncs`]'s gate: the path part of the files whose fsyncs wait, while
+/// set.
+#[derive(Debug, Default)]
+struct SyncGate {
+    holding: Mutex<Option<String>>,
+    released: Condvar,
+}
+
+/// Holds fsyncs until dropped ([`FaultDisk::hold_syncs`]).
+#[derive(Debug)]
+pub struct SyncHold {
+    gate: Arc<SyncGate>,
+}
+
+impl Drop for SyncHold {
+    fn drop(&mut self) {
+        *self.gate.holding.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        self.gate.released.notify_all();
+    }
+}
+
+impl SyncGate {
+    /// Blocks while fsyncs of `path` are held.
+    fn wait(&self, path: &Path) {
+        let path = path.to_string_lossy();
+        let mut holding = self.holding.lock().unwrap_or_else(|p| p.into_inner());
+        while holding
+            .as_ref()
+            .is_some_and(|part| path.contains(part.as_str()))
+        {
+            holding = self
+                .released
+                .wait(holding)
+                .unwrap_or_else(|p| p.into_inner());
+        }
+    }
 }
 
 /// A file opened through a [`FaultDisk`].
@@ -284,6 +325,17 @@ impl FaultDisk {
     fn with_state(state: State) -> FaultDisk {
         FaultDisk {
             state: Arc::new(Mutex::new(state)),
+            held: Arc::default(),
+        }
+    }
+
+    /// Every fsync of a file whose path contains `path_contains` blocks (the calling
+    /// thread) until the returned guard is dropped.
+    pub fn hold_syncs(&self, path_contains: &str) -> SyncHold {
+        *self.held.holding.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some(path_contains.to_owned());
+        SyncHold {
+            gate: self.held.clone(),
         }
     }
 
@@ -631,6 +683,7 @@ impl FaultFile {
     }
 
     pub(super) fn sync(&self) -> io::Result<()> {
+        self.disk.held.wait(&self.path);
         let mut st = self.disk.admit(OpKind::Sync, &self.path)?;
         self.file.sync_all()?;
         st.synced(self.ino)

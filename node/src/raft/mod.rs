@@ -6,6 +6,7 @@
 //! - [`join`]: `serve --join` — a new node asks a running cluster to add it.
 //! - [`bootstrap`]: an empty data dir asks its peers whether the cluster exists before it
 //!   votes or initializes; the founding promise; a wiped member rejoins by itself.
+//! - [`speculate`]: a leader's lone write sent to the followers while its own fsync runs.
 //! - [`versions`]: entry versions — what a node advertises, the proposal gate and the
 //!   activation decisions, the start-up refusal of newer data (rolling upgrades).
 //!
@@ -17,4 +18,5 @@ pub mod bootstrap;
 pub mod election;
 pub mod join;
 pub mod network;
+pub mod speculate;
 pub mod versions;

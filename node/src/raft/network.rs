@@ -260,6 +260,17 @@ async fn refusal_text(mut resp: reqwest::Response) -> String {
 }
 
 impl PeerClient {
+    /// A speculative AppendEntries (`speculate.rs`), bounded by `timeout`: sent and
+    /// answered, nothing recorded — `matched` follows openraft's own stream only.
+    pub async fn append_speculatively(
+        &self,
+        rpc: &AppendEntriesRequest<TypeConfig>,
+        timeout: Duration,
+    ) -> Result<AppendEntriesResponse<NodeId>, RpcErr<openraft::error::Infallible>> {
+        self.call(RAFT_APPEND_PATH, rpc, &RPCOption::new(timeout))
+            .await
+    }
+
     /// `POST /raft/prevote` (`election.rs`), bounded by `timeout`.
     pub async fn prevote(
         &self,

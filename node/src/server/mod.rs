@@ -22,6 +22,7 @@ use crate::raft::bootstrap::Bootstrap;
 use crate::raft::election::Elector;
 use crate::raft::join::Stage;
 use crate::raft::network::Network;
+use crate::raft::speculate::{SpeculationStats, Speculator};
 use crate::raft::versions::Versions;
 use crate::security::peer_auth::{ClusterId, PeerGuard, PeerSecret};
 use crate::security::Guards;
@@ -43,6 +44,9 @@ pub struct RaftTuning {
     /// Entries kept in the log behind a snapshot, so a briefly lagging follower catches
     /// up from the log rather than by a whole snapshot.
     pub logs_kept_after_snapshot: u64,
+    /// A leader sends a lone write to its followers while its own fsync runs
+    /// (`raft/speculate.rs`); off, they leave after it.
+    pub speculative_append: bool,
 }
 
 impl RaftTuning {
@@ -79,6 +83,7 @@ impl Default for RaftTuning {
             election_timeout_max_ms: 1000,
             snapshot_every_logs: 20_000,
             logs_kept_after_snapshot: 5_000,
+            speculative_append: true,
         }
     }
 }
@@ -161,6 +166,8 @@ pub struct RunningNode {
     tasks: Vec<JoinHandle<()>>,
     /// The node's log, watched for a failed write or fsync ([`RunningNode::failed`]).
     log: LogStore,
+    /// What its speculative AppendEntries did (`raft/speculate.rs`); `None` when off.
+    pub speculation: Option<Arc<SpeculationStats>>,
 }
 
 impl RunningNode {
@@ -171,6 +178,11 @@ impl RunningNode {
             let _ = t.await;
         }
         let _ = self.node.raft.shutdown().await;
+    }
+
+    /// The node's Raft log (a clone sharing it): for tests that read its entries.
+    pub fn log(&self) -> LogStore {
+        self.log.clone()
     }
 
     pub fn cancel_token(&self) -> CancellationToken {
@@ -236,6 +248,8 @@ pub enum StartError {
     RaftConfig(Box<openraft::ConfigError>),
     #[error("starting raft")]
     StartRaft(#[source] Box<openraft::error::Fatal<NodeId>>),
+    #[error("starting the speculative-append thread")]
+    Speculator(#[source] std::io::Error),
     /// Raft stopped while the node was starting.
     #[error(transparent)]
     RaftStopped(Box<openraft::error::Fatal<NodeId>>),
@@ -335,6 +349,7 @@ pub async fn start(listener: TcpListener, cfg: NodeConfig) -> Result<RunningNode
         cancel,
         tasks,
         log: opened.log,
+        speculation: opened.speculation,
     })
 }
 
@@ -373,6 +388,7 @@ fn spawn_standing(
 struct Opened {
     raft: Raft,
     log: LogStore,
+    speculation: Option<Arc<SpeculationStats>>,
     sm: Arc<SmShared>,
     network: Network,
     elector: Arc<Elector>,
@@ -427,6 +443,16 @@ async fn open(cfg: &NodeConfig) -> Result<Opened, StartError> {
     )
     .await
     .map_err(|e| StartError::StartRaft(Box::new(e)))?;
+    let speculation = if cfg.raft.speculative_append {
+        let s = Speculator::new(cfg.id, network.clone(), raft.metrics())
+            .map_err(StartError::Speculator)?;
+        let stats = s.stats();
+        // A fresh log has no observer yet: `set` cannot fail here.
+        let _ = log.observe_appends(Arc::new(s));
+        Some(stats)
+    } else {
+        None
+    };
     let stage = crate::raft::join::begin(
         &cfg.data_dir,
         cfg.join.as_ref(),
@@ -435,6 +461,7 @@ async fn open(cfg: &NodeConfig) -> Result<Opened, StartError> {
     Ok(Opened {
         raft,
         log,
+        speculation,
         sm,
         network,
         elector,

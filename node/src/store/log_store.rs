@@ -7,6 +7,10 @@
 //!
 //! Group commit happens upstream: the batcher packs concurrent commands into one entry,
 //! and openraft hands over every entry accumulated meanwhile in one append.
+//!
+//! An [`AppendObserver`] (the leader's speculative AppendEntries, `raft/speculate.rs`)
+//! sees each append's entries, and what the log held before it, just before the write
+//! and its fsync: what it sends then travels while this node's fsync runs.
 
 use std::fmt;
 use std::fmt::Debug;
@@ -14,7 +18,7 @@ use std::io;
 use std::ops::{Bound, RangeBounds};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use openraft::storage::{LogFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::{AnyError, OptionalSend, StorageError, StorageIOError};
@@ -31,6 +35,23 @@ type Entry = openraft::Entry<TypeConfig>;
 pub struct LogStore {
     wal: Arc<Wal>,
     truncations: Truncations,
+    /// Set once, after Raft exists ([`LogStore::observe_appends`]); shared by every clone.
+    observer: Arc<OnceLock<Arc<dyn AppendObserver>>>,
+}
+
+/// What the log held just before an append: the vote it was made under, the committed
+/// id and the entry the appended ones follow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppendContext {
+    pub vote: Option<Vote>,
+    pub committed: Option<LogId>,
+    pub prev: Option<LogId>,
+}
+
+/// Sees every append just before it is written and fsynced (on the Raft core's task:
+/// it must not block).
+pub trait AppendObserver: Send + Sync {
+    fn appending(&self, before: &AppendContext, entries: &[Entry]);
 }
 
 /// How many times openraft truncated this node's log (a new leader's entries conflicted
@@ -91,7 +112,17 @@ impl LogStore {
         Ok(LogStore {
             wal: Arc::new(wal),
             truncations: Truncations::default(),
+            observer: Arc::default(),
         })
+    }
+
+    /// Shows every later append to `observer` before it is written. Once per log: a
+    /// second observer is refused (returned).
+    pub fn observe_appends(
+        &self,
+        observer: Arc<dyn AppendObserver>,
+    ) -> Result<(), Arc<dyn AppendObserver>> {
+        self.observer.set(observer)
     }
 
     /// The handle counting this log's truncations.
@@ -144,6 +175,27 @@ impl LogStore {
 #[error("storage failed, the node stops: {why}")]
 pub struct StorageFailed {
     pub why: String,
+}
+
+/// A vote as a restarted node may hold it: still cast (no other candidate of its term
+/// gets this node's vote), but no longer committed.
+///
+/// openraft 0.9 (`Engine::startup`) restores a node whose committed vote names itself
+/// straight into leadership of that same term. That is unsafe here: a leader sends a lone
+/// write to its followers while its own fsync runs (`raft/speculate.rs`), so a leader that
+/// lost power before the fsync finished comes back without entries its followers hold, and
+/// leading the same term again it would write other entries under the same log ids — which
+/// the followers then skip as already held (the chaos suite's `whole_cluster_power_loss`
+/// found exactly that: replicas diverged). With the vote uncommitted the node starts as a
+/// follower and must win a new, higher term before it leads (`raft/election.rs`), and no
+/// log id of the old term is ever reused. A follower's committed vote for another leader
+/// is committed again by that leader's first AppendEntries. The cost: a leader that
+/// restarts hands over through an election instead of resuming at once.
+fn no_mandate_after_restart(vote: Vote) -> Vote {
+    Vote {
+        committed: false,
+        ..vote
+    }
 }
 
 fn read_err(e: &io::Error) -> StorageError<NodeId> {
@@ -200,12 +252,14 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .map_err(|e| StorageIOError::write_vote(AnyError::new(&e)).into())
     }
 
+    /// The saved vote, read back **uncommitted** (openraft reads it once, at startup): a
+    /// restarted node never resumes a term it led. See [`no_mandate_after_restart`].
     async fn read_vote(&mut self) -> Result<Option<Vote>, StorageError<NodeId>> {
         let state = self
             .wal
             .state()
             .map_err(|e| StorageIOError::read_vote(AnyError::new(&e)))?;
-        Ok(state.vote)
+        Ok(state.vote.map(no_mandate_after_restart))
     }
 
     async fn save_committed(
@@ -238,6 +292,16 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
+        let entries: Vec<Entry> = entries.into_iter().collect();
+        if let Some(observer) = self.observer.get() {
+            let state = self.wal.state().map_err(|e| read_err(&e))?;
+            let before = AppendContext {
+                vote: state.vote,
+                committed: state.committed,
+                prev: state.last,
+            };
+            observer.appending(&before, &entries);
+        }
         // Written and fsynced before this returns; a failure goes both to openraft's
         // caller (which stops Raft) and to the callback.
         match self.wal.append(entries) {
@@ -267,6 +331,20 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_committed_vote_is_read_back_uncommitted_and_still_cast() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = LogStore::open(dir.path()).await.unwrap();
+        let led = Vote::new_committed(7, 2);
+        log.save_vote(&led).await.unwrap();
+        drop(log);
+        let mut log = LogStore::open(dir.path()).await.unwrap();
+        let back = log.read_vote().await.unwrap().expect("the vote was saved");
+        assert!(!back.is_committed(), "{back}");
+        assert_eq!(back.leader_id(), led.leader_id(), "still the vote it cast");
+        assert_eq!(back, Vote::new(7, 2));
+    }
 
     #[test]
     fn ranges_are_half_open() {

@@ -33,7 +33,7 @@ pub mod rejections;
 mod state_machine;
 mod wal;
 
-pub use log_store::{LogStore, StorageFailed, Truncations};
+pub use log_store::{AppendContext, AppendObserver, LogStore, StorageFailed, Truncations};
 pub use state_machine::{
     read_snapshot_file, write_snapshot_file, write_snapshot_to, BACKUPS_IN_FLIGHT_MAX,
 };

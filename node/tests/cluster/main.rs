@@ -1,5 +1,5 @@
 //! The cluster as a cluster: replication, failover and restarts (`cluster`), the
-//! term-ready rule of the batcher (`term_ready`), peer authentication and identity
+//! term-ready rule of the batcher (`term_ready`), speculative AppendEntries (`speculate`), peer authentication and identity
 //! (`peer_auth`), TLS between nodes and to clients (`tls`), backup and restore
 //! (`backup`), and garbage to every client and Raft route (`garbage`). In-process
 //! three-node clusters, plus `serve` / `snapshot` processes where the test is about the
@@ -23,5 +23,6 @@ mod backup;
 mod cluster;
 mod garbage;
 mod peer_auth;
+mod speculate;
 mod term_ready;
 mod tls;
