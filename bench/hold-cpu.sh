@@ -8,7 +8,8 @@
 #
 # Env: BIN (default target/release/leasehold), LEASES (10000), TTL_MS (30000),
 #      SECS (60, the hold window), BASE_PORT (our nodes on BASE_PORT+1..+3, default 17100),
-#      OUT (results dir).
+#      OUT (results dir), SERVE_FLAGS (extra `serve` flags, word-split: e.g.
+#      --no-speculative-append for an A/B).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -38,7 +39,8 @@ wait_line() {  # wait_line FILE PATTERN SECONDS
   echo "no '$2' in $1 within $3 s" >&2; return 1
 }
 
-start_three "$BIN" "$BASE_PORT" "$DATA" "$OUT"
+# shellcheck disable=SC2086 # SERVE_FLAGS is a list of flags
+start_three "$BIN" "$BASE_PORT" "$DATA" "$OUT" ${SERVE_FLAGS:-}
 eps="$(endpoints "$BASE_PORT")"
 timeout $((SECS + 240)) "$BIN" bench --endpoints "$eps" --mode hold --leases "$LEASES" \
   --ttl-ms "$TTL_MS" --max-secs "$SECS" --queue hold >"$OUT/bench.jsonl" 2>"$OUT/bench.err" &
