@@ -166,7 +166,9 @@ async fn reopen_keeps_log_vote_and_committed() {
     let mut log = LogStore::open(&path).await.unwrap();
     assert_eq!(
         log.read_vote().await.unwrap(),
-        Some(Vote::new_committed(1, 1))
+        // As cast, read back uncommitted: a restarted node resumes no term it led
+        // (`no_mandate_after_restart`).
+        Some(Vote::new(1, 1))
     );
     assert_eq!(log.read_committed().await.unwrap(), Some(log_id(1, 15)));
     let state = log.get_log_state().await.unwrap();
@@ -213,7 +215,9 @@ async fn torn_log_tail_is_cut_back() {
     let mut log = LogStore::open(&path).await.unwrap();
     assert_eq!(
         log.read_vote().await.unwrap(),
-        Some(Vote::new_committed(1, 1))
+        // As cast, read back uncommitted: a restarted node resumes no term it led
+        // (`no_mandate_after_restart`).
+        Some(Vote::new(1, 1))
     );
     let state = log.get_log_state().await.unwrap();
     assert_eq!(state.last_log_id, Some(log_id(1, 9)));
@@ -318,7 +322,9 @@ async fn segments_rotate_and_purged_ones_are_deleted() {
     assert_eq!(log.stats().segments + 1, files as u64, "segments and LOCK");
     assert_eq!(
         log.read_vote().await.unwrap(),
-        Some(Vote::new_committed(7, 2))
+        // As cast, read back uncommitted: a restarted node resumes no term it led
+        // (`no_mandate_after_restart`).
+        Some(Vote::new(7, 2))
     );
     assert_eq!(log.read_committed().await.unwrap(), Some(log_id(4, 390)));
     let state = log.get_log_state().await.unwrap();
