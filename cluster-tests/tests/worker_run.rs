@@ -12,7 +12,13 @@
 //! claims the job afterwards sees no further write from it (issue 28). A worker whose
 //! stdout nobody reads keeps renewing and completes its jobs, with one slot on a
 //! one-thread runtime and with four slots on the default one.
+//!
+//! The watchdog's edges (issue 44 item 6): `pkill -STOP -f 'leasehold worker'` stops the
+//! worker but not its watchdog; a watchdog resumed past the deadline KILLs the group
+//! without a TERM first; a watchdog whose worker died before `started` reached it kills
+//! the group all the same.
 
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -131,7 +137,9 @@ fn worker_command(
     script: &str,
 ) -> Command {
     let mut cmd = Command::new(bin());
-    cmd.args(["worker", "run", "--queue", queue, "--ttl-ms"])
+    // As an installed binary reads in `ps` and to `pkill -f`: `leasehold worker run …`.
+    cmd.arg0("leasehold")
+        .args(["worker", "run", "--queue", queue, "--ttl-ms"])
         .arg(ttl_ms.to_string())
         .args(flags)
         .args(["--", "sh", "-c", script])
@@ -144,16 +152,30 @@ fn worker_command(
     cmd
 }
 
-/// Waits (bounded) for the worker to exit; its exit code and stderr.
-async fn finish(worker: Child) -> (i32, String) {
-    let out = tokio::time::timeout(WORKER_EXIT, worker.wait_with_output())
-        .await
-        .unwrap_or_else(|_| panic!("the worker did not exit within {WORKER_EXIT:?}"))
-        .expect("waiting for the worker");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+/// Waits (bounded) for the worker to exit; its exit code and stderr. One that does not
+/// exit in time is killed, and the panic shows what it had written.
+async fn finish(mut worker: Child) -> (i32, String) {
+    use tokio::io::AsyncReadExt as _;
+    let mut stderr = worker.stderr.take().expect("the worker's stderr is piped");
+    let mut stdout = worker.stdout.take().expect("the worker's stdout is piped");
+    let read = tokio::spawn(async move {
+        let (mut err, mut out) = (Vec::new(), Vec::new());
+        let _ = tokio::join!(stderr.read_to_end(&mut err), stdout.read_to_end(&mut out));
+        String::from_utf8_lossy(&err).into_owned()
+    });
+    let status = match tokio::time::timeout(WORKER_EXIT, worker.wait()).await {
+        Ok(status) => status.expect("waiting for the worker"),
+        Err(_) => {
+            let _ = worker.kill().await;
+            let text = tokio::time::timeout(BOUND, read).await;
+            let text = text.ok().and_then(Result::ok).unwrap_or_default();
+            panic!("the worker did not exit within {WORKER_EXIT:?}; its stderr: {text}");
+        }
+    };
+    // Bounded: a process the worker left behind may hold the pipes open.
+    let text = tokio::time::timeout(BOUND, read).await;
+    let text = text.ok().and_then(Result::ok).unwrap_or_default();
+    (status.code().unwrap_or(-1), text)
 }
 
 async fn cluster() -> (ProcCluster, Client, String) {
@@ -705,4 +727,260 @@ async fn concurrency_runs_that_many_commands_at_once() {
     }
     let (code, log) = finish(worker).await;
     assert_eq!(code, 0, "stderr: {log}");
+}
+
+/// `pkill -STOP -f PATTERN` over the test's own processes only (`pids`): SIGSTOPs each
+/// whose command line, its arguments joined by spaces as `pkill -f` reads it, contains
+/// `pattern`; the pids it stopped. (Never a real pkill: other people's workers may run
+/// on this host.)
+fn pkill_stop(pattern: &str, pids: &[i32]) -> Vec<i32> {
+    let mut stopped = Vec::new();
+    for &pid in pids {
+        if command_line(pid).is_some_and(|line| line.contains(pattern)) {
+            signal(pid as u32, libc::SIGSTOP);
+            stopped.push(pid);
+        }
+    }
+    stopped
+}
+
+/// `/proc/<pid>/cmdline` with its arguments joined by spaces.
+fn command_line(pid: i32) -> Option<String> {
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let args: Vec<String> = raw
+        .split(|b| *b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    Some(args.join(" "))
+}
+
+/// SIGKILLs the processes a test stopped when it ends, passed or not: a stopped
+/// watchdog whose worker is gone would otherwise stay stopped forever. Declared after
+/// the worker's handle, so it runs first, while the worker (their parent) still holds
+/// their pids.
+struct KillStopped(Vec<i32>);
+
+impl Drop for KillStopped {
+    fn drop(&mut self) {
+        for &pid in &self.0 {
+            // SAFETY: kill(2) with plain integers, on the test's own processes.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+}
+
+/// Issue 44 item 6: the watchdog's command line began with `leasehold worker`, so
+/// `pkill -STOP -f 'leasehold worker'` stopped it with the worker, and the command ran
+/// on past its lease unsupervised. Now the watchdog's command line is its own
+/// (`leasehold-watchdog --grace-ms … --deadline-ns …`, nothing of the command either):
+/// the pattern stops the worker only, and the watchdog kills the group within the TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pkill_stop_of_leasehold_worker_does_not_stop_the_watchdog() {
+    let _serial = SERIAL.lock().await;
+    let (_c, client, endpoints) = cluster().await;
+    submit(&client, "p-1", "pq").await;
+    let dir = tempfile::tempdir().unwrap();
+    let (ttl_ms, ttl) = (2_000, Duration::from_millis(2_000));
+    let script = ticking_command(dir.path(), "wait");
+    let worker = spawn_worker(&endpoints, "pq", ttl_ms, &script);
+    let worker_pid = worker.id().expect("the worker's pid") as i32;
+    let pgid = read_pid(&dir.path().join("pgid"), BOUND).await;
+    let mut guard = GroupGuard(Some(pgid));
+    let grandchild = read_pid(&dir.path().join("grandchild"), BOUND).await;
+    let watchdog = parent_of(pgid).expect("the command's parent");
+    let watchdog_line = command_line(watchdog).unwrap_or_default();
+
+    let claimed = wait_job(&client, "p-1", "leased", |j| j.state == JobState::Leased).await;
+    wait_job(&client, "p-1", "a renew", |j| {
+        j.lease_until_ms > claimed.lease_until_ms
+    })
+    .await;
+    let fault_at = Instant::now();
+    let stopped = pkill_stop(
+        "leasehold worker",
+        &[worker_pid, watchdog, pgid, grandchild],
+    );
+    let _resume = KillStopped(stopped.clone());
+    assert!(
+        stopped.contains(&worker_pid),
+        "the pattern must match the worker ({:?}) for the test to mean anything",
+        command_line(worker_pid)
+    );
+
+    let dead_at = wait_group_dead(pgid, grandchild, fault_at, fault_at + ttl * 3).await;
+    assert!(
+        dead_at < fault_at + ttl,
+        "the command's group died {:?} after the pkill, past the ttl {ttl:?} (stopped: \
+         {stopped:?}, watchdog {watchdog}: {watchdog_line:?})",
+        dead_at - fault_at
+    );
+    // Reaped by the watchdog, which has exited: the group id may be anyone's now.
+    guard.0 = None;
+    // Nor would a pattern for the command (`pkill -f job.py`) reach it.
+    let dir_text = dir.path().display().to_string();
+    assert!(
+        !watchdog_line.contains("worker") && !watchdog_line.contains(&dir_text),
+        "the watchdog's command line names the worker or the command: {watchdog_line:?}"
+    );
+}
+
+/// Waits (bounded) for `child`'s exit; its status. Polls: the child is std's, not tokio's.
+async fn wait_exit(child: &mut std::process::Child, what: &str) -> std::process::ExitStatus {
+    let until = Instant::now() + BOUND;
+    loop {
+        if let Some(status) = child.try_wait().expect("waiting for a child") {
+            return status;
+        }
+        assert!(
+            Instant::now() < until,
+            "{what} did not exit within {BOUND:?}"
+        );
+        tokio::time::sleep(DEATH_POLL).await;
+    }
+}
+
+/// Issue 44 item 6: the worker and its watchdog are stopped (SIGSTOP) and the watchdog
+/// is resumed only after the store gave the job to a second owner, long past the kill
+/// deadline. The group must get SIGKILL at once, not SIGTERM first: a SIGTERM handler
+/// would run while the job is someone else's. Seen from a probe process the test puts in
+/// the command's group: with SIGTERM's default action it dies of a SIGTERM the moment one
+/// is sent (the kernel ends it on sending), so its exit status names the first signal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watchdog_resumed_past_the_deadline_kills_without_a_term() {
+    use std::os::unix::process::ExitStatusExt as _;
+    let _serial = SERIAL.lock().await;
+    let (_c, client, endpoints) = cluster().await;
+    submit(&client, "r-1", "rq2").await;
+    let dir = tempfile::tempdir().unwrap();
+    let ttl_ms = 2_000;
+    let script = ticking_command(dir.path(), "wait");
+    let worker = spawn_worker(&endpoints, "rq2", ttl_ms, &script);
+    let worker_pid = worker.id().expect("the worker's pid") as i32;
+    let pgid = read_pid(&dir.path().join("pgid"), BOUND).await;
+    let mut guard = GroupGuard(Some(pgid));
+    let grandchild = read_pid(&dir.path().join("grandchild"), BOUND).await;
+    let watchdog = parent_of(pgid).expect("the command's parent");
+    // The test's own child, moved into the command's group (same session: allowed).
+    let mut probe = std::process::Command::new("sleep")
+        .arg("600")
+        .process_group(pgid)
+        .spawn()
+        .expect("a probe in the command's group");
+
+    let claimed = wait_job(&client, "r-1", "leased", |j| j.state == JobState::Leased).await;
+    wait_job(&client, "r-1", "a renew", |j| {
+        j.lease_until_ms > claimed.lease_until_ms
+    })
+    .await;
+    signal(watchdog as u32, libc::SIGSTOP);
+    signal(worker_pid as u32, libc::SIGSTOP);
+    let mut stopped = KillStopped(vec![watchdog, worker_pid]);
+    // The store lets a second owner have the job: the lease expired there, so the
+    // worker's local deadline (earlier) has long passed.
+    let (_, generation) = claim_when_free(&client, "r-1", 60_000).await;
+    assert_eq!(generation, 2);
+    signal(watchdog as u32, libc::SIGCONT);
+
+    let status = wait_exit(&mut probe, "the probe in the command's group").await;
+    let resumed_at = Instant::now();
+    wait_group_dead(pgid, grandchild, resumed_at, resumed_at + BOUND).await;
+    assert_eq!(
+        status.signal(),
+        Some(libc::SIGKILL),
+        "the group's first signal after a resume past the deadline was not SIGKILL: the \
+         probe ended with {status:?} (15 = SIGTERM)"
+    );
+    signal(worker_pid as u32, libc::SIGCONT);
+    // Both run again, and their pids are free once the worker is reaped: not to be killed.
+    stopped.0.clear();
+    let (code, stderr) = finish(worker).await;
+    guard.0 = None;
+    assert_eq!(code, 0, "stderr: {stderr}");
+    assert!(stderr.contains("lease lost"), "stderr: {stderr}");
+}
+
+/// Issue 44 item 6: a worker that dies after starting its watchdog but before the
+/// watchdog's `started` reached it. The watchdog's write of `started` then fails, and it
+/// used to return at that error without killing the group: its leader died of
+/// `PR_SET_PDEATHSIG`, and what the leader had started ran on unwatched. The test is the
+/// worker here (the watchdog's protocol by hand, `node/src/cli/worker/protocol.rs`): it
+/// fills the socket so that `started` cannot be written, lets the command start its
+/// grandchild, then closes its end. The whole group must die with the watchdog.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watchdog_whose_worker_died_before_started_kills_the_group() {
+    use std::io::Write as _;
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (mut ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+    let filler = theirs.try_clone().unwrap();
+    fill(&filler);
+    let script = ticking_command(dir.path(), "wait");
+    let command = serde_json::to_string(&["sh", "-c", &script]).unwrap();
+    ours.write_all(format!("command {command}\n").as_bytes())
+        .unwrap();
+    let now = leasehold_client::Clock::boot().now().since_origin();
+    let deadline_ns = (now + Duration::from_secs(120)).as_nanos().to_string();
+    let log_path = dir.path().join("watchdog.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let mut watchdog = std::process::Command::new(bin())
+        .arg0("leasehold-watchdog")
+        .args(["--grace-ms", "500", "--deadline-ns", &deadline_ns])
+        .stdin(std::os::fd::OwnedFd::from(theirs))
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("spawning the watchdog");
+    drop(filler);
+    let pgid = read_pid(&dir.path().join("pgid"), BOUND).await;
+    let mut guard = GroupGuard(Some(pgid));
+    let grandchild = read_pid(&dir.path().join("grandchild"), BOUND).await;
+    assert_eq!(
+        watchdog.try_wait().unwrap(),
+        None,
+        "the watchdog must still be writing `started`; its stderr: {}",
+        std::fs::read_to_string(&log_path).unwrap_or_default()
+    );
+
+    drop(ours); // the worker dies
+    let died_at = Instant::now();
+    let status = wait_exit(&mut watchdog, "the watchdog").await;
+    let give_up = died_at + BOUND;
+    loop {
+        let left = live_members(pgid);
+        if left.is_empty() && !is_alive(grandchild) {
+            break;
+        }
+        assert!(
+            Instant::now() < give_up,
+            "{:?} after its worker died, the watchdog had exited ({status:?}) and group \
+             {pgid} still has {left:?} (grandchild {grandchild} alive: {}); the \
+             watchdog's stderr: {}",
+            died_at.elapsed(),
+            is_alive(grandchild),
+            std::fs::read_to_string(&log_path).unwrap_or_default()
+        );
+        tokio::time::sleep(DEATH_POLL).await;
+    }
+    // The watchdog reaped the leader: the group id may be anyone's from now on.
+    guard.0 = None;
+}
+
+/// Writes into `sock` until its send buffer is full (bounded): the next write on this
+/// socket, the watchdog's, waits until the other end reads or closes.
+fn fill(sock: &std::os::unix::net::UnixStream) {
+    use std::io::Write as _;
+    sock.set_nonblocking(true).unwrap();
+    let chunk = [b'#'; 4096];
+    for _ in 0..65_536 {
+        match (&*sock).write(&chunk) {
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                sock.set_nonblocking(false).unwrap();
+                return;
+            }
+            Err(e) => panic!("filling the socket: {e}"),
+        }
+    }
+    panic!("the socket took 256 MiB without filling up");
 }

@@ -647,6 +647,12 @@ pub fn main() -> std::process::ExitCode {
 /// [`main`] with `serve` writing its data dir through `disk`: the cluster tests'
 /// `leasehold-under-test` passes a fault-injecting one (`fsio::fault::disk_from_env`).
 pub fn main_on(disk: crate::fsio::Disk) -> std::process::ExitCode {
+    // `worker run`'s per-command watchdog: the same binary under another argv[0], with its
+    // own small runtime and no logging (it must never block on stderr; watchdog.rs).
+    #[cfg(unix)]
+    if let Some(code) = crate::cli::worker::watchdog::main_if_invoked() {
+        return code;
+    }
     let cli = Cli::try_parse().unwrap_or_else(|e| exit_on_clap_error(e));
     match run(cli, disk) {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -716,21 +722,6 @@ fn runtime(command: &Cmd) -> Result<tokio::runtime::Runtime, RunError> {
 fn run(args: Cli, disk: crate::fsio::Disk) -> Result<(), RunError> {
     use crate::cli::jobs::report;
     let Cli { command, client } = args;
-    #[cfg(unix)]
-    if let Cmd::Worker(crate::cli::worker::WorkerArgs {
-        command: crate::cli::worker::WorkerCmd::Watchdog(a),
-    }) = command
-    {
-        // Its own small runtime, no logging: it must never block on stderr (watchdog.rs).
-        let code = match crate::cli::worker::watchdog::main(a) {
-            Ok(()) => 0,
-            Err(e) => {
-                eprintln!("error: {e}");
-                1
-            }
-        };
-        std::process::exit(code);
-    }
     // Client commands print one line per error and nothing else on stderr: no logging.
     let client_cmd = matches!(
         command,

@@ -16,13 +16,13 @@ use std::ffi::OsString;
 use std::process::Stdio;
 use std::time::Duration;
 
-use leasehold_client::{CancellationToken, KeepAlive, Lease, LocalInstant};
+use leasehold_client::{CancellationToken, Clock, KeepAlive, Lease, LocalInstant};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::process::{Child, ChildStderr, ChildStdout, Command};
 
 use super::group::{self, Signal};
-use super::protocol::{Cause, FromWatchdog, Status, ToWatchdog};
+use super::protocol::{Cause, FromWatchdog, Status, ToWatchdog, COMMAND_LINE_BYTES_MAX};
 use super::relay::{self, Sink};
 
 /// How long past the moment the command must be dead the worker waits for the
@@ -41,6 +41,8 @@ pub struct Spawn<'a> {
     pub env: Vec<(&'static str, OsString)>,
     pub grace: Duration,
     pub deadline: LocalInstant,
+    /// The clock `deadline` is on (the client's).
+    pub clock: Clock,
 }
 
 /// Where the command's output goes while it runs: stdout to `out` (its progress lines to
@@ -89,20 +91,26 @@ pub struct Watched {
     stderr: Option<ChildStderr>,
 }
 
-/// Starts the watchdog, which starts the command.
-pub fn spawn(s: Spawn<'_>) -> std::io::Result<Watched> {
+/// Starts the watchdog, which starts the command once it has read it from the socket.
+pub async fn spawn(s: Spawn<'_>) -> std::io::Result<Watched> {
+    let command = ToWatchdog::Command(s.cmd.to_vec()).to_string();
+    if command.len() > COMMAND_LINE_BYTES_MAX {
+        return Err(std::io::Error::other(format!(
+            "the command line is {} bytes as the watchdog reads it, over {COMMAND_LINE_BYTES_MAX}",
+            command.len()
+        )));
+    }
     let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
     ours.set_nonblocking(true)?;
     let ctl = tokio::net::UnixStream::from_std(ours)?;
     let mut cmd = Command::new(self_exe());
     let deadline_ns = u64::try_from(s.deadline.since_origin().as_nanos()).unwrap_or(u64::MAX);
-    cmd.arg0("leasehold")
-        .args(["worker", "watchdog", "--grace-ms"])
+    // Nothing of `worker` or of the command on its command line (watchdog.rs says why).
+    cmd.arg0(super::watchdog::ARG0)
+        .arg("--grace-ms")
         .arg(s.grace.as_millis().to_string())
         .arg("--deadline-ns")
         .arg(deadline_ns.to_string())
-        .arg("--")
-        .args(s.cmd)
         .envs(s.env)
         .stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs)))
         .stdout(Stdio::piped())
@@ -115,7 +123,15 @@ pub fn spawn(s: Spawn<'_>) -> std::io::Result<Watched> {
     let mut child = cmd.spawn()?;
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
-    let (rd, ctl) = ctl.into_split();
+    let (rd, mut ctl) = ctl.into_split();
+    // Into the socket's buffer at once unless the command is huge. Not past the deadline,
+    // after which the watchdog would not start it: an error here drops the socket, and a
+    // watchdog without a whole first line exits without starting anything.
+    let sent = tokio::select! {
+        sent = ctl.write_all(command.as_bytes()) => sent,
+        _ = s.clock.sleep_until(s.deadline) => Err(std::io::ErrorKind::TimedOut.into()),
+    };
+    sent.map_err(|e| std::io::Error::new(e.kind(), format!("sending the command: {e}")))?;
     Ok(Watched {
         child,
         ctl,

@@ -50,7 +50,8 @@
 //! # Layout
 //! - this file: the flags, the claim loop, each job's outcome;
 //! - `job`: one job's watchdog as the worker drives it (pushes, stop, report, relay);
-//! - `watchdog`: the watchdog process (`leasehold worker watchdog`, hidden);
+//! - `watchdog`: the watchdog process (`leasehold-watchdog`: the binary re-executed with
+//!   that `argv[0]`, a command line of its own);
 //! - `protocol`: the lines the two exchange;
 //! - `group`: signalling and inspecting the command's process group;
 //! - `relay`: output through writer threads that never block the runtime.
@@ -86,10 +87,6 @@ pub struct WorkerArgs {
 pub enum WorkerCmd {
     /// Claim jobs from a queue and run CMD for each, under a kept-alive lease.
     Run(RunArgs),
-    /// Internal: holds one command's kill deadline for `worker run` (watchdog.rs).
-    #[cfg(unix)]
-    #[command(hide = true)]
-    Watchdog(watchdog::WatchdogArgs),
 }
 
 #[derive(Debug, Clone, Args)]
@@ -156,8 +153,6 @@ pub fn flush_logs() {
 pub async fn run(args: WorkerArgs, opts: &ClientOpts) -> Result<(), CliError> {
     match args.command {
         WorkerCmd::Run(run) => run_worker(run, opts).await,
-        #[cfg(unix)]
-        WorkerCmd::Watchdog(_) => Err(CliError::usage("the watchdog runs outside the runtime")),
     }
 }
 
@@ -354,7 +349,7 @@ impl WorkerState {
             not_started(&job_id, generation, ka).await;
             return;
         }
-        let ended = match job::spawn(self.spawn_spec(&job_id, generation, &payload, &lease)) {
+        let ended = match job::spawn(self.spawn_spec(&job_id, generation, &payload, &lease)).await {
             Ok(watched) => {
                 let outputs = self.outputs(&lease);
                 watched
@@ -410,6 +405,7 @@ impl WorkerState {
             env,
             grace: self.grace,
             deadline: lease.deadline(),
+            clock: lease.client().clock().clone(),
         }
     }
 

@@ -1,9 +1,11 @@
 //! The messages between `worker run` and its per-job watchdog (`watchdog.rs`): one text
 //! line each, over the socket pair that is the watchdog's stdin. Pure parsing and
-//! formatting, no IO; imports nothing but `std` and `thiserror`.
+//! formatting, no IO; imports nothing but `std`, `serde_json` and `thiserror`.
 //!
 //! ```text
-//!   worker → watchdog   deadline <ns>     the lease's local deadline, CLOCK_BOOTTIME ns
+//!   worker → watchdog   command <json>    first, and only first: the command and its
+//!                                         arguments, a JSON array of strings
+//!                       deadline <ns>     the lease's local deadline, CLOCK_BOOTTIME ns
 //!                       stop              stop the command now (TERM, KILL after the grace)
 //!   watchdog → worker   started <pid>     the command runs; <pid> is its process group
 //!                       failed <message>  the command could not be started
@@ -14,8 +16,19 @@
 //! `ended` is sent BEFORE the watchdog reaps the command's leader: while the worker has
 //! not read it, the leader is at least a zombie, so its pid — the group id — is not
 //! handed out again, and the worker may still signal the group.
+//!
+//! The command travels here and not on the watchdog's command line, so that nothing of it
+//! is in the watchdog's `/proc/<pid>/cmdline`: a `pkill -STOP -f` pattern meant for the
+//! command (or for the worker, whose command line holds the command too) does not stop
+//! the watchdog with it (issue 44 item 6). JSON escapes every newline: one line always.
 
 use std::fmt;
+
+/// The longest line the watchdog reads as the command (and the worker sends). A command
+/// line is at most `ARG_MAX` on Linux, a quarter of the stack limit and never over 6 MiB;
+/// with JSON's escapes 16 MiB holds any the worker can have been given. Past it the
+/// worker refuses to start the command, and the watchdog refuses the line.
+pub const COMMAND_LINE_BYTES_MAX: usize = 16 << 20;
 
 /// Why the watchdog ended the command (or why it ended by itself).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,6 +64,9 @@ impl Status {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ToWatchdog {
+    /// The command and its arguments: the first message, and the only one before the
+    /// watchdog starts the command.
+    Command(Vec<String>),
     /// The new local deadline, as nanoseconds of `CLOCK_BOOTTIME` (the client's clock).
     Deadline(u64),
     Stop,
@@ -92,6 +108,10 @@ impl Cause {
 impl fmt::Display for ToWatchdog {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            ToWatchdog::Command(cmd) => {
+                let json = serde_json::to_string(cmd).map_err(|_| fmt::Error)?;
+                writeln!(f, "command {json}")
+            }
             ToWatchdog::Deadline(ns) => writeln!(f, "deadline {ns}"),
             ToWatchdog::Stop => writeln!(f, "stop"),
         }
@@ -122,6 +142,10 @@ impl ToWatchdog {
     pub fn parse(line: &str) -> Result<ToWatchdog, BadMessage> {
         let bad = || BadMessage(line.to_owned());
         match line.trim_end().split_once(' ') {
+            Some(("command", json)) => match serde_json::from_str::<Vec<String>>(json) {
+                Ok(cmd) if !cmd.is_empty() => Ok(ToWatchdog::Command(cmd)),
+                _ => Err(bad()),
+            },
             Some(("deadline", ns)) => ns.parse().map(ToWatchdog::Deadline).map_err(|_| bad()),
             None if line.trim_end() == "stop" => Ok(ToWatchdog::Stop),
             _ => Err(bad()),
@@ -169,12 +193,20 @@ mod tests {
 
     #[test]
     fn every_message_reads_back_as_itself() {
+        let odd_words = ["sh", "-c", "printf 'a\nb' \"$1\" \\ é\u{0}\t", ""];
         for m in [
+            ToWatchdog::Command(vec!["true".into()]),
+            ToWatchdog::Command(odd_words.map(String::from).to_vec()),
             ToWatchdog::Deadline(0),
             ToWatchdog::Deadline(u64::MAX),
             ToWatchdog::Stop,
         ] {
-            assert_eq!(ToWatchdog::parse(&m.to_string()), Ok(m));
+            let line = m.to_string();
+            assert!(
+                line.ends_with('\n') && line.matches('\n').count() == 1,
+                "{line:?}"
+            );
+            assert_eq!(ToWatchdog::parse(&line), Ok(m));
         }
         let mut from = vec![
             FromWatchdog::Started { pid: 4_194_304 },
@@ -211,6 +243,10 @@ mod tests {
             "deadline 1 2",
             "stop now",
             "go",
+            "command",
+            "command []",
+            "command [\"sh\", 1]",
+            "command sh -c true",
         ] {
             assert!(ToWatchdog::parse(line).is_err(), "{line:?}");
         }
