@@ -218,6 +218,9 @@ fn encode<T: Serialize>(v: &T) -> Response {
 /// know yet whether its cluster exists (`bootstrap.rs`).
 fn joining_refusal(node: &Node, what: &str) -> Response {
     let why = match node.joining.stage() {
+        _ if node.joining.is_damaged() => {
+            "lost part of its data dir (<data>/damaged says what) and does not"
+        }
         crate::raft::join::Stage::Unsure => {
             "has an empty data dir and does not know yet whether its cluster exists; it does not"
         }

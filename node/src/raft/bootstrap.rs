@@ -14,11 +14,16 @@
 //!   (`join.rs`, stage waiting, through its peers in turn): no Raft RPC until the
 //!   operator has run `leasehold cluster remove-node ID`, then it asks to be added, catches
 //!   up and is promoted, voting only then;
-//! - members answer and none names it a voter: a new node (started with the full
-//!   `--peer` list to be added by `leasehold cluster add-node`, which may have made it a
-//!   learner already). It accepts replication and refuses votes until the membership in
-//!   its own log makes it a voter (stage admitted, no marker): it then holds the log up
-//!   to that entry;
+//! - **every** peer answers member and none names it a voter: a new node (started with
+//!   the full `--peer` list to be added by `leasehold cluster add-node`, which may have
+//!   made it a learner already). It accepts replication and refuses votes until the
+//!   membership in its own log makes it a voter (stage admitted, no marker): it then
+//!   holds the log up to that entry. One member's "not named" is no proof: a member that
+//!   lags (it missed the change that made this node a voter, which a majority committed
+//!   without it) says the same, and the wiped node would then be taken for a new one and
+//!   vote once replication brought it that old change, with the entries it acknowledged
+//!   after it still missing. A majority holding the change includes a peer besides this
+//!   node, so with every peer answering, one of them names it;
 //! - **founding**: the lowest id of the list, when *every* peer answered empty (or had
 //!   already promised), asks them all again with `promise: true`. An empty, unsure peer
 //!   then first writes the **founding marker** (`<data-dir>/founding`, fsynced) and
@@ -27,6 +32,10 @@
 //!   initializes. A wiped node has no marker, so it can never vote with forgotten state;
 //! - otherwise (a peer unreachable, or answering unsure or joining) it waits and asks
 //!   again, saying why.
+//!
+//! A node whose data dir lost only part of its state (`store/held.rs`) asks nothing and
+//! promises nothing: it answers probes as joining and logs what the operator must do
+//! ([`repeat_damage`]).
 //!
 //! The first formation therefore needs every node of the `--peer` list up (as Consul's
 //! `bootstrap_expect` = N). Only empty peers promise, and only to the lowest id of their
@@ -163,14 +172,25 @@ pub fn decide(
     {
         return Step::FoundWithSeed { seed: seed.node };
     }
-    if !members.is_empty() {
-        return Step::NotNamed;
-    }
     let silent: Vec<NodeId> = answers
         .iter()
         .filter(|(_, a)| a.is_none())
         .map(|(id, _)| *id)
         .collect();
+    if !members.is_empty() {
+        // "Not named" counts only once every peer says it: see the module docs.
+        let unproven: Vec<NodeId> = answers
+            .iter()
+            .filter(|(_, a)| !a.as_ref().is_some_and(|a| a.state == PeerState::Member))
+            .map(|(id, _)| *id)
+            .collect();
+        if unproven.is_empty() {
+            return Step::NotNamed;
+        }
+        return Step::Wait(format!(
+            "the members that answered do not name this node, but nodes {unproven:?} have              not answered as members, and a member that lags behind the cluster's              membership would not name it either"
+        ));
+    }
     if !silent.is_empty() {
         return Step::Wait(format!("no answer yet from nodes {silent:?}"));
     }
@@ -254,6 +274,14 @@ impl Bootstrap {
         req: &ProbeRequest,
     ) -> Result<ProbeResponse, AnswerError> {
         let _one = self.lock.lock().await;
+        if joining.is_damaged() {
+            // It vouches for nothing: neither "empty" (it would promise) nor "member".
+            return Ok(ProbeResponse {
+                node: self.me,
+                state: PeerState::Joining,
+                names_you: false,
+            });
+        }
         let initialized = raft.is_initialized().await.map_err(AnswerError::Raft)?;
         let from_lowest = req.from == self.lowest() && req.from != self.me;
         let seeding = initialized && self.seeding(raft);
@@ -571,6 +599,41 @@ async fn wait_until_voter(h: &BootstrapHandles, advertised: &str, cancel: &Cance
     tracing::info!(id = b.me, "added to the cluster as a voter");
 }
 
+/// How often a damaged node repeats what the operator must do.
+const DAMAGE_REPEAT: Duration = Duration::from_secs(30);
+
+/// Logs, once at start, why this node's data dir cannot prove it holds what it voted for
+/// and what the operator does about it (docs/operations.md).
+pub fn report_damage(me: NodeId, data_dir: &Path, losses: &[crate::store::held::Loss]) {
+    for loss in losses {
+        tracing::error!(id = me, "data dir {}: {loss}", data_dir.display());
+    }
+    say_damaged(me, data_dir);
+}
+
+fn say_damaged(me: NodeId, data_dir: &Path) {
+    tracing::error!(
+        id = me,
+        "THIS NODE'S DATA DIR LOST PART OF ITS STATE ({}/damaged says what): it neither \
+         votes nor answers Raft, and /readyz stays 503. Replace it: leasehold cluster \
+         remove-node {me} (through any other node); then stop this node, move {} aside \
+         and start it on an empty data dir with --join (docs/operations.md, \"A data dir \
+         that lost part of its state\")",
+        data_dir.display(),
+        data_dir.display()
+    );
+}
+
+/// Repeats [`report_damage`]'s instructions until the node stops.
+pub async fn repeat_damage(me: NodeId, data_dir: PathBuf, cancel: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(DAMAGE_REPEAT) => say_damaged(me, &data_dir),
+        }
+    }
+}
+
 /// Why the founder could not initialize.
 #[derive(Debug, thiserror::Error)]
 pub enum FoundError {
@@ -697,6 +760,27 @@ mod tests {
         assert_eq!(decide(2, 1, &answers), Step::FoundWithSeed { seed: 1 });
         let answers = BTreeMap::from([(1, resp(1, Seed, false)), (3, resp(3, Member, true))]);
         assert_eq!(decide(2, 1, &answers), Step::Rejoin { via: 3 });
+    }
+
+    #[test]
+    fn a_lagging_member_that_does_not_name_this_node_is_no_proof_alone() {
+        use PeerState::*;
+        // Node 3 missed the change that made node 2 a voter; node 1, which holds it, is
+        // down (or wiped, or damaged): node 2 must not take itself for a new node.
+        for one in [None, resp(1, Empty, false), resp(1, Joining, false)] {
+            let answers = BTreeMap::from([(1, one.clone()), (3, resp(3, Member, false))]);
+            assert!(
+                matches!(decide(2, 1, &answers), Step::Wait(ref w) if w.contains("[1]")),
+                "{one:?}: {:?}",
+                decide(2, 1, &answers)
+            );
+        }
+        // Once node 1 answers, it names node 2 (it holds the change) …
+        let answers = BTreeMap::from([(1, resp(1, Member, true)), (3, resp(3, Member, false))]);
+        assert_eq!(decide(2, 1, &answers), Step::Rejoin { via: 1 });
+        // … or, if it does not either, node 2 really is not a voter.
+        let answers = BTreeMap::from([(1, resp(1, Member, false)), (3, resp(3, Member, false))]);
+        assert_eq!(decide(2, 1, &answers), Step::NotNamed);
     }
 
     #[test]

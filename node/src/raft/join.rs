@@ -23,7 +23,8 @@
 //! that has not yet found out whether a cluster exists: no Raft RPC answered, like
 //! waiting) and, for an empty node the cluster does not name, **admitted** without a
 //! marker (replication accepted for `leasehold cluster add-node`, votes refused until it
-//! is a voter).
+//! is a voter). A data dir that lost part of its state (`store/held.rs`) is unsure for
+//! good: [`Joining::damaged`] never leaves that stage.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -104,17 +105,37 @@ impl Stage {
 
 /// The join stage, shared by the join task and the Raft RPC handlers.
 #[derive(Debug)]
-pub struct Joining(AtomicU8);
+pub struct Joining {
+    stage: AtomicU8,
+    /// The data dir cannot prove it holds what this node voted for (`store/held.rs`):
+    /// the stage stays unsure whatever asks to change it.
+    damaged: bool,
+}
 
 impl Joining {
     pub fn new(stage: Stage) -> Joining {
-        let j = Joining(AtomicU8::new(0));
+        let j = Joining {
+            stage: AtomicU8::new(0),
+            damaged: false,
+        };
         j.set(stage);
         j
     }
 
+    /// Unsure for the life of the process: the data dir lost part of its state.
+    pub fn damaged() -> Joining {
+        Joining {
+            stage: AtomicU8::new(3),
+            damaged: true,
+        }
+    }
+
+    pub fn is_damaged(&self) -> bool {
+        self.damaged
+    }
+
     pub fn stage(&self) -> Stage {
-        match self.0.load(Ordering::Acquire) {
+        match self.stage.load(Ordering::Acquire) {
             1 => Stage::Waiting,
             2 => Stage::Admitted,
             3 => Stage::Unsure,
@@ -123,13 +144,16 @@ impl Joining {
     }
 
     pub(crate) fn set(&self, stage: Stage) {
+        if self.damaged {
+            return;
+        }
         let v = match stage {
             Stage::Member => 0,
             Stage::Waiting => 1,
             Stage::Admitted => 2,
             Stage::Unsure => 3,
         };
-        self.0.store(v, Ordering::Release);
+        self.stage.store(v, Ordering::Release);
     }
 }
 
@@ -590,5 +614,8 @@ mod tests {
         ] {
             assert_eq!(Joining::new(s).stage(), s);
         }
+        let damaged = Joining::damaged();
+        damaged.set(Stage::Member);
+        assert_eq!(damaged.stage(), Stage::Unsure);
     }
 }

@@ -255,6 +255,13 @@ pub enum StartError {
     RaftStopped(Box<openraft::error::Fatal<NodeId>>),
     #[error(transparent)]
     JoinMarker(#[from] crate::raft::join::MarkerError),
+    /// Reading the data dir's marker, or recording a failed check (`store/held.rs`).
+    #[error("checking what the data dir {} holds", dir.display())]
+    Held {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error(transparent)]
     AllowOrigin(#[from] crate::security::browser::BadOrigin),
     #[error("building the client that forwards to the leader")]
@@ -298,6 +305,9 @@ pub async fn start(listener: TcpListener, cfg: NodeConfig) -> Result<RunningNode
     tracing::info!(id = cfg.id, %addr, advertised = %self_addr, "starting node");
     let opened = open(&cfg).await?;
     let stage = opened.stage;
+    if let Some(losses) = &opened.damage {
+        crate::raft::bootstrap::report_damage(cfg.id, &cfg.data_dir, losses);
+    }
     if matches!(stage, Stage::Waiting | Stage::Admitted) {
         tracing::info!("joining a cluster: this node does not vote until the cluster has added it");
     }
@@ -333,7 +343,10 @@ pub async fn start(listener: TcpListener, cfg: NodeConfig) -> Result<RunningNode
             peer: opened.peer,
             browser,
         },
-        joining: Arc::new(crate::raft::join::Joining::new(stage)),
+        joining: Arc::new(match &opened.damage {
+            Some(_) => crate::raft::join::Joining::damaged(),
+            None => crate::raft::join::Joining::new(stage),
+        }),
         elector: opened.elector,
         truncations: opened.log.truncations(),
         bootstrap,
@@ -365,6 +378,14 @@ fn spawn_standing(
     cancel: &CancellationToken,
 ) -> JoinHandle<()> {
     let (dir, advertised) = (cfg.data_dir.clone(), advertised.to_owned());
+    if node.joining.is_damaged() {
+        // Nothing to find out: the operator replaces this node (docs/operations.md).
+        return tokio::spawn(crate::raft::bootstrap::repeat_damage(
+            cfg.id,
+            dir,
+            cancel.clone(),
+        ));
+    }
     if matches!(stage, Stage::Waiting | Stage::Admitted) {
         let join = cfg
             .join
@@ -395,6 +416,9 @@ struct Opened {
     peer: Arc<PeerGuard>,
     /// Where a `serve --join` stands.
     stage: crate::raft::join::Stage,
+    /// The data dir cannot prove it holds what this node voted for (`store/held.rs`):
+    /// why. The stage is then unsure for good.
+    damage: Option<Vec<crate::store::held::Loss>>,
 }
 
 /// Opens the data dir (identity first), the two stores and Raft, and reads where a join
@@ -405,6 +429,19 @@ async fn open(cfg: &NodeConfig) -> Result<Opened, StartError> {
             "FAULT INJECTION: the data dir is written through a test disk that journals \
              every write (fsio::fault); never in production"
         );
+    }
+    use crate::store::held;
+    let held_err = |source| StartError::Held {
+        dir: cfg.data_dir.clone(),
+        source,
+    };
+    // What is there before anything is written: an identity file gone beside the rest is
+    // recorded before the identity is written again, so that no crash can hide it.
+    let survey =
+        held::survey(&cfg.data_dir, crate::security::identity::IDENTITY_FILE).map_err(held_err)?;
+    let mut losses = held::check_survey(&survey, cfg.id);
+    if !losses.is_empty() {
+        held::write_damaged(&cfg.disk, &cfg.data_dir, &losses).map_err(held_err)?;
     }
     // Before anything else touches the dir: refuse another node's (or cluster's) data.
     let identity =
@@ -426,6 +463,27 @@ async fn open(cfg: &NodeConfig) -> Result<Opened, StartError> {
     .map_err(|source| StartError::OpenStateMachine { dir: dir(), source })?;
     let sm = sm_store.shared();
     check_versions(&log_store, &sm, cfg.entry_version_max).await?;
+    let mut facts = log_store.held_facts().map_err(held_err)?;
+    facts.snapshot_index = survey
+        .snapshot_file
+        .then(|| sm.read(|s| s.last_applied.map(|l| l.index)))
+        .flatten();
+    facts.seed = cfg
+        .data_dir
+        .join(crate::raft::bootstrap::SEED_FILE)
+        .exists();
+    let marker = survey.held.as_ref().and_then(|h| h.as_ref().ok());
+    losses.extend(held::check_opened(marker, &facts));
+    let damage = if losses.is_empty() {
+        log_store
+            .keep_held(cfg.disk.clone(), &cfg.data_dir, cfg.id)
+            .map_err(held_err)?;
+        None
+    } else {
+        held::write_damaged(&cfg.disk, &cfg.data_dir, &losses).map_err(held_err)?;
+        log_store.freeze().map_err(held_err)?;
+        Some(losses)
+    };
     let network = Network::new(cfg.dial.clone(), peer.clone()).with_tls(cfg.tls.clone());
     let elector = Arc::new(Elector::new(
         log_store.clone(),
@@ -453,11 +511,14 @@ async fn open(cfg: &NodeConfig) -> Result<Opened, StartError> {
     } else {
         None
     };
-    let stage = crate::raft::join::begin(
-        &cfg.data_dir,
-        cfg.join.as_ref(),
-        raft.is_initialized().await?,
-    )?;
+    let stage = match &damage {
+        Some(_) => Stage::Unsure,
+        None => crate::raft::join::begin(
+            &cfg.data_dir,
+            cfg.join.as_ref(),
+            raft.is_initialized().await?,
+        )?,
+    };
     Ok(Opened {
         raft,
         log,
@@ -467,6 +528,7 @@ async fn open(cfg: &NodeConfig) -> Result<Opened, StartError> {
         elector,
         peer,
         stage,
+        damage,
     })
 }
 

@@ -11,6 +11,11 @@
 //! An [`AppendObserver`] (the leader's speculative AppendEntries, `raft/speculate.rs`)
 //! sees each append's entries, and what the log held before it, just before the write
 //! and its fsync: what it sends then travels while this node's fsync runs.
+//!
+//! Once the server has checked the data dir (`held.rs`), the log keeps the marker
+//! `<data>/held` up to date ([`LogStore::keep_held`]): after each saved vote and after an
+//! append that started a new segment, never on an ordinary append. A data dir that failed
+//! the check gets a frozen log instead ([`LogStore::freeze`]).
 
 use std::fmt;
 use std::fmt::Debug;
@@ -23,6 +28,7 @@ use std::sync::{Arc, OnceLock};
 use openraft::storage::{LogFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::{AnyError, OptionalSend, StorageError, StorageIOError};
 
+use super::held::{self, Held};
 use super::wal::{Wal, WalDamage, WalOptions, WalStats};
 use crate::fsio::Disk;
 use crate::types::{LogId, NodeId, TypeConfig, Vote};
@@ -37,6 +43,27 @@ pub struct LogStore {
     truncations: Truncations,
     /// Set once, after Raft exists ([`LogStore::observe_appends`]); shared by every clone.
     observer: Arc<OnceLock<Arc<dyn AppendObserver>>>,
+    /// Set once, before Raft exists: the marker kept, or the log frozen.
+    mode: Arc<OnceLock<Mode>>,
+}
+
+/// What the log does besides being the log, once the data dir is checked (`held.rs`).
+enum Mode {
+    /// Keeps `<data>/held` up to date.
+    Keep(Keeper),
+    /// The data dir cannot prove what it holds: Raft sees an empty log, and every write
+    /// that could make this node vote or acknowledge fails (stopping Raft) rather than
+    /// happen. Purges and committed ids, which only forget, are dropped.
+    Frozen,
+}
+
+/// Writes the marker after the facts it states are on disk.
+struct Keeper {
+    disk: Disk,
+    data_dir: std::path::PathBuf,
+    node_id: NodeId,
+    /// The newest segment the marker names.
+    segment: AtomicU64,
 }
 
 /// What the log held just before an append: the vote it was made under, the committed
@@ -113,7 +140,61 @@ impl LogStore {
             wal: Arc::new(wal),
             truncations: Truncations::default(),
             observer: Arc::default(),
+            mode: Arc::default(),
         })
+    }
+
+    /// What the log holds, for the data dir's checks (`held.rs`; the snapshot's part is
+    /// the caller's).
+    pub fn held_facts(&self) -> io::Result<held::Opened> {
+        let st = self.wal.state()?;
+        Ok(held::Opened {
+            vote: st.vote,
+            committed_index: st.committed.map(|c| c.index),
+            purged_index: st.purged.map(|p| p.index),
+            segment: self.wal.newest_segment()?,
+            snapshot_index: None,
+            seed: false,
+        })
+    }
+
+    /// Writes `<data_dir>/held` now and keeps it up to date from now on. Once, before Raft
+    /// opens the log.
+    pub fn keep_held(&self, disk: Disk, data_dir: &Path, node_id: NodeId) -> io::Result<()> {
+        let keeper = Keeper {
+            disk,
+            data_dir: data_dir.to_path_buf(),
+            node_id,
+            segment: AtomicU64::new(0),
+        };
+        keeper.record(&self.wal)?;
+        self.mode
+            .set(Mode::Keep(keeper))
+            .map_err(|_| io::Error::other("the log's mode is set already"))
+    }
+
+    /// Shows Raft an empty log and refuses every vote and append (see [`Mode::Frozen`]).
+    /// Once, before Raft opens the log.
+    pub fn freeze(&self) -> io::Result<()> {
+        self.mode
+            .set(Mode::Frozen)
+            .map_err(|_| io::Error::other("the log's mode is set already"))
+    }
+
+    fn frozen(&self) -> bool {
+        matches!(self.mode.get(), Some(Mode::Frozen))
+    }
+
+    /// After a saved vote (`all`) or an append: rewrites the marker if it is kept and,
+    /// for an append, only if a new segment began.
+    fn keep(&self, all: bool) -> io::Result<()> {
+        let Some(Mode::Keep(k)) = self.mode.get() else {
+            return Ok(());
+        };
+        if all || self.wal.newest_segment()? != k.segment.load(Ordering::Relaxed) {
+            k.record(&self.wal)?;
+        }
+        Ok(())
     }
 
     /// Shows every later append to `observer` before it is written. Once per log: a
@@ -169,6 +250,27 @@ impl LogStore {
     }
 }
 
+impl Keeper {
+    /// Every fact read here is on disk: the vote and committed id once their write
+    /// returned (a vote's write carries the pending committed id), the segment once it
+    /// was created. Called only from the Raft core's task, so nothing moves meanwhile.
+    fn record(&self, wal: &Wal) -> io::Result<()> {
+        let st = wal.state()?;
+        let segment = wal.newest_segment()?;
+        let facts = held::Opened {
+            vote: st.vote,
+            committed_index: st.committed.map(|c| c.index),
+            segment,
+            ..held::Opened::default()
+        };
+        held::write_held(&self.disk, &self.data_dir, &Held::of(self.node_id, &facts)).map_err(
+            |e| io::Error::new(e.kind(), format!("writing the marker <data>/held: {e}")),
+        )?;
+        self.segment.store(segment, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
 /// The node's storage failed a write or an fsync (or ran out of space): it must stop
 /// acknowledging and exit, and an operator must look at the disk before it runs again.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -196,6 +298,14 @@ fn no_mandate_after_restart(vote: Vote) -> Vote {
         committed: false,
         ..vote
     }
+}
+
+fn frozen_write() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::PermissionDenied,
+        "the raft log is frozen: this data dir cannot prove it holds what this node voted \
+         for and acknowledged (<data>/damaged says why)",
+    )
 }
 
 fn read_err(e: &io::Error) -> StorageError<NodeId> {
@@ -226,6 +336,9 @@ impl RaftLogReader<TypeConfig> for LogStore {
         &mut self,
         range: RB,
     ) -> Result<Vec<Entry>, StorageError<NodeId>> {
+        if self.frozen() {
+            return Ok(Vec::new());
+        }
         let (start, end) = index_range(&range);
         self.wal.read(start, end).map_err(|e| read_err(&e))
     }
@@ -235,6 +348,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     type LogReader = LogStore;
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError<NodeId>> {
+        if self.frozen() {
+            return Ok(LogState::default());
+        }
         let state = self.wal.state().map_err(|e| read_err(&e))?;
         Ok(LogState {
             last_purged_log_id: state.purged,
@@ -247,14 +363,20 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError<NodeId>> {
-        self.wal
-            .save_vote(vote)
-            .map_err(|e| StorageIOError::write_vote(AnyError::new(&e)).into())
+        let vote_err = |e: &io::Error| StorageIOError::write_vote(AnyError::new(e)).into();
+        if self.frozen() {
+            return Err(vote_err(&frozen_write()));
+        }
+        self.wal.save_vote(vote).map_err(|e| vote_err(&e))?;
+        self.keep(true).map_err(|e| vote_err(&e))
     }
 
     /// The saved vote, read back **uncommitted** (openraft reads it once, at startup): a
     /// restarted node never resumes a term it led. See [`no_mandate_after_restart`].
     async fn read_vote(&mut self) -> Result<Option<Vote>, StorageError<NodeId>> {
+        if self.frozen() {
+            return Ok(None);
+        }
         let state = self
             .wal
             .state()
@@ -270,7 +392,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         // re-apply the log before hearing from a leader, so a smaller one is always safe.
         // The record goes to disk with the next write (append, vote, purge) or on close.
         // Writing it on its own cost an fsync per commit on every node.
-        let Some(committed) = committed else {
+        let Some(committed) = committed.filter(|_| !self.frozen()) else {
             return Ok(());
         };
         self.wal
@@ -279,6 +401,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError<NodeId>> {
+        if self.frozen() {
+            return Ok(None);
+        }
         let state = self.wal.state().map_err(|e| read_err(&e))?;
         Ok(state.committed)
     }
@@ -293,6 +418,12 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I::IntoIter: OptionalSend,
     {
         let entries: Vec<Entry> = entries.into_iter().collect();
+        if self.frozen() {
+            let e = frozen_write();
+            let err = write_err(&e);
+            callback.log_io_completed(Err(e));
+            return Err(err);
+        }
         if let Some(observer) = self.observer.get() {
             let state = self.wal.state().map_err(|e| read_err(&e))?;
             let before = AppendContext {
@@ -304,7 +435,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         }
         // Written and fsynced before this returns; a failure goes both to openraft's
         // caller (which stops Raft) and to the callback.
-        match self.wal.append(entries) {
+        match self.wal.append(entries).and_then(|()| self.keep(false)) {
             Ok(()) => {
                 callback.log_io_completed(Ok(()));
                 Ok(())
@@ -318,12 +449,19 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError<NodeId>> {
+        if self.frozen() {
+            return Err(write_err(&frozen_write()));
+        }
         // Counted before: openraft answers the truncated proposals only after this returns.
         self.truncations.0.fetch_add(1, Ordering::SeqCst);
         self.wal.truncate(log_id.index).map_err(|e| write_err(&e))
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError<NodeId>> {
+        if self.frozen() {
+            // openraft's startup "purges" up to a snapshot past an empty log: nothing to do.
+            return Ok(());
+        }
         self.wal.purge(log_id).map_err(|e| write_err(&e))
     }
 }
@@ -344,6 +482,45 @@ mod tests {
         assert!(!back.is_committed(), "{back}");
         assert_eq!(back.leader_id(), led.leader_id(), "still the vote it cast");
         assert_eq!(back, Vote::new(7, 2));
+    }
+
+    #[tokio::test]
+    async fn the_marker_follows_the_votes_and_a_frozen_log_shows_and_takes_nothing() {
+        let data = tempfile::tempdir().unwrap();
+        let log_dir = data.path().join("log");
+        let mut log = LogStore::open(&log_dir).await.unwrap();
+        log.save_vote(&Vote::new(2, 2)).await.unwrap();
+        log.keep_held(Disk::Real, data.path(), 2).unwrap();
+        let read = || {
+            held::survey(data.path(), "identity")
+                .unwrap()
+                .held
+                .expect("a marker")
+                .unwrap()
+        };
+        let mark = |term, node_id| Some(held::VoteMark { term, node_id });
+        assert_eq!((read().vote, read().segment), (mark(2, 2), 1));
+        log.save_vote(&Vote::new_committed(3, 1)).await.unwrap();
+        assert_eq!(read().vote, mark(3, 1));
+        drop(log);
+
+        let mut log = LogStore::open(&log_dir).await.unwrap();
+        log.freeze().unwrap();
+        assert!(
+            log.keep_held(Disk::Real, data.path(), 2).is_err(),
+            "one mode"
+        );
+        assert_eq!(log.get_log_state().await.unwrap(), LogState::default());
+        assert_eq!(log.read_vote().await.unwrap(), None);
+        assert!(log.save_vote(&Vote::new(9, 2)).await.is_err());
+        drop(log);
+        let log = LogStore::open(&log_dir).await.unwrap();
+        let vote = log.held_facts().unwrap().vote;
+        assert_eq!(
+            vote,
+            Some(Vote::new_committed(3, 1)),
+            "nothing written while frozen"
+        );
     }
 
     #[test]

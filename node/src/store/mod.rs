@@ -19,6 +19,8 @@
 //! <data>/log/seg-<seq>.wal              WAL segments: CRC'd batches, 32 MiB preallocated
 //! <data>/sm/snapshot.bin                the latest snapshot (see state_machine.rs)
 //! <data>/sm/snapshot.tmp                only while a snapshot is being written
+//! <data>/held                           what the dir must still hold (held.rs)
+//! <data>/damaged                        only once a check of held.rs failed
 //! ```
 //!
 //! The bottom of the server's layers: it may import only the lower layers (`telemetry`
@@ -28,6 +30,7 @@
 //!
 //! [`LeaseMachine`]: leasehold_statemachine::LeaseMachine
 
+pub mod held;
 mod log_store;
 pub mod rejections;
 mod state_machine;

@@ -179,6 +179,12 @@ impl Wal {
         })
     }
 
+    /// The newest segment's number. Segments are numbered one after another and deleted
+    /// only from the front (never the one being written), so it never goes back.
+    pub fn newest_segment(&self) -> io::Result<u64> {
+        Ok(self.lock()?.active)
+    }
+
     pub fn stats(&self) -> WalStats {
         let segments = self.lock().map(|st| st.segments.len() as u64).unwrap_or(0);
         WalStats {
