@@ -24,6 +24,10 @@ use crate::{or_panic, try_free_port, Added, ClusterOpts, Error, NodeSpec};
 
 /// Random bytes of the generated peer secret (written as hex, as `openssl rand -hex 32`).
 const PEER_SECRET_BYTES: usize = 32;
+/// How often a forming cluster is checked for a node process that ended.
+const FORMING_STEP: std::time::Duration = std::time::Duration::from_secs(1);
+/// Lines of each node's log in the message of a start that failed.
+const FAILURE_LOG_LINES: usize = 8;
 
 pub(crate) struct ProcNode {
     spec: NodeSpec,
@@ -171,8 +175,53 @@ impl ProcCluster {
         for id in c.ids() {
             c.try_spawn(id)?;
         }
-        c.try_wait_leader(bound).await?;
-        Ok(c)
+        match c.try_wait_formed(bound).await {
+            Ok(()) => Ok(c),
+            Err(why) => {
+                let logs = c.keep_for_failure();
+                Err(Error::NotFormed {
+                    why: Box::new(why),
+                    logs,
+                })
+            }
+        }
+    }
+
+    /// Waits (at most `bound`) until every node agrees on a leader, failing at once when
+    /// a node's process ends meanwhile: that cluster can never form, and waiting out the
+    /// bound would only hide why.
+    async fn try_wait_formed(&mut self, bound: std::time::Duration) -> Result<(), Error> {
+        let deadline = tokio::time::Instant::now() + bound;
+        loop {
+            for id in self.ids() {
+                if let Some(status) = self.try_exit_status(id) {
+                    let status = status.to_string();
+                    return Err(Error::Exited { id, status });
+                }
+            }
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            match self.try_wait_leader(left.min(FORMING_STEP)).await {
+                Ok(_) => return Ok(()),
+                Err(Error::NoLeader { seen, .. }) if left <= FORMING_STEP => {
+                    return Err(Error::NoLeader { bound, seen })
+                }
+                Err(e) if left <= FORMING_STEP => return Err(e),
+                Err(_) => {}
+            }
+        }
+    }
+
+    /// For a start that failed: keeps the root dir (a temp dir is not removed) and
+    /// returns the end of every node's log and where they all are.
+    fn keep_for_failure(&mut self) -> String {
+        if let Some(temp) = self.temp.take() {
+            let _ = temp.keep();
+        }
+        format!(
+            "node data and logs kept in {}; the logs end:\n{}",
+            self.root.display(),
+            self.log_tails(FAILURE_LOG_LINES)
+        )
     }
 
     /// [`ProcCluster::try_start`], panicking.
