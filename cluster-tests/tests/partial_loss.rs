@@ -41,16 +41,17 @@ const BIG_PAYLOAD_BYTES: usize = 60 * 1024;
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
+/// What node 2's data dir loses.
 #[derive(Debug, Clone, Copy)]
-enum Loss {
+enum Lost {
     /// `<data>/log` removed, `identity` and `sm/` kept.
-    LogGone,
+    Log,
     /// `<data>/sm/snapshot.bin` removed after the log was purged up to it.
-    SnapshotGone,
+    Snapshot,
     /// The newest `<data>/log/seg-*.wal` removed: the WAL ends a segment early.
-    NewestSegmentGone,
+    NewestSegment,
     /// `<data>/identity` removed.
-    IdentityGone,
+    Identity,
 }
 
 fn http() -> reqwest::Client {
@@ -154,9 +155,9 @@ fn segments(data_dir: &Path) -> Vec<std::path::PathBuf> {
 }
 
 /// Loads until node 2's data dir holds what `loss` takes.
-async fn prepare(c: &ProcCluster, loss: Loss) {
+async fn prepare(c: &ProcCluster, loss: Lost) {
     match loss {
-        Loss::LogGone | Loss::SnapshotGone => {
+        Lost::Log | Lost::Snapshot => {
             submit_entries(c, "load", SNAPSHOT_EVERY_LOGS).await;
             let snapshot = c.data_dir(2).join("sm").join("snapshot.bin");
             for round in 0.. {
@@ -169,12 +170,12 @@ async fn prepare(c: &ProcCluster, loss: Loss) {
             // The purge that follows the snapshot is written with the next entries.
             submit_entries(c, "after", 100).await;
         }
-        Loss::NewestSegmentGone => fill_a_segment(c, 2).await,
-        Loss::IdentityGone => submit_entries(c, "load", 10).await,
+        Lost::NewestSegment => fill_a_segment(c, 2).await,
+        Lost::Identity => submit_entries(c, "load", 10).await,
     }
 }
 
-fn damage(dir: &Path, loss: Loss) {
+fn damage(dir: &Path, loss: Lost) {
     let rm = |p: std::path::PathBuf| {
         let r = if p.is_dir() {
             std::fs::remove_dir_all(&p)
@@ -184,14 +185,14 @@ fn damage(dir: &Path, loss: Loss) {
         r.unwrap_or_else(|e| panic!("removing {}: {e}", p.display()));
     };
     match loss {
-        Loss::LogGone => rm(dir.join("log")),
-        Loss::SnapshotGone => rm(dir.join("sm").join("snapshot.bin")),
-        Loss::NewestSegmentGone => {
+        Lost::Log => rm(dir.join("log")),
+        Lost::Snapshot => rm(dir.join("sm").join("snapshot.bin")),
+        Lost::NewestSegment => {
             let segs = segments(dir);
             assert!(segs.len() >= 2, "node 2 has one segment: {segs:?}");
             rm(segs.last().expect("a segment").clone());
         }
-        Loss::IdentityGone => rm(dir.join("identity")),
+        Lost::Identity => rm(dir.join("identity")),
     }
 }
 
@@ -219,7 +220,7 @@ async fn restart_and_wait(c: &mut ProcCluster, id: u64) {
 }
 
 /// Node `id`'s `/readyz` says 503, stage unsure.
-async fn assert_unsure(c: &ProcCluster, id: u64, loss: Loss) {
+async fn assert_unsure(c: &ProcCluster, id: u64, loss: Lost) {
     let seen = get(c, id, "/readyz").await;
     let unsure = seen
         .as_ref()
@@ -232,7 +233,7 @@ async fn assert_unsure(c: &ProcCluster, id: u64, loss: Loss) {
 }
 
 /// With leader 1 down, node 3 never leads for [`NO_LEADER_FOR`]: node 2 gives it no vote.
-async fn no_leader_without_node_1(c: &ProcCluster, loss: Loss) {
+async fn no_leader_without_node_1(c: &ProcCluster, loss: Lost) {
     let until = Instant::now() + NO_LEADER_FOR;
     while Instant::now() < until {
         if let Some(s) = c.status(3).await {
@@ -250,7 +251,7 @@ async fn no_leader_without_node_1(c: &ProcCluster, loss: Loss) {
 
 /// The leader nodes 1 and 3 agree on, once they do (bounded). Node 2 names none: it is
 /// unsure.
-async fn leader_of_1_and_3(c: &ProcCluster, loss: Loss) -> u64 {
+async fn leader_of_1_and_3(c: &ProcCluster, loss: Lost) -> u64 {
     let deadline = Instant::now() + BOUND;
     loop {
         let (one, three) = (c.status(1).await, c.status(3).await);
@@ -271,7 +272,7 @@ async fn leader_of_1_and_3(c: &ProcCluster, loss: Loss) -> u64 {
 
 /// docs/operations.md's recovery: remove node 2, start it empty with `--join`; it is a
 /// voter again and ready (bounded).
-async fn replace_node_2(c: &mut ProcCluster, loss: Loss) {
+async fn replace_node_2(c: &mut ProcCluster, loss: Lost) {
     let leader = leader_of_1_and_3(c, loss).await;
     let bin = leasehold_bin(env!("CARGO_BIN_EXE_leasehold-under-test"));
     let (ok, out) = cluster_cli(&bin, &c.addr(leader).to_string(), &["remove-node", "2"]);
@@ -298,7 +299,7 @@ async fn replace_node_2(c: &mut ProcCluster, loss: Loss) {
     }
 }
 
-async fn partial_loss(loss: Loss) {
+async fn partial_loss(loss: Lost) {
     let _serial = SERIAL.lock().await;
     let mut c = cluster().await;
     prepare(&c, loss).await;
@@ -321,20 +322,20 @@ async fn partial_loss(loss: Loss) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_whose_log_dir_is_gone_beside_its_snapshot_does_not_vote() {
-    partial_loss(Loss::LogGone).await;
+    partial_loss(Lost::Log).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_whose_snapshot_is_gone_behind_a_purged_log_does_not_vote() {
-    partial_loss(Loss::SnapshotGone).await;
+    partial_loss(Lost::Snapshot).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_whose_newest_wal_segment_is_gone_does_not_vote() {
-    partial_loss(Loss::NewestSegmentGone).await;
+    partial_loss(Lost::NewestSegment).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_whose_identity_file_is_gone_does_not_vote() {
-    partial_loss(Loss::IdentityGone).await;
+    partial_loss(Lost::Identity).await;
 }
