@@ -341,7 +341,8 @@ async fn command_is_not_started_after_the_local_deadline() {
 /// What is done to the worker process while its command runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum WorkerFault {
-    /// SIGSTOP, and left stopped (Ctrl-Z's effect, a frozen container, a debugger).
+    /// SIGSTOP by its pid, and left stopped (a debugger; not a frozen container, which
+    /// would freeze the watchdog too).
     Stop,
     /// SIGKILL (the OOM killer, `kill -9`).
     Kill,
