@@ -21,9 +21,10 @@ use crate::tenant::{QueuePattern, Scope};
 
 /// The newest entry version this build applies: the highest [`Descriptor::since`] of
 /// any command, or a version that changes what existing commands do (5: the machine
-/// records events, `machine/events.rs`). A cluster proposes a command, and activates a
+/// records events, `machine/events.rs`; 7: the third safety pass,
+/// `version::VERSION_BOUNDED_REPLIES`). A cluster proposes a command, and activates a
 /// version, only once every member can apply it.
-pub const ENTRY_VERSION_MAX: u32 = 6;
+pub const ENTRY_VERSION_MAX: u32 = 7;
 
 /// What a request does, as far as permissions go (the role table is the node's
 /// `security::auth::Role::allows`). Commands carry theirs in their [`Descriptor`];

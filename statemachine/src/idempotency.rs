@@ -60,6 +60,7 @@ use crate::command::{Outcome, Reply};
 use crate::limits::{self, IDEMPOTENCY_SCOPE_SHARE};
 use crate::machine::{Config, FixedHashMap};
 use crate::snapshot::Inconsistency;
+use crate::version::VERSION_BOUNDED_REPLIES;
 use crate::wire::Job;
 
 /// What one entry costs beyond its key and its kept reply: the key index's slot, the
@@ -98,6 +99,11 @@ pub(crate) enum Kept {
     /// this one: its generations are no longer current, so a retry answers
     /// `stale_lease`. Only the job the reply was about is kept.
     BeforeRaise { job_id: Option<String> },
+    /// A client batch's reply (`Outcome::Batch`, from entry version
+    /// [`crate::version::VERSION_BOUNDED_REPLIES`]): each item kept as a single reply is,
+    /// sharing its own job's payload (and result) with that job's record (issue 44 item 1:
+    /// a batch of 256 claims over 40 KiB payloads kept 10 MiB inline and evicted itself).
+    Batch { items: Vec<(Reply, Option<Shared>)> },
 }
 
 /// An entry in memory; snapshots carry it as `snapshot::v3::RememberedV3`.
@@ -134,6 +140,41 @@ pub(crate) fn job_id_of(reply: &Reply) -> Option<&str> {
     }
 }
 
+/// The parts of a reply that can be shared with its job's record: the job's id, its
+/// payload, and its result (a Job's; a Lease carries none).
+pub(crate) struct Parts<'a> {
+    pub id: &'a str,
+    pub payload: &'a mut Option<String>,
+    pub result: Option<&'a mut Option<String>>,
+}
+
+/// The shareable parts of a reply: a Job's (or an error's job), or a Lease's payload.
+pub(crate) fn parts_mut(reply: &mut Reply) -> Option<Parts<'_>> {
+    match reply {
+        Ok(Outcome::Lease(l)) => Some(Parts {
+            id: &l.job_id,
+            payload: &mut l.payload,
+            result: None,
+        }),
+        r => job_of_mut(r).map(|j| Parts {
+            id: &j.id,
+            payload: &mut j.payload,
+            result: Some(&mut j.result),
+        }),
+    }
+}
+
+/// A reply's shareable parts, to read: the job id, the payload, the result (a Job's).
+pub(crate) type PartsRef<'a> = (&'a str, &'a Option<String>, Option<&'a Option<String>>);
+
+/// [`parts_mut`], to read.
+pub(crate) fn parts(reply: &Reply) -> Option<PartsRef<'_>> {
+    match reply {
+        Ok(Outcome::Lease(l)) => Some((&l.job_id, &l.payload, None)),
+        r => job_of(r).map(|j| (j.id.as_str(), &j.payload, Some(&j.result))),
+    }
+}
+
 /// Puts the shared parts back into a kept reply from the record's payload and result.
 pub(crate) fn put_back(
     reply: &mut Reply,
@@ -141,12 +182,12 @@ pub(crate) fn put_back(
     payload: Option<&String>,
     result: Option<&String>,
 ) {
-    let job = job_of_mut(reply).expect("a shared reply carries a job");
+    let parts = parts_mut(reply).expect("a shared reply carries a job or a lease");
     if s.payload {
-        job.payload = payload.cloned();
+        *parts.payload = payload.cloned();
     }
-    if s.result {
-        job.result = result.cloned();
+    if let (true, Some(r)) = (s.result, parts.result) {
+        *r = result.cloned();
     }
 }
 
@@ -190,6 +231,13 @@ pub(crate) fn accounted_bytes(key: &str, remembered: &Remembered) -> u64 {
     let kept = match &remembered.kept {
         Kept::Reply { reply, .. } => REPLY_FIXED_BYTES + reply_text_bytes(reply),
         Kept::BeforeRaise { job_id } => job_id.as_ref().map_or(0, |id| id.len() as u64),
+        Kept::Batch { items } => {
+            let items: u64 = items
+                .iter()
+                .map(|(r, _)| REPLY_FIXED_BYTES + reply_text_bytes(r))
+                .sum();
+            REPLY_FIXED_BYTES + items
+        }
     };
     2 * key.len() as u64 + kept + ENTRY_OVERHEAD_BYTES
 }
@@ -206,10 +254,29 @@ fn shared_len(s: Shared, payload: Option<&String>, result: Option<&String>) -> u
     len(s.payload, payload) + len(s.result, result)
 }
 
-fn shared_of(r: &Remembered) -> Option<Shared> {
-    match r.kept {
-        Kept::Reply { shared, .. } => shared,
-        Kept::BeforeRaise { .. } => None,
+/// The records an entry shares parts with, each once, in handle order.
+fn shared_handles(r: &Remembered) -> BTreeSet<u64> {
+    match &r.kept {
+        Kept::Reply { shared, .. } => shared.iter().map(|s| s.handle).collect(),
+        Kept::BeforeRaise { .. } => BTreeSet::new(),
+        Kept::Batch { items } => items
+            .iter()
+            .filter_map(|(_, s)| Some(s.as_ref()?.handle))
+            .collect(),
+    }
+}
+
+/// The replies of an entry that share parts with record `handle`, with what they share.
+fn sharing_with(kept: &mut Kept, handle: u64) -> Vec<(&mut Reply, &mut Option<Shared>)> {
+    let with = |s: &Option<Shared>| s.is_some_and(|s| s.handle == handle);
+    match kept {
+        Kept::Reply { reply, shared } if with(shared) => vec![(reply, shared)],
+        Kept::Reply { .. } | Kept::BeforeRaise { .. } => Vec::new(),
+        Kept::Batch { items } => items
+            .iter_mut()
+            .filter(|(_, s)| with(s))
+            .map(|(r, s)| (r, s))
+            .collect(),
     }
 }
 
@@ -221,17 +288,30 @@ pub(crate) struct Bounds {
     pub bytes_max: u64,
     pub scope_keys_max: usize,
     pub scope_bytes_max: u64,
+    /// From entry version [`VERSION_BOUNDED_REPLIES`]: a full table or scope refuses a
+    /// new key ([`IdempotencyTable::full`]) instead of forgetting a key inside its window.
+    /// Before it, the oldest keys were forgotten early (kept for replay: every replica
+    /// of an older cluster must forget the same keys).
+    pub refuse: bool,
 }
 
 impl Bounds {
-    /// The config's window and key bound; the byte bounds of `limits`.
-    pub fn of(cfg: &Config) -> Self {
+    /// The config's window and key bound, the byte bounds of `limits` for
+    /// `cluster_version`, and whether a full table refuses.
+    pub fn of(cfg: &Config, cluster_version: u32) -> Self {
+        let refuse = cluster_version >= VERSION_BOUNDED_REPLIES;
+        let bytes_max = if refuse {
+            limits::IDEMPOTENCY_BYTES_MAX_REFUSING
+        } else {
+            limits::IDEMPOTENCY_BYTES_MAX
+        };
         Bounds {
             window_ms: cfg.idempotency_window_ms,
             keys_max: cfg.idempotency_keys_max,
-            bytes_max: limits::IDEMPOTENCY_BYTES_MAX,
+            bytes_max,
             scope_keys_max: limits::idempotency_scope_keys_max(cfg.idempotency_keys_max),
-            scope_bytes_max: limits::IDEMPOTENCY_BYTES_MAX / IDEMPOTENCY_SCOPE_SHARE,
+            scope_bytes_max: bytes_max / IDEMPOTENCY_SCOPE_SHARE,
+            refuse,
         }
     }
 }
@@ -292,8 +372,9 @@ impl IdempotencyTable {
         self.scopes.values().map(|u| u.bytes).max().unwrap_or(0)
     }
 
-    /// Forgets keys older than the window at `now_ms`, then the oldest while the table is
-    /// over its key or byte bound.
+    /// Forgets keys older than the window at `now_ms`, then (before
+    /// [`VERSION_BOUNDED_REPLIES`]) the oldest while the table is over its key or byte
+    /// bound.
     pub fn expire(&mut self, now_ms: u64, b: Bounds) {
         while let Some((&seq, slot)) = self.order.first_key_value() {
             let too_old = slot.remembered.recorded_ms.saturating_add(b.window_ms) <= now_ms;
@@ -304,12 +385,44 @@ impl IdempotencyTable {
         }
     }
 
+    /// Whether the table must forget its oldest key now: only before
+    /// [`VERSION_BOUNDED_REPLIES`] (after it, a full table refuses new keys instead).
     fn over(&self, b: Bounds) -> bool {
-        self.order.len() > b.keys_max || self.bytes > b.bytes_max
+        !b.refuse && (self.order.len() > b.keys_max || self.bytes > b.bytes_max)
     }
 
-    /// Remembers `key`'s first reply, then keeps the bounds: its scope's quota first (so
-    /// a caller over it loses its own oldest key), then the table's.
+    /// Whether a new key `key` must be refused (from [`VERSION_BOUNDED_REPLIES`]): its
+    /// scope holds its quota of keys or bytes, or the table its bound, all inside the
+    /// window at `now_ms`. `Some` says in how many ms of store time the oldest key in the
+    /// way leaves the window. Apply calls it after forgetting the keys past the window;
+    /// a node's early check (between applies) finds the oldest key past the window and
+    /// says `None`: the apply decides then.
+    pub fn full(&self, key: &str, now_ms: u64, b: Bounds) -> Option<u64> {
+        if !b.refuse {
+            return None;
+        }
+        let due = |seq: Option<&u64>| {
+            let recorded = self.order[seq?].remembered.recorded_ms;
+            let left = recorded.saturating_add(b.window_ms).saturating_sub(now_ms);
+            (left > 0).then_some(left)
+        };
+        let scope = limits::split_idempotency_key(key).0;
+        if let Some(used) = self.scopes.get(scope).filter(|_| !scope.is_empty()) {
+            if used.seqs.len() >= b.scope_keys_max || used.bytes >= b.scope_bytes_max {
+                return due(used.seqs.front());
+            }
+        }
+        if self.order.len() >= b.keys_max || self.bytes >= b.bytes_max {
+            return due(self.order.keys().next());
+        }
+        None
+    }
+
+    /// Remembers `key`'s first reply, then (before [`VERSION_BOUNDED_REPLIES`]) keeps the
+    /// bounds: its scope's quota first (so a caller over it loses its own oldest key),
+    /// then the table's. After it, the caller checked [`Self::full`] first, so the
+    /// table and the scope hold at most one entry past their byte bounds and never more
+    /// keys than their bounds.
     pub fn insert(&mut self, key: String, remembered: Remembered, b: Bounds) {
         let now_ms = remembered.recorded_ms;
         let scope = limits::split_idempotency_key(&key).0.to_owned();
@@ -337,8 +450,8 @@ impl IdempotencyTable {
         used.seqs.push_back(seq);
         used.bytes += bytes;
         self.bytes += bytes;
-        if let Some(s) = shared_of(&remembered) {
-            self.shared.entry(s.handle).or_default().insert(seq);
+        for handle in shared_handles(&remembered) {
+            self.shared.entry(handle).or_default().insert(seq);
         }
         self.by_key.insert(key.clone(), seq);
         let slot = Slot {
@@ -349,9 +462,10 @@ impl IdempotencyTable {
         self.order.insert(seq, slot);
     }
 
-    /// Forgets `scope`'s oldest keys while it is over its quota.
+    /// Forgets `scope`'s oldest keys while it is over its quota (before
+    /// [`VERSION_BOUNDED_REPLIES`] only).
     fn keep_quota(&mut self, scope: &str, b: Bounds) {
-        while let Some(used) = self.scopes.get(scope) {
+        while let Some(used) = self.scopes.get(scope).filter(|_| !b.refuse) {
             if used.seqs.len() <= b.scope_keys_max && used.bytes <= b.scope_bytes_max {
                 break;
             }
@@ -376,14 +490,14 @@ impl IdempotencyTable {
             self.scopes.remove(scope);
         }
         self.bytes -= slot.bytes;
-        if let Some(s) = shared_of(&slot.remembered) {
+        for handle in shared_handles(&slot.remembered) {
             let sharing = self
                 .shared
-                .get_mut(&s.handle)
+                .get_mut(&handle)
                 .expect("shared index of an entry");
             assert!(sharing.remove(&seq), "entry missing from the shared index");
             if sharing.is_empty() {
-                self.shared.remove(&s.handle);
+                self.shared.remove(&handle);
             }
         }
     }
@@ -391,8 +505,10 @@ impl IdempotencyTable {
     /// Job record `handle` is going (deleted): every entry sharing its payload or result
     /// gets them copied in from `payload` and `result`, and counts them from now on. The
     /// bounds are kept as after an insert — each grown scope's quota, then the table's,
-    /// oldest first — and only then are bytes copied, into the entries that stay: a
-    /// record shared by many entries never makes a transient copy for each.
+    /// oldest first (before [`VERSION_BOUNDED_REPLIES`]; after it nothing inside the
+    /// window is forgotten: the grown table refuses new keys until it is back under its
+    /// bounds) — and only then are bytes copied, into the entries that stay: a record
+    /// shared by many entries never makes a transient copy for each.
     pub fn materialize(
         &mut self,
         handle: u64,
@@ -409,8 +525,10 @@ impl IdempotencyTable {
                 .order
                 .get_mut(&seq)
                 .expect("shared index names an entry");
-            let s = shared_of(&slot.remembered).expect("a sharing entry");
-            let more = shared_len(s, payload, result);
+            let more: u64 = sharing_with(&mut slot.remembered.kept, handle)
+                .into_iter()
+                .map(|(_, s)| shared_len(s.expect("a sharing reply"), payload, result))
+                .sum();
             slot.bytes += more;
             self.bytes += more;
             let scope = limits::split_idempotency_key(&slot.key).0;
@@ -429,8 +547,8 @@ impl IdempotencyTable {
                 .order
                 .get_mut(&seq)
                 .expect("shared index names an entry");
-            if let Kept::Reply { reply, shared } = &mut slot.remembered.kept {
-                let s = shared.take().expect("a sharing entry");
+            for (reply, shared) in sharing_with(&mut slot.remembered.kept, handle) {
+                let s = shared.take().expect("a sharing reply");
                 put_back(reply, s, payload, result);
             }
             debug_assert_eq!(slot.bytes, accounted_bytes(&slot.key, &slot.remembered));
@@ -447,6 +565,7 @@ impl IdempotencyTable {
                 let job_id = match s.remembered.kept {
                     Kept::Reply { reply, .. } => job_id_of(&reply).map(str::to_owned),
                     Kept::BeforeRaise { job_id } => job_id,
+                    Kept::Batch { .. } => None,
                 };
                 let r = Remembered {
                     kept: Kept::BeforeRaise { job_id },
@@ -517,6 +636,10 @@ impl IdempotencyTable {
             "idempotency index sizes"
         );
         assert!(!self.over(b), "idempotency table over its bound");
+        assert!(
+            self.order.len() <= b.keys_max,
+            "idempotency keys over their bound"
+        );
         let mut prev = 0;
         let mut sharing = 0;
         let mut scopes: FixedHashMap<&str, (Vec<u64>, u64)> = FixedHashMap::default();
@@ -536,10 +659,10 @@ impl IdempotencyTable {
                 "expired idempotency key kept"
             );
             prev = r.recorded_ms;
-            if let Some(sh) = shared_of(r) {
+            for handle in shared_handles(r) {
                 assert!(
                     self.shared
-                        .get(&sh.handle)
+                        .get(&handle)
                         .is_some_and(|set| set.contains(&seq)),
                     "{:?} missing from the shared index",
                     s.key
@@ -564,7 +687,10 @@ impl IdempotencyTable {
                 "entries of scope {scope:?}"
             );
             assert_eq!(used.bytes, bytes, "bytes of scope {scope:?}");
-            let within = used.seqs.len() <= b.scope_keys_max && bytes <= b.scope_bytes_max;
+            // Refusing, a scope may hold one entry past its byte quota (`full`), or more
+            // once a deleted record's parts are copied in (`materialize`); never more keys.
+            let bytes_within = b.refuse || bytes <= b.scope_bytes_max;
+            let within = used.seqs.len() <= b.scope_keys_max && bytes_within;
             assert!(scope.is_empty() || within, "scope {scope:?} over its quota");
         }
     }
@@ -581,6 +707,7 @@ mod tests {
             bytes_max: 10 * 1024,
             scope_keys_max: 3,
             scope_bytes_max: 2 * 1024,
+            refuse: false,
         }
     }
 

@@ -46,6 +46,12 @@ pub const IDEMPOTENCY_KEYS_MAX: usize = 1_000_000;
 /// reply can carry a whole job (two 64 KiB documents): without this bound 4,000 keyed 409s
 /// held ~500 MiB on every replica (issue 17 item 5).
 pub const IDEMPOTENCY_BYTES_MAX: u64 = 64 * 1024 * 1024;
+/// [`IDEMPOTENCY_BYTES_MAX`] from entry version 7 (`version::VERSION_BOUNDED_REPLIES`), when
+/// a full table refuses a new key (429 `idempotency_full`) instead of forgetting an old
+/// one inside its window: a remembered reply shares its job's payload with the job's
+/// record, so an entry costs its names and fixed parts (about 600 accounted bytes for a
+/// claim with a 36-byte key), and one caller's eighth holds ~50,000 keyed replies.
+pub const IDEMPOTENCY_BYTES_MAX_REFUSING: u64 = 256 * 1024 * 1024;
 /// A scope (one caller, see [`scoped_idempotency_key`]) holds at most
 /// 1/`IDEMPOTENCY_SCOPE_SHARE` of the table's keys and bytes; past its quota *its* oldest
 /// key is forgotten, nobody else's. Eight callers filling their quotas fill the table.

@@ -76,7 +76,8 @@ impl LeaseMachine {
             Arc::make_mut(rec).generation += by;
         }
         let raised = self.hold_live_leases();
-        self.idempotency.mark_before_raise(Bounds::of(&self.config));
+        self.idempotency
+            .mark_before_raise(Bounds::of(&self.config, self.cluster_version));
         Ok(raised)
     }
 

@@ -20,6 +20,16 @@
 use crate::wire::{ApiError, ErrorCode};
 
 pub use crate::descriptor::ENTRY_VERSION_MAX;
+/// Entry version 7 (issue 44, the third safety pass) changes what existing commands do,
+/// so every replica must switch at one log index:
+/// - a remembered reply shares a claim's payload with the job's record, and a client
+///   batch's reply is kept item by item the same way (`idempotency.rs`, `Kept::Batch`);
+/// - a full idempotency table or caller's quota refuses a new keyed write (429
+///   `idempotency_full`) instead of forgetting a key inside its window, under the byte
+///   bound `limits::IDEMPOTENCY_BYTES_MAX_REFUSING`;
+/// - a job created again under a deleted id starts a new history (`machine/events.rs`).
+pub const VERSION_BOUNDED_REPLIES: u32 = 7;
+
 /// The cluster version of a machine that never applied an activation: the entry version
 /// of every command of the release before entry versions existed.
 pub const CLUSTER_VERSION_INITIAL: u32 = 1;

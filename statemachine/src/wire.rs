@@ -52,10 +52,15 @@ pub enum ErrorCode {
     InvalidState,
     /// Version 1.1: an event feed `after` older than what the nodes keep (410).
     EventsCompacted,
+    /// Added (docs/api-additions.md, issue 44): a new `Idempotency-Key` while the caller's
+    /// share of remembered replies (or the whole table) is full inside its window (429,
+    /// with `Retry-After`). Nothing was applied; the same request without a key, or with
+    /// this key after `Retry-After`, can be sent.
+    IdempotencyFull,
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 20] = [
+    pub const ALL: [ErrorCode; 21] = [
         ErrorCode::InvalidArgument,
         ErrorCode::PayloadTooLarge,
         ErrorCode::NotFound,
@@ -76,6 +81,7 @@ impl ErrorCode {
         ErrorCode::JobCancelled,
         ErrorCode::InvalidState,
         ErrorCode::EventsCompacted,
+        ErrorCode::IdempotencyFull,
     ];
 
     /// The HTTP status docs/api.md assigns to this code.
@@ -98,6 +104,7 @@ impl ErrorCode {
             ErrorCode::PayloadTooLarge => 413,
             ErrorCode::UnsupportedMediaType => 415,
             ErrorCode::IdempotencyKeyReused => 422,
+            ErrorCode::IdempotencyFull => 429,
             ErrorCode::Internal => 500,
             ErrorCode::Unavailable => 503,
             ErrorCode::Timeout => 504,
@@ -127,6 +134,7 @@ impl ErrorCode {
             ErrorCode::JobCancelled => "job_cancelled",
             ErrorCode::InvalidState => "invalid_state",
             ErrorCode::EventsCompacted => "events_compacted",
+            ErrorCode::IdempotencyFull => "idempotency_full",
         }
     }
 

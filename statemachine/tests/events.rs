@@ -7,6 +7,7 @@
 
 use leasehold_statemachine::limits::{FEED_EVENTS_KEPT_MIN, FEED_KEPT_MS, HISTORY_EVENTS_MAX};
 use leasehold_statemachine::snapshot::{SNAPSHOT_FORMAT_V5, SNAPSHOT_FORMAT_V6};
+use leasehold_statemachine::version::ENTRY_VERSION_MAX;
 use leasehold_statemachine::{
     BatchItem, Command, Entry, ErrorCode, Event, EventFilter, EventKind, LeaseMachine, Outcome,
     Reply,
@@ -70,6 +71,14 @@ fn submit(id: &str, backoff_ms: u64) -> Command {
         backoff_ms,
         backoff_ms_max: 3_600_000,
     }
+}
+
+fn submit_to(id: &str, queue: &str) -> Command {
+    let mut cmd = submit(id, 0);
+    if let Command::SubmitWith { queue: q, .. } = &mut cmd {
+        *q = queue.into();
+    }
+    cmd
 }
 
 fn claim(id: &str, owner: &str, ttl_ms: u64) -> Command {
@@ -207,7 +216,7 @@ fn a_claim_past_max_attempts_is_failed_and_a_backoff_shows_when_it_is_due() {
 }
 
 #[test]
-fn a_history_keeps_the_last_100_and_a_deleted_id_continues_its_history() {
+fn a_history_keeps_the_last_100_and_a_re_created_id_starts_a_new_one() {
     let mut h = H::new();
     h.at(1, submit("c", 0)).unwrap();
     for i in 0..150u64 {
@@ -221,10 +230,67 @@ fn a_history_keeps_the_last_100_and_a_deleted_id_continues_its_history() {
     h.at(500, Command::Delete { job_id: "c".into() }).unwrap();
     assert_eq!(h.kinds("c").last(), Some(&EventKind::Deleted));
     h.at(600, submit("c", 0)).unwrap();
-    let ev = h.history("c");
-    let tail: Vec<EventKind> = ev[ev.len() - 2..].iter().map(|e| e.event).collect();
-    assert_eq!(tail, [EventKind::Deleted, EventKind::Submitted]);
+    // Before entry version 7 the state continues the namesake's history; a reader still
+    // sees only the new job's events (issue 44 item 3).
+    assert_eq!(h.kinds("c"), [EventKind::Submitted]);
     assert!(h.m.history("never").is_none());
+}
+
+/// Issue 44 item 3, as reproduced: tenant A's job `hx` is claimed, released with an
+/// error, claimed again, cancelled with a reason and deleted; B submits `hx` into its own
+/// queue. B's history of `hx` showed A's owners, error and reason relabelled with B's
+/// queue. Now it holds B's events only, at every cluster version with events, and from
+/// entry version 7 the state itself starts anew.
+#[test]
+fn a_re_created_id_never_shows_its_namesakes_events() {
+    for version in [5, ENTRY_VERSION_MAX] {
+        let mut h = H::at_version(version);
+        h.at(10, submit_to("hx", "a-q")).unwrap();
+        let g = generation(h.at(20, claim("hx", "a-worker", 1_000)));
+        h.at(30, release("hx", "a-worker", g, Some("a's secret error")))
+            .unwrap();
+        let g = generation(h.at(40, claim("hx", "a-worker", 1_000)));
+        let cancel = Command::Cancel {
+            job_id: "hx".into(),
+            reason: Some("a's secret reason".into()),
+        };
+        h.at(50, cancel).unwrap();
+        h.at(55, release("hx", "a-worker", g, None)).unwrap();
+        h.at(
+            60,
+            Command::Delete {
+                job_id: "hx".into(),
+            },
+        )
+        .unwrap();
+        let a_events = h.history("hx");
+        assert!(a_events.len() >= 6, "v{version}: {a_events:?}");
+        assert!(a_events.iter().all(|e| e.queue == "a-q"));
+        h.at(70, submit_to("hx", "b-q")).unwrap();
+        let b_events = h.history("hx");
+        assert_eq!(
+            b_events.iter().map(|e| e.event).collect::<Vec<_>>(),
+            [EventKind::Submitted],
+            "v{version}"
+        );
+        let text = format!("{b_events:?}");
+        assert!(
+            !text.contains("a-worker") && !text.contains("secret"),
+            "{text}"
+        );
+        // The feed keeps the namesake's events under their own queue.
+        let feed_a = h.feed(0).into_iter().filter(|e| e.queue == "a-q").count();
+        assert_eq!(feed_a, a_events.len(), "v{version}");
+        // Deleted again, the history is B's, ending `deleted`.
+        h.at(
+            80,
+            Command::Delete {
+                job_id: "hx".into(),
+            },
+        )
+        .unwrap();
+        assert_eq!(h.kinds("hx"), [EventKind::Submitted, EventKind::Deleted]);
+    }
 }
 
 #[test]

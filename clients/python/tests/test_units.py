@@ -88,7 +88,8 @@ def test_every_api_md_code_has_its_class() -> None:
         "unsupported_media_type": "UnsupportedMediaType", "not_due": "NotDue",
         "job_cancelled": "JobCancelled", "invalid_state": "InvalidState",
         "events_compacted": "EventsCompacted",
-        "idempotency_key_reused": "IdempotencyKeyReused", "internal": "Internal",
+        "idempotency_key_reused": "IdempotencyKeyReused",
+        "idempotency_full": "IdempotencyFull", "internal": "Internal",
         "unavailable": "Unavailable", "timeout": "Timeout",
     }
     for code, name in codes.items():

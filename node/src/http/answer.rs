@@ -50,11 +50,24 @@ pub fn error_response(err: &ApiError) -> Response {
     let status =
         StatusCode::from_u16(err.code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut resp = json_response(status, &ErrorBody { error: err.clone() });
-    if err.code == ErrorCode::Unavailable {
+    if matches!(
+        err.code,
+        ErrorCode::Unavailable | ErrorCode::IdempotencyFull
+    ) {
         resp.headers_mut().insert(
             axum::http::header::RETRY_AFTER,
             HeaderValue::from(RETRY_AFTER_S),
         );
     }
+    resp
+}
+
+/// 429 `idempotency_full` with `Retry-After` in whole seconds until room is made
+/// (`LeaseMachine::idempotency_full`), at least [`RETRY_AFTER_S`].
+pub fn full_response(err: &ApiError, due_ms: u64) -> Response {
+    let mut resp = error_response(err);
+    let seconds = due_ms.div_ceil(1000).max(RETRY_AFTER_S);
+    resp.headers_mut()
+        .insert(axum::http::header::RETRY_AFTER, HeaderValue::from(seconds));
     resp
 }

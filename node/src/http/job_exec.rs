@@ -15,7 +15,7 @@ use leasehold_statemachine::wire::{BatchResults, LeasesReply};
 use leasehold_statemachine::{ApiError, Command, ErrorCode, JobState, Outcome, Reply};
 use tokio::time::Instant;
 
-use super::answer::{error_response, json_response};
+use super::answer::{error_response, full_response, json_response};
 use super::client_auth;
 use super::forward::Inbound;
 use super::leader::{on_leader, WAIT_STEP};
@@ -76,6 +76,9 @@ async fn execute(node: &Arc<Node>, op: &LeaderOp) -> Result<Response, ProposeErr
                 Err(e) => return Ok(error_response(&e)),
             };
             let command = scoped.as_ref().unwrap_or(command);
+            if let Some(refused) = idempotency_full(node, command, key.as_deref()) {
+                return Ok(refused);
+            }
             if *wait_ms > 0 {
                 let scope = scope.as_ref();
                 return claim_next_waiting(node, command, key, route, *wait_ms, scope).await;
@@ -176,6 +179,18 @@ async fn claim_next_waiting(
             }
         }
     }
+}
+
+/// 429 `idempotency_full` at once, without a log entry, when the key is new and its
+/// caller's share (or the table) is full: the apply would refuse it the same way, and a
+/// refusal written to the log for every retry would only add load while full.
+fn idempotency_full(node: &Node, command: &Command, key: Option<&str>) -> Option<Response> {
+    let key = key?;
+    let now = node.cluster_time_ms();
+    let (err, due_ms) = node.sm.read(|s| s.machine.idempotency_full(key, now))?;
+    let response = full_response(&err, due_ms);
+    record(node, command, &Err(err));
+    Some(response)
 }
 
 fn record(node: &Node, command: &Command, reply: &Reply) {

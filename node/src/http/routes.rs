@@ -385,6 +385,7 @@ const LEASE_HOLDER_ERRORS: &[ErrorCode] = &[
     ErrorCode::JobCancelled,
     ErrorCode::NotFound,
     ErrorCode::IdempotencyKeyReused,
+    ErrorCode::IdempotencyFull,
 ];
 
 /// Every route the node serves.
@@ -411,7 +412,7 @@ pub const ROUTES: &[RouteSpec] = {
             request: Body::json("SubmitRequest"),
             response: Body::json("Job"),
             success: &[201],
-            errors: &[AlreadyExists, IdempotencyKeyReused],
+            errors: &[AlreadyExists, IdempotencyKeyReused, IdempotencyFull],
         },
         RouteSpec {
             id: RouteId::ListJobs,
@@ -473,7 +474,13 @@ pub const ROUTES: &[RouteSpec] = {
             request: Body::NONE,
             response: Body::NONE,
             success: &[204],
-            errors: &[InvalidArgument, NotFound, LeaseHeld, IdempotencyKeyReused],
+            errors: &[
+                InvalidArgument,
+                NotFound,
+                LeaseHeld,
+                IdempotencyKeyReused,
+                IdempotencyFull,
+            ],
         },
         RouteSpec {
             id: RouteId::ClaimJob,
@@ -497,6 +504,7 @@ pub const ROUTES: &[RouteSpec] = {
                 JobCancelled,
                 NotDue,
                 IdempotencyKeyReused,
+                IdempotencyFull,
             ],
         },
         RouteSpec {
@@ -572,7 +580,13 @@ pub const ROUTES: &[RouteSpec] = {
             request: Body::json("CancelRequest"),
             response: Body::json("Job"),
             success: &[200],
-            errors: &[JobCompleted, JobFailed, NotFound, IdempotencyKeyReused],
+            errors: &[
+                JobCompleted,
+                JobFailed,
+                NotFound,
+                IdempotencyKeyReused,
+                IdempotencyFull,
+            ],
         },
         RouteSpec {
             id: RouteId::RetryJob,
@@ -587,7 +601,12 @@ pub const ROUTES: &[RouteSpec] = {
             request: Body::json("RetryRequest"),
             response: Body::json("Job"),
             success: &[200],
-            errors: &[InvalidState, NotFound, IdempotencyKeyReused],
+            errors: &[
+                InvalidState,
+                NotFound,
+                IdempotencyKeyReused,
+                IdempotencyFull,
+            ],
         },
         RouteSpec {
             id: RouteId::ClaimNext,
@@ -604,7 +623,7 @@ pub const ROUTES: &[RouteSpec] = {
             // "Batches").
             response: Body::json("ClaimNextReply"),
             success: &[200, 204],
-            errors: &[IdempotencyKeyReused],
+            errors: &[IdempotencyKeyReused, IdempotencyFull],
         },
         RouteSpec {
             id: RouteId::Redrive,
@@ -619,7 +638,7 @@ pub const ROUTES: &[RouteSpec] = {
             request: Body::json("RedriveRequest"),
             response: Body::json("RedriveReply"),
             success: &[200],
-            errors: &[IdempotencyKeyReused],
+            errors: &[IdempotencyKeyReused, IdempotencyFull],
         },
         // docs/api.md "Batches": per-item errors are in the 200 answer; the route's own
         // errors are those of the whole request.
@@ -636,7 +655,7 @@ pub const ROUTES: &[RouteSpec] = {
             request: Body::json("RenewLeasesRequest"),
             response: Body::json("BatchResults"),
             success: &[200],
-            errors: &[IdempotencyKeyReused],
+            errors: &[IdempotencyKeyReused, IdempotencyFull],
         },
         RouteSpec {
             id: RouteId::CompleteLeases,
@@ -651,7 +670,7 @@ pub const ROUTES: &[RouteSpec] = {
             request: Body::json("CompleteLeasesRequest"),
             response: Body::json("BatchResults"),
             success: &[200],
-            errors: &[IdempotencyKeyReused],
+            errors: &[IdempotencyKeyReused, IdempotencyFull],
         },
         RouteSpec {
             id: RouteId::Cluster,

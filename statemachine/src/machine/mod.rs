@@ -230,6 +230,20 @@ impl LeaseMachine {
         self.idempotency.recount_bytes()
     }
 
+    /// Whether a keyed write under `key` (as proposed: scoped) would be refused with 429
+    /// `idempotency_full` at `now_ms`, and in how many ms the oldest key in the way
+    /// leaves the window. A key already remembered never is (its retry replays). The node
+    /// asks before proposing, to answer at once with `Retry-After` instead of writing a
+    /// refusal to the log; the apply decides again, deterministically.
+    pub fn idempotency_full(&self, key: &str, now_ms: u64) -> Option<(ApiError, u64)> {
+        if self.idempotency.get(key).is_some() {
+            return None;
+        }
+        let bounds = Bounds::of(&self.config, self.cluster_version);
+        let due_ms = self.idempotency.full(key, now_ms, bounds)?;
+        Some((idempotency_full(key, due_ms), due_ms))
+    }
+
     /// The extension the last failover grace gave live leases (ms) since this machine
     /// was created or restored; 0 if none was granted since.
     pub fn last_grace_ms(&self) -> u64 {
@@ -251,7 +265,8 @@ impl LeaseMachine {
         self.clock_ms = now;
         self.last_log_index = log_index;
         self.settle(now);
-        self.idempotency.expire(now, Bounds::of(&self.config));
+        self.idempotency
+            .expire(now, Bounds::of(&self.config, self.cluster_version));
         let reply = match &entry.command {
             Command::Batch(items) => self.execute_batch(log_index, now, entry, items),
             cmd => self.execute_keyed(log_index, now, entry.idempotency_key.as_deref(), cmd),
@@ -314,6 +329,10 @@ impl LeaseMachine {
                 format!("Idempotency-Key {key:?} was used for a different request"),
             ));
         }
+        let bounds = Bounds::of(&self.config, self.cluster_version);
+        if let Some(due_ms) = self.idempotency.full(key, now, bounds) {
+            return Err(idempotency_full(key, due_ms));
+        }
         let reply = self.execute(log_index, now, cmd);
         // An empty claim-next changed nothing; remembering it would make a waiting
         // client's re-proposal under the same key replay "empty" forever.
@@ -325,8 +344,7 @@ impl LeaseMachine {
             recorded_ms: now,
             kept: self.kept(reply.clone()),
         };
-        self.idempotency
-            .insert(key.to_owned(), remembered, Bounds::of(&self.config));
+        self.idempotency.insert(key.to_owned(), remembered, bounds);
         reply
     }
 
@@ -410,6 +428,26 @@ impl LeaseMachine {
             cmd => self.admits(cmd.since()),
         }
     }
+}
+
+/// 429 `idempotency_full`: remembering `key`'s reply would forget a key inside its window
+/// (entry version 7). The message says when room is made, in seconds of cluster time
+/// (the node's `Retry-After`, `IdempotencyTable::full`).
+pub(crate) fn idempotency_full(key: &str, due_ms: u64) -> ApiError {
+    let (scope, _) = limits::split_idempotency_key(key);
+    let whose = if scope.is_empty() {
+        "the cluster's remembered replies are"
+    } else {
+        "this caller's share of remembered replies is"
+    };
+    let retry_s = due_ms.div_ceil(1000);
+    ApiError::new(
+        ErrorCode::IdempotencyFull,
+        format!(
+            "{whose} full inside the window every Idempotency-Key is kept for: nothing was \
+             applied; retry in {retry_s} s, or send the request without a key"
+        ),
+    )
 }
 
 /// The holder a lease command presents (its descriptor's names).

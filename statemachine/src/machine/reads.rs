@@ -8,8 +8,10 @@ use crate::machine::LeaseMachine;
 use crate::tenant::Scope;
 use std::sync::Arc;
 
-use crate::machine::events::FeedEvent;
-use crate::wire::{ApiError, ErrorCode, Event, EventPage, History, Job, JobPage, JobState};
+use crate::machine::events::{FeedEvent, HistoryEntry};
+use crate::wire::{
+    ApiError, ErrorCode, Event, EventKind, EventPage, History, Job, JobPage, JobState,
+};
 
 fn check_limit(limit: usize) -> Result<(), ApiError> {
     if limit == 0 || limit > limits::EVENTS_LIMIT_MAX {
@@ -132,8 +134,8 @@ impl LeaseMachine {
                 (&b.queue, &b.history)
             }
         };
-        let events = history
-            .entries()
+        let entries = history.entries();
+        let events = this_incarnation(&entries)
             .iter()
             .map(|e| e.event(job_id, queue))
             .collect();
@@ -166,5 +168,21 @@ impl LeaseMachine {
     /// The seq of the newest event applied here; 0 before the first.
     pub fn last_event_seq(&self) -> u64 {
         self.events.last_seq
+    }
+}
+
+/// The events of a history's last incarnation of its id: those after the last `deleted`
+/// event that does not end it. Before entry version 7 a job created again under a
+/// deleted id continued its namesake's history (perhaps another tenant's, in another
+/// queue), and such histories stay in state until their events are pushed out; a reader
+/// sees only what the job it asked for did (issue 44 item 3), under that job's queue.
+pub(crate) fn this_incarnation(entries: &[HistoryEntry]) -> &[HistoryEntry] {
+    let body = match entries.split_last() {
+        Some((last, body)) if last.kind == EventKind::Deleted => body,
+        _ => entries,
+    };
+    match body.iter().rposition(|e| e.kind == EventKind::Deleted) {
+        Some(i) => &entries[i + 1..],
+        None => entries,
     }
 }

@@ -12,9 +12,11 @@ use crate::limits;
 use crate::machine::lifecycle::Wait;
 use crate::machine::record::{Closed, JobRecord, Lifecycle, Past, Place, Progress};
 use crate::machine::transition::{Cause, JobMut};
+use crate::machine::History;
 use crate::machine::LeaseMachine;
 pub(crate) use crate::tenant::not_found;
 use crate::tenant::Scope;
+use crate::version::VERSION_BOUNDED_REPLIES;
 use crate::wire::{ApiError, ErrorCode, Lease};
 use std::sync::Arc;
 
@@ -109,10 +111,17 @@ impl LeaseMachine {
     }
 
     /// A record for a new job `id` in `queue`, `Ready` from `now`. Its generation goes
-    /// on from a deleted namesake's, or starts at the floor.
+    /// on from a deleted namesake's, or starts at the floor. From entry version 7 its
+    /// history starts anew (issue 44 item 3: a namesake's events, perhaps another
+    /// tenant's, showed under this job's queue); before, it continued the namesake's.
     fn new_record(&mut self, log_index: u64, now: u64, id: &str, queue: &str) -> JobRecord {
         let generation = self.tombstones.remove(id).unwrap_or(self.generation_floor);
-        let history = self.events.revive(id);
+        let namesakes = self.events.revive(id);
+        let history = if self.cluster_version >= VERSION_BOUNDED_REPLIES {
+            History::default()
+        } else {
+            namesakes
+        };
         JobRecord {
             id: id.to_owned(),
             queue: queue.to_owned(),
@@ -395,7 +404,7 @@ impl LeaseMachine {
             handle,
             rec.payload.as_ref(),
             rec.result.as_ref(),
-            Bounds::of(&self.config),
+            Bounds::of(&self.config, self.cluster_version),
         );
         // A job never claimed leaves nothing to remember: re-created, it starts at the
         // floor again.

@@ -486,7 +486,10 @@ impl LeaseMachine {
         m.generation_floor = image.generation_floor;
         m.cluster_version = image.cluster_version;
         m.events = image.events;
-        m.idempotency = IdempotencyTable::from_entries(image.idempotency, Bounds::of(&h.config))?;
+        m.idempotency = IdempotencyTable::from_entries(
+            image.idempotency,
+            Bounds::of(&h.config, image.cluster_version),
+        )?;
         for (&handle, rec) in &image.jobs {
             if handle >= m.next_handle {
                 return Err(Inconsistency::IndexedTwice(rec.id.clone()).into());
@@ -584,8 +587,10 @@ impl LeaseMachine {
         self.ix.check(&self.jobs);
         self.events
             .check(self.jobs.values().map(|r| (r.id.as_str(), &r.history)));
-        self.idempotency
-            .check_invariants(self.clock_ms, Bounds::of(&self.config));
+        self.idempotency.check_invariants(
+            self.clock_ms,
+            Bounds::of(&self.config, self.cluster_version),
+        );
         for (key, r) in self.idempotency.entries() {
             assert!(self.shared_ok(r), "{key:?} shares what no record holds");
         }

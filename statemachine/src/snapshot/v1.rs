@@ -233,7 +233,8 @@ macro_rules! error_codes {
                     ErrorCode::NotDue
                     | ErrorCode::JobCancelled
                     | ErrorCode::InvalidState
-                    | ErrorCode::EventsCompacted => before_v5(),
+                    | ErrorCode::EventsCompacted
+                    | ErrorCode::IdempotencyFull => before_v5(),
                 }
             }
         }

@@ -72,6 +72,8 @@ impl<'a> From<&'a Remembered> for RememberedV3<'a> {
             Kept::BeforeRaise { job_id } => KeptV3::BeforeRaise {
                 job_id: job_id.as_deref().map(Cow::Borrowed),
             },
+            // Kept from entry version 7 on, whose states are written as v6 (`v5.rs`).
+            Kept::Batch { .. } => super::v1::before_v5(),
         };
         RememberedV3 {
             fingerprint: r.fingerprint,

@@ -211,7 +211,10 @@ same_variants!(
     NotDue,
     JobCancelled,
     InvalidState,
-    EventsCompacted
+    EventsCompacted,
+    // Entry version 7 (appended: older codes keep their index). A refusal is never
+    // remembered, so no image holds it; mirrored to keep the map one-to-one.
+    IdempotencyFull
 );
 
 same_variants!(JobStateV5, JobState, Pending, Leased, Completed, Failed, Cancelled);
@@ -431,6 +434,11 @@ pub(super) enum KeptV5<'a> {
     BeforeRaise {
         job_id: Option<Cow<'a, str>>,
     },
+    /// Appended for entry version 7 (`Kept::Batch`): only a state at cluster version 7
+    /// holds one, and older releases refuse such a state anyway.
+    Batch {
+        items: Vec<(ReplyV5<'a>, Option<SharedV3>)>,
+    },
 }
 
 /// An idempotency entry as v5 carries it: v3's shape, v5's reply.
@@ -451,6 +459,12 @@ impl<'a> From<&'a Remembered> for RememberedV5<'a> {
             Kept::BeforeRaise { job_id } => KeptV5::BeforeRaise {
                 job_id: job_id.as_deref().map(Cow::Borrowed),
             },
+            Kept::Batch { items } => KeptV5::Batch {
+                items: items
+                    .iter()
+                    .map(|(r, s)| (reply_v5(r), s.map(SharedV3::from)))
+                    .collect(),
+            },
         };
         RememberedV5 {
             fingerprint: r.fingerprint,
@@ -469,6 +483,12 @@ impl From<RememberedV5<'_>> for Remembered {
             },
             KeptV5::BeforeRaise { job_id } => Kept::BeforeRaise {
                 job_id: job_id.map(Cow::into_owned),
+            },
+            KeptV5::Batch { items } => Kept::Batch {
+                items: items
+                    .into_iter()
+                    .map(|(r, s)| (reply_of(r), s.map(Into::into)))
+                    .collect(),
             },
         };
         Remembered {

@@ -33,6 +33,7 @@ from .client import AsyncClient, Client
 from .errors import (
     AlreadyExists,
     EventsCompacted,
+    IdempotencyFull,
     IdempotencyKeyReused,
     Internal,
     InvalidArgument,
@@ -92,6 +93,7 @@ __all__ = [
     "JobCancelled",
     "InvalidState",
     "EventsCompacted",
+    "IdempotencyFull",
     "IdempotencyKeyReused",
     "Internal",
 ]

@@ -37,6 +37,7 @@ __all__ = [
     "InvalidState",
     "EventsCompacted",
     "IdempotencyKeyReused",
+    "IdempotencyFull",
     "Internal",
     "Unavailable",
     "Timeout",
@@ -194,6 +195,14 @@ class IdempotencyKeyReused(LeaseholdError):
     code = "idempotency_key_reused"
 
 
+class IdempotencyFull(LeaseholdError):
+    """429 ``idempotency_full``: a new ``Idempotency-Key`` while this caller's share of
+    remembered replies is full inside its 10-minute window. Nothing was applied: send it
+    again after the answer's ``Retry-After`` seconds, or without a key."""
+
+    code = "idempotency_full"
+
+
 class Internal(LeaseholdError):
     """500 ``internal``: an unexpected server fault."""
 
@@ -235,6 +244,7 @@ _BY_CODE: dict[str, type[LeaseholdError]] = {
         InvalidState,
         EventsCompacted,
         IdempotencyKeyReused,
+        IdempotencyFull,
         Internal,
         Unavailable,
         Timeout,
