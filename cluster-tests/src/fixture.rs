@@ -9,7 +9,7 @@
 //! import it.
 
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -21,21 +21,51 @@ pub use leasehold_proc_cluster::{
 use crate::history::{FeedEvent, FinalJob, ReplicaDigest, ReplicaFeed};
 use crate::nodes::Nodes;
 
+/// Bound on one `leasehold cluster …` run. Its client gives up long before (12 s per
+/// attempt, a few attempts); past this the process is killed and the call fails, saying
+/// so, rather than hold a test up with nothing printed (issue 44, item 7).
+pub const CLI_BOUND: Duration = Duration::from_secs(90);
+
 /// `leasehold cluster ARGS --endpoints=ADDR` run with `bin`, as an operator runs it:
-/// whether it succeeded, and its stdout then stderr.
+/// whether it succeeded, and its stdout then stderr. Bounded by [`CLI_BOUND`]; it blocks
+/// the calling thread meanwhile (from async code, call it through `spawn_blocking`).
 pub fn cluster_cli(bin: &Path, addr: &str, args: &[&str]) -> (bool, String) {
-    let out = Command::new(bin)
+    let mut child = Command::new(bin)
         .arg("cluster")
         .args(args)
         .arg(format!("--endpoints={addr}"))
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .expect("running leasehold cluster");
-    let text = format!(
+    let deadline = std::time::Instant::now() + CLI_BOUND;
+    let mut timed_out = false;
+    while child
+        .try_wait()
+        .expect("waiting for leasehold cluster")
+        .is_none()
+    {
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            timed_out = true;
+            break;
+        }
+        std::thread::sleep(POLL);
+    }
+    let out = child
+        .wait_with_output()
+        .expect("reading leasehold cluster's output");
+    let mut text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    (out.status.success(), text)
+    if timed_out {
+        text.push_str(&format!(
+            "\n(leasehold cluster {args:?} did not finish within {CLI_BOUND:?}: killed)"
+        ));
+    }
+    (out.status.success() && !timed_out, text)
 }
 
 /// Every node's digest, once all are running, answer, and agree on applied index and
