@@ -95,7 +95,8 @@ pub const HISTORY_EVENTS_MAX: usize = 100;
 /// ending in `…`): a history holds 100 events, each would otherwise copy 4 KiB.
 pub const EVENT_TEXT_BYTES_MAX: usize = 256;
 /// Deleted jobs whose history is kept (the most recently deleted): a history answers
-/// for a deleted id, and a re-created id continues it.
+/// for a deleted id until it is created again (from entry version 7 a new job under
+/// the id starts a new history; before, it continued this one).
 pub const HISTORIES_DELETED_KEPT: usize = 100_000;
 /// The event feed keeps at least this many of the newest events (docs/api.md: "at least
 /// the last 100,000 events or 10 minutes")…

@@ -4,7 +4,8 @@
 //! Each event gets the next `seq` of one replicated counter, so the sequence follows the
 //! log and is the same on every replica. An event goes two ways: into its job's
 //! [`History`] (the last [`limits::HISTORY_EVENTS_MAX`], kept compact in the record, and
-//! after a delete in the [`EventLog`]'s graveyard, so a re-created id continues it), and
+//! after a delete in the [`EventLog`]'s graveyard, until the id is created again: from
+//! entry version 7 the new job starts a new history, issue 44 item 3), and
 //! into the feed, the newest events in seq order (at least
 //! [`limits::FEED_EVENTS_KEPT_MIN`]). Both are in snapshots from format v6 on.
 //!
