@@ -16,6 +16,13 @@
 //! - **Cancellation is final**: once a lease's token fired, no further renew is sent for
 //!   it (it leaves the set), as for a single [`Lease`]'s keep-alive.
 //!
+//! The set keys each lease by its job id **and generation** (`Key`): one job can be in
+//! the set at two generations (a lapsed lease whose work is still finishing, and the same
+//! job claimed again), and an answer about one generation — a completion refused as
+//! `stale_lease`, a renew, a passed deadline — must never end or renew the other (issue 44
+//! item 4: keyed by job id alone, the old generation's refused completion dropped the new
+//! one, which was then neither renewed nor fired).
+//!
 //! A renew round sends at most 1,000 leases per request (docs/api.md's bound), so 10,000
 //! held leases are 10 requests per TTL/3.
 //!
@@ -74,9 +81,11 @@ const RETRY_PAUSE: Duration = Duration::from_millis(100);
 /// Longest sleep of the watchdog between two looks at the deadlines.
 const WATCH_STEP: Duration = Duration::from_millis(20);
 
-/// One held lease, as the set tracks it.
+/// A held lease's identity in the set: job id and generation (module doc).
+type Key = (String, u64);
+
+/// One held lease, as the set tracks it (its generation is in its [`Key`]).
 struct Held {
-    generation: u64,
     deadline: LocalInstant,
     token: CancellationToken,
     reason: Arc<Mutex<Option<CancelReason>>>,
@@ -93,7 +102,7 @@ struct Inner {
     client: Client,
     owner: String,
     config: LeaseSetConfig,
-    held: Mutex<BTreeMap<String, Held>>,
+    held: Mutex<BTreeMap<Key, Held>>,
     queued: Mutex<Vec<Completion>>,
     /// Wakes the completion flusher (an item was queued).
     flush: Notify,
@@ -162,13 +171,13 @@ impl LeaseSet {
     pub fn hold(&self, lease: &Lease) -> HeldLease {
         let (token, reason) = (CancellationToken::new(), Arc::new(Mutex::new(None)));
         let held = Held {
-            generation: lease.generation(),
             deadline: lease.deadline(),
             token: token.clone(),
             reason: reason.clone(),
             progress: None,
         };
-        lock(&self.inner.held).insert(lease.job_id().to_owned(), held);
+        let key = (lease.job_id().to_owned(), lease.generation());
+        lock(&self.inner.held).insert(key, held);
         HeldLease {
             inner: self.inner.clone(),
             job_id: lease.job_id().to_owned(),
@@ -202,6 +211,10 @@ impl Drop for LeaseSet {
 }
 
 impl HeldLease {
+    fn key(&self) -> Key {
+        (self.job_id.clone(), self.generation)
+    }
+
     /// Fires when this lease must no longer be used (module doc).
     pub fn cancelled(&self) -> &CancellationToken {
         &self.token
@@ -214,18 +227,19 @@ impl HeldLease {
 
     /// The local deadline as of the last successful renew; `None` once it left the set.
     pub fn deadline(&self) -> Option<LocalInstant> {
-        lock(&self.inner.held).get(&self.job_id).map(|h| h.deadline)
+        lock(&self.inner.held).get(&self.key()).map(|h| h.deadline)
     }
 
     /// The checkpoint the next batch renew carries for this lease.
     pub fn set_progress(&self, progress: Value) {
-        if let Some(h) = lock(&self.inner.held).get_mut(&self.job_id) {
+        if let Some(h) = lock(&self.inner.held).get_mut(&self.key()) {
             h.progress = Some(progress);
         }
     }
 
     /// Completes the job in the set's next completion batch; the answer is this item's.
-    /// The lease leaves the set once the store answered (done, or refused for good).
+    /// The lease leaves the set once the store answered (done, or refused for good); only
+    /// this generation's entry: the job may be held again at a newer one.
     pub async fn complete(&self, result: Option<Value>) -> Result<Job, Error> {
         let (tx, rx) = oneshot::channel();
         let mut item = LeaseRef::new(&self.job_id, self.generation);
@@ -240,15 +254,15 @@ impl HeldLease {
         });
         let settled = answer.is_ok() || matches!(&answer, Err(e) if e.code().is_some());
         if settled {
-            lock(&self.inner.held).remove(&self.job_id);
+            lock(&self.inner.held).remove(&self.key());
         }
         answer
     }
 }
 
 /// Ends a held lease for good: its token fires with `reason`, it leaves the set.
-fn end(held: &mut BTreeMap<String, Held>, job_id: &str, reason: CancelReason) {
-    if let Some(h) = held.remove(job_id) {
+fn end(held: &mut BTreeMap<Key, Held>, key: &Key, reason: CancelReason) {
+    if let Some(h) = held.remove(key) {
         lock(&h.reason).get_or_insert(reason);
         h.token.cancel();
     }
@@ -273,9 +287,9 @@ async fn renew_loop(inner: Arc<Inner>) {
 async fn renew_round(inner: &Inner) -> bool {
     let items: Vec<LeaseRef> = lock(&inner.held)
         .iter()
-        .map(|(id, h)| LeaseRef {
-            job_id: id.clone(),
-            generation: h.generation,
+        .map(|((job_id, generation), h)| LeaseRef {
+            job_id: job_id.clone(),
+            generation: *generation,
             value: h.progress.clone(),
         })
         .collect();
@@ -304,24 +318,25 @@ async fn renew_chunk(inner: &Inner, items: &[LeaseRef]) -> bool {
 
 /// One item's renew answer: a new deadline, a requested cancel, or the lease's end.
 fn apply_renewal(
-    held: &mut BTreeMap<String, Held>,
+    held: &mut BTreeMap<Key, Held>,
     item: &LeaseRef,
     r: ItemResult<crate::WireLease>,
     deadline: LocalInstant,
 ) {
-    let Some(h) = held.get_mut(&item.job_id) else {
+    let key = (item.job_id.clone(), item.generation);
+    let Some(h) = held.get_mut(&key) else {
         return; // completed or ended meanwhile
     };
-    if h.generation != item.generation || h.token.is_cancelled() {
+    if h.token.is_cancelled() {
         return;
     }
     match r.result {
-        Ok(lease) if lease.cancel_requested => end(held, &item.job_id, CancelReason::Cancelled),
+        Ok(lease) if lease.cancel_requested => end(held, &key, CancelReason::Cancelled),
         Ok(_) => h.deadline = h.deadline.max(deadline),
         // A refusal that may pass (the cluster busy) leaves it to the deadline.
         Err(e) => {
             if let Some(code) = e.code().filter(|c| is_final(*c)) {
-                end(held, &item.job_id, CancelReason::Rejected(code));
+                end(held, &key, CancelReason::Rejected(code));
             }
         }
     }
@@ -349,14 +364,14 @@ async fn watchdog(inner: Arc<Inner>) {
 }
 
 /// Ends every lease whose deadline is at or before `now`; the earliest deadline left.
-fn fire_passed(held: &mut BTreeMap<String, Held>, now: LocalInstant) -> Option<LocalInstant> {
-    let passed: Vec<String> = held
+fn fire_passed(held: &mut BTreeMap<Key, Held>, now: LocalInstant) -> Option<LocalInstant> {
+    let passed: Vec<Key> = held
         .iter()
         .filter(|(_, h)| h.deadline <= now)
-        .map(|(id, _)| id.clone())
+        .map(|(key, _)| key.clone())
         .collect();
-    for id in &passed {
-        end(held, id, CancelReason::DeadlinePassed);
+    for key in &passed {
+        end(held, key, CancelReason::DeadlinePassed);
     }
     held.values().map(|h| h.deadline).min()
 }
