@@ -167,17 +167,22 @@ impl LeaseSet {
         Ok(leases.iter().map(|l| self.hold(l)).collect())
     }
 
-    /// Holds `lease` (of this set's owner): from now on the set renews it.
+    /// Holds `lease` (of this set's owner): from now on the set renews it. Holding the
+    /// same lease (job and generation) again gives a handle sharing the first one's token.
     pub fn hold(&self, lease: &Lease) -> HeldLease {
-        let (token, reason) = (CancellationToken::new(), Arc::new(Mutex::new(None)));
-        let held = Held {
-            deadline: lease.deadline(),
-            token: token.clone(),
-            reason: reason.clone(),
-            progress: None,
-        };
         let key = (lease.job_id().to_owned(), lease.generation());
-        lock(&self.inner.held).insert(key, held);
+        // The same lease held twice is one entry: both handles share its token, so
+        // neither is left with a token nothing fires.
+        let (token, reason) = {
+            let mut held = lock(&self.inner.held);
+            let h = held.entry(key).or_insert_with(|| Held {
+                deadline: lease.deadline(),
+                token: CancellationToken::new(),
+                reason: Arc::new(Mutex::new(None)),
+                progress: None,
+            });
+            (h.token.clone(), h.reason.clone())
+        };
         HeldLease {
             inner: self.inner.clone(),
             job_id: lease.job_id().to_owned(),

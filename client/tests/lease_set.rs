@@ -105,7 +105,12 @@ async fn claim(State(store): State<Arc<FakeStore>>, Json(req): Json<Value>) -> J
     let mut job = store.job.lock().unwrap();
     job.generation += 1;
     job.live = true;
-    Json(json!({"leases": [lease_json(job.generation, req["ttl_ms"].as_u64().unwrap())]}))
+    let lease = lease_json(job.generation, req["ttl_ms"].as_u64().unwrap());
+    // A claim-next for several answers a list; a single one the lease itself.
+    match req.get("max_jobs") {
+        Some(_) => Json(json!({"leases": [lease]})),
+        None => Json(lease),
+    }
 }
 
 fn generations(req: &Value) -> Vec<u64> {
@@ -251,5 +256,34 @@ async fn a_stale_completion_of_an_old_generation_keeps_the_jobs_new_generation_h
         client.clock().now() >= deadline,
         "fired before its deadline"
     );
+    assert!(set.is_empty());
+}
+
+/// Holding the very same lease (job and generation) twice replaced its entry, so the first
+/// handle's token could never fire: a refusal fired the second handle's only. Now both
+/// handles share the one entry's token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_lease_held_twice_fires_both_handles() {
+    let (store, addr) = start_store(1).await;
+    let client = fast_client(addr);
+    let set = LeaseSet::new(&client, "w", LeaseSetConfig::new(Duration::from_secs(3)));
+    let lease = timeout(WAIT, client.claim_next(QUEUE, "w", 3_000, 0))
+        .await
+        .expect("the claim answered")
+        .unwrap()
+        .expect("a lease");
+    let (first, second) = (set.hold(&lease), set.hold(&lease));
+    assert_eq!(set.len(), 1, "one lease, one entry");
+    store.expire();
+    for (name, held) in [("first", &first), ("second", &second)] {
+        timeout(WAIT, held.cancelled().cancelled())
+            .await
+            .unwrap_or_else(|_| panic!("the {name} handle's token fired"));
+        assert_eq!(
+            held.cancel_reason(),
+            Some(CancelReason::Rejected(ErrorCode::LeaseExpired)),
+            "{name}"
+        );
+    }
     assert!(set.is_empty());
 }
