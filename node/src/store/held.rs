@@ -305,9 +305,10 @@ pub fn write_held(disk: &Disk, data_dir: &Path, held: &Held) -> io::Result<()> {
     write_durably(disk, data_dir, HELD_FILE, HELD_TMP, &format!("{json}\n"))
 }
 
-/// Records why this data dir is damaged, once (an earlier record is kept as it is).
+/// Records why this data dir is damaged, once: a record from an earlier start is kept
+/// as it is (what a later start finds again is only logged).
 pub fn write_damaged(disk: &Disk, data_dir: &Path, losses: &[Loss]) -> io::Result<()> {
-    if losses.iter().all(|l| matches!(l, Loss::Recorded(_))) {
+    if losses.is_empty() || losses.iter().any(|l| matches!(l, Loss::Recorded(_))) {
         return Ok(());
     }
     let mut text = String::new();
@@ -431,7 +432,8 @@ mod tests {
         assert_eq!(s.held, Some(Ok(held)));
         write_damaged(&Disk::Real, dir.path(), &[Loss::SnapshotWithoutLog(5)]).unwrap();
         let first = std::fs::read_to_string(dir.path().join(DAMAGED_FILE)).unwrap();
-        write_damaged(&Disk::Real, dir.path(), &[Loss::Recorded("x".into())]).unwrap();
+        let again = [Loss::Recorded("x".into()), Loss::SnapshotWithoutLog(5)];
+        write_damaged(&Disk::Real, dir.path(), &again).unwrap();
         let again = std::fs::read_to_string(dir.path().join(DAMAGED_FILE)).unwrap();
         assert_eq!(first, again);
         // A newer release's extra field is ignored.
