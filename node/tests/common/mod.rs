@@ -34,22 +34,40 @@ pub const CATCH_UP_WAIT: Duration = Duration::from_secs(30);
 
 pub type Tweak = Arc<dyn Fn(&mut NodeConfig) + Send + Sync>;
 
-/// Polls `probe` until it returns `Ok`, at most `timeout`; panics with `what` and the last
-/// `Err` (what was observed) otherwise.
+/// How long past its deadline [`eventually`] lets a probe that is still running finish. A
+/// request a node bounds itself (leader wait 3 s, then write timeout 5 s) fits; a hung
+/// one does not. Without it a probe ended only when it did: an HTTP probe at the client's
+/// 40 s timeout, and `wait_for_leader`'s three requests in a row 120 s past its 20 s bound
+/// (issue 44, item 7).
+pub const PROBE_OVERRUN_MAX: Duration = Duration::from_secs(10);
+/// Bound on starting one node (`server::start`: opening its data dir and Raft).
+pub const START_WAIT: Duration = Duration::from_secs(30);
+
+/// Polls `probe` until it returns `Ok`, at most `timeout` (and a last probe's
+/// [`PROBE_OVERRUN_MAX`]); panics with `what` and the last `Err` (what was observed)
+/// otherwise.
 pub async fn eventually<T, Fut>(what: &str, timeout: Duration, mut probe: impl FnMut() -> Fut) -> T
 where
     Fut: Future<Output = Result<T, String>>,
 {
     let start = Instant::now();
     let deadline = start + timeout;
+    let mut last = String::from("no probe answered yet");
     loop {
-        match probe().await {
-            Ok(v) => return v,
-            Err(last) => {
+        match tokio::time::timeout_at(deadline + PROBE_OVERRUN_MAX, probe()).await {
+            Ok(Ok(v)) => return v,
+            Ok(Err(seen)) => {
                 if Instant::now() >= deadline {
-                    panic!("timed out after {timeout:?} waiting for {what}; last observed: {last}");
+                    panic!("timed out after {timeout:?} waiting for {what}; last observed: {seen}");
                 }
+                last = seen;
             }
+            Err(_) => panic!(
+                "timed out after {:?} waiting for {what}: a probe was still running \
+                 {PROBE_OVERRUN_MAX:?} past the {timeout:?} bound; last observed before it: \
+                 {last}",
+                start.elapsed()
+            ),
         }
         tokio::time::sleep(POLL).await;
     }
@@ -541,8 +559,11 @@ impl TestCluster {
                     .tempdir()
                     .unwrap(),
             );
-            let running = server::start(listener, c.config(id))
+            let running = tokio::time::timeout(START_WAIT, server::start(listener, c.config(id)))
                 .await
+                .unwrap_or_else(|_| {
+                    panic!("starting node {id} did not finish within {START_WAIT:?}")
+                })
                 .unwrap_or_else(|e| panic!("starting node {id}: {e:#}"));
             c.nodes.insert(id, running);
         }
@@ -577,9 +598,17 @@ impl TestCluster {
             .nodes
             .remove(&id)
             .unwrap_or_else(|| panic!("node {id} is not running"));
+        let metrics = running.node.raft.metrics();
         tokio::time::timeout(Duration::from_secs(20), running.shutdown())
             .await
-            .unwrap_or_else(|_| panic!("shutdown of node {id} did not finish within 20 s"));
+            .unwrap_or_else(|_| {
+                let m = metrics.borrow();
+                panic!(
+                    "shutdown of node {id} did not finish within 20 s; its Raft last said: \
+                     {:?} in term {}, running {:?}",
+                    m.state, m.current_term, m.running_state
+                )
+            });
     }
 
     /// Starts a stopped node again on its data dir and its address. The address may be
