@@ -348,6 +348,13 @@ impl Watchdog {
                     }
                     next_renew = self.lease.sent_at() + self.every;
                 }
+                // This token's share of remembered replies is full: the renew was not
+                // applied, and the lease is as live as before; a fresh round soon (the
+                // deadline still guards it).
+                Some(Err(Error::Api {
+                    code: ErrorCode::IdempotencyFull,
+                    ..
+                })) => next_renew = self.clock.now() + RENEW_ROUND_PAUSE,
                 Some(Err(Error::Api { code, .. })) => {
                     self.lose(Some(code));
                     return;

@@ -351,7 +351,10 @@ fn apply_renewal(
 fn is_final(code: ErrorCode) -> bool {
     !matches!(
         code,
-        ErrorCode::Unavailable | ErrorCode::Timeout | ErrorCode::Internal
+        ErrorCode::Unavailable
+            | ErrorCode::Timeout
+            | ErrorCode::Internal
+            | ErrorCode::IdempotencyFull
     )
 }
 

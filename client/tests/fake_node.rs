@@ -514,6 +514,30 @@ async fn keep_alive_fires_when_the_store_says_stale() {
     assert_eq!(ka.status(), LeaseStatus::Lost(Some(ErrorCode::StaleLease)));
 }
 
+/// 429 `idempotency_full` on a renew: this token's share of remembered replies is full,
+/// nothing was applied and the lease is as live as before, so the keep-alive tries again
+/// soon instead of calling the lease lost (the deadline still guards it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renew_refused_for_a_full_idempotency_share_is_retried_not_lost() {
+    let (fake, addr) = start_fake().await;
+    fake.on("/claim", vec![reply(200, lease_json("j1", "w", 1, 3_000))]);
+    let full = api_error(429, "idempotency_full");
+    let renewed = reply(200, lease_json("j1", "w", 1, 3_000));
+    fake.on("/renew", vec![full.clone(), full, renewed]);
+    let client = fast_client(&[addr]);
+    let lease = client.claim("j1", "w", 3_000).await.unwrap();
+    let ka = lease.keep_alive();
+    timeout(WAIT, async {
+        while fake.seen_on("/renew").len() < 3 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("three renews sent");
+    assert_eq!(ka.status(), LeaseStatus::Live, "{:?}", ka.cancel_reason());
+    assert!(lease.is_live());
+}
+
 /// A claim of `ttl_ms` whose every renew the store refuses with `stale_lease`.
 async fn a_lease_the_store_will_refuse(ttl_ms: u64) -> (Arc<Fake>, Lease) {
     let (fake, addr) = start_fake().await;

@@ -239,3 +239,20 @@ def test_the_cleanup_window_is_a_tenth_of_the_ttl_up_to_its_cap() -> None:
     assert cleanup_window(50_000) == pytest.approx(5.0)
     assert cleanup_window(50_010) == pytest.approx(5.0)
     assert cleanup_window(49_990) == pytest.approx(4.999)
+
+
+def test_a_renew_refused_for_a_full_idempotency_share_is_retried_not_lost() -> None:
+    """429 ``idempotency_full``: nothing was applied and the lease is as live as before,
+    so the keep-alive tries again (the deadline still guards it); a stale lease is lost."""
+    import types
+
+    from leasehold.lease import Lease
+
+    fired: list[object] = []
+    stub = types.SimpleNamespace(job_id="j", generation=1,
+                                 _fire=lambda reason, e: fired.append((reason, e)))
+    full = errors.from_body(429, {"error": {"code": "idempotency_full", "message": "m"}}, None)
+    assert isinstance(full, leasehold.IdempotencyFull)
+    assert Lease._renew_failed(stub, full) is False and not fired
+    stale = errors.from_body(409, {"error": {"code": "stale_lease", "message": "m"}}, None)
+    assert Lease._renew_failed(stub, stale) is True and len(fired) == 1

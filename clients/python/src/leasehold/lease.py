@@ -45,7 +45,14 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from . import _calls
 from . import _limits as lim
 from ._transport import Answer, AsyncTransport, Call, SyncTransport
-from .errors import LEASE_GONE_CODES, LeaseholdError, OutcomeUnknown, ProtocolError, Unavailable
+from .errors import (
+    LEASE_GONE_CODES,
+    IdempotencyFull,
+    LeaseholdError,
+    OutcomeUnknown,
+    ProtocolError,
+    Unavailable,
+)
 from .models import Job
 
 if TYPE_CHECKING:
@@ -259,8 +266,9 @@ class Lease(Generic[E]):
 
     def _renew_failed(self, e: LeaseholdError) -> bool:
         """Judges a failed round: True when the lease is gone (fired ``"lost"``); False
-        for unavailability, an unknown outcome or a garbled answer (a fresh round soon)."""
-        if isinstance(e, (Unavailable, OutcomeUnknown, ProtocolError)):
+        for unavailability, an unknown outcome, a garbled answer, or this token's full share
+        of remembered replies (nothing applied; a fresh round soon)."""
+        if isinstance(e, (Unavailable, OutcomeUnknown, ProtocolError, IdempotencyFull)):
             log.debug("renew of %s/%d failed, retrying: %s", self.job_id, self.generation, e)
             return False
         self._fire(LOST, e)
