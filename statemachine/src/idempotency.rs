@@ -610,6 +610,11 @@ impl IdempotencyTable {
             t.push(k, r);
             if !scope.is_empty() {
                 t.keep_quota(&scope, b);
+                // Refusing, no build lets a scope hold more keys than its quota (`full`).
+                let held = t.scopes.get(&scope).map_or(0, |u| u.seqs.len());
+                if b.refuse && held > b.scope_keys_max {
+                    return Err(Inconsistency::IdempotencyOverBound);
+                }
             }
             while t.over(b) {
                 let (&oldest, _) = t.order.first_key_value().expect("over means not empty");
@@ -780,6 +785,33 @@ mod tests {
         assert_eq!(keys(&t).last(), Some(&"u19"));
         t.check_invariants(2, small());
         assert_eq!(t.largest_scope_bytes(), t.scope_bytes(""));
+    }
+
+    #[test]
+    fn a_refusing_table_never_forgets_and_a_scope_over_its_key_quota_is_refused() {
+        let refusing = Bounds {
+            refuse: true,
+            ..small()
+        };
+        let mut t = IdempotencyTable::default();
+        for i in 0..3 {
+            let (k, r) = entry(&format!("a {i}"), i, 1);
+            assert_eq!(t.full(&k, i, refusing), None);
+            t.insert(k, r, refusing);
+        }
+        // The quota is full: a new key of the scope is refused until the oldest leaves
+        // the window; nothing was forgotten; another scope is not held back.
+        assert_eq!(t.full("a 3", 3, refusing), Some(997));
+        assert_eq!(t.full("b 0", 3, refusing), None);
+        assert_eq!(keys(&t), ["a 0", "a 1", "a 2"]);
+        t.check_invariants(3, refusing);
+        // An image holding more keys in a scope than its quota cannot come from a build
+        // that refuses.
+        let over: Vec<_> = (0..4).map(|i| entry(&format!("a {i}"), i, 1)).collect();
+        assert_eq!(
+            IdempotencyTable::from_entries(over, refusing).unwrap_err(),
+            Inconsistency::IdempotencyOverBound
+        );
     }
 
     #[test]
