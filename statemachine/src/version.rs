@@ -27,7 +27,9 @@ pub use crate::descriptor::ENTRY_VERSION_MAX;
 /// - a full idempotency table or caller's quota refuses a new keyed write (429
 ///   `idempotency_full`) instead of forgetting a key inside its window, under the byte
 ///   bound `limits::IDEMPOTENCY_BYTES_MAX_REFUSING`;
-/// - a job created again under a deleted id starts a new history (`machine/events.rs`).
+/// - a job created again under a deleted id starts a new history (`machine/events.rs`);
+/// - snapshots (v6) write a ready or leased record's past as its place reads it, so a
+///   replica restored from a pre-1.1 image holds the same bytes (`snapshot/v5.rs`).
 pub const VERSION_BOUNDED_REPLIES: u32 = 7;
 
 /// The cluster version of a machine that never applied an activation: the entry version

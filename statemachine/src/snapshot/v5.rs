@@ -499,14 +499,30 @@ impl From<RememberedV5<'_>> for Remembered {
     }
 }
 
-/// The job table, written as a map of v5 records borrowed from the machine's.
-struct Jobs<'a>(&'a BTreeMap<u64, Arc<JobRecord>>);
+/// The job table, written as a map of v5 records borrowed from the machine's; with
+/// `settled_past` (from entry version 7) a record's past is written as its place reads
+/// it ([`JobRecord::lease_until_ms`], [`JobRecord::ready_since_ms`]).
+///
+/// Why: while a job is ready its `Past::ready_since_ms` is read by nothing (its place
+/// holds the time) and leaving ready overwrites it; the same holds for a leased job's
+/// `Past::lease_until_ms`. Format v3 carries only the place's view, so a replica restored
+/// from a v3 image held other bytes there than one that applied the log, and after the
+/// activation their v5+ snapshots and digests differed
+/// (`statemachine/tests/restore_then_activate.rs`). Written as the place reads them, the
+/// bytes are a function of what the machine can observe. Only from entry version 7, so
+/// that the images of an older cluster, where releases mix, stay byte for byte.
+struct Jobs<'a>(&'a BTreeMap<u64, Arc<JobRecord>>, bool);
 
 impl Serialize for Jobs<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut map = s.serialize_map(Some(self.0.len()))?;
         for (handle, rec) in self.0 {
-            map.serialize_entry(handle, &JobRecordV5::from(&**rec))?;
+            let mut v5 = JobRecordV5::from(&**rec);
+            if self.1 {
+                v5.lease_until_ms = rec.lease_until_ms();
+                v5.ready_since_ms = rec.ready_since_ms();
+            }
+            map.serialize_entry(handle, &v5)?;
         }
         map.end()
     }
@@ -541,7 +557,10 @@ pub(super) fn encode_into<W: std::io::Write>(
 ) -> bincode::Result<()> {
     let state = StateRef {
         header: (&image.header).into(),
-        jobs: Jobs(image.jobs),
+        jobs: Jobs(
+            image.jobs,
+            image.cluster_version >= crate::version::VERSION_BOUNDED_REPLIES,
+        ),
         tombstones: image.tombstones,
         idempotency: Entries(&image.idempotency),
     };
