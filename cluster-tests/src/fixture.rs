@@ -21,6 +21,30 @@ pub use leasehold_proc_cluster::{
 use crate::history::{FeedEvent, FinalJob, ReplicaDigest, ReplicaFeed};
 use crate::nodes::Nodes;
 
+/// Waits until every node of `c` applied the activation of this build's entry version,
+/// which the leader proposes by itself about a second after the cluster forms; panics
+/// with each node's cluster version after `bound`. Before it, the leader judges as a
+/// cluster being upgraded does (older rules, no newer commands).
+pub async fn wait_activated(c: &ProcCluster, bound: Duration) {
+    let want = u64::from(leasehold_statemachine::ENTRY_VERSION_MAX);
+    let deadline = Instant::now() + bound;
+    loop {
+        let mut seen = Vec::new();
+        for id in c.ids() {
+            let v: Option<serde_json::Value> = c.get_json(id, "/v1/cluster").await;
+            seen.push(v.and_then(|v| v["cluster_version"].as_u64()));
+        }
+        if seen.iter().all(|v| *v == Some(want)) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "cluster version {want} not active on every node within {bound:?}: {seen:?}"
+        );
+        tokio::time::sleep(POLL).await;
+    }
+}
+
 /// Bound on one `leasehold cluster …` run. Its client gives up long before (12 s per
 /// attempt, a few attempts); past this the process is killed and the call fails, saying
 /// so, rather than hold a test up with nothing printed (issue 44, item 7).

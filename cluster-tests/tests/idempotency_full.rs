@@ -16,7 +16,9 @@ use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
-use leasehold_cluster_tests::fixture::{leasehold_bin, ClusterOpts, ProcCluster, POLL};
+use leasehold_cluster_tests::fixture::{
+    leasehold_bin, wait_activated, ClusterOpts, ProcCluster, POLL,
+};
 use leasehold_proc_cluster::{send_raw, RawRequest, RawResponse};
 use serde_json::{json, Value};
 use tokio::time::Instant;
@@ -64,30 +66,8 @@ async fn start() -> Ctx {
     opts.serve_args_extra = vec![format!("--auth-file={}", auth.display())];
     opts.probe_token = Some(ADMIN.into());
     let c = ProcCluster::start(opts, CLUSTER_BOUND).await;
-    wait_activated(&c).await;
+    wait_activated(&c, CLUSTER_BOUND).await;
     Ctx { c, _dir: dir }
-}
-
-/// Waits until every node applied the activation of this build's entry version (the
-/// bounded replies are entry version 7's).
-async fn wait_activated(c: &ProcCluster) {
-    let want = u64::from(leasehold_statemachine::ENTRY_VERSION_MAX);
-    let deadline = Instant::now() + CLUSTER_BOUND;
-    loop {
-        let mut seen = Vec::new();
-        for id in c.ids() {
-            let v: Option<Value> = c.get_json(id, "/v1/cluster").await;
-            seen.push(v.and_then(|v| v["cluster_version"].as_u64()));
-        }
-        if seen.iter().all(|v| *v == Some(want)) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "version {want} not active: {seen:?}"
-        );
-        tokio::time::sleep(POLL).await;
-    }
 }
 
 impl Ctx {

@@ -26,7 +26,9 @@ use std::os::unix::fs::PermissionsExt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use leasehold_cluster_tests::fixture::{leasehold_bin, ClusterOpts, ProcCluster, POLL};
+use leasehold_cluster_tests::fixture::{
+    leasehold_bin, wait_activated, ClusterOpts, ProcCluster, POLL,
+};
 use leasehold_proc_cluster::{send_raw, RawRequest};
 use serde_json::{json, Value};
 use tokio::time::Instant;
@@ -146,35 +148,13 @@ async fn start() -> Ctx {
     opts.serve_args_extra = vec![format!("--auth-file={}", auth.display())];
     opts.probe_token = Some(READER.into());
     let c = ProcCluster::start(opts, CLUSTER_BOUND).await;
-    wait_activated(&c).await;
+    // Before the activation the leader checks scopes the way a cluster being upgraded
+    // does (issue 30), and the scoped rejections feed is empty.
+    wait_activated(&c, CLUSTER_BOUND).await;
     Ctx {
         c,
         _dir: dir,
         named: Mutex::new(BTreeSet::new()),
-    }
-}
-
-/// Waits until every node applied the activation of this build's entry version, which
-/// the leader proposes by itself about a second after the cluster forms: before it, the
-/// leader checks scopes the way a cluster being upgraded does (issue 30), and the
-/// scoped rejections feed is empty.
-async fn wait_activated(c: &ProcCluster) {
-    let want = leasehold_statemachine::ENTRY_VERSION_MAX;
-    let deadline = Instant::now() + CLUSTER_BOUND;
-    loop {
-        let mut seen = Vec::new();
-        for id in c.ids() {
-            let v: Option<Value> = c.get_json(id, "/v1/cluster").await;
-            seen.push(v.and_then(|v| v["cluster_version"].as_u64()));
-        }
-        if seen.iter().all(|v| *v == Some(u64::from(want))) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "cluster version {want} not active on every node: {seen:?}"
-        );
-        tokio::time::sleep(POLL).await;
     }
 }
 
