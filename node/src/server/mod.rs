@@ -430,19 +430,7 @@ async fn open(cfg: &NodeConfig) -> Result<Opened, StartError> {
              every write (fsio::fault); never in production"
         );
     }
-    use crate::store::held;
-    let held_err = |source| StartError::Held {
-        dir: cfg.data_dir.clone(),
-        source,
-    };
-    // What is there before anything is written: an identity file gone beside the rest is
-    // recorded before the identity is written again, so that no crash can hide it.
-    let survey =
-        held::survey(&cfg.data_dir, crate::security::identity::IDENTITY_FILE).map_err(held_err)?;
-    let mut losses = held::check_survey(&survey, cfg.id);
-    if !losses.is_empty() {
-        held::write_damaged(&cfg.disk, &cfg.data_dir, &losses).map_err(held_err)?;
-    }
+    let (survey, losses) = survey_held(cfg)?;
     // Before anything else touches the dir: refuse another node's (or cluster's) data.
     let identity =
         crate::security::identity::open_on(&cfg.disk, &cfg.data_dir, cfg.id, cfg.cluster_id)?;
@@ -463,27 +451,7 @@ async fn open(cfg: &NodeConfig) -> Result<Opened, StartError> {
     .map_err(|source| StartError::OpenStateMachine { dir: dir(), source })?;
     let sm = sm_store.shared();
     check_versions(&log_store, &sm, cfg.entry_version_max).await?;
-    let mut facts = log_store.held_facts().map_err(held_err)?;
-    facts.snapshot_index = survey
-        .snapshot_file
-        .then(|| sm.read(|s| s.last_applied.map(|l| l.index)))
-        .flatten();
-    facts.seed = cfg
-        .data_dir
-        .join(crate::raft::bootstrap::SEED_FILE)
-        .exists();
-    let marker = survey.held.as_ref().and_then(|h| h.as_ref().ok());
-    losses.extend(held::check_opened(marker, &facts));
-    let damage = if losses.is_empty() {
-        log_store
-            .keep_held(cfg.disk.clone(), &cfg.data_dir, cfg.id)
-            .map_err(held_err)?;
-        None
-    } else {
-        held::write_damaged(&cfg.disk, &cfg.data_dir, &losses).map_err(held_err)?;
-        log_store.freeze().map_err(held_err)?;
-        Some(losses)
-    };
+    let damage = check_held(cfg, &survey, losses, &log_store, &sm)?;
     let network = Network::new(cfg.dial.clone(), peer.clone()).with_tls(cfg.tls.clone());
     let elector = Arc::new(Elector::new(
         log_store.clone(),
@@ -530,6 +498,62 @@ async fn open(cfg: &NodeConfig) -> Result<Opened, StartError> {
         stage,
         damage,
     })
+}
+
+fn held_err(cfg: &NodeConfig) -> impl Fn(std::io::Error) -> StartError + '_ {
+    |source| StartError::Held {
+        dir: cfg.data_dir.clone(),
+        source,
+    }
+}
+
+/// What the data dir holds before anything is written (`store/held.rs`), and what that
+/// alone shows lost. An identity file gone beside the rest is recorded (`damaged`) before
+/// the identity is written again, so that no crash can hide it.
+fn survey_held(
+    cfg: &NodeConfig,
+) -> Result<(crate::store::held::Survey, Vec<crate::store::held::Loss>), StartError> {
+    use crate::store::held;
+    let survey = held::survey(&cfg.data_dir, crate::security::identity::IDENTITY_FILE)
+        .map_err(held_err(cfg))?;
+    let losses = held::check_survey(&survey, cfg.id);
+    if !losses.is_empty() {
+        held::write_damaged(&cfg.disk, &cfg.data_dir, &losses).map_err(held_err(cfg))?;
+    }
+    Ok((survey, losses))
+}
+
+/// With both stores open: what the log and snapshot show lost beside `losses` (the
+/// survey's). None: the marker is kept from now on. Some: `damaged` is written and the log
+/// frozen, and the node stays unsure for good.
+fn check_held(
+    cfg: &NodeConfig,
+    survey: &crate::store::held::Survey,
+    mut losses: Vec<crate::store::held::Loss>,
+    log_store: &LogStore,
+    sm: &SmShared,
+) -> Result<Option<Vec<crate::store::held::Loss>>, StartError> {
+    use crate::store::held;
+    let mut facts = log_store.held_facts().map_err(held_err(cfg))?;
+    facts.snapshot_index = survey
+        .snapshot_file
+        .then(|| sm.read(|s| s.last_applied.map(|l| l.index)))
+        .flatten();
+    facts.seed = cfg
+        .data_dir
+        .join(crate::raft::bootstrap::SEED_FILE)
+        .exists();
+    let marker = survey.held.as_ref().and_then(|h| h.as_ref().ok());
+    losses.extend(held::check_opened(marker, &facts));
+    if losses.is_empty() {
+        log_store
+            .keep_held(cfg.disk.clone(), &cfg.data_dir, cfg.id)
+            .map_err(held_err(cfg))?;
+        return Ok(None);
+    }
+    held::write_damaged(&cfg.disk, &cfg.data_dir, &losses).map_err(held_err(cfg))?;
+    log_store.freeze().map_err(held_err(cfg))?;
+    Ok(Some(losses))
 }
 
 /// Refuses, before Raft runs, a data dir with a snapshot or log entries of a newer release
