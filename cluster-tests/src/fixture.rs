@@ -21,6 +21,39 @@ pub use leasehold_proc_cluster::{
 use crate::history::{FeedEvent, FinalJob, ReplicaDigest, ReplicaFeed};
 use crate::nodes::Nodes;
 
+/// Three nodes of `bin` serving with the auth file `tokens` (written 0600 into a temp dir
+/// that lives as long as the returned one), dialing each other directly, with slow
+/// elections (a leader change mid-probe on a loaded two-core box would turn comparisons
+/// of answers into noise), probed with `probe_token`; formed and at this build's entry
+/// version ([`wait_activated`]) within `bound`. `name` prefixes the temp dirs.
+pub async fn start_with_auth(
+    name: &str,
+    bin: std::path::PathBuf,
+    tokens: &str,
+    probe_token: &str,
+    bound: Duration,
+) -> (ProcCluster, tempfile::TempDir) {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("leasehold-{name}-auth-"))
+        .tempdir()
+        .unwrap();
+    let auth = dir.path().join("tokens.toml");
+    std::fs::write(&auth, tokens).unwrap();
+    std::fs::set_permissions(&auth, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let mut opts = ClusterOpts::new(bin);
+    opts.temp_prefix = format!("leasehold-{name}-");
+    opts.link_proxies = false;
+    opts.election_timeout_min_ms = 1_500;
+    opts.election_timeout_max_ms = 3_000;
+    opts.probe_timeout = Duration::from_secs(3);
+    opts.serve_args_extra = vec![format!("--auth-file={}", auth.display())];
+    opts.probe_token = Some(probe_token.into());
+    let c = ProcCluster::start(opts, bound).await;
+    wait_activated(&c, bound).await;
+    (c, dir)
+}
+
 /// Waits until every node of `c` applied the activation of this build's entry version,
 /// which the leader proposes by itself about a second after the cluster forms; panics
 /// with each node's cluster version after `bound`. Before it, the leader judges as a

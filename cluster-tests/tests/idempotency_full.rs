@@ -13,12 +13,9 @@
 //! Every request goes to a follower, which forwards to the leader.
 
 use std::net::SocketAddr;
-use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
-use leasehold_cluster_tests::fixture::{
-    leasehold_bin, wait_activated, ClusterOpts, ProcCluster, POLL,
-};
+use leasehold_cluster_tests::fixture::{leasehold_bin, start_with_auth, ProcCluster, POLL};
 use leasehold_proc_cluster::{send_raw, RawRequest, RawResponse};
 use serde_json::{json, Value};
 use tokio::time::Instant;
@@ -50,23 +47,8 @@ struct Ctx {
 }
 
 async fn start() -> Ctx {
-    let dir = tempfile::Builder::new()
-        .prefix("leasehold-idem-auth-")
-        .tempdir()
-        .unwrap();
-    let auth = dir.path().join("tokens.toml");
-    std::fs::write(&auth, AUTH_FILE).unwrap();
-    std::fs::set_permissions(&auth, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let mut opts = ClusterOpts::new(leasehold_bin(env!("CARGO_BIN_EXE_leasehold-under-test")));
-    opts.temp_prefix = "leasehold-idem-".into();
-    opts.link_proxies = false;
-    opts.election_timeout_min_ms = 1_500;
-    opts.election_timeout_max_ms = 3_000;
-    opts.probe_timeout = Duration::from_secs(3);
-    opts.serve_args_extra = vec![format!("--auth-file={}", auth.display())];
-    opts.probe_token = Some(ADMIN.into());
-    let c = ProcCluster::start(opts, CLUSTER_BOUND).await;
-    wait_activated(&c, CLUSTER_BOUND).await;
+    let bin = leasehold_bin(env!("CARGO_BIN_EXE_leasehold-under-test"));
+    let (c, dir) = start_with_auth("idem", bin, AUTH_FILE, ADMIN, CLUSTER_BOUND).await;
     Ctx { c, _dir: dir }
 }
 

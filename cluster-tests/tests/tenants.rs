@@ -22,13 +22,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::net::SocketAddr;
-use std::os::unix::fs::PermissionsExt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use leasehold_cluster_tests::fixture::{
-    leasehold_bin, wait_activated, ClusterOpts, ProcCluster, POLL,
-};
+use leasehold_cluster_tests::fixture::{leasehold_bin, start_with_auth, ProcCluster, POLL};
 use leasehold_proc_cluster::{send_raw, RawRequest};
 use serde_json::{json, Value};
 use tokio::time::Instant;
@@ -129,28 +126,11 @@ struct Ctx {
 }
 
 async fn start() -> Ctx {
-    let dir = tempfile::Builder::new()
-        .prefix("leasehold-tenants-auth-")
-        .tempdir()
-        .unwrap();
-    let auth = dir.path().join("tokens.toml");
-    std::fs::write(&auth, AUTH_FILE).unwrap();
-    std::fs::set_permissions(&auth, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let mut opts = ClusterOpts::new(leasehold_bin(env!("CARGO_BIN_EXE_leasehold-under-test")));
-    opts.temp_prefix = "leasehold-tenants-".into();
-    // No link faults here: nodes dial each other directly.
-    opts.link_proxies = false;
-    // Slow elections: a leader change mid-probe on a loaded two-core box would turn a
-    // comparison of two nodes' answers into noise.
-    opts.election_timeout_min_ms = 1_500;
-    opts.election_timeout_max_ms = 3_000;
-    opts.probe_timeout = Duration::from_secs(3);
-    opts.serve_args_extra = vec![format!("--auth-file={}", auth.display())];
-    opts.probe_token = Some(READER.into());
-    let c = ProcCluster::start(opts, CLUSTER_BOUND).await;
-    // Before the activation the leader checks scopes the way a cluster being upgraded
-    // does (issue 30), and the scoped rejections feed is empty.
-    wait_activated(&c, CLUSTER_BOUND).await;
+    // Before the activation (which `start_with_auth` waits for) the leader checks scopes
+    // the way a cluster being upgraded does (issue 30), and the scoped rejections feed is
+    // empty.
+    let bin = leasehold_bin(env!("CARGO_BIN_EXE_leasehold-under-test"));
+    let (c, dir) = start_with_auth("tenants", bin, AUTH_FILE, READER, CLUSTER_BOUND).await;
     Ctx {
         c,
         _dir: dir,
