@@ -181,6 +181,25 @@ pub enum CommandOf<Items, Scoped> {
         owner: String,
         leases: Vec<LeaseItem>,
     },
+    /// Internal (entry version 8, issue 44 item 5): [`CommandOf::ActivateVersion`] that
+    /// names the membership the leader checked. The node applies it only while that
+    /// membership is still the latest (`node/src/store/state_machine.rs`): a member
+    /// added or removed between the leader's poll and this entry makes it a no-op, and
+    /// the leader polls again.
+    ActivateVersionIn {
+        version: u32,
+        membership: MembershipMark,
+    },
+}
+
+/// The log id of the membership entry an activation was decided against: the
+/// `(term, node_id)` of the leader that proposed that entry and its index (openraft's
+/// `LogId`, in this crate's own words: the state machine knows no Raft types).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MembershipMark {
+    pub term: u64,
+    pub node_id: u64,
+    pub index: u64,
 }
 
 /// One lease of a [`Command::RenewMany`] or [`Command::CompleteMany`]: the job, the
@@ -350,6 +369,13 @@ impl<S: Into<ScopedCommand>> From<CommandOf<NoBatch, S>> for Command {
             C::Tick => C::Tick,
             C::Batch(none) => match none {},
             C::ActivateVersion { version } => C::ActivateVersion { version },
+            C::ActivateVersionIn {
+                version,
+                membership,
+            } => C::ActivateVersionIn {
+                version,
+                membership,
+            },
             C::Scoped(scoped) => C::Scoped(scoped.into()),
             C::SubmitWith {
                 id,
@@ -514,7 +540,9 @@ impl Command {
                 }
             }
             Command::Release { .. } | Command::Delete { .. } | Command::Tick => {}
-            Command::ActivateVersion { version } => crate::version::validate_activation(*version)?,
+            Command::ActivateVersion { version } | Command::ActivateVersionIn { version, .. } => {
+                crate::version::validate_activation(*version)?
+            }
             // Only the shape: each item's command is validated when it is applied, and
             // gets its own error reply rather than failing the whole batch.
             Command::Batch(items) => validate_batch(items)?,

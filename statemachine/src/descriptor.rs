@@ -16,15 +16,16 @@
 
 use std::fmt;
 
-use crate::command::{BatchItem, Command, LeaseItem, ScopedCommand};
+use crate::command::{BatchItem, Command, LeaseItem, MembershipMark, ScopedCommand};
 use crate::tenant::{QueuePattern, Scope};
 
 /// The newest entry version this build applies: the highest [`Descriptor::since`] of
 /// any command, or a version that changes what existing commands do (5: the machine
 /// records events, `machine/events.rs`; 7: the third safety pass,
-/// `version::VERSION_BOUNDED_REPLIES`). A cluster proposes a command, and activates a
+/// `version::VERSION_BOUNDED_REPLIES`; 8: the activation names its membership,
+/// `version::VERSION_CHECKED_ACTIVATION`). A cluster proposes a command, and activates a
 /// version, only once every member can apply it.
-pub const ENTRY_VERSION_MAX: u32 = 7;
+pub const ENTRY_VERSION_MAX: u32 = 8;
 
 /// What a request does, as far as permissions go (the role table is the node's
 /// `security::auth::Role::allows`). Commands carry theirs in their [`Descriptor`];
@@ -247,6 +248,13 @@ const ACTIVATE_VERSION: Descriptor = Descriptor {
     ..TICK
 };
 
+/// The activation that names the membership it was decided against (entry version 8,
+/// `Command::ActivateVersionIn`); the same command otherwise.
+const ACTIVATE_VERSION_IN: Descriptor = Descriptor {
+    since: 8,
+    ..ACTIVATE_VERSION
+};
+
 /// A client command held to its caller's tenant scope (`Command::Scoped`, entry version
 /// 3). Only its entry version is its own: its name, operation, scope rule and names are
 /// those of the command it carries ([`Command::facts`]).
@@ -314,7 +322,7 @@ const COMPLETE_MANY: Descriptor = Descriptor {
 };
 
 /// Every descriptor, in the order of `Command`'s variants (their bincode index).
-pub const DESCRIPTORS: [Descriptor; 21] = [
+pub const DESCRIPTORS: [Descriptor; 22] = [
     SUBMIT,
     CLAIM,
     CLAIM_NEXT,
@@ -336,6 +344,7 @@ pub const DESCRIPTORS: [Descriptor; 21] = [
     CLAIM_NEXT_MANY,
     RENEW_MANY,
     COMPLETE_MANY,
+    ACTIVATE_VERSION_IN,
 ];
 
 impl Command {
@@ -389,6 +398,7 @@ impl Command {
             Command::Tick => (&TICK, none),
             Command::Batch(items) => (&BATCH, Names { items, ..none }),
             Command::ActivateVersion { .. } => (&ACTIVATE_VERSION, none),
+            Command::ActivateVersionIn { .. } => (&ACTIVATE_VERSION_IN, none),
             // What it carries is what it is, for roles, scopes, metrics and feeds.
             Command::Scoped(scoped) => scoped.command.facts(),
             Command::SubmitWith { id, queue, .. } => (
@@ -620,6 +630,14 @@ pub fn one_of_each() -> Vec<Command> {
                 json: Some("1".into()),
             }],
         },
+        Command::ActivateVersionIn {
+            version: 8,
+            membership: MembershipMark {
+                term: 3,
+                node_id: 1,
+                index: 42,
+            },
+        },
     ];
     let listed: Vec<usize> = all.iter().map(variant_index).collect();
     let want: Vec<usize> = (0..all.len()).collect();
@@ -654,5 +672,6 @@ fn variant_index(c: &Command) -> usize {
         Command::ClaimNextMany { .. } => 18,
         Command::RenewMany { .. } => 19,
         Command::CompleteMany { .. } => 20,
+        Command::ActivateVersionIn { .. } => 21,
     }
 }

@@ -46,8 +46,8 @@ pub mod version;
 pub mod wire;
 
 pub use command::{
-    BatchItem, Command, CommandOf, Entry, LeaseItem, NoBatch, NoScope, Outcome, Reply,
-    ScopedCommand,
+    BatchItem, Command, CommandOf, Entry, LeaseItem, MembershipMark, NoBatch, NoScope, Outcome,
+    Reply, ScopedCommand,
 };
 pub use descriptor::{
     CommandScope, Descriptor, MissingJob, Names, Operation, DESCRIPTORS, ENTRY_VERSION_MAX,

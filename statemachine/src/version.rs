@@ -15,8 +15,9 @@
 //! rolled back; after activation the previous release refuses the data dir.
 //!
 //! A command's entry version is its descriptor's `since` ([`Command::since`]). Pure;
-//! imports only `descriptor` and `wire`.
+//! imports only `command`, `descriptor` and `wire`.
 
+use crate::command::{Command, MembershipMark};
 use crate::wire::{ApiError, ErrorCode};
 
 pub use crate::descriptor::ENTRY_VERSION_MAX;
@@ -31,6 +32,14 @@ pub use crate::descriptor::ENTRY_VERSION_MAX;
 /// - snapshots (v6) write a ready or leased record's past as its place reads it, so a
 ///   replica restored from a pre-1.1 image holds the same bytes (`snapshot/v5.rs`).
 pub const VERSION_BOUNDED_REPLIES: u32 = 7;
+
+/// Entry version 8 (issue 44 item 5): the activation names the membership the leader
+/// checked ([`crate::Command::ActivateVersionIn`]); a node applies it only while that
+/// membership is the latest, so a member added between the poll and the entry cannot be
+/// handed entries it cannot decode. An activation to this version or later is written
+/// in that form (every member decodes it by then); to an older one, as
+/// [`crate::Command::ActivateVersion`].
+pub const VERSION_CHECKED_ACTIVATION: u32 = 8;
 
 /// The cluster version of a machine that never applied an activation: the entry version
 /// of every command of the release before entry versions existed.
@@ -60,6 +69,20 @@ pub fn validate_activation(version: u32) -> Result<(), ApiError> {
         ));
     }
     Ok(())
+}
+
+/// The activation of `version`, decided against the membership entry `membership`: in
+/// the form that names it from [`VERSION_CHECKED_ACTIVATION`] on (every member decodes
+/// it by then), as the plain form before.
+pub fn activation(version: u32, membership: MembershipMark) -> Command {
+    if version >= VERSION_CHECKED_ACTIVATION {
+        Command::ActivateVersionIn {
+            version,
+            membership,
+        }
+    } else {
+        Command::ActivateVersion { version }
+    }
 }
 
 /// The cluster version after applying `ActivateVersion { version }` at `current`: it

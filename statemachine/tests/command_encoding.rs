@@ -16,7 +16,7 @@ use leasehold_statemachine::{
 use serde::de::{self, Deserialize, Deserializer, Visitor};
 
 /// `one_of_each()`, encoded (hex), in variant order. Never edit a line: append one.
-const GOLDEN: [&str; 21] = [
+const GOLDEN: [&str; 22] = [
     "000000000101000000000000006a0100000000000000710102000000000000007b7d010300000000000000",
     "0100000001000000000000006a01000000000000006fe803000000000000",
     "0200000001000000000000007101000000000000006fe803000000000000",
@@ -40,6 +40,8 @@ const GOLDEN: [&str; 21] = [
     "1200000001000000000000007101000000000000006fe80300000000000040000000",
     "1300000001000000000000006f01d007000000000000010000000000000001000000000000006a0700000000000000010a000000000000007b2273746570223a327d",
     "1400000001000000000000006f010000000000000001000000000000006a070000000000000001010000000000000031",
+    // Entry version 8 (issue 44 item 5): the activation naming its membership.
+    "1500000008000000030000000000000001000000000000002a00000000000000",
 ];
 
 /// `Entry { stamp_ms: 5, term: 2, idempotency_key: Some("k"), command: Tick }`.
@@ -207,6 +209,7 @@ fn a_batch_needs_the_newest_version_of_its_items() {
             Command::ClaimNextMany { .. }
             | Command::RenewMany { .. }
             | Command::CompleteMany { .. } => 6,
+            Command::ActivateVersionIn { .. } => 8,
             _ => 1,
         };
         assert_eq!(cmd.since(), want, "{cmd:?}");

@@ -379,7 +379,7 @@ impl LeaseMachine {
             Command::Redrive { queue, limit } => self.redrive(log_index, now, queue, *limit, None),
             Command::Tick => Ok(Outcome::Ticked),
             Command::Batch(_) => Err(ApiError::new(ErrorCode::InvalidArgument, "nested batch")),
-            Command::ActivateVersion { version } => {
+            Command::ActivateVersion { version } | Command::ActivateVersionIn { version, .. } => {
                 self.cluster_version = crate::version::activated(self.cluster_version, *version);
                 Ok(Outcome::Ticked)
             }
@@ -424,7 +424,7 @@ impl LeaseMachine {
     /// activation itself is what raises it.
     fn check_active(&self, cmd: &Command) -> Result<(), ApiError> {
         match cmd {
-            Command::ActivateVersion { .. } => Ok(()),
+            Command::ActivateVersion { .. } | Command::ActivateVersionIn { .. } => Ok(()),
             cmd => self.admits(cmd.since()),
         }
     }
