@@ -22,6 +22,7 @@ use leasehold_cluster_tests::history::{ReplicaDigest, RunRecord};
 use leasehold_cluster_tests::holders::{HoldSpec, Holders};
 use leasehold_cluster_tests::scenario::{job_ids, Bins, Chaos, LEADER_BOUND};
 use leasehold_cluster_tests::workload::ProcMode;
+use leasehold_node::raft::versions::ENTRY_VERSION_MAX_ENV;
 use serde_json::Value;
 use tokio::time::Instant;
 
@@ -339,4 +340,172 @@ async fn add_and_remove_a_node_while_leaders_are_killed_and_workers_freeze() {
             .all(|w| (w[0].applied_index, &w[0].digest) == (w[1].applied_index, &w[1].digest)),
         "node 4 (added under faults) or another member did not catch up: {replicas:?}"
     );
+}
+
+/// Issue 44 item 5: a node that applies fewer entry versions than the cluster has
+/// activated is never made a member — not by `cluster add-node` (400, naming both
+/// versions), not by its own `serve --join` (refused at every attempt, the reason in its
+/// log) — and a node that does not answer is not added either (503: start it first).
+/// The same node on this build's version is then added. Real processes throughout; the
+/// test version override (`ENTRY_VERSION_MAX_ENV`) makes a process of this build claim
+/// one version less, as the previous release would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_below_the_cluster_version_is_not_added() {
+    let _serial = SERIAL.lock().await;
+    let name = "a_node_below_the_cluster_version_is_not_added";
+    let mut c = Chaos::start(name, ClusterOpts::new(bins().leasehold), TTL, bins()).await;
+    leasehold_cluster_tests::fixture::wait_activated(&c.cluster, STEP_BOUND).await;
+    let newest = leasehold_statemachine::ENTRY_VERSION_MAX;
+    let older = vec![(ENTRY_VERSION_MAX_ENV.to_owned(), (newest - 1).to_string())];
+    c.cluster.set_binary(bins().leasehold, older.clone());
+
+    c.cluster.add_process(4, Added::Waiting);
+    let addr4 = c.cluster.addr(4).to_string();
+    let refused = format!(
+        "node 4 applies entry versions up to {}, and the cluster version is {newest}",
+        newest - 1
+    );
+    let (ok, out) = cli(&c, 2, &["add-node", "4", &addr4]);
+    assert!(
+        !ok && out.contains("invalid_argument") && out.contains(&refused),
+        "{out}"
+    );
+    assert_members(&c, &[1, 2, 3]).await;
+
+    // Not running: it cannot say, and is not added.
+    c.cluster.kill(4);
+    let (ok, out) = cli(&c, 1, &["add-node", "4", &addr4]);
+    assert!(
+        !ok && out.contains("unavailable") && out.contains("has not said"),
+        "{out}"
+    );
+    assert_members(&c, &[1, 2, 3]).await;
+
+    // Its own join is refused at every attempt, and says why in its log.
+    c.cluster.add_process(5, Added::JoinVia(3));
+    let deadline = Instant::now() + STEP_BOUND;
+    let refused5 = refused.replace("node 4", "node 5");
+    while !std::fs::read_to_string(c.cluster.log_path(5)).is_ok_and(|l| l.contains(&refused5)) {
+        assert!(
+            Instant::now() < deadline,
+            "node 5's join was not refused:\n{}",
+            c.cluster.log_tails(20)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_members(&c, &[1, 2, 3]).await;
+    c.cluster.kill(5);
+    c.cluster.forget(5);
+
+    // On this build's version it is added, and the cluster goes on.
+    c.cluster.set_binary(bins().leasehold, Vec::new());
+    c.cluster.restart(4);
+    let (ok, out) = cli(&c, 3, &["add-node", "4", &addr4]);
+    assert!(ok, "cluster add-node 4 on this build: {out}");
+    wait_voters(&c, 1, &[1, 2, 3, 4]).await;
+    let report = c.finish().await;
+    assert!(report.is_ok());
+}
+
+/// Every node that answers reports exactly these voters and no learner.
+async fn assert_members(c: &Chaos, want: &[u64]) {
+    let want: BTreeSet<u64> = want.iter().copied().collect();
+    for id in 1..=3 {
+        let v = view(c, id).await.expect("a member answers /v1/cluster");
+        assert_eq!(ids(&v, "voters"), want, "node {id}: {v}");
+        assert!(ids(&v, "learners").is_empty(), "node {id}: {v}");
+    }
+}
+
+/// The cluster version every node in `ids` reports (`None` for one that does not answer).
+async fn cluster_versions(c: &Chaos, ids: &[u64]) -> Vec<Option<u64>> {
+    let mut seen = Vec::new();
+    for &id in ids {
+        seen.push(
+            view(c, id)
+                .await
+                .and_then(|v| v["cluster_version"].as_u64()),
+        );
+    }
+    seen
+}
+
+/// Waits until every node in `ids` reports cluster version `want`.
+async fn wait_cluster_version(c: &Chaos, ids: &[u64], want: u64) {
+    let deadline = Instant::now() + STEP_BOUND;
+    loop {
+        let seen = cluster_versions(c, ids).await;
+        if seen.iter().all(|v| *v == Some(want)) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "cluster version {want} not on {ids:?}: {seen:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Issue 44 item 5: the activation and a membership change decide on one view. Three
+/// nodes claim one entry version less than this build; the last of them is restarted on
+/// this build's version and, at once, an operator adds a node that claims the older
+/// version — racing the leader's activation. Whichever wins, the cluster never holds
+/// both: either the add is refused (400, the newer version already active) or the node
+/// is added and the version stays until that node too runs this build's version, which
+/// is then activated on all four.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_add_racing_the_activation_never_leaves_a_member_behind() {
+    let _serial = SERIAL.lock().await;
+    let newest = u64::from(leasehold_statemachine::ENTRY_VERSION_MAX);
+    let older = vec![(ENTRY_VERSION_MAX_ENV.to_owned(), (newest - 1).to_string())];
+    let mut opts = ClusterOpts::new(bins().leasehold);
+    opts.env = older.clone();
+    let name = "an_add_racing_the_activation_never_leaves_a_member_behind";
+    let mut c = Chaos::start(name, opts, TTL, bins()).await;
+    c.spawn_workers(2, &job_ids("job", 4), |_| {});
+    wait_cluster_version(&c, &[1, 2, 3], newest - 1).await;
+    c.cluster.set_binary(bins().leasehold, Vec::new());
+    for id in [1, 2] {
+        c.cluster.kill(id);
+        c.cluster.restart(id);
+        wait_voters(&c, id, &[1, 2, 3]).await;
+    }
+    c.cluster.kill(3);
+    c.cluster.restart(3);
+    c.fault("every node on this build's version: the activation is due");
+    c.cluster.set_binary(bins().leasehold, older);
+    c.cluster.add_process(4, Added::Waiting);
+    let addr4 = c.cluster.addr(4).to_string();
+    let (added, out) = cli(&c, 1, &["add-node", "4", &addr4]);
+    c.fault(format!("cluster add-node 4 (older version): added {added}"));
+    if added {
+        // A member behind: the version must not move past it.
+        wait_voters(&c, 1, &[1, 2, 3, 4]).await;
+        c.run_for(Duration::from_secs(3)).await;
+        let seen = cluster_versions(&c, &[1, 2, 3, 4]).await;
+        assert!(
+            seen.iter().all(|v| *v == Some(newest - 1)),
+            "activated past node 4: {seen:?}"
+        );
+        c.cluster.kill(4);
+        c.cluster.set_binary(bins().leasehold, Vec::new());
+        c.cluster.restart(4);
+        wait_cluster_version(&c, &[1, 2, 3, 4], newest).await;
+    } else {
+        assert!(
+            out.contains("invalid_argument") && out.contains("applies entry versions up to"),
+            "{out}"
+        );
+        wait_cluster_version(&c, &[1, 2, 3], newest).await;
+        assert_members(&c, &[1, 2, 3]).await;
+        c.cluster.kill(4);
+        c.cluster.forget(4);
+    }
+    eprintln!(
+        "race: node 4 (older version) {}",
+        if added { "added first" } else { "refused" }
+    );
+    c.run_for(Duration::from_secs(2)).await;
+    let report = c.finish().await;
+    assert!(report.is_ok());
 }

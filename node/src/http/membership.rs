@@ -5,6 +5,11 @@
 //! machine's, and a change of leader is an ordinary failover, covered by the failover
 //! grace.
 //!
+//! A node is added only if it applies every entry version the cluster has activated
+//! (400 `invalid_argument` otherwise, naming both versions; 503 `unavailable` while it
+//! does not answer: it must be running to say): the check and the learner entry hold the changes lock the leader's
+//! activation also takes, so the two decide against one view (issue 44 item 5).
+//!
 //! Re-adding a voter is refused (409 `already_exists`): a node that lost its disk has
 //! forgotten its votes and must not come back as the voter it was. Remove it first, then
 //! add it again (`serve --join` does the adding, and refuses to vote until it is added).
@@ -29,6 +34,7 @@ use super::leader::on_leader;
 use super::request::parse_json;
 use crate::node::{Node, ProposeError};
 use crate::raft::join::CATCH_UP_WAIT;
+use crate::raft::versions::{admit_member, Seen};
 use crate::types::{NodeId, RaftMetrics};
 
 /// A learner this close to the leader's last log index counts as caught up.
@@ -232,6 +238,56 @@ fn refuse_add(
     None
 }
 
+/// Why node `id` at `addr` may not join now (issue 44 item 5): it applies fewer entry
+/// versions than the cluster has activated, or does not say. Decided after every entry
+/// of this leader's log is applied (a leader elected with an activation still to commit
+/// counts it), under the changes lock the caller holds.
+async fn refuse_version(
+    node: &Node,
+    id: NodeId,
+    addr: &str,
+) -> Result<Option<ApiError>, ProposeError> {
+    node.proposer().linearize().await?;
+    let cluster_version = node.sm.read(|s| s.machine.cluster_version());
+    let seen = node.versions.ask(node.id, id, addr).await;
+    // Silent: start it and retry (503); behind: it never fits this cluster (400).
+    let code = match seen {
+        Seen::Unknown(_) => ErrorCode::Unavailable,
+        _ => ErrorCode::InvalidArgument,
+    };
+    Ok(admit_member(id, &seen, cluster_version)
+        .err()
+        .map(|why| ApiError::new(code, why)))
+}
+
+/// Adds `id` at `addr` as a learner once its entry version is checked, all under the
+/// changes lock (`Versions::lock_changes`): the activation does not decide meanwhile.
+async fn add_learner(
+    node: &Node,
+    id: NodeId,
+    addr: &str,
+) -> Result<Option<Response>, ProposeError> {
+    let _changes = node.versions.lock_changes().await;
+    if let Some(refused) = refuse_version(node, id, addr).await? {
+        tracing::warn!(id, addr, "{}", refused.message);
+        return Ok(Some(error_response(&refused)));
+    }
+    tracing::info!(id, addr, "adding a learner");
+    let added = tokio::time::timeout(
+        CHANGE_TIMEOUT,
+        node.raft.add_learner(id, BasicNode::new(addr), false),
+    )
+    .await;
+    match added {
+        Err(_) => Ok(Some(error_response(&ApiError::new(
+            ErrorCode::Timeout,
+            format!("adding node {id} as a learner did not commit in time; retry"),
+        )))),
+        Ok(Err(e)) => finish(node, Err(change_error(e))).map(Some),
+        Ok(Ok(_)) => Ok(None),
+    }
+}
+
 /// On the leader: add `id` as a learner (or update a learner's address), wait until it has
 /// caught up, then make it a voter.
 async fn add_on_leader(node: &Node, id: NodeId, addr: &str) -> Result<Response, ProposeError> {
@@ -243,21 +299,8 @@ async fn add_on_leader(node: &Node, id: NodeId, addr: &str) -> Result<Response, 
     let is_learner = membership.learner_ids().any(|l| l == id);
     let same_addr = membership.get_node(&id).is_some_and(|n| n.addr == addr);
     if !(is_learner && same_addr) {
-        tracing::info!(id, addr, "adding a learner");
-        let added = tokio::time::timeout(
-            CHANGE_TIMEOUT,
-            node.raft.add_learner(id, BasicNode::new(addr), false),
-        )
-        .await;
-        match added {
-            Err(_) => {
-                return Ok(error_response(&ApiError::new(
-                    ErrorCode::Timeout,
-                    format!("adding node {id} as a learner did not commit in time; retry"),
-                )))
-            }
-            Ok(Err(e)) => return finish(node, Err(change_error(e))),
-            Ok(Ok(_)) => {}
+        if let Some(refused) = add_learner(node, id, addr).await? {
+            return Ok(refused);
         }
     }
     let mut metrics = node.raft.metrics();

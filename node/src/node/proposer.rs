@@ -110,8 +110,11 @@ impl Proposer {
     /// that is behind. The activation itself is decided elsewhere (`upgrade.rs`).
     pub fn admit(&self, command: &Command) -> Result<(), ProposeError> {
         let version = command.since();
-        if version <= CLUSTER_VERSION_INITIAL || matches!(command, Command::ActivateVersion { .. })
-        {
+        let activation = matches!(
+            command,
+            Command::ActivateVersion { .. } | Command::ActivateVersionIn { .. }
+        );
+        if version <= CLUSTER_VERSION_INITIAL || activation {
             return Ok(());
         }
         let cluster_version = self.sm.read(|s| s.machine.cluster_version());

@@ -88,18 +88,50 @@ impl Seen {
     }
 }
 
-/// This node's own entry version and what it last learned of its members'.
-#[derive(Debug)]
+/// This node's own entry version, what it last learned of its members', and the lock
+/// that gives the activation and membership changes one view (issue 44 item 5).
 pub struct Versions {
     own: u32,
     seen: Mutex<BTreeMap<NodeId, Seen>>,
+    /// Held by the leader from its poll until the activation commits, and by a
+    /// membership change from the new node's check until it commits: neither decides
+    /// against a membership or a cluster version the other is changing.
+    changes: tokio::sync::Mutex<()>,
+    /// Asks a node that is not a member yet (`POST /v1/cluster/nodes`).
+    network: Network,
 }
 
 impl Versions {
-    pub fn new(own: u32) -> Self {
+    pub fn new(own: u32, network: Network) -> Self {
         Versions {
             own,
             seen: Mutex::new(BTreeMap::new()),
+            changes: tokio::sync::Mutex::new(()),
+            network,
+        }
+    }
+
+    /// Waits for the lock of membership-and-version decisions (see the field).
+    pub async fn lock_changes(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.changes.lock().await
+    }
+
+    /// Asks node `id` at `addr` which entry version it applies ([`POLL_TIMEOUT`]); an
+    /// answer from another node id counts as no answer.
+    pub async fn ask(&self, self_id: NodeId, id: NodeId, addr: &str) -> Seen {
+        let client = self
+            .network
+            .clone()
+            .client(id, &openraft::BasicNode::new(addr));
+        let req = VersionRequest { from: self_id };
+        match client.version(&req, POLL_TIMEOUT).await {
+            VersionCall::Answered(a) if a.node_id == id => Seen::Advertised(a.entry_version_max),
+            VersionCall::Answered(a) => Seen::Unknown(format!(
+                "{addr} answered as node {}, not node {id}",
+                a.node_id
+            )),
+            VersionCall::NoRoute => Seen::NoRoute,
+            VersionCall::Failed(why) => Seen::Unknown(why),
         }
     }
 
@@ -170,6 +202,27 @@ pub fn gate(
 pub fn decide_activation(cluster_version: u32, members: &BTreeMap<NodeId, Seen>) -> Option<u32> {
     let lowest = members.values().map(Seen::version).min()?;
     (lowest > cluster_version).then_some(lowest)
+}
+
+/// Whether a node that answered `seen` may join a cluster at `cluster_version` (issue 44
+/// item 5): it must apply every entry the cluster may already hold. The message says
+/// what to do.
+pub fn admit_member(id: NodeId, seen: &Seen, cluster_version: u32) -> Result<(), String> {
+    if seen.version() >= cluster_version {
+        return Ok(());
+    }
+    Err(match seen {
+        Seen::Unknown(why) => format!(
+            "node {id} has not said which entry versions it applies ({why}), and the cluster \
+             version is {cluster_version}: start node {id} (serve --join) before adding it"
+        ),
+        seen => format!(
+            "node {id} applies entry versions up to {}, and the cluster version is \
+             {cluster_version}: it could not decode this cluster's log; start it on a \
+             release at least as new as the cluster's",
+            seen.version()
+        ),
+    })
 }
 
 /// Asks every member in `members` (id → address) which entry version it applies, all
@@ -243,7 +296,9 @@ pub fn check_entries<'a>(
 ) -> Result<(), NewerData> {
     for (index, cmd) in entries {
         let found = match cmd {
-            Command::ActivateVersion { version } => cmd.since().max(*version),
+            Command::ActivateVersion { version } | Command::ActivateVersionIn { version, .. } => {
+                cmd.since().max(*version)
+            }
             cmd => cmd.since(),
         };
         if found > own {
@@ -379,6 +434,45 @@ mod tests {
         assert!(check_machine(&m, 2).is_ok());
         let e = check_machine(&m, 1).unwrap_err();
         assert!(e.what.contains("snapshot"), "{e}");
+    }
+
+    #[test]
+    fn a_new_member_must_apply_the_cluster_version() {
+        assert_eq!(admit_member(4, &Seen::Advertised(8), 8), Ok(()));
+        assert_eq!(admit_member(4, &Seen::Advertised(9), 8), Ok(()));
+        assert_eq!(
+            admit_member(4, &Seen::NoRoute, 1),
+            Ok(()),
+            "nothing activated yet"
+        );
+        let why = admit_member(4, &Seen::Advertised(7), 8).unwrap_err();
+        assert!(
+            why.contains("node 4 applies entry versions up to 7, and the cluster version is 8"),
+            "{why}"
+        );
+        let why = admit_member(4, &Seen::Unknown("connection refused".into()), 8).unwrap_err();
+        assert!(
+            why.contains("node 4 has not said") && why.contains("connection refused"),
+            "{why}"
+        );
+        assert!(
+            admit_member(4, &Seen::NoRoute, 2).is_err(),
+            "the release before versions"
+        );
+        let checked = Command::ActivateVersionIn {
+            version: 9,
+            membership: leasehold_statemachine::MembershipMark {
+                term: 1,
+                node_id: 1,
+                index: 1,
+            },
+        };
+        let e = check_entries([(3, &checked)], 8).unwrap_err();
+        assert_eq!(
+            (e.found, e.own),
+            (9, 8),
+            "the named form is checked at start-up too"
+        );
     }
 
     #[test]

@@ -350,7 +350,7 @@ pub async fn start(listener: TcpListener, cfg: NodeConfig) -> Result<RunningNode
         elector: opened.elector,
         truncations: opened.log.truncations(),
         bootstrap,
-        versions: Arc::new(Versions::new(cfg.entry_version_max)),
+        versions: Arc::new(Versions::new(cfg.entry_version_max, opened.network.clone())),
     });
     let node = Arc::new(node);
     let cancel = CancellationToken::new();
@@ -448,7 +448,8 @@ async fn open(cfg: &NodeConfig) -> Result<Opened, StartError> {
         Default::default(),
     )
     .await
-    .map_err(|source| StartError::OpenStateMachine { dir: dir(), source })?;
+    .map_err(|source| StartError::OpenStateMachine { dir: dir(), source })?
+    .with_entry_version_max(cfg.entry_version_max);
     let sm = sm_store.shared();
     check_versions(&log_store, &sm, cfg.entry_version_max).await?;
     let damage = check_held(cfg, &survey, losses, &log_store, &sm)?;

@@ -30,6 +30,7 @@
 //!
 //! [`LeaseMachine`]: leasehold_statemachine::LeaseMachine
 
+mod activation;
 pub mod held;
 mod log_store;
 pub mod rejections;

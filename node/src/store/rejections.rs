@@ -83,7 +83,11 @@ impl RecentRejections {
             }
             // The leader's own entries (a tick, a version activation) are no client's
             // rejection.
-            (Command::Tick | Command::ActivateVersion { .. }, _) | (_, Ok(_)) => {}
+            (
+                Command::Tick | Command::ActivateVersion { .. } | Command::ActivateVersionIn { .. },
+                _,
+            )
+            | (_, Ok(_)) => {}
             (command, Err(err)) => self.push((log_index, at_ms), command, command.names(), err),
         }
     }

@@ -39,6 +39,7 @@ use openraft::{
 };
 use tokio::sync::watch;
 
+use super::activation::{activation_above, stale_activation};
 use super::rejections::RecentRejections;
 use crate::fsio::{Disk, DiskFile, Open};
 use crate::telemetry::metrics::SnapshotStats;
@@ -192,6 +193,9 @@ pub struct StateMachineStore {
     shared: Arc<SmShared>,
     files: Arc<SnapshotFiles>,
     clock: SharedClock,
+    /// The newest entry version this binary applies: an activation above it stops the
+    /// node (`activation.rs`).
+    entry_version_max: u32,
 }
 
 impl StateMachineStore {
@@ -255,7 +259,15 @@ impl StateMachineStore {
             shared: Arc::new(SmShared::new(state, dir.to_path_buf())),
             files: Arc::new(files),
             clock,
+            entry_version_max: leasehold_statemachine::ENTRY_VERSION_MAX,
         })
+    }
+
+    /// Lowers the entry version this store applies to `own` (the node's, which a test
+    /// may set below the build's: `raft/versions.rs`).
+    pub fn with_entry_version_max(mut self, own: u32) -> Self {
+        self.entry_version_max = own;
+        self
     }
 
     /// The handle the HTTP layer reads through.
@@ -300,19 +312,30 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         I::IntoIter: OptionalSend,
     {
         let clock = &self.clock;
-        self.shared
+        let own = self.entry_version_max;
+        let applied = self
+            .shared
             .write_async(|state| {
                 let entries = entries.into_iter();
                 let mut replies = Vec::with_capacity(entries.size_hint().0);
                 let mut stamped = false;
                 for entry in entries {
                     let log_id = entry.log_id;
+                    if let EntryPayload::Normal(e) = &entry.payload {
+                        // A stale activation is refused below, whatever its version.
+                        let stale = stale_activation(e, &state.membership).is_some();
+                        if let Some(why) = activation_above(&e.command, own).filter(|_| !stale) {
+                            return Err((log_id, why)); // before last_applied moves past it
+                        }
+                    }
                     state.last_applied = Some(log_id);
                     let reply = match entry.payload {
                         EntryPayload::Normal(e) => {
                             // A rejection is an `Err` reply like any other, never a storage
                             // error: a storage error would stop Raft.
-                            let reply = match proposed_in_another_term(&e, log_id) {
+                            let refusal = proposed_in_another_term(&e, log_id)
+                                .or_else(|| stale_activation(&e, &state.membership));
+                            let reply = match refusal {
                                 Some(refusal) => Err(refusal),
                                 None => {
                                     stamped = true;
@@ -339,10 +362,14 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                     // counted from it, so cluster time errs late (longer leases).
                     state.last_stamp = Some((state.machine.clock_ms(), clock.mono_ms()));
                 }
-                replies
+                Ok(replies)
             })
             .await
-            .ok_or_else(poisoned)
+            .ok_or_else(poisoned)?;
+        applied.map_err(|(log_id, why)| {
+            tracing::error!("{why}");
+            StorageIOError::apply(log_id, AnyError::error(why)).into()
+        })
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {

@@ -1,4 +1,5 @@
-//! The cluster as a cluster: replication, failover and restarts (`cluster`), the
+//! The cluster as a cluster: replication, failover and restarts (`cluster`), version
+//! activations against a membership and a node they outrun (`activation`), the
 //! term-ready rule of the batcher (`term_ready`), speculative AppendEntries (`speculate`), peer authentication and identity
 //! (`peer_auth`), TLS between nodes and to clients (`tls`), backup and restore
 //! (`backup`), and garbage to every client and Raft route (`garbage`). In-process
@@ -19,6 +20,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod activation;
 mod backup;
 mod cluster;
 mod garbage;
