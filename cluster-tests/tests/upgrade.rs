@@ -21,6 +21,7 @@ use std::time::Duration;
 use leasehold_cluster_tests::fixture::ClusterOpts;
 use leasehold_cluster_tests::scenario::{job_ids, Bins, Chaos, LEADER_BOUND};
 use leasehold_node::raft::versions::ENTRY_VERSION_MAX_ENV;
+use leasehold_node::store::LEADER_MARK_FILE;
 /// The entry version this build applies, which the upgraded cluster activates.
 use leasehold_statemachine::ENTRY_VERSION_MAX as NEWEST;
 use serde::Deserialize;
@@ -328,17 +329,25 @@ fn tail(log: &str, n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rolling_upgrade_from_the_previous_release_then_a_refused_downgrade() {
-    let prev = match previous_binary() {
-        Ok(p) => p,
+/// The previous release's binary, or `None` after saying why there is none (a failure
+/// instead under `LEASEHOLD_REQUIRE_PREV_BIN=1`).
+fn previous_or_skip(test: &str) -> Option<PathBuf> {
+    match previous_binary() {
+        Ok(p) => Some(p),
         Err(why) if std::env::var(REQUIRE_ENV).as_deref() == Ok("1") => {
             panic!("{REQUIRE_ENV}=1 and no previous release to upgrade from: {why}")
         }
         Err(why) => {
-            eprintln!("upgrade: skipped: no previous release to upgrade from: {why}");
-            return;
+            eprintln!("{test}: skipped: no previous release to upgrade from: {why}");
+            None
         }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rolling_upgrade_from_the_previous_release_then_a_refused_downgrade() {
+    let Some(prev) = previous_or_skip("upgrade") else {
+        return;
     };
     let new = bins().leasehold;
     eprintln!("upgrade: from {} to {}", prev.display(), new.display());
@@ -404,5 +413,99 @@ async fn rolling_upgrade_from_the_previous_release_then_a_refused_downgrade() {
     wait_caught_up(&c, victim).await;
     assert_cluster_version(&c, &ids, NEWEST).await;
     c.run_for(Duration::from_secs(2)).await;
+    c.finish().await;
+}
+
+/// Node `id`'s leader mark (`store/wal/mark.rs`).
+fn leader_mark(c: &Chaos, id: u64) -> PathBuf {
+    c.cluster.data_dir(id).join("log").join(LEADER_MARK_FILE)
+}
+
+/// The term node `id`'s leader mark names, if there is one.
+fn mark_term(c: &Chaos, id: u64) -> Option<u64> {
+    let text = std::fs::read_to_string(leader_mark(c, id)).ok()?;
+    text.rsplit_once("term=")?.1.trim().parse().ok()
+}
+
+/// Waits until node `id` leads and has sent an entry early (its leader mark is there).
+async fn wait_marked(c: &Chaos, id: u64) {
+    let deadline = Instant::now() + READY_BOUND;
+    while !leader_mark(c, id).exists() {
+        assert!(
+            Instant::now() < deadline,
+            "leader {id} wrote no leader mark under load\n{}",
+            c.cluster.log_tails(20)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Issue 44 item 5: the rollback below the speculative-append release is guarded. A
+/// cluster of this build, not yet activated past the previous release's version (the
+/// window in which a rollback is allowed), under load: its leader sends entries before
+/// its own fsync and so writes the leader mark. Killed (an unclean stop), its data dir is
+/// refused by the previous release, which would resume the term it led. This build
+/// starts on it, follows a newer term (the mark goes), leads again, and is stopped
+/// cleanly with SIGTERM (the mark goes again): then the previous release starts on it,
+/// catches up, and the history checker and the replicas' digests judge the whole run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_previous_release_refuses_a_killed_leaders_data_dir_until_a_clean_stop() {
+    let Some(prev) = previous_or_skip("leader mark") else {
+        return;
+    };
+    let new = bins().leasehold;
+    let mut c = Chaos::start("leader_mark", ClusterOpts::new(prev.clone()), TTL, bins()).await;
+    let prev_version = previous_version(&c).await;
+    let claimed = vec![(ENTRY_VERSION_MAX_ENV.to_owned(), prev_version.to_string())];
+    c.cluster.set_binary(new.clone(), claimed.clone());
+    for id in c.cluster.ids() {
+        c.cluster.kill(id);
+        c.cluster.restart(id);
+        wait_caught_up(&c, id).await;
+    }
+    c.fault(format!(
+        "every node on this build, claiming entry version {prev_version}"
+    ));
+    c.spawn_workers(2, &job_ids("job", 4), |_| {});
+    let leader = c.cluster.wait_leader(LEADER_BOUND).await;
+    wait_marked(&c, leader).await;
+    c.cluster.kill(leader);
+    c.fault(format!("leader {leader} killed with its leader mark"));
+    let log = assert_refuses_to_start(&mut c, leader, &prev, Vec::new()).await;
+    assert!(log.contains("is damaged at byte 0"), "{}", tail(&log, 10));
+    eprintln!(
+        "leader mark: the previous release on node {leader}:\n{}",
+        tail(&log, 3)
+    );
+
+    let term_led = mark_term(&c, leader).expect("the mark names its term");
+    c.cluster.set_binary(new.clone(), claimed.clone());
+    c.cluster.restart(leader);
+    wait_caught_up(&c, leader).await;
+    assert!(
+        mark_term(&c, leader).is_none_or(|t| t > term_led),
+        "a newer term's vote removes the mark of term {term_led}"
+    );
+
+    // Whoever leads now: a clean stop removes its mark, and the rollback goes through.
+    let second = c.cluster.wait_leader(LEADER_BOUND).await;
+    wait_marked(&c, second).await;
+    let stopped = c.cluster.stop(second, EXIT_BOUND).await;
+    assert!(stopped.is_some_and(|s| s.success()), "SIGTERM: {stopped:?}");
+    assert!(
+        !leader_mark(&c, second).exists(),
+        "a clean stop removes the mark"
+    );
+    c.fault(format!("leader {second} stopped cleanly"));
+    c.cluster.set_binary(prev.clone(), Vec::new());
+    c.cluster.restart(second);
+    wait_caught_up(&c, second).await;
+    c.fault(format!("node {second} rolled back to the previous release"));
+    c.run_for(Duration::from_secs(2)).await;
+    c.cluster.kill(second);
+    c.cluster.set_binary(new, claimed);
+    c.cluster.restart(second);
+    wait_caught_up(&c, second).await;
+    c.run_for(Duration::from_secs(1)).await;
     c.finish().await;
 }

@@ -420,6 +420,25 @@ impl ProcCluster {
         n.paused = false;
     }
 
+    /// SIGTERM (a clean stop), and waits up to `bound` for the process to end; past it,
+    /// SIGKILL. Returns how it ended (`None`: it had to be killed).
+    pub async fn stop(
+        &mut self,
+        id: u64,
+        bound: std::time::Duration,
+    ) -> Option<std::process::ExitStatus> {
+        self.signal(id, libc::SIGTERM);
+        let deadline = tokio::time::Instant::now() + bound;
+        while tokio::time::Instant::now() < deadline {
+            if let Some(status) = self.try_exit_status(id) {
+                return Some(status);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        self.kill(id);
+        None
+    }
+
     /// Whether node `id`'s process has ended (by itself: it is reaped here) or was not
     /// running.
     pub fn try_reap(&mut self, id: u64) -> bool {

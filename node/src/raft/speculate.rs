@@ -34,6 +34,10 @@
 //! one speculative request is in flight per member; a member busy with the previous one
 //! is skipped.
 //!
+//! Before the first early send of a term the log writes the leader mark
+//! (`store/wal/mark.rs`): a release from before this one would resume the term it led
+//! after an unclean stop, and the mark makes it refuse the data dir instead.
+//!
 //! May import: `raft::network`, `store`, `types`, and `leasehold_statemachine` (to tell a
 //! tick from a client's command).
 
@@ -113,6 +117,18 @@ impl Speculator {
 }
 
 impl AppendObserver for Speculator {
+    fn sends_early(
+        &self,
+        before: &AppendContext,
+        entries: &[openraft::Entry<TypeConfig>],
+    ) -> Option<u64> {
+        let term = speculates(self.me, before, entries);
+        if term.is_none() {
+            self.stats.skipped.fetch_add(1, Ordering::Relaxed);
+        }
+        term
+    }
+
     fn appending(&self, before: &AppendContext, entries: &[openraft::Entry<TypeConfig>]) {
         let queued = speculative_request(self.me, before, entries)
             .is_some_and(|rpc| self.queue.try_send(rpc).is_ok());
@@ -124,6 +140,19 @@ impl AppendObserver for Speculator {
     }
 }
 
+/// The term node `me` leads and would send `entries` early in, or `None` when this
+/// append is not one to speculate on (module doc).
+fn speculates(
+    me: NodeId,
+    before: &AppendContext,
+    entries: &[openraft::Entry<TypeConfig>],
+) -> Option<u64> {
+    let vote = before.vote?;
+    let leads = vote.is_committed() && vote.leader_id().voted_for() == Some(me);
+    let idle = before.committed.is_some() && before.committed == before.prev;
+    (leads && idle && entries.iter().any(awaited)).then_some(vote.leader_id().term)
+}
+
 /// The request node `me` sends before writing `entries`, or `None` when this append is
 /// not one to speculate on (module doc).
 fn speculative_request(
@@ -131,12 +160,8 @@ fn speculative_request(
     before: &AppendContext,
     entries: &[openraft::Entry<TypeConfig>],
 ) -> Option<AppendEntriesRequest<TypeConfig>> {
+    speculates(me, before, entries)?;
     let vote = before.vote?;
-    let leads = vote.is_committed() && vote.leader_id().voted_for() == Some(me);
-    let idle = before.committed.is_some() && before.committed == before.prev;
-    if !leads || !idle || !entries.iter().any(awaited) {
-        return None;
-    }
     Some(AppendEntriesRequest {
         vote,
         prev_log_id: before.prev,

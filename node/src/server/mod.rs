@@ -178,6 +178,9 @@ impl RunningNode {
             let _ = t.await;
         }
         let _ = self.node.raft.shutdown().await;
+        if let Err(e) = self.log.close_clean() {
+            tracing::warn!(error = %e, "closing the raft log cleanly failed: the leader mark stays");
+        }
     }
 
     /// The node's Raft log (a clone sharing it): for tests that read its entries.

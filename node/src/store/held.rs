@@ -178,7 +178,8 @@ pub fn survey(data_dir: &Path, identity_file: &str) -> io::Result<Survey> {
             for e in entries {
                 let name = e?.file_name();
                 let name = name.to_string_lossy();
-                any |= name.starts_with("seg-") && name.ends_with(".wal");
+                let segment = name.starts_with("seg-") && name.ends_with(".wal");
+                any |= segment && name != super::LEADER_MARK_FILE;
             }
             any
         }

@@ -78,6 +78,10 @@ pub struct AppendContext {
 /// Sees every append just before it is written and fsynced (on the Raft core's task:
 /// it must not block).
 pub trait AppendObserver: Send + Sync {
+    /// The term it would send these entries in before they are on disk, if it would:
+    /// the log writes the leader mark of that term first (`wal/mark.rs`).
+    fn sends_early(&self, before: &AppendContext, entries: &[Entry]) -> Option<u64>;
+    /// Called only once the mark [`Self::sends_early`] asked for is on disk.
     fn appending(&self, before: &AppendContext, entries: &[Entry]);
 }
 
@@ -108,6 +112,33 @@ impl Debug for LogStore {
 }
 
 impl LogStore {
+    /// Shows an append to `observer`, writing the leader mark first when it would send the
+    /// entries early. A mark that cannot be written only costs the early send: the
+    /// entries then leave after their fsync, as without the observer.
+    fn observe(&self, observer: &dyn AppendObserver, before: &AppendContext, entries: &[Entry]) {
+        if let Some(term) = observer.sends_early(before, entries) {
+            match self.wal.mark_leading(term) {
+                Ok(()) => observer.appending(before, entries),
+                Err(e) => {
+                    tracing::warn!(error = %e, "writing the leader mark failed: not sending early")
+                }
+            }
+        }
+    }
+
+    /// A clean close, once Raft has stopped: pending records written, the leader mark
+    /// removed (`wal/mark.rs`).
+    pub fn close_clean(&self) -> io::Result<()> {
+        if self.frozen() {
+            return Ok(());
+        }
+        self.wal.close_clean()
+    }
+
+    /// The term of the leader mark on disk, if any (tests).
+    pub fn leader_mark(&self) -> Option<u64> {
+        self.wal.leader_mark()
+    }
     /// Opens (or creates) the log in `dir`, which the log owns, and replays it on a
     /// blocking thread. Fails if another `LogStore`, in this process or another, holds
     /// the directory, or if a segment is damaged.
@@ -279,27 +310,6 @@ pub struct StorageFailed {
     pub why: String,
 }
 
-/// A vote as a restarted node may hold it: still cast (no other candidate of its term
-/// gets this node's vote), but no longer committed.
-///
-/// openraft 0.9 (`Engine::startup`) restores a node whose committed vote names itself
-/// straight into leadership of that same term. That is unsafe here: a leader sends a lone
-/// write to its followers while its own fsync runs (`raft/speculate.rs`), so a leader that
-/// lost power before the fsync finished comes back without entries its followers hold, and
-/// leading the same term again it would write other entries under the same log ids — which
-/// the followers then skip as already held (the chaos suite's `whole_cluster_power_loss`
-/// found exactly that: replicas diverged). With the vote uncommitted the node starts as a
-/// follower and must win a new, higher term before it leads (`raft/election.rs`), and no
-/// log id of the old term is ever reused. A follower's committed vote for another leader
-/// is committed again by that leader's first AppendEntries. The cost: a leader that
-/// restarts hands over through an election instead of resuming at once.
-fn no_mandate_after_restart(vote: Vote) -> Vote {
-    Vote {
-        committed: false,
-        ..vote
-    }
-}
-
 fn frozen_write() -> io::Error {
     io::Error::new(
         io::ErrorKind::PermissionDenied,
@@ -371,8 +381,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.keep(true).map_err(|e| vote_err(&e))
     }
 
-    /// The saved vote, read back **uncommitted** (openraft reads it once, at startup): a
-    /// restarted node never resumes a term it led. See [`no_mandate_after_restart`].
+    /// The saved vote, as the log replayed it: **uncommitted**, so a restarted node never
+    /// resumes a term it led (`wal/mark.rs`, `no_mandate_after_restart`).
     async fn read_vote(&mut self) -> Result<Option<Vote>, StorageError<NodeId>> {
         if self.frozen() {
             return Ok(None);
@@ -381,7 +391,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .wal
             .state()
             .map_err(|e| StorageIOError::read_vote(AnyError::new(&e)))?;
-        Ok(state.vote.map(no_mandate_after_restart))
+        Ok(state.vote)
     }
 
     async fn save_committed(
@@ -431,7 +441,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                 committed: state.committed,
                 prev: state.last,
             };
-            observer.appending(&before, &entries);
+            self.observe(observer.as_ref(), &before, &entries);
         }
         // Written and fsynced before this returns; a failure goes both to openraft's
         // caller (which stops Raft) and to the callback.
@@ -518,9 +528,80 @@ mod tests {
         let vote = log.held_facts().unwrap().vote;
         assert_eq!(
             vote,
-            Some(Vote::new_committed(3, 1)),
-            "nothing written while frozen"
+            Some(Vote::new(3, 1)),
+            "nothing written while frozen (the vote is read back uncommitted)"
         );
+    }
+
+    /// Sends every append early, in the term of the log's vote; counts the sends.
+    struct Early(AtomicU64);
+
+    impl AppendObserver for Early {
+        fn sends_early(&self, before: &AppendContext, _: &[Entry]) -> Option<u64> {
+            before.vote.map(|v| v.leader_id().term)
+        }
+        fn appending(&self, _: &AppendContext, _: &[Entry]) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn blank(term: u64, index: u64) -> Entry {
+        Entry {
+            log_id: LogId::new(openraft::CommittedLeaderId::new(term, 1), index),
+            payload: openraft::EntryPayload::Blank,
+        }
+    }
+
+    fn mark_file(dir: &Path) -> Option<String> {
+        std::fs::read_to_string(dir.join(super::super::LEADER_MARK_FILE)).ok()
+    }
+
+    #[tokio::test]
+    async fn the_leader_mark_precedes_an_early_send_and_goes_once_nothing_can_be_missing() {
+        use openraft::storage::RaftLogStorageExt;
+        let dir = tempfile::tempdir().unwrap();
+        let early = Arc::new(Early(AtomicU64::new(0)));
+        let mut log = LogStore::open(dir.path()).await.unwrap();
+        assert!(log.observe_appends(early.clone()).is_ok());
+        log.save_vote(&Vote::new_committed(3, 1)).await.unwrap();
+        assert_eq!(mark_file(dir.path()), None, "no mark before a send");
+        log.blocking_append([blank(3, 1)]).await.unwrap();
+        assert_eq!(early.0.load(Ordering::SeqCst), 1);
+        let text = mark_file(dir.path()).expect("the mark, before the early send");
+        assert!(
+            text.ends_with("term=3\n") && !text.starts_with("LHWAL"),
+            "{text:?}"
+        );
+        log.blocking_append([blank(3, 2)]).await.unwrap();
+        assert_eq!(log.leader_mark(), Some(3));
+        drop(log); // an unclean stop: no close
+
+        let mut log = LogStore::open(dir.path()).await.unwrap();
+        assert_eq!(log.leader_mark(), Some(3), "kept across an unclean stop");
+        let vote = log.read_vote().await.unwrap().expect("saved");
+        assert!(
+            !vote.is_committed(),
+            "the replayed vote is uncommitted: {vote}"
+        );
+        assert_eq!(
+            log.wal.state().unwrap().vote,
+            Some(vote),
+            "one source of truth"
+        );
+        let last = log.get_log_state().await.unwrap().last_log_id;
+        assert_eq!(last.map(|l| l.index), Some(2), "replay skipped the mark");
+        log.save_vote(&Vote::new(3, 1)).await.unwrap();
+        assert_eq!(log.leader_mark(), Some(3), "the same term keeps it");
+        log.save_vote(&Vote::new(4, 2)).await.unwrap();
+        assert_eq!(log.leader_mark(), None, "a later term's vote removes it");
+        assert_eq!(mark_file(dir.path()), None);
+
+        assert!(log.observe_appends(early.clone()).is_ok());
+        log.save_vote(&Vote::new_committed(5, 1)).await.unwrap();
+        log.blocking_append([blank(5, 3)]).await.unwrap();
+        assert_eq!(log.leader_mark(), Some(5));
+        log.close_clean().unwrap();
+        assert_eq!(mark_file(dir.path()), None, "a clean close removes it");
     }
 
     #[test]

@@ -17,6 +17,7 @@
 //! ```text
 //! <data>/log/LOCK                       the log's exclusive directory lock (flock)
 //! <data>/log/seg-<seq>.wal              WAL segments: CRC'd batches, 32 MiB preallocated
+//! <data>/log/seg-00000000000000000000.wal  the leader mark (wal/mark.rs), not a segment
 //! <data>/sm/snapshot.bin                the latest snapshot (see state_machine.rs)
 //! <data>/sm/snapshot.tmp                only while a snapshot is being written
 //! <data>/held                           what the dir must still hold (held.rs)
@@ -46,4 +47,5 @@ pub use state_machine::{
 };
 pub use wal::{
     frame_batches_for_fuzzing, replay_segment_for_fuzzing, WalDamage, WalOptions, WalStats,
+    LEADER_MARK_FILE,
 };

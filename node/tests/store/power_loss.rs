@@ -149,7 +149,12 @@ async fn held(log: &mut LogStore) -> Held {
         .await
         .expect("read entries");
     Held {
-        vote: log.read_vote().await.expect("vote"),
+        // As cast: a reopened log gives its vote back uncommitted (the log's replay,
+        // `no_mandate_after_restart`), a running one as it was saved.
+        vote: log.read_vote().await.expect("vote").map(|v| Vote {
+            committed: false,
+            ..v
+        }),
         committed: log.read_committed().await.expect("committed"),
         purged: state.last_purged_log_id,
         last: state.last_log_id,

@@ -17,12 +17,15 @@
 //!
 //! ```text
 //! <dir>/LOCK                  held (flock) while a Wal is open
-//! <dir>/seg-<seq, 20 digits>.wal
+//! <dir>/seg-<seq, 20 digits>.wal     seq from 1
 //!     header: "LHWAL\0\0\x01" ++ seq (u64 LE)                       16 bytes
 //!     batch*: len (u32 LE) ++ crc32 (u32 LE) ++ body                 one pwrite each
 //!        body: record*: rlen (u32 LE) ++ bincode(Record)
 //!     zeros up to the segment's preallocated size
 //! ```
+//!
+//! `seg-00000000000000000000.wal` (sequence 0) is no segment but the leader mark, which
+//! releases before speculative AppendEntries refuse (`mark.rs`).
 //!
 //! Every write is one batch; its CRC covers its length and body. The first batch of each
 //! segment starts with a [`Record::Checkpoint`] of the vote, committed id and purge point,
@@ -59,6 +62,7 @@
 //! - this file: [`Wal`] and its write path (append, vote, commit, truncate, purge, read,
 //!   new segments);
 //! - `format.rs`: the bytes above — names, headers, batches with their CRC, records;
+//! - `mark.rs`: the leader mark, and the vote a restarted node starts from;
 //! - `replay.rs`: [`Wal::open`] — the lock, replay, the torn-tail repair, damage;
 //! - `index.rs`: the in-memory index the other two keep.
 //!
@@ -67,7 +71,10 @@
 
 mod format;
 mod index;
+mod mark;
 mod replay;
+
+pub use self::mark::LEADER_MARK_FILE;
 
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -147,6 +154,8 @@ pub struct Wal {
     /// Why the log failed, once it has: the server watches this and stops the process
     /// (`Wal::failure`).
     fatal: watch::Sender<Option<String>>,
+    /// The term of the leader mark on disk, if any (`mark.rs`).
+    mark: Mutex<Option<u64>>,
     // Held for the life of the Wal: another process opening the same directory fails.
     _lock: DiskFile,
 }
@@ -272,7 +281,7 @@ impl Wal {
         };
         self.run(write)?;
         self.lock()?.vote = Some(*vote);
-        Ok(())
+        self.unmark_before(vote)
     }
 
     /// Records the committed id with the next write, not on its own: one lost in a crash

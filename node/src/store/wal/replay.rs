@@ -16,6 +16,7 @@ use super::format::{
     RECORD_HEAD,
 };
 use super::index::{Inner, Loc, Segment};
+use super::mark::{no_mandate_after_restart, read_mark, MARK_SEQ};
 use super::{create_segment, Wal, WalOptions, WalState};
 use crate::fsio::{Disk, Open};
 use crate::types::LogId;
@@ -58,6 +59,7 @@ impl Wal {
             writes: AtomicU64::new(0),
             syncs: AtomicU64::new(0),
             fatal: watch::channel(None).0,
+            mark: Mutex::new(read_mark(dir)?),
             _lock: lock,
         })
     }
@@ -111,6 +113,7 @@ fn segment_seqs(dir: &Path) -> io::Result<Vec<u64>> {
             .strip_prefix("seg-")
             .and_then(|s| s.strip_suffix(".wal"))
             .and_then(|s| s.parse::<u64>().ok())
+            .filter(|&seq| seq != MARK_SEQ)
         {
             seqs.push(seq);
         }
@@ -182,6 +185,7 @@ fn replay(disk: &Disk, dir: &Path, opts: &WalOptions) -> io::Result<Inner> {
         st.cap = opts.segment_bytes.max(len);
     }
     check_no_hole(dir, &seqs, &st)?;
+    st.vote = st.vote.map(no_mandate_after_restart);
     Ok(st)
 }
 
