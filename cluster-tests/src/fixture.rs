@@ -78,6 +78,49 @@ pub async fn wait_activated(c: &ProcCluster, bound: Duration) {
     }
 }
 
+/// `GET path` of node `id` within `timeout`: its status and JSON body (`Null` when the
+/// body is not JSON); `None` when it does not answer.
+pub async fn get_status(
+    c: &ProcCluster,
+    id: u64,
+    path: &str,
+    timeout: Duration,
+) -> Option<(u16, serde_json::Value)> {
+    let http = reqwest::Client::builder().timeout(timeout).build().ok()?;
+    let resp = http
+        .get(format!("{}{path}", c.endpoint(id)))
+        .send()
+        .await
+        .ok()?;
+    let status = resp.status().as_u16();
+    Some((status, resp.json().await.unwrap_or_default()))
+}
+
+/// Until node `id`, (re)started, answers `/v1/cluster` as itself, within `bound`; fails
+/// at once, with the nodes' logs, if its process ended (it refused to start, its port
+/// was taken meanwhile).
+pub async fn wait_answering(c: &mut ProcCluster, id: u64, bound: Duration) {
+    let deadline = Instant::now() + bound;
+    loop {
+        if let Some((_, v)) =
+            get_status(c, id, "/v1/cluster", POLL.max(Duration::from_secs(2))).await
+        {
+            if v["node_id"].as_u64() == Some(id) {
+                return;
+            }
+        }
+        if let Some(status) = c.try_exit_status(id) {
+            panic!("node {id} exited ({status})\n{}", c.log_tails(30));
+        }
+        assert!(
+            Instant::now() < deadline,
+            "node {id} did not answer within {bound:?}\n{}",
+            c.log_tails(30)
+        );
+        tokio::time::sleep(POLL).await;
+    }
+}
+
 /// Bound on one `leasehold cluster …` run. Its client gives up long before (12 s per
 /// attempt, a few attempts); past this the process is killed and the call fails, saying
 /// so, rather than hold a test up with nothing printed (issue 44, item 7).

@@ -20,7 +20,9 @@
 use std::path::Path;
 use std::time::Duration;
 
-use leasehold_cluster_tests::fixture::{cluster_cli, leasehold_bin, ClusterOpts, ProcCluster};
+use leasehold_cluster_tests::fixture::{
+    cluster_cli, get_status, leasehold_bin, wait_answering, ClusterOpts, ProcCluster,
+};
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
@@ -76,13 +78,7 @@ async fn cluster() -> ProcCluster {
 }
 
 async fn get(c: &ProcCluster, id: u64, path: &str) -> Option<(u16, Value)> {
-    let resp = http()
-        .get(format!("{}{path}", c.endpoint(id)))
-        .send()
-        .await
-        .ok()?;
-    let status = resp.status().as_u16();
-    Some((status, resp.json().await.unwrap_or(Value::Null)))
+    get_status(c, id, path, REQUEST).await
 }
 
 /// POSTs `body` to node `via` until it answers 2xx (503s retried), bounded by `deadline`.
@@ -200,23 +196,7 @@ fn damage(dir: &Path, loss: Lost) {
 /// failure, e.g. if it exited at startup).
 async fn restart_and_wait(c: &mut ProcCluster, id: u64) {
     c.restart(id);
-    let deadline = Instant::now() + BOUND;
-    loop {
-        if let Some((_, v)) = get(c, id, "/v1/cluster").await {
-            if v["node_id"].as_u64() == Some(id) {
-                return;
-            }
-        }
-        if let Some(status) = c.try_exit_status(id) {
-            panic!("node {id} exited ({status})\n{}", c.log_tails(30));
-        }
-        assert!(
-            Instant::now() < deadline,
-            "node {id} did not answer after its restart\n{}",
-            c.log_tails(30)
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_answering(c, id, BOUND).await;
 }
 
 /// Node `id`'s `/readyz` says 503, stage unsure.

@@ -25,7 +25,9 @@
 
 use std::time::Duration;
 
-use leasehold_cluster_tests::fixture::{cluster_cli, leasehold_bin, ClusterOpts, ProcCluster};
+use leasehold_cluster_tests::fixture::{
+    cluster_cli, get_status, leasehold_bin, wait_answering, ClusterOpts, ProcCluster,
+};
 use leasehold_cluster_tests::proxy::Fault;
 use serde_json::{json, Value};
 use tokio::time::Instant;
@@ -83,13 +85,7 @@ async fn claim(c: &ProcCluster, via: u64, job: &str, owner: &str) -> Result<(u16
 }
 
 async fn get(c: &ProcCluster, id: u64, path: &str) -> Option<(u16, Value)> {
-    let resp = http()
-        .get(format!("{}{path}", c.endpoint(id)))
-        .send()
-        .await
-        .ok()?;
-    let status = resp.status().as_u16();
-    Some((status, resp.json().await.unwrap_or(Value::Null)))
+    get_status(c, id, path, REQUEST).await
 }
 
 /// `leasehold_raft_prevotes_refused_total` of node `id` (0 if it does not answer).
@@ -166,28 +162,6 @@ async fn remove_node(c: &ProcCluster, via: u64, id: u64) -> (bool, String) {
     tokio::task::spawn_blocking(move || cluster_cli(&bin, &addr, &["remove-node", &id.to_string()]))
         .await
         .expect("the CLI thread")
-}
-
-/// Until node `id`, restarted, answers as itself (bounded); fails at once, with its log,
-/// if its process ended (e.g. its port was taken meanwhile).
-async fn wait_answering(c: &mut ProcCluster, id: u64) {
-    let deadline = Instant::now() + BOUND;
-    loop {
-        if let Some((_, v)) = get(c, id, "/v1/cluster").await {
-            if v["node_id"].as_u64() == Some(id) {
-                return;
-            }
-        }
-        if let Some(status) = c.try_exit_status(id) {
-            panic!("node {id} exited ({status})\n{}", c.log_tails(30));
-        }
-        assert!(
-            Instant::now() < deadline,
-            "node {id} did not start again\n{}",
-            c.log_tails(30)
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
 }
 
 /// While A is down: C keeps asking B for pre-votes and never leads; the second claim
@@ -353,7 +327,7 @@ async fn schedule(c: &mut ProcCluster, a: u64, b: u64, c_id: u64) {
     let cluster_id = view["cluster_id"].clone();
     c.wipe(b);
     c.restart(b);
-    wait_answering(c, b).await;
+    wait_answering(c, b, BOUND).await;
     c.kill(a);
     eprintln!("node {b} wiped and restarted, node {a} killed");
     no_second_grant_while_a_is_down(c, b, c_id, claim_index, &cluster_id).await;
