@@ -18,14 +18,9 @@ use std::fmt;
 
 use crate::command::{BatchItem, Command, LeaseItem, MembershipMark, ScopedCommand};
 use crate::tenant::{QueuePattern, Scope};
+use crate::version::ClusterVersion;
 
-/// The newest entry version this build applies: the highest [`Descriptor::since`] of
-/// any command, or a version that changes what existing commands do (5: the machine
-/// records events, `machine/events.rs`; 7: the third safety pass,
-/// `version::VERSION_BOUNDED_REPLIES`; 8: the activation names its membership,
-/// `version::VERSION_CHECKED_ACTIVATION`). A cluster proposes a command, and activates a
-/// version, only once every member can apply it.
-pub const ENTRY_VERSION_MAX: u32 = 8;
+pub use crate::version::ENTRY_VERSION_MAX;
 
 /// What a request does, as far as permissions go (the role table is the node's
 /// `security::auth::Role::allows`). Commands carry theirs in their [`Descriptor`];
@@ -146,7 +141,7 @@ pub struct Descriptor {
     pub outcomes: &'static [&'static str],
     /// The entry version that introduced it: a node that applies up to
     /// [`ENTRY_VERSION_MAX`] older than this cannot apply it.
-    pub since: u32,
+    pub since: ClusterVersion,
 }
 
 /// What one command names. A batch names nothing itself: its `items` do.
@@ -187,28 +182,28 @@ const SUBMIT: Descriptor = Descriptor {
     operation: Operation::Submit,
     scope: CommandScope::NewJob,
     outcomes: &["ok", "already_exists", "idempotency_key_reused"],
-    since: 1,
+    since: ClusterVersion::First,
 };
 const CLAIM: Descriptor = Descriptor {
     name: "claim",
     operation: Operation::Claim,
     scope: CommandScope::StoredJob(MissingJob::CreatesInDefaultQueue),
     outcomes: &["ok", "lease_held", "job_completed", "job_failed"],
-    since: 1,
+    since: ClusterVersion::First,
 };
 const CLAIM_NEXT: Descriptor = Descriptor {
     name: "claim_next",
     operation: Operation::ClaimNext,
     scope: CommandScope::Queue,
     outcomes: &["ok", "empty"],
-    since: 1,
+    since: ClusterVersion::First,
 };
 const RENEW: Descriptor = Descriptor {
     name: "renew",
     operation: Operation::Renew,
     scope: CommandScope::StoredJob(MissingJob::NotFound),
     outcomes: LEASE_HOLDER_OUTCOMES,
-    since: 1,
+    since: ClusterVersion::First,
 };
 const COMPLETE: Descriptor = Descriptor {
     name: "complete",
@@ -233,7 +228,7 @@ const TICK: Descriptor = Descriptor {
     operation: Operation::Internal,
     scope: CommandScope::Internal,
     outcomes: &[],
-    since: 1,
+    since: ClusterVersion::First,
 };
 const BATCH: Descriptor = Descriptor {
     name: "batch",
@@ -244,14 +239,14 @@ const BATCH: Descriptor = Descriptor {
 /// once every member applies the new version; the first command of entry version 2.
 const ACTIVATE_VERSION: Descriptor = Descriptor {
     name: "activate_version",
-    since: 2,
+    since: ClusterVersion::Versions,
     ..TICK
 };
 
 /// The activation that names the membership it was decided against (entry version 8,
 /// `Command::ActivateVersionIn`); the same command otherwise.
 const ACTIVATE_VERSION_IN: Descriptor = Descriptor {
-    since: 8,
+    since: ClusterVersion::CheckedActivation,
     ..ACTIVATE_VERSION
 };
 
@@ -260,23 +255,29 @@ const ACTIVATE_VERSION_IN: Descriptor = Descriptor {
 /// those of the command it carries ([`Command::facts`]).
 const SCOPED: Descriptor = Descriptor {
     name: "scoped",
-    since: 3,
+    since: ClusterVersion::Scoped,
     ..TICK
 };
 
 /// Version 1.1's forms of submit, renew and release (entry version 4): the same command
 /// as the v1 form, with more fields; one name, one metric. A request without the new
 /// fields is still proposed in its v1 form.
-const SUBMIT_WITH: Descriptor = Descriptor { since: 4, ..SUBMIT };
-const RENEW_WITH: Descriptor = Descriptor { since: 4, ..RENEW };
+const SUBMIT_WITH: Descriptor = Descriptor {
+    since: ClusterVersion::Lifecycle,
+    ..SUBMIT
+};
+const RENEW_WITH: Descriptor = Descriptor {
+    since: ClusterVersion::Lifecycle,
+    ..RENEW
+};
 const RELEASE_WITH: Descriptor = Descriptor {
-    since: 4,
+    since: ClusterVersion::Lifecycle,
     ..RELEASE
 };
 const FAIL: Descriptor = Descriptor {
     name: "fail",
     operation: Operation::Fail,
-    since: 4,
+    since: ClusterVersion::Lifecycle,
     ..RENEW
 };
 const CANCEL: Descriptor = Descriptor {
@@ -284,7 +285,7 @@ const CANCEL: Descriptor = Descriptor {
     operation: Operation::Cancel,
     scope: CommandScope::StoredJob(MissingJob::NotFound),
     outcomes: &["ok", "job_completed", "job_failed", "not_found"],
-    since: 4,
+    since: ClusterVersion::Lifecycle,
 };
 const RETRY: Descriptor = Descriptor {
     name: "retry",
@@ -297,7 +298,7 @@ const REDRIVE: Descriptor = Descriptor {
     operation: Operation::Redrive,
     scope: CommandScope::Queue,
     outcomes: &["ok"],
-    since: 4,
+    since: ClusterVersion::Lifecycle,
 };
 
 /// docs/api.md "Batches" (entry version 6): several leases in one request and one log
@@ -305,7 +306,7 @@ const REDRIVE: Descriptor = Descriptor {
 /// calls'; the operations (so the roles) of the single calls.
 const CLAIM_NEXT_MANY: Descriptor = Descriptor {
     name: "claim_next_many",
-    since: 6,
+    since: ClusterVersion::Batches,
     ..CLAIM_NEXT
 };
 const RENEW_MANY: Descriptor = Descriptor {
@@ -313,7 +314,7 @@ const RENEW_MANY: Descriptor = Descriptor {
     operation: Operation::Renew,
     scope: CommandScope::Leases,
     outcomes: &["ok"],
-    since: 6,
+    since: ClusterVersion::Batches,
 };
 const COMPLETE_MANY: Descriptor = Descriptor {
     name: "complete_many",
@@ -477,7 +478,8 @@ impl Command {
         let own = match self {
             Command::Scoped(_) => SCOPED.since.max(self.descriptor().since),
             _ => self.descriptor().since,
-        };
+        }
+        .number();
         let items = self.names().items.iter().map(|i| i.command.since());
         items.fold(own, u32::max)
     }

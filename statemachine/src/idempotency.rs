@@ -60,7 +60,7 @@ use crate::command::{Outcome, Reply};
 use crate::limits::{self, IDEMPOTENCY_SCOPE_SHARE};
 use crate::machine::{Config, FixedHashMap};
 use crate::snapshot::Inconsistency;
-use crate::version::VERSION_BOUNDED_REPLIES;
+use crate::version::ClusterVersion;
 use crate::wire::Job;
 
 /// What one entry costs beyond its key and its kept reply: the key index's slot, the
@@ -288,7 +288,7 @@ pub(crate) struct Bounds {
     pub bytes_max: u64,
     pub scope_keys_max: usize,
     pub scope_bytes_max: u64,
-    /// From entry version [`VERSION_BOUNDED_REPLIES`]: a full table or scope refuses a
+    /// From entry version [`ClusterVersion::BoundedReplies`]: a full table or scope refuses a
     /// new key ([`IdempotencyTable::full`]) instead of forgetting a key inside its window.
     /// Before it, the oldest keys were forgotten early (kept for replay: every replica
     /// of an older cluster must forget the same keys).
@@ -299,7 +299,7 @@ impl Bounds {
     /// The config's window and key bound, the byte bounds of `limits` for
     /// `cluster_version`, and whether a full table refuses.
     pub fn of(cfg: &Config, cluster_version: u32) -> Self {
-        let refuse = cluster_version >= VERSION_BOUNDED_REPLIES;
+        let refuse = ClusterVersion::BoundedReplies.active_at(cluster_version);
         let bytes_max = if refuse {
             limits::IDEMPOTENCY_BYTES_MAX_REFUSING
         } else {
@@ -373,7 +373,7 @@ impl IdempotencyTable {
     }
 
     /// Forgets keys older than the window at `now_ms`, then (before
-    /// [`VERSION_BOUNDED_REPLIES`]) the oldest while the table is over its key or byte
+    /// [`ClusterVersion::BoundedReplies`]) the oldest while the table is over its key or byte
     /// bound.
     pub fn expire(&mut self, now_ms: u64, b: Bounds) {
         while let Some((&seq, slot)) = self.order.first_key_value() {
@@ -386,12 +386,12 @@ impl IdempotencyTable {
     }
 
     /// Whether the table must forget its oldest key now: only before
-    /// [`VERSION_BOUNDED_REPLIES`] (after it, a full table refuses new keys instead).
+    /// [`ClusterVersion::BoundedReplies`] (after it, a full table refuses new keys instead).
     fn over(&self, b: Bounds) -> bool {
         !b.refuse && (self.order.len() > b.keys_max || self.bytes > b.bytes_max)
     }
 
-    /// Whether a new key `key` must be refused (from [`VERSION_BOUNDED_REPLIES`]): its
+    /// Whether a new key `key` must be refused (from [`ClusterVersion::BoundedReplies`]): its
     /// scope holds its quota of keys or bytes, or the table its bound, all inside the
     /// window at `now_ms`. `Some` says in how many ms of store time the oldest key in the
     /// way leaves the window. Apply calls it after forgetting the keys past the window;
@@ -418,7 +418,7 @@ impl IdempotencyTable {
         None
     }
 
-    /// Remembers `key`'s first reply, then (before [`VERSION_BOUNDED_REPLIES`]) keeps the
+    /// Remembers `key`'s first reply, then (before [`ClusterVersion::BoundedReplies`]) keeps the
     /// bounds: its scope's quota first (so a caller over it loses its own oldest key),
     /// then the table's. After it, the caller checked [`Self::full`] first, so the
     /// table and the scope hold at most one entry past their byte bounds and never more
@@ -463,7 +463,7 @@ impl IdempotencyTable {
     }
 
     /// Forgets `scope`'s oldest keys while it is over its quota (before
-    /// [`VERSION_BOUNDED_REPLIES`] only).
+    /// [`ClusterVersion::BoundedReplies`] only).
     fn keep_quota(&mut self, scope: &str, b: Bounds) {
         while let Some(used) = self.scopes.get(scope).filter(|_| !b.refuse) {
             if used.seqs.len() <= b.scope_keys_max && used.bytes <= b.scope_bytes_max {
@@ -505,7 +505,7 @@ impl IdempotencyTable {
     /// Job record `handle` is going (deleted): every entry sharing its payload or result
     /// gets them copied in from `payload` and `result`, and counts them from now on. The
     /// bounds are kept as after an insert — each grown scope's quota, then the table's,
-    /// oldest first (before [`VERSION_BOUNDED_REPLIES`]; after it nothing inside the
+    /// oldest first (before [`ClusterVersion::BoundedReplies`]; after it nothing inside the
     /// window is forgotten: the grown table refuses new keys until it is back under its
     /// bounds) — and only then are bytes copied, into the entries that stay: a record
     /// shared by many entries never makes a transient copy for each.

@@ -10,7 +10,7 @@
 use crate::command::{Command, Outcome, Reply};
 use crate::idempotency::{parts, parts_mut, put_back, Kept, Remembered, Shared};
 use crate::machine::LeaseMachine;
-use crate::version::VERSION_BOUNDED_REPLIES;
+use crate::version::ClusterVersion;
 use crate::wire::{ApiError, ErrorCode};
 
 /// The job id a command names, if any.
@@ -25,7 +25,7 @@ impl LeaseMachine {
     /// batch is kept item by item ([`Kept::Batch`]), so what an entry costs no longer
     /// grows with the payloads it answered (issue 44 item 1).
     pub(crate) fn kept(&self, reply: Reply) -> Kept {
-        let bounded = self.cluster_version >= VERSION_BOUNDED_REPLIES;
+        let bounded = ClusterVersion::BoundedReplies.active_at(self.cluster_version);
         match reply {
             Ok(Outcome::Batch(items)) if bounded => Kept::Batch {
                 items: items

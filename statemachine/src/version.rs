@@ -14,36 +14,98 @@
 //! (log entries, snapshots) is unreadable to the previous release, so a node can still be
 //! rolled back; after activation the previous release refuses the data dir.
 //!
-//! A command's entry version is its descriptor's `since` ([`Command::since`]). Pure;
-//! imports only `command`, `descriptor` and `wire`.
+//! [`ClusterVersion`] is the table of the versions and what each brought. A command's
+//! entry version is its descriptor's `since` ([`Command::since`]). Pure; imports only
+//! `command`, `snapshot`'s format names and `wire`.
 
 use crate::command::{Command, MembershipMark};
 use crate::wire::{ApiError, ErrorCode};
 
-pub use crate::descriptor::ENTRY_VERSION_MAX;
-/// Entry version 7 (issue 44, the third safety pass) changes what existing commands do,
-/// so every replica must switch at one log index:
-/// - a remembered reply shares a claim's payload with the job's record, and a client
-///   batch's reply is kept item by item the same way (`idempotency.rs`, `Kept::Batch`);
-/// - a full idempotency table or caller's quota refuses a new keyed write (429
-///   `idempotency_full`) instead of forgetting a key inside its window, under the byte
-///   bound `limits::IDEMPOTENCY_BYTES_MAX_REFUSING`;
-/// - a job created again under a deleted id starts a new history (`machine/events.rs`);
-/// - snapshots (v6) write a ready or leased record's past as its place reads it, so a
-///   replica restored from a pre-1.1 image holds the same bytes (`snapshot/v5.rs`).
-pub const VERSION_BOUNDED_REPLIES: u32 = 7;
+/// Every entry version, oldest first: the one table of what a version number means
+/// (issue 45 item 4). A command's descriptor names the version that introduced it
+/// (`since`), a rule that changed asks whether its version is active
+/// ([`ClusterVersion::active_at`]), and the snapshot format follows from the version
+/// ([`ClusterVersion::snapshot_format`]). A new version is a new last variant here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[repr(u32)]
+pub enum ClusterVersion {
+    /// The release before entry versions: every command of version 1, snapshot v3.
+    First = 1,
+    /// Issue 29: the versions themselves (`ActivateVersion`); snapshot v4 carries the
+    /// cluster version.
+    Versions = 2,
+    /// Issue 30: a client command held to its token's tenant scope (`Scoped`).
+    Scoped = 3,
+    /// docs/api.md "Version 1.1" (issue 31): scheduling, checkpoints, failures, cancel,
+    /// retry, redrive; the 1.1 rules of the older commands; snapshot v5.
+    Lifecycle = 4,
+    /// Issue 32: the machine records events (`machine/events.rs`); snapshot v6.
+    Events = 5,
+    /// docs/api.md "Batches": claim-next, renew and complete of many in one entry.
+    Batches = 6,
+    /// Issue 44, the third safety pass, which changes what existing commands do, so every
+    /// replica must switch at one log index:
+    /// - a remembered reply shares a claim's payload with the job's record, and a client
+    ///   batch's reply is kept item by item the same way (`idempotency.rs`, `Kept::Batch`);
+    /// - a full idempotency table or caller's quota refuses a new keyed write (429
+    ///   `idempotency_full`) instead of forgetting a key inside its window, under the
+    ///   byte bound `limits::IDEMPOTENCY_BYTES_MAX_REFUSING`;
+    /// - a job created again under a deleted id starts a new history (`machine/events.rs`);
+    /// - snapshots (v6) write a ready or leased record's past as its place reads it, so a
+    ///   replica restored from a pre-1.1 image holds the same bytes (`snapshot/v5.rs`).
+    BoundedReplies = 7,
+    /// Issue 44 item 5: the activation names the membership the leader checked
+    /// ([`crate::Command::ActivateVersionIn`]); a node applies it only while that
+    /// membership is the latest, so a member added between the poll and the entry cannot
+    /// be handed entries it cannot decode. An activation to this version or later is
+    /// written in that form (every member decodes it by then); to an older one, as
+    /// [`crate::Command::ActivateVersion`].
+    CheckedActivation = 8,
+}
 
-/// Entry version 8 (issue 44 item 5): the activation names the membership the leader
-/// checked ([`crate::Command::ActivateVersionIn`]); a node applies it only while that
-/// membership is the latest, so a member added between the poll and the entry cannot be
-/// handed entries it cannot decode. An activation to this version or later is written
-/// in that form (every member decodes it by then); to an older one, as
-/// [`crate::Command::ActivateVersion`].
-pub const VERSION_CHECKED_ACTIVATION: u32 = 8;
+impl ClusterVersion {
+    /// The newest version this build applies.
+    pub const NEWEST: ClusterVersion = ClusterVersion::CheckedActivation;
+
+    /// Its number, as the log, the snapshots and `/raft/version` carry it.
+    pub const fn number(self) -> u32 {
+        self as u32
+    }
+
+    /// Whether a cluster at `cluster_version` has this version active.
+    pub const fn active_at(self, cluster_version: u32) -> bool {
+        cluster_version >= self as u32
+    }
+
+    /// The snapshot format a machine at `cluster_version` writes: the oldest that carries
+    /// its state, so every node the cluster version admits can read it.
+    pub const fn snapshot_format(cluster_version: u32) -> crate::SnapshotFormat {
+        use crate::SnapshotFormat as F;
+        if ClusterVersion::Events.active_at(cluster_version) {
+            F::V6
+        } else if ClusterVersion::Lifecycle.active_at(cluster_version) {
+            F::V5
+        } else if ClusterVersion::Versions.active_at(cluster_version) {
+            F::V4
+        } else {
+            F::V3
+        }
+    }
+}
+
+/// The newest entry version this build applies ([`ClusterVersion::NEWEST`]). A cluster
+/// proposes a command, and activates a version, only once every member can apply it.
+pub const ENTRY_VERSION_MAX: u32 = ClusterVersion::NEWEST.number();
+
+/// [`ClusterVersion::BoundedReplies`]' number.
+pub const VERSION_BOUNDED_REPLIES: u32 = ClusterVersion::BoundedReplies.number();
+
+/// [`ClusterVersion::CheckedActivation`]'s number.
+pub const VERSION_CHECKED_ACTIVATION: u32 = ClusterVersion::CheckedActivation.number();
 
 /// The cluster version of a machine that never applied an activation: the entry version
 /// of every command of the release before entry versions existed.
-pub const CLUSTER_VERSION_INITIAL: u32 = 1;
+pub const CLUSTER_VERSION_INITIAL: u32 = ClusterVersion::First.number();
 
 /// Why `apply` refused a command: its entry version is not active in the cluster yet.
 pub fn not_active(version: u32, cluster_version: u32) -> ApiError {
@@ -75,7 +137,7 @@ pub fn validate_activation(version: u32) -> Result<(), ApiError> {
 /// the form that names it from [`VERSION_CHECKED_ACTIVATION`] on (every member decodes
 /// it by then), as the plain form before.
 pub fn activation(version: u32, membership: MembershipMark) -> Command {
-    if version >= VERSION_CHECKED_ACTIVATION {
+    if ClusterVersion::CheckedActivation.active_at(version) {
         Command::ActivateVersionIn {
             version,
             membership,
@@ -94,6 +156,36 @@ pub fn activated(current: u32, version: u32) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_version_table_is_consecutive_and_its_newest_is_the_build_s() {
+        use ClusterVersion as V;
+        let all = [
+            V::First,
+            V::Versions,
+            V::Scoped,
+            V::Lifecycle,
+            V::Events,
+            V::Batches,
+            V::BoundedReplies,
+            V::CheckedActivation,
+        ];
+        let numbers: Vec<u32> = all.iter().map(|v| v.number()).collect();
+        assert_eq!(numbers, (1..=ENTRY_VERSION_MAX).collect::<Vec<_>>());
+        assert_eq!(all.last(), Some(&V::NEWEST));
+        let newest_since = crate::DESCRIPTORS.iter().map(|d| d.since).max();
+        assert!(
+            newest_since <= Some(V::NEWEST),
+            "a command newer than the table"
+        );
+        assert!(V::Events.active_at(5) && !V::Events.active_at(4));
+        let formats: Vec<_> = (1..=ENTRY_VERSION_MAX).map(V::snapshot_format).collect();
+        use crate::SnapshotFormat as F;
+        assert_eq!(
+            formats,
+            [F::V3, F::V4, F::V4, F::V5, F::V6, F::V6, F::V6, F::V6]
+        );
+    }
     use crate::command::{BatchItem, Command};
 
     #[test]

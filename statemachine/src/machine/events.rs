@@ -9,7 +9,7 @@
 //! into the feed, the newest events in seq order (at least
 //! [`limits::FEED_EVENTS_KEPT_MIN`]). Both are in snapshots from format v6 on.
 //!
-//! Events are recorded from cluster version [`VERSION_EVENTS`] on: before, a replica
+//! Events are recorded from cluster version [`crate::version::ClusterVersion::Events`] on: before, a replica
 //! restored from an older format would count from another seq than one that applied the
 //! log (`version.rs`). May import `record`, `transition` (the causes), `limits`, `wire`.
 
@@ -23,9 +23,6 @@ use crate::limits;
 use crate::machine::record::{Closed, JobRecord, Place};
 use crate::machine::transition::Cause;
 use crate::wire::{ApiError, ErrorCode, Event, EventDetail, EventKind, EventPage};
-
-/// The entry version from which the machine records events.
-pub(crate) const VERSION_EVENTS: u32 = 5;
 
 /// The entry being applied, as its events are stamped.
 #[derive(Debug, Clone, Copy, Default)]

@@ -42,6 +42,7 @@ use crate::command::{BatchItem, Command, Entry, Outcome, Reply};
 use crate::idempotency::{Bounds, IdempotencyTable, Remembered};
 use crate::limits;
 use crate::tenant::Scope;
+use crate::version::ClusterVersion;
 use crate::wire::{ApiError, ErrorCode};
 
 mod batches;
@@ -254,7 +255,7 @@ impl LeaseMachine {
     pub fn apply(&mut self, log_index: u64, entry: &Entry) -> Reply {
         debug_assert!(log_index > self.last_log_index, "log applied out of order");
         let now = self.clock_ms.max(entry.stamp_ms);
-        let events_on = self.cluster_version >= events::VERSION_EVENTS;
+        let events_on = ClusterVersion::Events.active_at(self.cluster_version);
         self.events.begin(log_index, now, events_on);
         if entry.term > self.term {
             if self.term != 0 {

@@ -16,7 +16,7 @@ use crate::machine::History;
 use crate::machine::LeaseMachine;
 pub(crate) use crate::tenant::not_found;
 use crate::tenant::Scope;
-use crate::version::VERSION_BOUNDED_REPLIES;
+use crate::version::ClusterVersion;
 use crate::wire::{ApiError, ErrorCode, Lease};
 use std::sync::Arc;
 
@@ -117,7 +117,7 @@ impl LeaseMachine {
     fn new_record(&mut self, log_index: u64, now: u64, id: &str, queue: &str) -> JobRecord {
         let generation = self.tombstones.remove(id).unwrap_or(self.generation_floor);
         let namesakes = self.events.revive(id);
-        let history = if self.cluster_version >= VERSION_BOUNDED_REPLIES {
+        let history = if ClusterVersion::BoundedReplies.active_at(self.cluster_version) {
             History::default()
         } else {
             namesakes
@@ -249,7 +249,7 @@ impl LeaseMachine {
     /// Grants a new generation on a `Ready` job, or fails the job when this claim would
     /// exceed `max_attempts`.
     fn grant(&mut self, log_index: u64, now: u64, handle: u64, owner: &str, ttl_ms: u64) -> Reply {
-        let v1_1 = self.cluster_version >= VERSION_1_1;
+        let v1_1 = ClusterVersion::Lifecycle.active_at(self.cluster_version);
         let mut job = self.job_mut(handle);
         let rec = job.edit();
         rec.updated_ms = now;
@@ -414,10 +414,6 @@ impl LeaseMachine {
         Ok(Outcome::Deleted)
     }
 }
-
-/// The entry version of docs/api.md's version 1.1: from it on, a claim's Lease carries
-/// the job's payload, attempts and checkpoint, and a record its last error.
-pub(crate) const VERSION_1_1: u32 = 4;
 
 /// The claim-only fields of a Lease (version 1.1): the job's payload and attempts, and
 /// the checkpoint an earlier generation left.

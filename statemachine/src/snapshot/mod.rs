@@ -33,7 +33,7 @@ use bincode::Options;
 
 use crate::idempotency::{Bounds, IdempotencyTable, Remembered};
 use crate::machine::{Config, EventLog, History, Indexes, JobRecord, LeaseMachine, Place};
-use crate::version::CLUSTER_VERSION_INITIAL;
+use crate::version::{ClusterVersion, CLUSTER_VERSION_INITIAL};
 
 mod v1;
 mod v3;
@@ -65,14 +65,14 @@ pub const SNAPSHOT_FORMAT_V4: u8 = 4;
 pub const SNAPSHOT_FORMAT_V5: u8 = 5;
 
 /// The cluster version from which a machine's state needs format v5.
-const CLUSTER_VERSION_V5: u32 = 4;
+const CLUSTER_VERSION_V5: u32 = ClusterVersion::Lifecycle.number();
 
 /// Version byte of a snapshot of a machine at cluster version 5 or later (it records
 /// events): `[6] ++ v5's body ++ bincode(event state)` (`v6.rs`).
 pub const SNAPSHOT_FORMAT_V6: u8 = 6;
 
 /// The cluster version from which a machine's state needs format v6.
-const CLUSTER_VERSION_V6: u32 = crate::machine::events::VERSION_EVENTS;
+const CLUSTER_VERSION_V6: u32 = ClusterVersion::Events.number();
 
 /// A format this build can write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -97,18 +97,10 @@ impl SnapshotFormat {
         }
     }
 
-    /// The format a machine at `cluster_version` writes: the oldest that carries its
-    /// state, so every node the cluster version admits can read it.
+    /// The format a machine at `cluster_version` writes
+    /// ([`ClusterVersion::snapshot_format`]).
     pub fn for_cluster_version(cluster_version: u32) -> SnapshotFormat {
-        if cluster_version >= CLUSTER_VERSION_V6 {
-            SnapshotFormat::V6
-        } else if cluster_version >= CLUSTER_VERSION_V5 {
-            SnapshotFormat::V5
-        } else if cluster_version > CLUSTER_VERSION_INITIAL {
-            SnapshotFormat::V4
-        } else {
-            SnapshotFormat::V3
-        }
+        ClusterVersion::snapshot_format(cluster_version)
     }
 }
 

@@ -559,7 +559,7 @@ pub(super) fn encode_into<W: std::io::Write>(
         header: (&image.header).into(),
         jobs: Jobs(
             image.jobs,
-            image.cluster_version >= crate::version::VERSION_BOUNDED_REPLIES,
+            crate::version::ClusterVersion::BoundedReplies.active_at(image.cluster_version),
         ),
         tombstones: image.tombstones,
         idempotency: Entries(&image.idempotency),
