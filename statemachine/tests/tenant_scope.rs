@@ -324,3 +324,70 @@ fn scoped_commands_in_a_batch_are_decided_one_by_one() {
         "unscoped, the same delete applies"
     );
 }
+
+/// A machine holding, besides job `j` in queue `q` (leased to `o`), jobs that the scope
+/// `{queues: [q], job_prefix: "j"}` does not hold: `k-ready` and `k-failed` in `q`, `jx`
+/// in `other`.
+fn beside_the_scope() -> Log {
+    let mut log = Log::new();
+    for (id, queue) in [("j", "q"), ("k-ready", "q"), ("jx", "other")] {
+        log.submit(id, queue);
+    }
+    let once = Command::Submit {
+        id: Some("k-failed".into()),
+        queue: "q".into(),
+        payload: None,
+        max_attempts: Some(1),
+    };
+    assert!(log.apply(once).is_ok());
+    let generation = log.claim("k-failed", "x");
+    let fail = Command::Fail {
+        job_id: "k-failed".into(),
+        owner: "x".into(),
+        generation,
+        error: None,
+    };
+    assert!(log.apply(fail).is_ok());
+    log.claim("j", "o");
+    log
+}
+
+const OUTSIDE: [&str; 3] = ["k-ready", "k-failed", "jx"];
+
+fn outside(log: &Log) -> Vec<String> {
+    OUTSIDE
+        .iter()
+        .map(|id| format!("{:?}", log.m.job(id, 5_000)))
+        .collect()
+}
+
+/// Issue 45 item 3: every client command kind, held to a prefix-and-queue scope, leaves
+/// every job outside the scope as it was — and runs through a rule that knows the scope
+/// (none is refused as having no scoped rule).
+#[test]
+fn every_client_command_kind_under_a_scope_moves_no_job_outside_it() {
+    let scope = Scope {
+        queues: Some(vec![QueuePattern::Exact("q".into())]),
+        job_prefix: Some("j".into()),
+    };
+    let mut kinds = 0;
+    for cmd in leasehold_statemachine::descriptor::one_of_each() {
+        let Ok(scoped) = ScopedCommand::new(scope.clone(), cmd.clone()) else {
+            continue; // internal commands, batches and scoped ones are never scoped
+        };
+        kinds += 1;
+        let mut log = beside_the_scope();
+        let before = outside(&log);
+        let reply = log.apply(Command::Scoped(scoped));
+        if let Err(e) = &reply {
+            assert_ne!(e.code, ErrorCode::Internal, "{}: {}", cmd.kind(), e.message);
+        }
+        assert_eq!(
+            outside(&log),
+            before,
+            "{} moved a job outside the scope: {reply:?}",
+            cmd.kind()
+        );
+    }
+    assert!(kinds >= 15, "every client command kind: {kinds}");
+}

@@ -8,9 +8,11 @@
 //! does not hold answers exactly as a missing one (`tenant::Scope::check_stored`) —
 //! and then the command's own rule. Claim-next hands out only jobs the scope holds.
 //!
-//! May import: `command`, `tenant`, `wire`, and the machine's record and rules.
+//! May import: `command`, `descriptor`, `tenant`, `wire`, and the machine's record and
+//! rules.
 
 use crate::command::{Command, Reply, ScopedCommand};
+use crate::descriptor::CommandScope;
 use crate::machine::LeaseMachine;
 use crate::tenant::Scope;
 use crate::wire::{ApiError, ErrorCode};
@@ -28,19 +30,43 @@ impl LeaseMachine {
             cmd,
             stored.as_ref().map(|(id, q)| (id.as_str(), q.as_str())),
         )?;
-        match cmd {
-            Command::ClaimNext {
-                queue,
-                owner,
-                ttl_ms,
-            } => self.claim_next(log_index, now, queue, owner, *ttl_ms, Some(scope)),
-            Command::Redrive { queue, limit } => {
+        self.dispatch_scoped(log_index, now, scope, cmd)
+    }
+
+    /// Runs `cmd` held to `scope`. Fail closed (issue 45 item 3): a command on one job,
+    /// whose stored job was checked above, runs as it is; a command on many jobs runs
+    /// only through a rule that takes the scope, listed here; anything else is refused
+    /// rather than run without its scope.
+    fn dispatch_scoped(&mut self, log_index: u64, now: u64, scope: &Scope, cmd: &Command) -> Reply {
+        match (cmd.descriptor().scope, cmd) {
+            (CommandScope::NewJob | CommandScope::StoredJob(_), cmd) => {
+                self.execute(log_index, now, cmd)
+            }
+            (
+                _,
+                Command::ClaimNext {
+                    queue,
+                    owner,
+                    ttl_ms,
+                },
+            ) => self.claim_next(log_index, now, queue, owner, *ttl_ms, Some(scope)),
+            (_, Command::Redrive { queue, limit }) => {
                 self.redrive(log_index, now, queue, *limit, Some(scope))
             }
-            Command::ClaimNextMany { .. }
-            | Command::RenewMany { .. }
-            | Command::CompleteMany { .. } => self.execute_many(log_index, now, cmd, Some(scope)),
-            cmd => self.execute(log_index, now, cmd),
+            (
+                _,
+                Command::ClaimNextMany { .. }
+                | Command::RenewMany { .. }
+                | Command::CompleteMany { .. },
+            ) => self.execute_many(log_index, now, cmd, Some(scope)),
+            (rule, cmd) => Err(ApiError::new(
+                ErrorCode::Internal,
+                format!(
+                    "{} has no rule that holds it to a tenant scope ({rule:?}): refused, \
+                     not run without it",
+                    cmd.kind()
+                ),
+            )),
         }
     }
 
