@@ -438,21 +438,7 @@ async fn open(cfg: &NodeConfig) -> Result<Opened, StartError> {
     let identity =
         crate::security::identity::open_on(&cfg.disk, &cfg.data_dir, cfg.id, cfg.cluster_id)?;
     let peer = Arc::new(peer_guard(cfg, identity.cluster_id).on_disk(cfg.disk.clone()));
-    let dir = || cfg.data_dir.clone();
-    let log_dir = cfg.data_dir.join("log");
-    let log_store = LogStore::open_on(cfg.disk.clone(), &log_dir, WalOptions::default())
-        .await
-        .map_err(|source| StartError::OpenLog { dir: dir(), source })?;
-    let sm_dir = cfg.data_dir.join("sm");
-    let sm_store = StateMachineStore::open_on(
-        cfg.disk.clone(),
-        &sm_dir,
-        cfg.clock.clone(),
-        Default::default(),
-    )
-    .await
-    .map_err(|source| StartError::OpenStateMachine { dir: dir(), source })?
-    .with_entry_version_max(cfg.entry_version_max);
+    let (log_store, sm_store) = open_stores(cfg).await?;
     let sm = sm_store.shared();
     check_versions(&log_store, &sm, cfg.entry_version_max).await?;
     let damage = check_held(cfg, &survey, losses, &log_store, &sm)?;
@@ -473,16 +459,7 @@ async fn open(cfg: &NodeConfig) -> Result<Opened, StartError> {
     )
     .await
     .map_err(|e| StartError::StartRaft(Box::new(e)))?;
-    let speculation = if cfg.raft.speculative_append {
-        let s = Speculator::new(cfg.id, network.clone(), raft.metrics())
-            .map_err(StartError::Speculator)?;
-        let stats = s.stats();
-        // A fresh log has no observer yet: `set` cannot fail here.
-        let _ = log.observe_appends(Arc::new(s));
-        Some(stats)
-    } else {
-        None
-    };
+    let speculation = speculate(cfg, &network, &raft, &log)?;
     let stage = match &damage {
         Some(_) => Stage::Unsure,
         None => crate::raft::join::begin(
@@ -502,6 +479,45 @@ async fn open(cfg: &NodeConfig) -> Result<Opened, StartError> {
         stage,
         damage,
     })
+}
+
+/// The Raft log (`<data>/log`) and the state machine store (`<data>/sm`), opened.
+async fn open_stores(cfg: &NodeConfig) -> Result<(LogStore, StateMachineStore), StartError> {
+    let dir = || cfg.data_dir.clone();
+    let log_dir = cfg.data_dir.join("log");
+    let log_store = LogStore::open_on(cfg.disk.clone(), &log_dir, WalOptions::default())
+        .await
+        .map_err(|source| StartError::OpenLog { dir: dir(), source })?;
+    let sm_dir = cfg.data_dir.join("sm");
+    let sm_store = StateMachineStore::open_on(
+        cfg.disk.clone(),
+        &sm_dir,
+        cfg.clock.clone(),
+        Default::default(),
+    )
+    .await
+    .map_err(|source| StartError::OpenStateMachine { dir: dir(), source })?
+    .with_entry_version_max(cfg.entry_version_max);
+    Ok((log_store, sm_store))
+}
+
+/// The speculator (`raft/speculate.rs`) watching `log`'s appends, with its stats; `None`
+/// with `--no-speculative-append`.
+fn speculate(
+    cfg: &NodeConfig,
+    network: &Network,
+    raft: &Raft,
+    log: &LogStore,
+) -> Result<Option<Arc<SpeculationStats>>, StartError> {
+    if !cfg.raft.speculative_append {
+        return Ok(None);
+    }
+    let s =
+        Speculator::new(cfg.id, network.clone(), raft.metrics()).map_err(StartError::Speculator)?;
+    let stats = s.stats();
+    // A fresh log has no observer yet: `set` cannot fail here.
+    let _ = log.observe_appends(Arc::new(s));
+    Ok(Some(stats))
 }
 
 fn held_err(cfg: &NodeConfig) -> impl Fn(std::io::Error) -> StartError + '_ {
