@@ -19,6 +19,9 @@
 //! Run: `cargo bench -p leasehold-statemachine --bench apply`. Targets: ≥ 1,000,000
 //! applies/s, snapshot and restore each under 2 s.
 
+use leasehold_statemachine::commands::{
+    ActivateVersion, Claim, ClaimNext, Complete, Renew, Submit, SubmitWith, Tick,
+};
 use std::hint::black_box;
 use std::time::Instant;
 
@@ -142,31 +145,31 @@ fn mix_entries(log: &mut Log, jobs: &[u64], keyed: bool) -> Vec<Entry> {
     let owner = |j: u64| format!("worker-{}", j % 64);
     for batch in jobs.chunks(BATCH as usize) {
         for &j in batch {
-            let c = Command::Claim {
+            let c = Command::Claim(Claim {
                 job_id: job_id(j),
                 owner: owner(j),
                 ttl_ms: TTL_MS,
-            };
+            });
             let k = key(log);
             entries.push(log.entry(k, c));
         }
         for &j in batch {
-            let c = Command::Renew {
+            let c = Command::Renew(Renew {
                 job_id: job_id(j),
                 owner: owner(j),
                 generation: 1,
                 ttl_ms: None,
-            };
+            });
             let k = key(log);
             entries.push(log.entry(k, c));
         }
         for &j in batch {
-            let c = Command::Complete {
+            let c = Command::Complete(Complete {
                 job_id: job_id(j),
                 owner: owner(j),
                 generation: 1,
                 result: Some(r#"{"ok":true}"#.into()),
-            };
+            });
             let k = key(log);
             entries.push(log.entry(k, c));
         }
@@ -206,12 +209,12 @@ fn main() {
     // 1. A million jobs.
     let timer = Timer::start();
     for n in 0..JOBS {
-        let c = Command::Submit {
+        let c = Command::Submit(Submit {
             id: Some(job_id(n)),
             queue: QUEUES[(n % 4) as usize].to_owned(),
             payload: Some(format!("{{\"n\":{n}}}")),
             max_attempts: None,
-        };
+        });
         let e = log.entry(None, c);
         log.apply(&e).expect("submit");
     }
@@ -238,23 +241,23 @@ fn main() {
         let owner = format!("worker-{}", i % 64);
         let e = log.entry(
             None,
-            Command::ClaimNext {
+            Command::ClaimNext(ClaimNext {
                 queue: "emails".into(),
                 owner: owner.clone(),
                 ttl_ms: TTL_MS,
-            },
+            }),
         );
         let Ok(Outcome::Lease(l)) = log.apply(&e) else {
             panic!("the queue has work");
         };
         let e = log.entry(
             None,
-            Command::Complete {
+            Command::Complete(Complete {
                 job_id: l.job_id,
                 owner,
                 generation: l.generation,
                 result: None,
-            },
+            }),
         );
         log.apply(&e).expect("complete");
     }
@@ -336,14 +339,14 @@ fn lifecycle_machine(scheduled: bool, version: u32) -> Log {
         index: 0,
         stamp: start,
     };
-    let e = log.entry(None, Command::ActivateVersion { version });
+    let e = log.entry(None, Command::ActivateVersion(ActivateVersion { version }));
     log.apply(&e).expect("activates");
     for n in 0..JOBS {
         let (run_at_ms, priority) = match scheduled {
             true => (Some(start + 1_000 * (n % 1_000)), (n % 5) as i32 - 2),
             false => (None, 0),
         };
-        let c = Command::SubmitWith {
+        let c = Command::SubmitWith(SubmitWith {
             id: Some(job_id(n)),
             queue: "q".into(),
             payload: None,
@@ -352,13 +355,13 @@ fn lifecycle_machine(scheduled: bool, version: u32) -> Log {
             priority,
             backoff_ms: 0,
             backoff_ms_max: 3_600_000,
-        };
+        });
         let e = log.entry(None, c);
         log.apply(&e).expect("submit");
     }
     while log.stamp < start + 500_000 {
         log.stamp += 999;
-        let e = log.entry(None, Command::Tick);
+        let e = log.entry(None, Command::Tick(Tick));
         log.apply(&e).expect("tick");
     }
     log
@@ -368,21 +371,21 @@ fn lifecycle_machine(scheduled: bool, version: u32) -> Log {
 fn claim_next_loop(log: &mut Log, queue: &str, loops: u64) {
     for i in 0..loops {
         let owner = format!("worker-{}", i % 64);
-        let c = Command::ClaimNext {
+        let c = Command::ClaimNext(ClaimNext {
             queue: queue.into(),
             owner: owner.clone(),
             ttl_ms: TTL_MS,
-        };
+        });
         let e = log.entry(None, c);
         let Ok(Outcome::Lease(l)) = log.apply(&e) else {
             panic!("the queue has work");
         };
-        let c = Command::Complete {
+        let c = Command::Complete(Complete {
             job_id: l.job_id,
             owner,
             generation: l.generation,
             result: None,
-        };
+        });
         let e = log.entry(None, c);
         log.apply(&e).expect("complete");
     }

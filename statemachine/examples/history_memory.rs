@@ -10,6 +10,7 @@
 //!
 //! Reads `/proc/self/statm` (Linux): an example may do IO, the crate may not.
 
+use leasehold_statemachine::commands::{ActivateVersion, Claim, Complete, Submit};
 use leasehold_statemachine::{Command, Config, Entry, LeaseMachine, Outcome};
 
 fn rss_bytes() -> u64 {
@@ -37,32 +38,36 @@ fn main() {
         };
         m.apply(index, &e)
     };
-    apply(&mut m, Command::ActivateVersion { version }).expect("activates");
+    apply(
+        &mut m,
+        Command::ActivateVersion(ActivateVersion { version }),
+    )
+    .expect("activates");
     let before = rss_bytes();
     for n in 0..jobs {
         let id = format!("job-{n:08}");
         let owner = format!("worker-{}", n % 64);
-        let submit = Command::Submit {
+        let submit = Command::Submit(Submit {
             id: Some(id.clone()),
             queue: "q".into(),
             payload: None,
             max_attempts: None,
-        };
+        });
         apply(&mut m, submit).expect("submit");
-        let claim = Command::Claim {
+        let claim = Command::Claim(Claim {
             job_id: id.clone(),
             owner: owner.clone(),
             ttl_ms: 30_000,
-        };
+        });
         let Ok(Outcome::Lease(l)) = apply(&mut m, claim) else {
             panic!("claims")
         };
-        let complete = Command::Complete {
+        let complete = Command::Complete(Complete {
             job_id: id,
             owner,
             generation: l.generation,
             result: None,
-        };
+        });
         apply(&mut m, complete).expect("complete");
     }
     let after = rss_bytes();

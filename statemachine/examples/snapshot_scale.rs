@@ -3,6 +3,7 @@
 //!
 //! `cargo run --release -p leasehold-statemachine --example snapshot_scale -- 1000000`
 
+use leasehold_statemachine::commands::{Claim, Submit};
 use std::time::Instant;
 
 use leasehold_statemachine::{Command, Entry, LeaseMachine};
@@ -17,18 +18,18 @@ fn main() {
     for i in 1..=n {
         let id = format!("job-{:012}", i);
         let command = if i % 10 == 0 {
-            Command::Claim {
+            Command::Claim(Claim {
                 job_id: id,
                 owner: format!("worker-{}", i % 64),
                 ttl_ms: 3_600_000,
-            }
+            })
         } else {
-            Command::Submit {
+            Command::Submit(Submit {
                 id: Some(id),
                 queue: "bulk".into(),
                 payload: None,
                 max_attempts: None,
-            }
+            })
         };
         let entry = Entry {
             stamp_ms: 1_000_000 + i,

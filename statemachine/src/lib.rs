@@ -7,9 +7,11 @@
 //! # Layout
 //! - [`limits`]: every bound of the API, and the validation shared with node and client.
 //! - [`wire`]: the JSON types of docs/api.md (`Job`, `Lease`, error codes, request bodies).
-//! - [`command`]: what goes into the log (`Entry`, `Command`) and what comes out (`Reply`);
-//!   `Command` is append-only.
-//! - [`descriptor`]: every fact about a command, written once: name, operation, scope
+//! - [`command`]: what goes into the log (`Entry`) and what comes out (`Reply`).
+//! - [`commands`]: every command, one file each (its log struct and forms, descriptor,
+//!   checks, rule and example), and the one list that makes them `Command`
+//!   (append-only).
+//! - [`descriptor`]: the facts every command states in its file: name, operation, scope
 //!   rule, outcome names, the entry version that introduced it, and what it names.
 //! - [`machine`]: `LeaseMachine::apply` and, in its files, the job record and its
 //!   place, the indexes, the one transition point, the event log it feeds (histories
@@ -32,6 +34,7 @@
 //!   [`Inconsistency`]).
 
 pub mod command;
+pub mod commands;
 pub mod descriptor;
 mod idempotency;
 pub mod limits;

@@ -10,6 +10,8 @@
 //! `Leased`, or how it closed. A lease that ran out after the last applied stamp still counts
 //! as leased until the next entry settles it, like `Stats::leased`.
 
+#[cfg(test)]
+use crate::commands::{Claim, ClaimNext, Complete, Delete, Release, Renew, Submit, Tick};
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -260,59 +262,59 @@ mod tests {
         };
         let owner = |o: u8| format!("w{o}");
         Some(match *op {
-            Op::Submit { job, queue, max } => Command::Submit {
+            Op::Submit { job, queue, max } => Command::Submit(Submit {
                 id: Some(job_id(job)),
                 queue: format!("q{queue}"),
                 payload: None,
                 max_attempts: max.map(u64::from),
-            },
-            Op::Claim { job, owner: o, ttl } => Command::Claim {
+            }),
+            Op::Claim { job, owner: o, ttl } => Command::Claim(Claim {
                 job_id: job_id(job),
                 owner: owner(o),
                 ttl_ms: u64::from(ttl),
-            },
+            }),
             Op::ClaimNext {
                 queue,
                 owner: o,
                 ttl,
-            } => Command::ClaimNext {
+            } => Command::ClaimNext(ClaimNext {
                 queue: format!("q{queue}"),
                 owner: owner(o),
                 ttl_ms: u64::from(ttl),
-            },
+            }),
             Op::Renew {
                 job,
                 owner: o,
                 back,
-            } => Command::Renew {
+            } => Command::Renew(Renew {
                 job_id: job_id(job),
                 owner: owner(o),
                 generation: gen(job, back),
                 ttl_ms: None,
-            },
+            }),
             Op::Complete {
                 job,
                 owner: o,
                 back,
-            } => Command::Complete {
+            } => Command::Complete(Complete {
                 job_id: job_id(job),
                 owner: owner(o),
                 generation: gen(job, back),
                 result: None,
-            },
+            }),
             Op::Release {
                 job,
                 owner: o,
                 back,
-            } => Command::Release {
+            } => Command::Release(Release {
                 job_id: job_id(job),
                 owner: owner(o),
                 generation: gen(job, back),
-            },
-            Op::Delete { job } => Command::Delete {
+            }),
+            Op::Delete { job } => Command::Delete(Delete {
                 job_id: job_id(job),
-            },
-            Op::Tick | Op::NewTerm => Command::Tick,
+            }),
+            Op::Tick | Op::NewTerm => Command::Tick(Tick),
             Op::Restore => return None,
         })
     }

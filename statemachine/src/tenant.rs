@@ -16,6 +16,8 @@
 //!
 //! May import: `command`, `descriptor`, `limits`, `wire`. No IO, no clock.
 
+#[cfg(test)]
+use crate::commands::{Claim, ClaimNext, Delete, Submit};
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
@@ -346,20 +348,20 @@ mod tests {
     }
 
     fn submit(id: Option<&str>, queue: &str) -> Command {
-        Command::Submit {
+        Command::Submit(Submit {
             id: id.map(Into::into),
             queue: queue.into(),
             payload: None,
             max_attempts: None,
-        }
+        })
     }
 
     fn claim_from(queue: &str) -> Command {
-        Command::ClaimNext {
+        Command::ClaimNext(ClaimNext {
             queue: queue.into(),
             owner: "o".into(),
             ttl_ms: 1_000,
-        }
+        })
     }
 
     #[test]
@@ -418,12 +420,12 @@ mod tests {
     #[test]
     fn a_stored_job_is_checked_by_its_queue_and_a_missing_one_by_the_rule() {
         let a = scope(Some(&["team-a"]), None);
-        let del = Command::Delete { job_id: "x".into() };
-        let claim = Command::Claim {
+        let del = Command::Delete(Delete { job_id: "x".into() });
+        let claim = Command::Claim(Claim {
             job_id: "x".into(),
             owner: "o".into(),
             ttl_ms: 1_000,
-        };
+        });
         let code = |s: &Scope, c: &Command, stored| s.check_stored(c, stored).map_err(|e| e.code);
         assert_eq!(code(&a, &del, Some(("x", "team-a"))), Ok(()));
         assert_eq!(

@@ -19,6 +19,9 @@
 //! `command`, `snapshot`'s format names and `wire`.
 
 use crate::command::{Command, MembershipMark};
+use crate::commands::{ActivateVersion, ActivateVersionIn};
+#[cfg(test)]
+use crate::commands::{Claim, Tick};
 use crate::wire::{ApiError, ErrorCode};
 
 /// Every entry version, oldest first: the one table of what a version number means
@@ -138,12 +141,12 @@ pub fn validate_activation(version: u32) -> Result<(), ApiError> {
 /// it by then), as the plain form before.
 pub fn activation(version: u32, membership: MembershipMark) -> Command {
     if ClusterVersion::CheckedActivation.active_at(version) {
-        Command::ActivateVersionIn {
+        Command::ActivateVersionIn(ActivateVersionIn {
             version,
             membership,
-        }
+        })
     } else {
-        Command::ActivateVersion { version }
+        Command::ActivateVersion(ActivateVersion { version })
     }
 }
 
@@ -190,14 +193,14 @@ mod tests {
 
     #[test]
     fn every_command_of_the_first_release_is_version_1_and_activation_is_2() {
-        let claim = Command::Claim {
+        let claim = Command::Claim(Claim {
             job_id: "a".into(),
             owner: "w".into(),
             ttl_ms: 1_000,
-        };
+        });
         assert_eq!(Command::since(&claim), 1);
-        assert_eq!(Command::since(&Command::Tick), 1);
-        let activate = Command::ActivateVersion { version: 2 };
+        assert_eq!(Command::since(&Command::Tick(Tick)), 1);
+        let activate = Command::ActivateVersion(ActivateVersion { version: 2 });
         assert_eq!(Command::since(&activate), 2);
         assert!(Command::since(&activate) <= ENTRY_VERSION_MAX);
         let item = |command| BatchItem {

@@ -6,6 +6,10 @@
 //! through the Raft log under bincode, which cannot carry a free-form JSON value; see
 //! [`raw_json`] for how the text is written back as raw JSON over HTTP.
 
+use crate::commands::{
+    Cancel, Claim, ClaimNext, ClaimNextMany, Complete, Fail, Redrive, Release, ReleaseWith, Renew,
+    RenewWith, Retry, Submit, SubmitWith,
+};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -412,7 +416,7 @@ impl SubmitRequest {
             || self.backoff_ms.is_some()
             || self.backoff_ms_max.is_some();
         let cmd = if v1_1 {
-            Command::SubmitWith {
+            Command::SubmitWith(SubmitWith {
                 id: self.id,
                 queue,
                 payload,
@@ -424,14 +428,14 @@ impl SubmitRequest {
                 backoff_ms_max: self
                     .backoff_ms_max
                     .unwrap_or(limits::BACKOFF_MS_MAX_DEFAULT.max(self.backoff_ms.unwrap_or(0))),
-            }
+            })
         } else {
-            Command::Submit {
+            Command::Submit(Submit {
                 id: self.id,
                 queue,
                 payload,
                 max_attempts: self.max_attempts,
-            }
+            })
         };
         cmd.validate()?;
         Ok(cmd)
@@ -449,11 +453,11 @@ pub struct ClaimRequest {
 
 impl ClaimRequest {
     pub fn into_command(self, job_id: &str) -> Result<Command, ApiError> {
-        let cmd = Command::Claim {
+        let cmd = Command::Claim(Claim {
             job_id: job_id.to_owned(),
             owner: self.owner,
             ttl_ms: self.ttl_ms,
-        };
+        });
         cmd.validate()?;
         Ok(cmd)
     }
@@ -483,17 +487,17 @@ impl ClaimNextRequest {
         limits::validate_wait_ms(wait_ms)?;
         let (queue, owner, ttl_ms) = (queue.to_owned(), self.owner, self.ttl_ms);
         let cmd = match self.max_jobs {
-            None => Command::ClaimNext {
+            None => Command::ClaimNext(ClaimNext {
                 queue,
                 owner,
                 ttl_ms,
-            },
-            Some(max_jobs) => Command::ClaimNextMany {
+            }),
+            Some(max_jobs) => Command::ClaimNextMany(ClaimNextMany {
                 queue,
                 owner,
                 ttl_ms,
                 max_jobs,
-            },
+            }),
         };
         cmd.validate()?;
         Ok((cmd, wait_ms))
@@ -521,19 +525,19 @@ impl RenewRequest {
         let job_id = job_id.to_owned();
         let (owner, generation, ttl_ms) = (self.owner, self.generation, self.ttl_ms);
         let cmd = match json_text("progress", self.progress)? {
-            None => Command::Renew {
+            None => Command::Renew(Renew {
                 job_id,
                 owner,
                 generation,
                 ttl_ms,
-            },
-            progress => Command::RenewWith {
+            }),
+            progress => Command::RenewWith(RenewWith {
                 job_id,
                 owner,
                 generation,
                 ttl_ms,
                 progress,
-            },
+            }),
         };
         cmd.validate()?;
         Ok(cmd)
@@ -553,12 +557,12 @@ pub struct CompleteRequest {
 
 impl CompleteRequest {
     pub fn into_command(self, job_id: &str) -> Result<Command, ApiError> {
-        let cmd = Command::Complete {
+        let cmd = Command::Complete(Complete {
             job_id: job_id.to_owned(),
             owner: self.owner,
             generation: self.generation,
             result: json_text("result", self.result)?,
-        };
+        });
         cmd.validate()?;
         Ok(cmd)
     }
@@ -589,20 +593,20 @@ impl ReleaseRequest {
         let (job_id, owner, generation) = (job_id.to_owned(), self.owner, self.generation);
         let retry = self.retry.unwrap_or(false);
         let cmd = if self.delay_ms.is_none() && !retry && self.error.is_none() {
-            Command::Release {
+            Command::Release(Release {
                 job_id,
                 owner,
                 generation,
-            }
+            })
         } else {
-            Command::ReleaseWith {
+            Command::ReleaseWith(ReleaseWith {
                 job_id,
                 owner,
                 generation,
                 delay_ms: self.delay_ms,
                 retry,
                 error: self.error,
-            }
+            })
         };
         cmd.validate()?;
         Ok(cmd)
@@ -621,12 +625,12 @@ pub struct FailRequest {
 
 impl FailRequest {
     pub fn into_command(self, job_id: &str) -> Result<Command, ApiError> {
-        let cmd = Command::Fail {
+        let cmd = Command::Fail(Fail {
             job_id: job_id.to_owned(),
             owner: self.owner,
             generation: self.generation,
             error: self.error,
-        };
+        });
         cmd.validate()?;
         Ok(cmd)
     }
@@ -641,10 +645,10 @@ pub struct CancelRequest {
 
 impl CancelRequest {
     pub fn into_command(self, job_id: &str) -> Result<Command, ApiError> {
-        let cmd = Command::Cancel {
+        let cmd = Command::Cancel(Cancel {
             job_id: job_id.to_owned(),
             reason: self.reason,
-        };
+        });
         cmd.validate()?;
         Ok(cmd)
     }
@@ -659,10 +663,10 @@ pub struct RetryRequest {
 
 impl RetryRequest {
     pub fn into_command(self, job_id: &str) -> Result<Command, ApiError> {
-        let cmd = Command::Retry {
+        let cmd = Command::Retry(Retry {
             job_id: job_id.to_owned(),
             run_at_ms: self.run_at_ms,
-        };
+        });
         cmd.validate()?;
         Ok(cmd)
     }
@@ -678,10 +682,10 @@ pub struct RedriveRequest {
 
 impl RedriveRequest {
     pub fn into_command(self, queue: &str) -> Result<Command, ApiError> {
-        let cmd = Command::Redrive {
+        let cmd = Command::Redrive(Redrive {
             queue: queue.to_owned(),
             limit: self.limit.unwrap_or(limits::REDRIVE_LIMIT_DEFAULT),
-        };
+        });
         cmd.validate()?;
         Ok(cmd)
     }
@@ -917,7 +921,7 @@ mod tests {
     fn null_payload_is_none() {
         let req: SubmitRequest = serde_json::from_str(r#"{"payload":null}"#).unwrap();
         match req.into_command().unwrap() {
-            Command::Submit { payload, queue, .. } => {
+            Command::Submit(Submit { payload, queue, .. }) => {
                 assert_eq!(payload, None);
                 assert_eq!(queue, "default");
             }

@@ -5,6 +5,9 @@
 //! the whole request and changing nothing; a scoped caller's items held to its scope one
 //! by one; and a keyed batch replayed, not applied twice.
 
+use leasehold_statemachine::commands::{
+    ActivateVersion, Claim, ClaimNextMany, Complete, CompleteMany, RenewMany, Submit,
+};
 use leasehold_statemachine::limits::{BATCH_LEASES_MAX, CLAIM_MAX_JOBS_MAX, PROGRESS_BYTES_MAX};
 use leasehold_statemachine::tenant::{QueuePattern, Scope};
 use leasehold_statemachine::version::ENTRY_VERSION_MAX;
@@ -25,7 +28,7 @@ impl Log {
             index: 0,
         };
         assert_eq!(
-            log.apply(Command::ActivateVersion { version }),
+            log.apply(Command::ActivateVersion(ActivateVersion { version })),
             Ok(Outcome::Ticked)
         );
         log
@@ -53,21 +56,21 @@ impl Log {
     }
 
     fn submit(&mut self, id: &str, queue: &str) {
-        let submit = Command::Submit {
+        let submit = Command::Submit(Submit {
             id: Some(id.into()),
             queue: queue.into(),
             payload: Some(format!("{{\"id\":\"{id}\"}}")),
             max_attempts: None,
-        };
+        });
         assert!(self.apply(submit).is_ok(), "submit {id}");
     }
 
     fn claim(&mut self, id: &str, owner: &str) -> Lease {
-        let claim = Command::Claim {
+        let claim = Command::Claim(Claim {
             job_id: id.into(),
             owner: owner.into(),
             ttl_ms: 10_000,
-        };
+        });
         match self.apply(claim) {
             Ok(Outcome::Lease(l)) => l,
             other => panic!("claim {id}: {other:?}"),
@@ -83,12 +86,12 @@ impl Log {
 }
 
 fn claim_many(queue: &str, max_jobs: u32) -> Command {
-    Command::ClaimNextMany {
+    Command::ClaimNextMany(ClaimNextMany {
         queue: queue.into(),
         owner: "w".into(),
         ttl_ms: 10_000,
         max_jobs,
-    }
+    })
 }
 
 fn item(job_id: &str, generation: u64, json: Option<&str>) -> LeaseItem {
@@ -100,18 +103,18 @@ fn item(job_id: &str, generation: u64, json: Option<&str>) -> LeaseItem {
 }
 
 fn renew_many(leases: Vec<LeaseItem>) -> Command {
-    Command::RenewMany {
+    Command::RenewMany(RenewMany {
         owner: "w".into(),
         ttl_ms: Some(20_000),
         leases,
-    }
+    })
 }
 
 fn complete_many(leases: Vec<LeaseItem>) -> Command {
-    Command::CompleteMany {
+    Command::CompleteMany(CompleteMany {
         owner: "w".into(),
         leases,
-    }
+    })
 }
 
 /// The per-item replies of a batch.
@@ -171,12 +174,12 @@ fn batch_renew_answers_each_lease_as_the_single_call_would() {
     let b = log.claim("b", "w");
     log.claim("c", "someone-else");
     let d = log.claim("d", "w");
-    log.apply(Command::Complete {
+    log.apply(Command::Complete(Complete {
         job_id: "d".into(),
         owner: "w".into(),
         generation: d.generation,
         result: None,
-    })
+    }))
     .unwrap();
     let replies = items(log.apply(renew_many(vec![
         item("a", a.generation, Some(r#"{"step":3}"#)),
@@ -220,11 +223,11 @@ fn an_expired_lease_in_a_batch_is_refused_and_the_others_renewed() {
     let reply = log.apply_at(
         a.lease_until_ms,
         None,
-        Command::RenewMany {
+        Command::RenewMany(RenewMany {
             owner: "w".into(),
             ttl_ms: None,
             leases: vec![item("a", a.generation, None), item("b", b.generation, None)],
-        },
+        }),
     );
     // Claimed one entry apart: b's lease ends 1 ms after a's, so b is still live.
     assert_eq!(b.lease_until_ms, a.lease_until_ms + 1);
@@ -281,7 +284,8 @@ fn batches_wait_for_entry_version_6() {
         assert_eq!(code(&log.apply(cmd)), Some(ErrorCode::Unavailable));
     }
     assert_eq!(log.m.stats(), before, "nothing applied");
-    log.apply(Command::ActivateVersion { version: 6 }).unwrap();
+    log.apply(Command::ActivateVersion(ActivateVersion { version: 6 }))
+        .unwrap();
     let replies = items(log.apply(renew_many(vec![item("a", a.generation, None)])));
     assert!(replies[0].is_ok());
 }

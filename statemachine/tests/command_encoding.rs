@@ -3,12 +3,16 @@
 //! Golden bytes: one instance of every `Command` variant and of an `Entry`, as bincode
 //! writes them. The WAL, snapshots and Raft RPC between two versions of the node decode
 //! these bytes, so an old variant's encoding must never change: `Command` is append-only
-//! (the module doc of `command.rs`). A failure here means a rolling upgrade from the
+//! (the module doc of `commands/mod.rs`). A failure here means a rolling upgrade from the
 //! previous release would break — add a new variant at the end instead.
 //!
 //! Descriptors: every variant has one, in variant order, consistent with what it names;
 //! a new variant fails here until it is listed (`descriptor::one_of_each`).
 
+use leasehold_statemachine::commands::{
+    ActivateVersion, ActivateVersionIn, Cancel, ClaimNextMany, CompleteMany, Delete, Fail, Redrive,
+    ReleaseWith, RenewMany, RenewWith, Retry, SubmitWith, Tick,
+};
 use leasehold_statemachine::descriptor::one_of_each;
 use leasehold_statemachine::{
     BatchItem, Command, CommandScope, Entry, Operation, DESCRIPTORS, ENTRY_VERSION_MAX,
@@ -71,7 +75,7 @@ fn every_command_variant_encodes_and_decodes_as_the_previous_release() {
         stamp_ms: 5,
         term: 2,
         idempotency_key: Some("k".into()),
-        command: Command::Tick,
+        command: Command::Tick(Tick),
     };
     assert_eq!(hex(&bincode::serialize(&entry).unwrap()), GOLDEN_ENTRY);
     assert_eq!(
@@ -197,19 +201,19 @@ fn every_scope_rule_covers_what_its_command_names() {
 fn a_batch_needs_the_newest_version_of_its_items() {
     for cmd in one_of_each() {
         let want = match cmd {
-            Command::ActivateVersion { .. } => 2,
+            Command::ActivateVersion(ActivateVersion { .. }) => 2,
             Command::Scoped(_) => 3,
-            Command::SubmitWith { .. }
-            | Command::RenewWith { .. }
-            | Command::ReleaseWith { .. }
-            | Command::Fail { .. }
-            | Command::Cancel { .. }
-            | Command::Retry { .. }
-            | Command::Redrive { .. } => 4,
-            Command::ClaimNextMany { .. }
-            | Command::RenewMany { .. }
-            | Command::CompleteMany { .. } => 6,
-            Command::ActivateVersionIn { .. } => 8,
+            Command::SubmitWith(SubmitWith { .. })
+            | Command::RenewWith(RenewWith { .. })
+            | Command::ReleaseWith(ReleaseWith { .. })
+            | Command::Fail(Fail { .. })
+            | Command::Cancel(Cancel { .. })
+            | Command::Retry(Retry { .. })
+            | Command::Redrive(Redrive { .. }) => 4,
+            Command::ClaimNextMany(ClaimNextMany { .. })
+            | Command::RenewMany(RenewMany { .. })
+            | Command::CompleteMany(CompleteMany { .. }) => 6,
+            Command::ActivateVersionIn(ActivateVersionIn { .. }) => 8,
             _ => 1,
         };
         assert_eq!(cmd.since(), want, "{cmd:?}");
@@ -235,7 +239,7 @@ fn batch_of(command: Command) -> Command {
 /// valid batch decoded on the same thread (the refusal used to be a thread-local flag).
 #[test]
 fn a_batch_item_that_is_a_batch_is_refused_while_decoding() {
-    let nested = bincode::serialize(&batch_of(batch_of(Command::Tick))).unwrap();
+    let nested = bincode::serialize(&batch_of(batch_of(Command::Tick(Tick)))).unwrap();
     let mut truncated = nested.clone();
     truncated.truncate(4 + 8 + 1 + 4); // cut right after the inner batch's variant index
     for bytes in [&nested, &truncated] {
@@ -246,7 +250,7 @@ fn a_batch_item_that_is_a_batch_is_refused_while_decoding() {
         );
     }
     for _ in 0..2 {
-        let ok = batch_of(Command::Delete { job_id: "j".into() });
+        let ok = batch_of(Command::Delete(Delete { job_id: "j".into() }));
         let back: Command = bincode::deserialize(&bincode::serialize(&ok).unwrap()).unwrap();
         assert_eq!(back, ok);
         assert!(bincode::deserialize::<Command>(&nested).is_err());
@@ -266,7 +270,10 @@ fn a_scoped_command_that_is_scoped_or_a_batch_is_refused_while_decoding() {
     };
     for (inner, why) in [
         (Command::Scoped(scoped.clone()), "is itself scoped"),
-        (batch_of(Command::Tick), "batch item is itself a batch"),
+        (
+            batch_of(Command::Tick(Tick)),
+            "batch item is itself a batch",
+        ),
     ] {
         let nested = Command::Scoped(leasehold_statemachine::ScopedCommand {
             scope: scoped.scope.clone(),
@@ -284,13 +291,13 @@ fn a_scoped_command_that_is_scoped_or_a_batch_is_refused_while_decoding() {
 
 #[test]
 fn json_refuses_a_nested_batch_too() {
-    let nested = serde_json::to_string(&batch_of(batch_of(Command::Tick))).unwrap();
+    let nested = serde_json::to_string(&batch_of(batch_of(Command::Tick(Tick)))).unwrap();
     let e = serde_json::from_str::<Command>(&nested).unwrap_err();
     assert!(
         e.to_string().contains("a batch item is itself a batch"),
         "{e}"
     );
-    let ok = batch_of(Command::Tick);
+    let ok = batch_of(Command::Tick(Tick));
     let back: Command = serde_json::from_str(&serde_json::to_string(&ok).unwrap()).unwrap();
     assert_eq!(back, ok);
 }

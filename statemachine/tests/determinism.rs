@@ -7,6 +7,9 @@
 //! final bytes, and `restore` refuses what is not a snapshot it wrote: an empty input, an
 //! unknown version byte, garbage, a truncated snapshot, a snapshot with bytes appended.
 
+use leasehold_statemachine::commands::{
+    Claim, ClaimNext, Complete, Delete, Release, Renew, Submit, Tick,
+};
 use leasehold_statemachine::snapshot::{SNAPSHOT_FORMAT_V1, SNAPSHOT_FORMAT_V3};
 use leasehold_statemachine::{
     Command, Config, Entry, ErrorCode, JobState, LeaseMachine, Outcome, Reply, SnapshotError,
@@ -82,57 +85,57 @@ fn random_log(seed: u64, n: usize) -> Vec<Entry> {
             }
         };
         let command = match rng.below(100) {
-            0..=9 => Command::Submit {
+            0..=9 => Command::Submit(Submit {
                 id: (!rng.chance(10)).then(|| id.clone()),
                 queue: rng.pick(&QUEUES).to_owned(),
                 payload: rng
                     .chance(50)
                     .then(|| format!("{{\"n\":{}}}", rng.below(1000))),
                 max_attempts: rng.chance(30).then(|| 1 + rng.below(3)),
-            },
-            10..=29 => Command::Claim {
+            }),
+            10..=29 => Command::Claim(Claim {
                 job_id: id.clone(),
                 owner,
                 ttl_ms: ttl,
-            },
-            30..=44 => Command::ClaimNext {
+            }),
+            30..=44 => Command::ClaimNext(ClaimNext {
                 queue: rng.pick(&QUEUES).to_owned(),
                 owner,
                 ttl_ms: ttl,
-            },
+            }),
             45..=64 => {
                 let (owner, generation) = token(&mut rng, &id);
-                Command::Renew {
+                Command::Renew(Renew {
                     job_id: id.clone(),
                     owner,
                     generation,
                     ttl_ms: rng.chance(30).then_some(ttl),
-                }
+                })
             }
             65..=79 => {
                 let (owner, generation) = token(&mut rng, &id);
-                Command::Complete {
+                Command::Complete(Complete {
                     job_id: id.clone(),
                     owner,
                     generation,
                     result: rng.chance(50).then(|| "\"done\"".to_owned()),
-                }
+                })
             }
             80..=89 => {
                 let (owner, generation) = token(&mut rng, &id);
-                Command::Release {
+                Command::Release(Release {
                     job_id: id.clone(),
                     owner,
                     generation,
-                }
+                })
             }
-            90..=93 => Command::Delete { job_id: id.clone() },
-            94..=95 => Command::Claim {
+            90..=93 => Command::Delete(Delete { job_id: id.clone() }),
+            94..=95 => Command::Claim(Claim {
                 job_id: id.clone(),
                 owner,
                 ttl_ms: 5, // invalid
-            },
-            _ => Command::Tick,
+            }),
+            _ => Command::Tick(Tick),
         };
         let recent = |rng: &mut Rng| {
             keyed[keyed.len() - 1 - rng.below(keyed.len().min(50) as u64) as usize].clone()
@@ -382,16 +385,16 @@ fn snapshot_holding_remembered_errors_restores() {
         idempotency_key: Some(key.into()),
         command,
     };
-    let missing = Command::Delete {
+    let missing = Command::Delete(Delete {
         job_id: "missing".into(),
-    };
-    let invalid = Command::Delete { job_id: "".into() };
-    let with_job = Command::Submit {
+    });
+    let invalid = Command::Delete(Delete { job_id: "".into() });
+    let with_job = Command::Submit(Submit {
         id: Some("j".into()),
         queue: "default".into(),
         payload: None,
         max_attempts: None,
-    };
+    });
     let first = [
         m.apply(1, &keyed("a", missing.clone())),
         m.apply(2, &keyed("b", invalid.clone())),

@@ -5,6 +5,9 @@
 //! and nothing recorded before cluster version 5. Every apply is followed by
 //! `check_invariants()`.
 
+use leasehold_statemachine::commands::{
+    ActivateVersion, Cancel, Claim, ClaimNext, Delete, ReleaseWith, Renew, Retry, SubmitWith, Tick,
+};
 use leasehold_statemachine::limits::{FEED_EVENTS_KEPT_MIN, FEED_KEPT_MS, HISTORY_EVENTS_MAX};
 use leasehold_statemachine::snapshot::{SNAPSHOT_FORMAT_V5, SNAPSHOT_FORMAT_V6};
 use leasehold_statemachine::version::ENTRY_VERSION_MAX;
@@ -25,7 +28,8 @@ impl H {
             m: LeaseMachine::default(),
             idx: 0,
         };
-        h.at(1, Command::ActivateVersion { version }).unwrap();
+        h.at(1, Command::ActivateVersion(ActivateVersion { version }))
+            .unwrap();
         h
     }
 
@@ -61,7 +65,7 @@ impl H {
 }
 
 fn submit(id: &str, backoff_ms: u64) -> Command {
-    Command::SubmitWith {
+    Command::SubmitWith(SubmitWith {
         id: Some(id.into()),
         queue: "q".into(),
         payload: None,
@@ -70,23 +74,23 @@ fn submit(id: &str, backoff_ms: u64) -> Command {
         priority: 0,
         backoff_ms,
         backoff_ms_max: 3_600_000,
-    }
+    })
 }
 
 fn submit_to(id: &str, queue: &str) -> Command {
     let mut cmd = submit(id, 0);
-    if let Command::SubmitWith { queue: q, .. } = &mut cmd {
+    if let Command::SubmitWith(SubmitWith { queue: q, .. }) = &mut cmd {
         *q = queue.into();
     }
     cmd
 }
 
 fn claim(id: &str, owner: &str, ttl_ms: u64) -> Command {
-    Command::Claim {
+    Command::Claim(Claim {
         job_id: id.into(),
         owner: owner.into(),
         ttl_ms,
-    }
+    })
 }
 
 fn generation(r: Reply) -> u64 {
@@ -97,14 +101,14 @@ fn generation(r: Reply) -> u64 {
 }
 
 fn release(id: &str, owner: &str, generation: u64, error: Option<&str>) -> Command {
-    Command::ReleaseWith {
+    Command::ReleaseWith(ReleaseWith {
         job_id: id.into(),
         owner: owner.into(),
         generation,
         retry: false,
         delay_ms: None,
         error: error.map(String::from),
-    }
+    })
 }
 
 #[test]
@@ -115,34 +119,35 @@ fn every_transition_is_one_event_and_a_renewal_is_none() {
     let g = generation(h.at(20, claim("a", "w1", 100)));
     h.at(
         30,
-        Command::Renew {
+        Command::Renew(Renew {
             job_id: "a".into(),
             owner: "w1".into(),
             generation: g,
             ttl_ms: Some(100),
-        },
+        }),
     )
     .unwrap();
     h.at(40, release("a", "w1", g, Some("db down"))).unwrap();
     let g = generation(h.at(50, claim("a", "w2", 100)));
     // Nothing happens until an entry's stamp passes the lease's end (150).
-    h.at(400, Command::Tick).unwrap();
+    h.at(400, Command::Tick(Tick)).unwrap();
     let g3 = generation(h.at(410, claim("a", "w3", 100)));
-    let cancel = Command::Cancel {
+    let cancel = Command::Cancel(Cancel {
         job_id: "a".into(),
         reason: Some("user asked".into()),
-    };
+    });
     h.at(420, cancel).unwrap();
     h.at(430, release("a", "w3", g3, None)).unwrap();
     h.at(
         440,
-        Command::Retry {
+        Command::Retry(Retry {
             job_id: "a".into(),
             run_at_ms: None,
-        },
+        }),
     )
     .unwrap();
-    h.at(450, Command::Delete { job_id: "a".into() }).unwrap();
+    h.at(450, Command::Delete(Delete { job_id: "a".into() }))
+        .unwrap();
     let want = [
         Submitted,
         Claimed,
@@ -194,12 +199,12 @@ fn every_transition_is_one_event_and_a_renewal_is_none() {
 fn a_claim_past_max_attempts_is_failed_and_a_backoff_shows_when_it_is_due() {
     let mut h = H::new();
     let mut cmd = submit("b", 1_000);
-    if let Command::SubmitWith { max_attempts, .. } = &mut cmd {
+    if let Command::SubmitWith(SubmitWith { max_attempts, .. }) = &mut cmd {
         *max_attempts = Some(1);
     }
     h.at(10, cmd).unwrap();
     h.at(20, claim("b", "w", 100)).unwrap();
-    h.at(200, Command::Tick).unwrap();
+    h.at(200, Command::Tick(Tick)).unwrap();
     let ev = h.history("b");
     assert_eq!(ev[2].event, EventKind::Expired);
     // First backoff: backoff_ms × 2^0 from the lease's end.
@@ -227,7 +232,8 @@ fn a_history_keeps_the_last_100_and_a_re_created_id_starts_a_new_one() {
     assert_eq!(ev.len(), HISTORY_EVENTS_MAX);
     assert_eq!(ev.last().unwrap().seq, 301);
     assert_eq!(ev[0].seq, 202);
-    h.at(500, Command::Delete { job_id: "c".into() }).unwrap();
+    h.at(500, Command::Delete(Delete { job_id: "c".into() }))
+        .unwrap();
     assert_eq!(h.kinds("c").last(), Some(&EventKind::Deleted));
     h.at(600, submit("c", 0)).unwrap();
     // Before entry version 7 the state continues the namesake's history; a reader still
@@ -250,17 +256,17 @@ fn a_re_created_id_never_shows_its_namesakes_events() {
         h.at(30, release("hx", "a-worker", g, Some("a's secret error")))
             .unwrap();
         let g = generation(h.at(40, claim("hx", "a-worker", 1_000)));
-        let cancel = Command::Cancel {
+        let cancel = Command::Cancel(Cancel {
             job_id: "hx".into(),
             reason: Some("a's secret reason".into()),
-        };
+        });
         h.at(50, cancel).unwrap();
         h.at(55, release("hx", "a-worker", g, None)).unwrap();
         h.at(
             60,
-            Command::Delete {
+            Command::Delete(Delete {
                 job_id: "hx".into(),
-            },
+            }),
         )
         .unwrap();
         let a_events = h.history("hx");
@@ -284,9 +290,9 @@ fn a_re_created_id_never_shows_its_namesakes_events() {
         // Deleted again, the history is B's, ending `deleted`.
         h.at(
             80,
-            Command::Delete {
+            Command::Delete(Delete {
                 job_id: "hx".into(),
-            },
+            }),
         )
         .unwrap();
         assert_eq!(h.kinds("hx"), [EventKind::Submitted, EventKind::Deleted]);
@@ -301,8 +307,9 @@ fn nothing_is_recorded_before_cluster_version_5() {
     assert_eq!(h.m.last_event_seq(), 0);
     assert!(h.history("d").is_empty());
     assert_eq!(h.m.snapshot()[0], SNAPSHOT_FORMAT_V5);
-    h.at(30, Command::ActivateVersion { version: 5 }).unwrap();
-    h.at(400, Command::Tick).unwrap();
+    h.at(30, Command::ActivateVersion(ActivateVersion { version: 5 }))
+        .unwrap();
+    h.at(400, Command::Tick(Tick)).unwrap();
     assert_eq!(h.kinds("d"), [EventKind::Expired]);
     assert_eq!(h.m.snapshot()[0], SNAPSHOT_FORMAT_V6);
 }
@@ -323,20 +330,20 @@ fn busy_log(seed: u64, n: u64) -> Vec<(u64, Command)> {
         let cmd = match next() % 7 {
             0 => submit(&id, next() % 50),
             1 | 2 => claim(&id, "w", 100 + next() % 300),
-            3 => Command::ClaimNext {
+            3 => Command::ClaimNext(ClaimNext {
                 queue: "q".into(),
                 owner: "v".into(),
                 ttl_ms: 150,
-            },
-            4 => Command::Cancel {
+            }),
+            4 => Command::Cancel(Cancel {
                 job_id: id,
                 reason: None,
-            },
-            5 => Command::Retry {
+            }),
+            5 => Command::Retry(Retry {
                 job_id: id,
                 run_at_ms: None,
-            },
-            _ => Command::Delete { job_id: id },
+            }),
+            _ => Command::Delete(Delete { job_id: id }),
         };
         log.push((stamp, cmd));
     }
@@ -382,7 +389,7 @@ fn the_feed_filters_pages_and_answers_410_once_it_dropped_what_was_asked() {
     let mut h = H::new();
     h.at(1, submit("x", 0)).unwrap();
     let mut y = submit("y", 0);
-    if let Command::SubmitWith { queue, .. } = &mut y {
+    if let Command::SubmitWith(SubmitWith { queue, .. }) = &mut y {
         *queue = "other".into();
     }
     h.at(2, y).unwrap();

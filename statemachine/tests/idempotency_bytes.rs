@@ -6,6 +6,7 @@
 //! oldest), under eviction pressure; a caller over its quota forgets only its own keys;
 //! snapshots of earlier builds (v1, v2) still decode and replay.
 
+use leasehold_statemachine::commands::{Claim, Complete, Delete, Renew, Submit};
 use leasehold_statemachine::limits::{
     self, IDEMPOTENCY_BYTES_MAX, IDEMPOTENCY_SCOPE_BYTES_MAX, PAYLOAD_BYTES_MAX,
 };
@@ -63,21 +64,21 @@ impl H {
 }
 
 fn big_submit(id: &str) -> Command {
-    Command::Submit {
+    Command::Submit(Submit {
         id: Some(id.into()),
         queue: "q".into(),
         payload: Some(big_json('p')),
         max_attempts: None,
-    }
+    })
 }
 
 fn big_complete(id: &str) -> Command {
-    Command::Complete {
+    Command::Complete(Complete {
         job_id: id.into(),
         owner: "w".into(),
         generation: 1,
         result: Some(big_json('r')),
-    }
+    })
 }
 
 fn claim(id: &str, owner: &str) -> Command {
@@ -85,11 +86,11 @@ fn claim(id: &str, owner: &str) -> Command {
 }
 
 fn claim_ttl(id: &str, owner: &str, ttl_ms: u64) -> Command {
-    Command::Claim {
+    Command::Claim(Claim {
         job_id: id.into(),
         owner: owner.into(),
         ttl_ms,
-    }
+    })
 }
 
 /// The reply as the node sends it: byte-for-byte comparisons are on these bytes.
@@ -146,9 +147,9 @@ fn a_delete_copies_the_job_into_its_sharers_and_the_byte_bound_forgets_the_oldes
     for i in 0..n {
         h.apply(
             None,
-            Command::Delete {
+            Command::Delete(Delete {
                 job_id: format!("j{i}"),
-            },
+            }),
         )
         .unwrap();
         assert!(h.m.stats().idempotency_bytes <= IDEMPOTENCY_BYTES_MAX);
@@ -188,9 +189,9 @@ fn a_scope_over_its_quota_forgets_only_its_own_keys() {
     let last = h.apply(Some("a k999"), claim("big-a", "x"));
     h.apply(
         None,
-        Command::Delete {
+        Command::Delete(Delete {
             job_id: "big-a".into(),
-        },
+        }),
     )
     .unwrap();
     assert!(h.m.idempotency_scope_bytes("a") <= IDEMPOTENCY_SCOPE_BYTES_MAX);
@@ -355,33 +356,33 @@ fn fixture_log() -> Vec<(Option<&'static str>, Command)> {
     vec![
         (
             Some("s1"),
-            Command::Submit {
+            Command::Submit(Submit {
                 id: Some("a".into()),
                 queue: "q".into(),
                 payload: Some(payload),
                 max_attempts: None,
-            },
+            }),
         ),
         (None, claim_by("a", "w1")),
         (
             Some("c1"),
-            Command::Complete {
+            Command::Complete(Complete {
                 job_id: "a".into(),
                 owner: "w1".into(),
                 generation: 1,
                 result: Some(result),
-            },
+            }),
         ),
         (Some("x1"), claim_by("a", "w2")),
         (Some("l1"), claim_by("b", "w1")),
         (
             Some("n1"),
-            Command::Renew {
+            Command::Renew(Renew {
                 job_id: "zz".into(),
                 owner: "w1".into(),
                 generation: 1,
                 ttl_ms: None,
-            },
+            }),
         ),
     ]
 }

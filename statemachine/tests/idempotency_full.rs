@@ -10,6 +10,9 @@
 //! the 256-item complete were never remembered); `node/tests/api/idempotency_full.rs`
 //! runs them over HTTP against a real cluster.
 
+use leasehold_statemachine::commands::{
+    ActivateVersion, Claim, ClaimNext, ClaimNextMany, CompleteMany, Delete, ReleaseWith, Submit,
+};
 use leasehold_statemachine::limits::{
     self, IDEMPOTENCY_BYTES_MAX_REFUSING, IDEMPOTENCY_SCOPE_SHARE,
 };
@@ -32,7 +35,8 @@ impl H {
             now_ms: 1_000,
         };
         let version = ENTRY_VERSION_MAX;
-        h.apply(None, Command::ActivateVersion { version }).unwrap();
+        h.apply(None, Command::ActivateVersion(ActivateVersion { version }))
+            .unwrap();
         h
     }
 
@@ -51,12 +55,12 @@ impl H {
 
     fn submit(&mut self, id: &str, payload_bytes: usize) {
         let payload = format!("\"{}\"", "p".repeat(payload_bytes - 2));
-        let cmd = Command::Submit {
+        let cmd = Command::Submit(Submit {
             id: Some(id.into()),
             queue: "q".into(),
             payload: Some(payload),
             max_attempts: None,
-        };
+        });
         self.apply(None, cmd).unwrap();
     }
 
@@ -66,20 +70,20 @@ impl H {
 }
 
 fn claim_next(owner: &str) -> Command {
-    Command::ClaimNext {
+    Command::ClaimNext(ClaimNext {
         queue: "q".into(),
         owner: owner.into(),
         ttl_ms: 60_000,
-    }
+    })
 }
 
 fn claim_next_many(max_jobs: u32) -> Command {
-    Command::ClaimNextMany {
+    Command::ClaimNextMany(ClaimNextMany {
         queue: "q".into(),
         owner: "w-1".into(),
         ttl_ms: 60_000,
         max_jobs,
-    }
+    })
 }
 
 fn bytes(r: &Reply) -> Vec<u8> {
@@ -167,10 +171,10 @@ fn a_keyed_complete_of_256_replays_before_and_after_its_jobs_go() {
             json: Some(format!("{{\"done\":\"{job_id}\"}}")),
         })
         .collect();
-    let complete = Command::CompleteMany {
+    let complete = Command::CompleteMany(CompleteMany {
         owner: "w-1".into(),
         leases: items,
-    };
+    });
     let first = h.apply(Some("w done-1"), complete.clone());
     let Ok(Outcome::Batch(items)) = &first else {
         panic!("{first:?}")
@@ -181,9 +185,9 @@ fn a_keyed_complete_of_256_replays_before_and_after_its_jobs_go() {
         bytes(&first)
     );
     for (job_id, _) in &claimed[..10] {
-        let delete = Command::Delete {
+        let delete = Command::Delete(Delete {
             job_id: job_id.clone(),
-        };
+        });
         h.apply(None, delete).unwrap();
     }
     h.m.check_invariants();
@@ -268,21 +272,23 @@ fn a_share_full_of_bytes_refuses_the_next_key() {
     let Ok(Outcome::Lease(l)) = h.apply(None, claim_next("w")) else {
         panic!()
     };
-    let release = Command::ReleaseWith {
+    let release = Command::ReleaseWith(ReleaseWith {
         job_id: "big".into(),
         owner: "w".into(),
         generation: l.generation,
         retry: true,
         delay_ms: None,
         error: Some(error),
-    };
+    });
     h.apply(None, release).unwrap();
     h.apply(None, claim_next("w")).unwrap();
     let share = IDEMPOTENCY_BYTES_MAX_REFUSING / IDEMPOTENCY_SCOPE_SHARE;
-    let held = |i: u32| Command::Claim {
-        job_id: "big".into(),
-        owner: format!("x-{i}"),
-        ttl_ms: 1_000,
+    let held = |i: u32| {
+        Command::Claim(Claim {
+            job_id: "big".into(),
+            owner: format!("x-{i}"),
+            ttl_ms: 1_000,
+        })
     };
     let mut i = 0;
     let refused = loop {

@@ -6,6 +6,10 @@
 //! boundaries (exactly at a due time, one ms before), and every apply is followed by
 //! `check_invariants()`, so an index drifting from the records fails here too.
 
+use leasehold_statemachine::commands::{
+    ActivateVersion, Cancel, Claim, ClaimNext, Complete, Fail, Redrive, ReleaseWith, RenewWith,
+    Retry, SubmitWith, Tick,
+};
 use leasehold_statemachine::snapshot::SNAPSHOT_FORMAT_V5;
 use leasehold_statemachine::{
     ApiError, Command, Entry, ErrorCode, Job, JobState, Lease, LeaseMachine, Outcome, Reply,
@@ -23,7 +27,8 @@ impl H {
             m: LeaseMachine::default(),
             idx: 0,
         };
-        h.at(1, Command::ActivateVersion { version: 4 }).unwrap();
+        h.at(1, Command::ActivateVersion(ActivateVersion { version: 4 }))
+            .unwrap();
         h
     }
 
@@ -46,7 +51,7 @@ impl H {
 
     /// Applies a tick at `stamp_ms`: store time moves, nothing else is asked.
     fn tick(&mut self, stamp_ms: u64) {
-        self.at(stamp_ms, Command::Tick).unwrap();
+        self.at(stamp_ms, Command::Tick(Tick)).unwrap();
     }
 }
 
@@ -67,7 +72,7 @@ const PLAIN: Spec = Spec {
 };
 
 fn submit(id: &str, s: Spec) -> Command {
-    Command::SubmitWith {
+    Command::SubmitWith(SubmitWith {
         id: Some(id.into()),
         queue: "q".into(),
         payload: Some(r#"{"n":1}"#.into()),
@@ -76,67 +81,67 @@ fn submit(id: &str, s: Spec) -> Command {
         priority: s.priority,
         backoff_ms: s.backoff_ms,
         backoff_ms_max: s.backoff_ms_max,
-    }
+    })
 }
 
 fn claim(id: &str, owner: &str) -> Command {
-    Command::Claim {
+    Command::Claim(Claim {
         job_id: id.into(),
         owner: owner.into(),
         ttl_ms: 1_000,
-    }
+    })
 }
 
 fn claim_next(owner: &str) -> Command {
-    Command::ClaimNext {
+    Command::ClaimNext(ClaimNext {
         queue: "q".into(),
         owner: owner.into(),
         ttl_ms: 1_000,
-    }
+    })
 }
 
 fn renew(id: &str, owner: &str, generation: u64, progress: Option<&str>) -> Command {
-    Command::RenewWith {
+    Command::RenewWith(RenewWith {
         job_id: id.into(),
         owner: owner.into(),
         generation,
         ttl_ms: None,
         progress: progress.map(str::to_owned),
-    }
+    })
 }
 
 fn release(id: &str, g: u64, delay_ms: Option<u64>, retry: bool, error: Option<&str>) -> Command {
-    Command::ReleaseWith {
+    Command::ReleaseWith(ReleaseWith {
         job_id: id.into(),
         owner: "w".into(),
         generation: g,
         delay_ms,
         retry,
         error: error.map(str::to_owned),
-    }
+    })
 }
 
 fn fail(id: &str, g: u64, error: &str) -> Command {
-    Command::Fail {
+    Command::Fail(Fail {
         job_id: id.into(),
         owner: "w".into(),
         generation: g,
         error: Some(error.into()),
-    }
+    })
 }
 
 fn cancel(id: &str) -> Command {
-    Command::Cancel {
+    Command::Cancel(Cancel {
         job_id: id.into(),
         reason: Some("not needed".into()),
-    }
+    })
 }
 
 fn retry(id: &str, run_at_ms: Option<u64>) -> Command {
-    Command::Retry {
+    Command::Retry(Retry {
         job_id: id.into(),
         run_at_ms,
-    }
+    })
 }
 
 #[track_caller]
@@ -432,10 +437,10 @@ fn redrive_retries_the_oldest_failures_first_up_to_its_limit() {
     }
     let r = h.at(
         200,
-        Command::Redrive {
+        Command::Redrive(Redrive {
             queue: "q".into(),
             limit: 2,
-        },
+        }),
     );
     assert_eq!(r, Ok(Outcome::Retried(2)));
     let states: Vec<JobState> = ["a", "b", "c"].iter().map(|id| h.job(id).state).collect();
@@ -445,10 +450,10 @@ fn redrive_retries_the_oldest_failures_first_up_to_its_limit() {
     );
     let r = h.at(
         300,
-        Command::Redrive {
+        Command::Redrive(Redrive {
             queue: "q".into(),
             limit: 10,
-        },
+        }),
     );
     assert_eq!(r, Ok(Outcome::Retried(1)));
 }
@@ -521,12 +526,12 @@ fn a_holder_may_still_complete_or_fail_a_job_whose_cancel_was_requested() {
     let gb = lease(h.at(10, claim("b", "w"))).generation;
     h.at(20, cancel("a")).unwrap();
     h.at(20, cancel("b")).unwrap();
-    let done = Command::Complete {
+    let done = Command::Complete(Complete {
         job_id: "a".into(),
         owner: "w".into(),
         generation: ga,
         result: None,
-    };
+    });
     assert_eq!(job_of(h.at(30, done)).state, JobState::Completed);
     assert_eq!(
         job_of(h.at(30, fail("b", gb, "gave up"))).state,
@@ -560,10 +565,10 @@ fn a_second_cancel_of_a_leased_job_changes_nothing() {
     h.at(0, submit("a", PLAIN)).unwrap();
     lease(h.at(10, claim("a", "w")));
     let first = job_of(h.at(20, cancel("a")));
-    let again = Command::Cancel {
+    let again = Command::Cancel(Cancel {
         job_id: "a".into(),
         reason: Some("another".into()),
-    };
+    });
     let second = job_of(h.at(30, again));
     assert_eq!(second, first, "the same answer");
     assert_eq!((second.updated_ms, second.log_index), (20, first.log_index));
@@ -620,8 +625,11 @@ fn version_1_1_commands_wait_for_the_activation() {
     };
     let r = m.apply(1, &entry(cancel("a")));
     assert_eq!(r.unwrap_err().code, ErrorCode::Unavailable);
-    m.apply(2, &entry(Command::ActivateVersion { version: 4 }))
-        .unwrap();
+    m.apply(
+        2,
+        &entry(Command::ActivateVersion(ActivateVersion { version: 4 })),
+    )
+    .unwrap();
     assert_eq!(
         m.apply(3, &entry(cancel("a"))).unwrap_err().code,
         ErrorCode::NotFound

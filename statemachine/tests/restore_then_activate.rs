@@ -11,6 +11,7 @@
 //! its place reads it. Activations to 4-6 keep the older releases' bytes (their clusters
 //! mix releases), so the gap stays there, and that test is ignored.
 
+use leasehold_statemachine::commands::{ActivateVersion, Claim, Release, Submit};
 use leasehold_statemachine::{Command, Entry, LeaseMachine};
 
 fn entry(i: u64, command: Command) -> Entry {
@@ -23,12 +24,12 @@ fn entry(i: u64, command: Command) -> Entry {
 }
 
 fn submit(i: u64) -> Command {
-    Command::Submit {
+    Command::Submit(Submit {
         id: Some(format!("job-{i:05}")),
         queue: "default".into(),
         payload: Some("{\"n\":1}".into()),
         max_attempts: None,
-    }
+    })
 }
 
 /// Activated to 7 (this release), the images agree: from it on a record's past is
@@ -55,13 +56,13 @@ fn run(version: u32) -> Option<u32> {
     let mut log: Vec<Command> = (1..=20).map(submit).collect();
     // One job leased, released and leased again: both parts of its past are set.
     log.push(claim(3, 1_000));
-    log.push(Command::Release {
+    log.push(Command::Release(Release {
         job_id: "job-00003".into(),
         owner: "w".into(),
         generation: 1,
-    });
+    }));
     log.push(claim(3, 60_000));
-    log.push(Command::ActivateVersion { version });
+    log.push(Command::ActivateVersion(ActivateVersion { version }));
     log.push(submit(100));
     let (mut live, mut restored) = (LeaseMachine::default(), None);
     for (i, c) in log.iter().enumerate() {
@@ -83,9 +84,9 @@ fn run(version: u32) -> Option<u32> {
 }
 
 fn claim(i: u64, ttl_ms: u64) -> Command {
-    Command::Claim {
+    Command::Claim(Claim {
         job_id: format!("job-{i:05}"),
         owner: "w".into(),
         ttl_ms,
-    }
+    })
 }

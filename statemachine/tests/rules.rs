@@ -5,6 +5,9 @@
 //! docs/design.md's worked example of a stale completion. Every apply is followed by
 //! `check_invariants()`, so an index drifting from the records fails here too.
 
+use leasehold_statemachine::commands::{
+    Claim, ClaimNext, Complete, Delete, Release, Renew, Submit, Tick,
+};
 use leasehold_statemachine::limits;
 use leasehold_statemachine::snapshot::{SNAPSHOT_FORMAT_V2, SNAPSHOT_FORMAT_V3};
 use leasehold_statemachine::wire::SubmitRequest;
@@ -71,67 +74,67 @@ impl H {
 }
 
 fn claim(id: &str, owner: &str, ttl_ms: u64) -> Command {
-    Command::Claim {
+    Command::Claim(Claim {
         job_id: id.into(),
         owner: owner.into(),
         ttl_ms,
-    }
+    })
 }
 
 fn claim_next(queue: &str, owner: &str, ttl_ms: u64) -> Command {
-    Command::ClaimNext {
+    Command::ClaimNext(ClaimNext {
         queue: queue.into(),
         owner: owner.into(),
         ttl_ms,
-    }
+    })
 }
 
 fn renew(id: &str, owner: &str, generation: u64, ttl_ms: Option<u64>) -> Command {
-    Command::Renew {
+    Command::Renew(Renew {
         job_id: id.into(),
         owner: owner.into(),
         generation,
         ttl_ms,
-    }
+    })
 }
 
 fn complete(id: &str, owner: &str, generation: u64) -> Command {
-    Command::Complete {
+    Command::Complete(Complete {
         job_id: id.into(),
         owner: owner.into(),
         generation,
         result: Some(r#"{"ok":true}"#.into()),
-    }
+    })
 }
 
 fn release(id: &str, owner: &str, generation: u64) -> Command {
-    Command::Release {
+    Command::Release(Release {
         job_id: id.into(),
         owner: owner.into(),
         generation,
-    }
+    })
 }
 
 fn delete(id: &str) -> Command {
-    Command::Delete { job_id: id.into() }
+    Command::Delete(Delete { job_id: id.into() })
 }
 
 fn submit(id: Option<&str>, queue: &str) -> Command {
-    Command::Submit {
+    Command::Submit(Submit {
         id: id.map(str::to_owned),
         queue: queue.into(),
         payload: Some(r#"{"n":1}"#.into()),
         max_attempts: None,
-    }
+    })
 }
 
 fn submit_max(id: &str, queue: &str, max_attempts: u64) -> Command {
-    Command::Submit {
+    Command::Submit(Submit {
         id: Some(id.into()),
         queue: queue.into(),
         payload: None,
         max_attempts: Some(max_attempts),
-    }
+    })
 }
 
 #[track_caller]
@@ -256,7 +259,7 @@ fn claim_after_expiry_succeeds_exactly_at_lease_until() {
 fn claim_expiry_is_judged_at_store_time_not_the_stamp() {
     let mut h = H::new();
     lease(h.at(10_000, claim("j", "a", 1_000)));
-    h.at(11_000, Command::Tick).unwrap();
+    h.at(11_000, Command::Tick(Tick)).unwrap();
     // A stamp behind store time: now = max(11_000, 10_500) = 11_000, the lease is over.
     let l = lease(h.at(10_500, claim("j", "b", 1_000)));
     assert_eq!(l.generation, 2);
@@ -266,7 +269,7 @@ fn claim_expiry_is_judged_at_store_time_not_the_stamp() {
     // And the other way: a stamp behind store time can't make a live lease look expired…
     let mut h = H::new();
     lease(h.at(10_000, claim("j", "a", 1_000)));
-    h.at(10_900, Command::Tick).unwrap();
+    h.at(10_900, Command::Tick(Tick)).unwrap();
     assert_eq!(
         code(h.at(10_000, claim("j", "b", 1_000))),
         ErrorCode::LeaseHeld
@@ -372,7 +375,7 @@ fn lease_expired_exactly_at_lease_until_live_one_ms_before() {
 fn lease_expired_is_judged_at_store_time() {
     let mut h = H::new();
     lease(h.at(10_000, claim("j", "a", 1_000)));
-    h.at(11_000, Command::Tick).unwrap();
+    h.at(11_000, Command::Tick(Tick)).unwrap();
     // The renew's own stamp is before lease_until, but store time is not.
     assert_eq!(
         code(h.at(10_500, renew("j", "a", 1, None))),
@@ -413,7 +416,7 @@ fn renew_extends_to_stamp_plus_ttl_defaulting_to_the_claims_ttl() {
 fn renew_with_a_stamp_behind_store_time_uses_store_time() {
     let mut h = H::new();
     lease(h.at(10_000, claim("j", "a", 1_000)));
-    h.at(10_500, Command::Tick).unwrap();
+    h.at(10_500, Command::Tick(Tick)).unwrap();
     let r = lease(h.at(10_100, renew("j", "a", 1, None)));
     assert_eq!(r.cluster_time_ms, 10_500);
     assert_eq!(r.lease_until_ms, 11_500);
@@ -781,10 +784,10 @@ fn failover_grace_extends_live_leases_by_the_gap() {
     lease(h.termed(5_000, 1, claim("dead", "a", 1_000))); // until 6_000
     lease(h.termed(10_000, 1, claim("short", "a", 1_000))); // until 11_000
     lease(h.termed(10_000, 1, claim("long", "a", 10_000))); // until 20_000
-    h.termed(10_500, 1, Command::Tick).unwrap(); // the old term's last stamp
+    h.termed(10_500, 1, Command::Tick(Tick)).unwrap(); // the old term's last stamp
     assert_eq!(h.m.stats().grace_applied, 0);
     // The new leader's first entry, 1_500 ms later.
-    h.termed(12_000, 2, Command::Tick).unwrap();
+    h.termed(12_000, 2, Command::Tick(Tick)).unwrap();
     assert_eq!(h.m.term(), 2);
     assert_eq!(h.job("short").lease_until_ms, Some(12_500));
     assert_eq!(h.job("long").lease_until_ms, Some(21_500));
@@ -810,8 +813,8 @@ fn failover_grace_extends_live_leases_by_the_gap() {
 fn failover_grace_is_capped() {
     let mut h = H::with(grace_config(3_000));
     lease(h.termed(10_000, 1, claim("j", "a", 10_000))); // until 20_000
-    h.termed(30_000, 2, Command::Tick).unwrap(); // gap 20_000, cap 3_000
-                                                 // Not extended by the whole gap: 20_000 + 3_000 = 23_000 < 30_000, expired.
+    h.termed(30_000, 2, Command::Tick(Tick)).unwrap(); // gap 20_000, cap 3_000
+                                                       // Not extended by the whole gap: 20_000 + 3_000 = 23_000 < 30_000, expired.
     assert_eq!(h.job("j").state, JobState::Pending);
     assert_eq!(
         code(h.termed(30_000, 2, renew("j", "a", 1, None))),
@@ -820,7 +823,7 @@ fn failover_grace_is_capped() {
 
     let mut h = H::with(grace_config(3_000));
     lease(h.termed(10_000, 1, claim("j", "a", 10_000))); // until 20_000
-    h.termed(15_000, 2, Command::Tick).unwrap(); // gap 5_000, capped to 3_000
+    h.termed(15_000, 2, Command::Tick(Tick)).unwrap(); // gap 5_000, capped to 3_000
     assert_eq!(h.job("j").lease_until_ms, Some(23_000));
 }
 
@@ -829,14 +832,14 @@ fn failover_grace_never_shortens_and_needs_a_gap() {
     let mut h = H::with(grace_config(3_000));
     lease(h.termed(10_000, 1, claim("j", "a", 1_000)));
     // A new term stamped behind store time: no gap, nothing changes.
-    h.termed(9_000, 2, Command::Tick).unwrap();
+    h.termed(9_000, 2, Command::Tick(Tick)).unwrap();
     assert_eq!(h.job("j").lease_until_ms, Some(11_000));
     // Same stamp: likewise.
-    h.termed(10_000, 3, Command::Tick).unwrap();
+    h.termed(10_000, 3, Command::Tick(Tick)).unwrap();
     assert_eq!(h.job("j").lease_until_ms, Some(11_000));
     assert_eq!(h.m.stats().grace_applied, 0);
     // Gaps inside one term are never graced.
-    h.termed(10_900, 3, Command::Tick).unwrap();
+    h.termed(10_900, 3, Command::Tick(Tick)).unwrap();
     assert_eq!(h.job("j").lease_until_ms, Some(11_000));
     assert_eq!(
         lease(h.termed(11_000, 3, claim("j", "b", 1_000))).generation,
@@ -848,8 +851,8 @@ fn failover_grace_never_shortens_and_needs_a_gap() {
 fn failover_grace_does_not_revive_a_lease_ending_at_the_last_stamp() {
     let mut h = H::with(grace_config(3_000));
     lease(h.termed(10_000, 1, claim("j", "a", 500))); // until 10_500
-    h.termed(10_500, 1, Command::Tick).unwrap(); // expired exactly here
-    h.termed(11_000, 2, Command::Tick).unwrap();
+    h.termed(10_500, 1, Command::Tick(Tick)).unwrap(); // expired exactly here
+    h.termed(11_000, 2, Command::Tick(Tick)).unwrap();
     assert_eq!(h.job("j").state, JobState::Pending);
     assert_eq!(
         code(h.termed(11_000, 2, renew("j", "a", 1, None))),
@@ -877,7 +880,7 @@ fn non_monotonic_stamps_never_move_store_time_back() {
     let mut h = H::new();
     let mut seen = Vec::new();
     for stamp in [10_000, 5_000, 12_000, 11_999, 0, 12_001] {
-        h.at(stamp, Command::Tick).unwrap();
+        h.at(stamp, Command::Tick(Tick)).unwrap();
         seen.push(h.m.clock_ms());
     }
     assert_eq!(seen, [10_000, 10_000, 12_000, 12_000, 12_000, 12_001]);
@@ -900,7 +903,7 @@ fn reads_judge_expiry_at_the_later_of_store_time_and_the_readers_time() {
         (None, None, 1)
     );
     // A reader's time behind store time does not resurrect anything.
-    h.at(11_000, Command::Tick).unwrap();
+    h.at(11_000, Command::Tick(Tick)).unwrap();
     assert_eq!(h.m.job("j", 0).unwrap().state, JobState::Pending);
 }
 
@@ -975,14 +978,14 @@ fn idempotency_key_is_forgotten_after_the_window_of_store_time() {
     let first = h.keyed(10_000, "k", claim("j", "a", 100));
     assert_eq!(h.keyed(10_999, "k", claim("j", "a", 100)), first);
     assert_eq!(h.m.stats().idempotency_keys, 1);
-    h.at(11_000, Command::Tick).unwrap();
+    h.at(11_000, Command::Tick(Tick)).unwrap();
     assert_eq!(h.m.stats().idempotency_keys, 0);
     // Forgotten: even with a stamp inside the window (store time decides), the retry is
     // applied anew and claims generation 2.
     let l = lease(h.keyed(10_500, "k", claim("j", "a", 100)));
     assert_eq!((l.generation, l.log_index), (2, 4));
     // …and a different command under the forgotten key would have been fine too.
-    h.at(20_000, Command::Tick).unwrap();
+    h.at(20_000, Command::Tick(Tick)).unwrap();
     assert!(h
         .keyed(20_000, "k", renew("j", "a", 2, None))
         .is_err_and(|e| e.code == ErrorCode::LeaseExpired));
@@ -1088,7 +1091,7 @@ fn tick(stamp_ms: u64) -> Entry {
         stamp_ms,
         term: 1,
         idempotency_key: None,
-        command: Command::Tick,
+        command: Command::Tick(Tick),
     }
 }
 
@@ -1137,21 +1140,21 @@ fn invalid_commands_are_rejected_and_change_nothing() {
         ),
         (submit_max("x", "default", 0), ErrorCode::InvalidArgument),
         (
-            Command::Submit {
+            Command::Submit(Submit {
                 id: Some("x".into()),
                 queue: "default".into(),
                 payload: Some(big.clone()),
                 max_attempts: None,
-            },
+            }),
             ErrorCode::PayloadTooLarge,
         ),
         (
-            Command::Complete {
+            Command::Complete(Complete {
                 job_id: "held".into(),
                 owner: "a".into(),
                 generation: 1,
                 result: Some(big.clone()),
-            },
+            }),
             ErrorCode::PayloadTooLarge,
         ),
     ];
@@ -1182,12 +1185,12 @@ fn invalid_commands_are_rejected_and_change_nothing() {
     let at_limit = "1".repeat(limits::PAYLOAD_BYTES_MAX);
     let ok = base.at(
         3_000,
-        Command::Submit {
+        Command::Submit(Submit {
             id: Some("max".into()),
             queue: "default".into(),
             payload: Some(at_limit),
             max_attempts: None,
-        },
+        }),
     );
     assert!(ok.is_ok());
 }
@@ -1440,7 +1443,7 @@ fn malformed_batches_are_rejected_whole_and_change_nothing() {
             None,
             Command::Batch(vec![item(
                 None,
-                Command::Batch(vec![item(None, Command::Tick)]),
+                Command::Batch(vec![item(None, Command::Tick(Tick))]),
             )]),
         ),
         (
@@ -1451,7 +1454,7 @@ fn malformed_batches_are_rejected_whole_and_change_nothing() {
             None,
             Command::Batch(
                 (0..=limits::BATCH_ITEMS_MAX)
-                    .map(|_| item(None, Command::Tick))
+                    .map(|_| item(None, Command::Tick(Tick)))
                     .collect(),
             ),
         ),
@@ -1470,7 +1473,7 @@ fn malformed_batches_are_rejected_whole_and_change_nothing() {
                 stamp_ms: 1_000,
                 term: 1,
                 idempotency_key: None,
-                command: Command::Tick,
+                command: Command::Tick(Tick),
             },
         )
         .unwrap();
@@ -1482,7 +1485,7 @@ fn malformed_batches_are_rejected_whole_and_change_nothing() {
     }
     // At the limit it is accepted.
     let full = (0..limits::BATCH_ITEMS_MAX)
-        .map(|_| item(None, Command::Tick))
+        .map(|_| item(None, Command::Tick(Tick)))
         .collect();
     assert_eq!(
         batch_replies(h.at(1_000, Command::Batch(full))).len(),
@@ -1629,7 +1632,7 @@ fn a_lease_live_in_a_backup_is_held_for_its_ttl_and_the_grace_cap_after_the_rais
     let grace = Config::default().grace_ms_max;
     lease(h.at(1_000, claim("j", "w1", 10_000)));
     lease(h.at(1_500, claim("long", "w3", 100_000)));
-    h.at(2_000, Command::Tick).unwrap();
+    h.at(2_000, Command::Tick(Tick)).unwrap();
     let raised = h.m.raise_generations(BY).expect("no overflow");
     // max(11_000, 2_000 + 10_000) + grace; the longer lease: max(101_500, 102_000) + grace.
     let until = 12_000 + grace;

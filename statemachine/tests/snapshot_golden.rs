@@ -9,6 +9,9 @@
 //! Never regenerate the fixture to make this test pass: a change of bytes is a new format
 //! version (snapshot module doc), with its own fixture beside this one.
 
+use leasehold_statemachine::commands::{
+    Claim, ClaimNext, Complete, Delete, Release, Renew, Submit, Tick,
+};
 use leasehold_statemachine::{Command, Config, Entry, JobState, LeaseMachine, Reply};
 
 const GOLDEN: &[u8] = include_bytes!("fixtures/v3-golden.snapshot");
@@ -36,58 +39,58 @@ impl Script {
 }
 
 fn submit(id: &str, queue: &str, payload: Option<&str>, max_attempts: Option<u64>) -> Command {
-    Command::Submit {
+    Command::Submit(Submit {
         id: Some(id.into()),
         queue: queue.into(),
         payload: payload.map(str::to_owned),
         max_attempts,
-    }
+    })
 }
 
 fn claim(job: &str, owner: &str, ttl_ms: u64) -> Command {
-    Command::Claim {
+    Command::Claim(Claim {
         job_id: job.into(),
         owner: owner.into(),
         ttl_ms,
-    }
+    })
 }
 
 fn claim_next(queue: &str, owner: &str) -> Command {
-    Command::ClaimNext {
+    Command::ClaimNext(ClaimNext {
         queue: queue.into(),
         owner: owner.into(),
         ttl_ms: 5_000,
-    }
+    })
 }
 
 fn renew(job: &str, owner: &str, generation: u64) -> Command {
-    Command::Renew {
+    Command::Renew(Renew {
         job_id: job.into(),
         owner: owner.into(),
         generation,
         ttl_ms: Some(90_000),
-    }
+    })
 }
 
 fn complete(job: &str, owner: &str, generation: u64, result: Option<&str>) -> Command {
-    Command::Complete {
+    Command::Complete(Complete {
         job_id: job.into(),
         owner: owner.into(),
         generation,
         result: result.map(str::to_owned),
-    }
+    })
 }
 
 fn release(job: &str, owner: &str, generation: u64) -> Command {
-    Command::Release {
+    Command::Release(Release {
         job_id: job.into(),
         owner: owner.into(),
         generation,
-    }
+    })
 }
 
 fn delete(job: &str) -> Command {
-    Command::Delete { job_id: job.into() }
+    Command::Delete(Delete { job_id: job.into() })
 }
 
 /// The history: every place a job can be in (ready, leased, completed, failed, deleted
@@ -114,12 +117,12 @@ fn scripted() -> Script {
     let _ = s.apply(None, submit("c", "video", Some("[1,2,3]"), None));
     let _ = s.apply(
         Some("s-gen"),
-        Command::Submit {
+        Command::Submit(Submit {
             id: None,
             queue: "video".into(),
             payload: None,
             max_attempts: Some(2),
-        },
+        }),
     );
     let _ = s.apply(Some("l-a"), claim("a", "w1", 60_000));
     let _ = s.apply(Some("r-a"), renew("a", "w1", 1));
@@ -157,7 +160,7 @@ fn scripted() -> Script {
     // A new term after a leaderless gap: the failover grace extends c's and f's leases.
     s.term = 2;
     s.stamp_ms += 1_500;
-    let _ = s.apply(None, Command::Tick);
+    let _ = s.apply(None, Command::Tick(Tick));
     // A backup restored: generations raised, live leases held, entries marked.
     s.m.raise_generations(1_000).expect("no overflow");
     s.stamp_ms += 100;

@@ -4,6 +4,9 @@
 //! made at the entry's place in the log (no check-then-propose race); claim-next hands
 //! out only jobs the scope holds; and a scoped command waits for entry version 3.
 
+use leasehold_statemachine::commands::{
+    ActivateVersion, Claim, ClaimNext, Complete, Delete, Fail, Release, Renew, Submit, Tick,
+};
 use leasehold_statemachine::tenant::{QueuePattern, Scope};
 use leasehold_statemachine::version::ENTRY_VERSION_MAX;
 use leasehold_statemachine::{
@@ -34,9 +37,9 @@ impl Log {
             m: LeaseMachine::default(),
             index: 0,
         };
-        let activate = Command::ActivateVersion {
+        let activate = Command::ActivateVersion(ActivateVersion {
             version: ENTRY_VERSION_MAX,
-        };
+        });
         assert_eq!(log.apply(activate), Ok(Outcome::Ticked));
         log
     }
@@ -73,20 +76,20 @@ impl Log {
 }
 
 fn submit(id: &str, queue: &str) -> Command {
-    Command::Submit {
+    Command::Submit(Submit {
         id: Some(id.into()),
         queue: queue.into(),
         payload: Some(r#"{"secret":1}"#.into()),
         max_attempts: None,
-    }
+    })
 }
 
 fn claim(id: &str, owner: &str) -> Command {
-    Command::Claim {
+    Command::Claim(Claim {
         job_id: id.into(),
         owner: owner.into(),
         ttl_ms: 60_000,
-    }
+    })
 }
 
 /// Every command that names a job by id, for `id`.
@@ -95,24 +98,24 @@ fn by_id(id: &str) -> Vec<Command> {
     let (job_id, owner, generation) = held(id);
     vec![
         claim(id, "b-w"),
-        Command::Renew {
+        Command::Renew(Renew {
             job_id: job_id.clone(),
             owner: owner.clone(),
             generation,
             ttl_ms: None,
-        },
-        Command::Complete {
+        }),
+        Command::Complete(Complete {
             job_id: job_id.clone(),
             owner: owner.clone(),
             generation,
             result: None,
-        },
-        Command::Release {
+        }),
+        Command::Release(Release {
             job_id: job_id.clone(),
             owner,
             generation,
-        },
-        Command::Delete { job_id },
+        }),
+        Command::Delete(Delete { job_id }),
     ]
 }
 
@@ -141,12 +144,12 @@ fn a_hidden_job_answers_as_a_missing_one_and_is_left_as_it_was() {
         "a claim created nothing"
     );
     // Positive control: the holder still completes it.
-    let done = log.apply(Command::Complete {
+    let done = log.apply(Command::Complete(Complete {
         job_id: "b/hidden".into(),
         owner: "a-w".into(),
         generation: g,
         result: None,
-    });
+    }));
     assert!(matches!(done, Ok(Outcome::Job(_))), "{done:?}");
 }
 
@@ -156,8 +159,14 @@ fn the_same_idempotency_key_answers_alike_for_hidden_and_missing() {
     log.submit("b/hidden", "a-q");
     for id in ["b/hidden", "b/missing"] {
         let key = format!("scope-b k-{id}");
-        let first = log.apply_keyed(Some(&key), as_b(Command::Delete { job_id: id.into() }));
-        let again = log.apply_keyed(Some(&key), as_b(Command::Delete { job_id: id.into() }));
+        let first = log.apply_keyed(
+            Some(&key),
+            as_b(Command::Delete(Delete { job_id: id.into() })),
+        );
+        let again = log.apply_keyed(
+            Some(&key),
+            as_b(Command::Delete(Delete { job_id: id.into() })),
+        );
         assert_eq!(first, again, "{id}: a retry replays");
         let other = as_b(claim(id, "b-w"));
         let reused = log.apply_keyed(Some(&key), other);
@@ -193,28 +202,28 @@ fn the_stored_job_is_judged_at_the_entrys_place_in_the_log() {
     let g = log.claim("b/x", "b-w");
     // What a leader's check-then-propose saw: b/x in b-q, held by B. Then, before B's
     // complete, these two entries are applied.
-    log.apply(Command::Delete {
+    log.apply(Command::Delete(Delete {
         job_id: "b/x".into(),
-    })
+    }))
     .unwrap_err(); // 409 lease_held: release it first
-    log.apply(Command::Release {
+    log.apply(Command::Release(Release {
         job_id: "b/x".into(),
         owner: "b-w".into(),
         generation: g,
-    })
+    }))
     .unwrap();
-    log.apply(Command::Delete {
+    log.apply(Command::Delete(Delete {
         job_id: "b/x".into(),
-    })
+    }))
     .unwrap();
     log.submit("b/x", "a-q");
     let g2 = log.claim("b/x", "b-w");
-    let complete = Command::Complete {
+    let complete = Command::Complete(Complete {
         job_id: "b/x".into(),
         owner: "b-w".into(),
         generation: g2,
         result: None,
-    };
+    });
     let r = log.apply(as_b(complete.clone()));
     assert_eq!(r.unwrap_err().code, ErrorCode::NotFound);
     assert!(
@@ -228,10 +237,12 @@ fn claim_next_hands_out_only_jobs_the_scope_holds() {
     let mut log = Log::new();
     log.submit("x/foreign", "b-q");
     log.submit("b/1", "b-q");
-    let next = || Command::ClaimNext {
-        queue: "b-q".into(),
-        owner: "b-w".into(),
-        ttl_ms: 60_000,
+    let next = || {
+        Command::ClaimNext(ClaimNext {
+            queue: "b-q".into(),
+            owner: "b-w".into(),
+            ttl_ms: 60_000,
+        })
     };
     match log.apply(as_b(next())) {
         Ok(Outcome::Lease(l)) => assert_eq!(l.job_id, "b/1"),
@@ -272,15 +283,18 @@ fn a_scoped_command_waits_for_entry_version_3() {
     let r = m.apply(1, &entry(as_b(submit("b/1", "b-q"))));
     assert_eq!(r.unwrap_err().code, ErrorCode::Unavailable);
     assert_eq!(m.stats().jobs, 0);
-    m.apply(2, &entry(Command::ActivateVersion { version: 3 }))
-        .unwrap();
+    m.apply(
+        2,
+        &entry(Command::ActivateVersion(ActivateVersion { version: 3 })),
+    )
+    .unwrap();
     assert!(m.apply(3, &entry(as_b(submit("b/1", "b-q")))).is_ok());
 }
 
 #[test]
 fn only_a_client_command_with_a_scope_can_be_scoped() {
     let b = tenant_b();
-    assert!(ScopedCommand::new(b.clone(), Command::Tick).is_err());
+    assert!(ScopedCommand::new(b.clone(), Command::Tick(Tick)).is_err());
     let inner = ScopedCommand::new(b.clone(), submit("b/1", "b-q")).unwrap();
     assert!(ScopedCommand::new(b, Command::Scoped(inner)).is_err());
     assert!(ScopedCommand::new(Scope::default(), submit("b/1", "b-q")).is_err());
@@ -299,12 +313,12 @@ fn scoped_commands_in_a_batch_are_decided_one_by_one() {
     };
     let batch = Command::Batch(vec![
         item(as_b(submit("b/1", "b-q"))),
-        item(as_b(Command::Delete {
+        item(as_b(Command::Delete(Delete {
+            job_id: "b/hidden".into(),
+        }))),
+        item(Command::Delete(Delete {
             job_id: "b/hidden".into(),
         })),
-        item(Command::Delete {
-            job_id: "b/hidden".into(),
-        }),
     ]);
     let bytes = bincode::serialize(&batch).unwrap();
     let decoded: Command = bincode::deserialize(&bytes).unwrap();
@@ -333,20 +347,20 @@ fn beside_the_scope() -> Log {
     for (id, queue) in [("j", "q"), ("k-ready", "q"), ("jx", "other")] {
         log.submit(id, queue);
     }
-    let once = Command::Submit {
+    let once = Command::Submit(Submit {
         id: Some("k-failed".into()),
         queue: "q".into(),
         payload: None,
         max_attempts: Some(1),
-    };
+    });
     assert!(log.apply(once).is_ok());
     let generation = log.claim("k-failed", "x");
-    let fail = Command::Fail {
+    let fail = Command::Fail(Fail {
         job_id: "k-failed".into(),
         owner: "x".into(),
         generation,
         error: None,
-    };
+    });
     assert!(log.apply(fail).is_ok());
     log.claim("j", "o");
     log

@@ -2,6 +2,7 @@
 //! only raises it, a command above it is refused on apply, and a snapshot stays in the
 //! v3 bytes the previous release reads until the activation, then is v4 and carries it.
 
+use leasehold_statemachine::commands::{ActivateVersion, Claim};
 use leasehold_statemachine::snapshot::{SNAPSHOT_FORMAT_V3, SNAPSHOT_FORMAT_V4};
 use leasehold_statemachine::version::CLUSTER_VERSION_INITIAL;
 use leasehold_statemachine::{
@@ -21,11 +22,11 @@ fn apply(m: &mut LeaseMachine, index: u64, command: Command) -> Reply {
 }
 
 fn claim(job: &str) -> Command {
-    Command::Claim {
+    Command::Claim(Claim {
         job_id: job.into(),
         owner: "w".into(),
         ttl_ms: 10_000,
-    }
+    })
 }
 
 #[test]
@@ -38,7 +39,11 @@ fn a_machine_starts_at_version_1_and_an_activation_raises_it() {
         "entry version 2 is not active before the activation"
     );
     assert!(m.admits(1).is_ok());
-    let r = apply(&mut m, 1, Command::ActivateVersion { version: 2 });
+    let r = apply(
+        &mut m,
+        1,
+        Command::ActivateVersion(ActivateVersion { version: 2 }),
+    );
     assert_eq!(r, Ok(Outcome::Ticked));
     assert_eq!(m.cluster_version(), 2);
     assert!(m.admits(2).is_ok());
@@ -48,7 +53,11 @@ fn a_machine_starts_at_version_1_and_an_activation_raises_it() {
     );
     // A repeated activation changes nothing; commands of version 1 still apply.
     assert_eq!(
-        apply(&mut m, 2, Command::ActivateVersion { version: 2 }),
+        apply(
+            &mut m,
+            2,
+            Command::ActivateVersion(ActivateVersion { version: 2 })
+        ),
         Ok(Outcome::Ticked)
     );
     assert_eq!(m.cluster_version(), 2);
@@ -58,7 +67,11 @@ fn a_machine_starts_at_version_1_and_an_activation_raises_it() {
 #[test]
 fn an_activation_of_the_first_version_is_refused_and_changes_nothing() {
     let mut m = LeaseMachine::default();
-    let r = apply(&mut m, 1, Command::ActivateVersion { version: 1 });
+    let r = apply(
+        &mut m,
+        1,
+        Command::ActivateVersion(ActivateVersion { version: 1 }),
+    );
     assert_eq!(r.unwrap_err().code, ErrorCode::InvalidArgument);
     assert_eq!(m.cluster_version(), CLUSTER_VERSION_INITIAL);
 }
@@ -66,8 +79,18 @@ fn an_activation_of_the_first_version_is_refused_and_changes_nothing() {
 #[test]
 fn the_cluster_version_never_goes_back() {
     let mut m = LeaseMachine::default();
-    apply(&mut m, 1, Command::ActivateVersion { version: 3 }).unwrap();
-    apply(&mut m, 2, Command::ActivateVersion { version: 2 }).unwrap();
+    apply(
+        &mut m,
+        1,
+        Command::ActivateVersion(ActivateVersion { version: 3 }),
+    )
+    .unwrap();
+    apply(
+        &mut m,
+        2,
+        Command::ActivateVersion(ActivateVersion { version: 2 }),
+    )
+    .unwrap();
     assert_eq!(m.cluster_version(), 3);
 }
 
@@ -84,7 +107,12 @@ fn snapshots_stay_v3_until_the_activation_then_are_v4_and_carry_the_version() {
         LeaseMachine::restore(&before).unwrap().cluster_version(),
         CLUSTER_VERSION_INITIAL
     );
-    apply(&mut m, 2, Command::ActivateVersion { version: 2 }).unwrap();
+    apply(
+        &mut m,
+        2,
+        Command::ActivateVersion(ActivateVersion { version: 2 }),
+    )
+    .unwrap();
     let after = m.snapshot();
     assert_eq!(after[0], SNAPSHOT_FORMAT_V4);
     let (v3_part, version) = after.split_at(after.len() - 4);

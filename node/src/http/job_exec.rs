@@ -6,6 +6,7 @@
 //! `forward.rs`, `leader.rs` (where to run) and `routes.rs` (the answer's status) of
 //! `http`; `node` and `security::scope`.
 
+use leasehold_statemachine::commands::ClaimNextMany;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -229,7 +230,7 @@ fn render_batch(status: StatusCode, command: &Command, replies: &[Reply]) -> Res
         other => other,
     };
     let body = match command {
-        Command::ClaimNextMany { .. } => {
+        Command::ClaimNextMany(ClaimNextMany { .. }) => {
             LeasesReply::of(replies).map(|r| json_response(status, &r))
         }
         _ => BatchResults::of(command, replies).map(|r| json_response(status, &r)),

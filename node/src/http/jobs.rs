@@ -10,6 +10,7 @@
 //! Imports `answer`, `client_auth`, `forward`, `job_exec`, `listener` (the request's
 //! admission: its route and slot), `request` and `routes` of `http`.
 
+use leasehold_statemachine::commands::Delete;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -299,7 +300,7 @@ pub async fn delete_job(State(node): State<Arc<Node>>, req: Request) -> Response
     match named_job(&req) {
         Ok(id) => {
             write(node, req, move |_, _| {
-                Ok((Command::Delete { job_id: id }, 0))
+                Ok((Command::Delete(Delete { job_id: id }), 0))
             })
             .await
         }

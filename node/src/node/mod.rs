@@ -23,6 +23,7 @@ pub mod ticks;
 pub mod upgrade;
 pub mod watchers;
 
+use leasehold_statemachine::commands::Tick;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -310,7 +311,7 @@ impl Node {
             .sm
             .read(|s| s.machine.next_deadline_ms().is_some_and(|t| t <= now));
         if unrecorded {
-            match self.propose(Command::Tick, None).await? {
+            match self.propose(Command::Tick(Tick), None).await? {
                 Ok(_) => {}
                 Err(e) => return Err(ProposeError::Unavailable(e.message)),
             }

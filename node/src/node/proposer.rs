@@ -8,6 +8,7 @@
 //! May import `raft` (the elector's check-quorum verdict, the version gate), `store`, `time`
 //! and `types`.
 
+use leasehold_statemachine::commands::{ActivateVersion, ActivateVersionIn};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -112,7 +113,8 @@ impl Proposer {
         let version = command.since();
         let activation = matches!(
             command,
-            Command::ActivateVersion { .. } | Command::ActivateVersionIn { .. }
+            Command::ActivateVersion(ActivateVersion { .. })
+                | Command::ActivateVersionIn(ActivateVersionIn { .. })
         );
         if version <= CLUSTER_VERSION_INITIAL || activation {
             return Ok(());

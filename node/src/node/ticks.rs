@@ -11,6 +11,7 @@
 //! [`decide_tick`] is the decision, a pure function; [`run`] the loop around it, on a
 //! [`Proposer`] handle. May import what `proposer.rs` may, and `telemetry`.
 
+use leasehold_statemachine::commands::Tick;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -100,7 +101,7 @@ pub async fn run(
             // No quorum confirmed yet: the next step tries again.
             continue;
         }
-        match node.propose_stamped(term, Command::Tick, None).await {
+        match node.propose_stamped(term, Command::Tick(Tick), None).await {
             Ok(Ok(Outcome::Ticked)) => {
                 metrics.ticks.inc();
                 if reason == TickReason::NewTerm {

@@ -41,6 +41,9 @@
 //! May import: `raft::network`, `store`, `types`, and `leasehold_statemachine` (to tell a
 //! tick from a client's command).
 
+#[cfg(test)]
+use leasehold_statemachine::commands::Claim;
+use leasehold_statemachine::commands::Tick;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -175,7 +178,7 @@ fn speculative_request(
 /// interval: speculating on it would only cost the followers CPU).
 fn awaited(entry: &openraft::Entry<TypeConfig>) -> bool {
     match &entry.payload {
-        EntryPayload::Normal(e) => !matches!(e.command, Command::Tick),
+        EntryPayload::Normal(e) => !matches!(e.command, Command::Tick(Tick)),
         EntryPayload::Blank | EntryPayload::Membership(_) => false,
     }
 }
@@ -250,11 +253,11 @@ mod tests {
     }
 
     fn entry(term: u64, index: u64) -> openraft::Entry<TypeConfig> {
-        let claim = Command::Claim {
+        let claim = Command::Claim(Claim {
             job_id: "j".into(),
             owner: "w".into(),
             ttl_ms: 1_000,
-        };
+        });
         entry_of(term, index, claim)
     }
 
@@ -296,7 +299,7 @@ mod tests {
         }
         let ctx = context(Vote::new_committed(2, 1), 7, 7);
         assert!(speculative_request(1, &ctx, &[]).is_none(), "no entries");
-        let tick = [entry_of(2, 8, Command::Tick)];
+        let tick = [entry_of(2, 8, Command::Tick(Tick))];
         assert!(speculative_request(1, &ctx, &tick).is_none(), "a tick");
         let blank = [openraft::Entry {
             log_id: log_id(2, 8),

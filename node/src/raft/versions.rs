@@ -22,6 +22,9 @@
 //! [`poll`] asks the members. May import `network` and `store` (the log at start-up),
 //! and the lower layers.
 
+#[cfg(test)]
+use leasehold_statemachine::commands::Tick;
+use leasehold_statemachine::commands::{ActivateVersion, ActivateVersionIn};
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -296,7 +299,8 @@ pub fn check_entries<'a>(
 ) -> Result<(), NewerData> {
     for (index, cmd) in entries {
         let found = match cmd {
-            Command::ActivateVersion { version } | Command::ActivateVersionIn { version, .. } => {
+            Command::ActivateVersion(ActivateVersion { version })
+            | Command::ActivateVersionIn(ActivateVersionIn { version, .. }) => {
                 cmd.since().max(*version)
             }
             cmd => cmd.since(),
@@ -406,9 +410,9 @@ mod tests {
 
     #[test]
     fn the_start_up_check_finds_the_first_newer_entry() {
-        let tick = Command::Tick;
-        let activate = Command::ActivateVersion { version: 2 };
-        let future = Command::ActivateVersion { version: 3 };
+        let tick = Command::Tick(Tick);
+        let activate = Command::ActivateVersion(ActivateVersion { version: 2 });
+        let future = Command::ActivateVersion(ActivateVersion { version: 3 });
         assert_eq!(check_entries([(1, &tick), (2, &activate)], 2), Ok(()));
         let e = check_entries([(1, &tick), (2, &activate)], 1).unwrap_err();
         assert_eq!((e.found, e.own), (2, 1));
@@ -428,7 +432,7 @@ mod tests {
             stamp_ms: 1,
             term: 1,
             idempotency_key: None,
-            command: Command::ActivateVersion { version: 2 },
+            command: Command::ActivateVersion(ActivateVersion { version: 2 }),
         };
         m.apply(1, &entry).unwrap();
         assert!(check_machine(&m, 2).is_ok());
@@ -459,14 +463,14 @@ mod tests {
             admit_member(4, &Seen::NoRoute, 2).is_err(),
             "the release before versions"
         );
-        let checked = Command::ActivateVersionIn {
+        let checked = Command::ActivateVersionIn(ActivateVersionIn {
             version: 9,
             membership: leasehold_statemachine::MembershipMark {
                 term: 1,
                 node_id: 1,
                 index: 1,
             },
-        };
+        });
         let e = check_entries([(3, &checked)], 8).unwrap_err();
         assert_eq!(
             (e.found, e.own),

@@ -23,6 +23,8 @@
 //! costs no parsing), and by the parsed command together with its owners, before anything
 //! is proposed or forwarded (so a request that fails auth changes nothing).
 
+#[cfg(test)]
+use leasehold_statemachine::commands::{Claim, ClaimNext, Delete, Renew, Submit};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -665,22 +667,28 @@ mod tests {
         )
         .unwrap();
         let c = p.authenticate(Some(&bearer("t"))).unwrap();
-        let submit = |id: Option<&str>, queue: &str| Command::Submit {
-            id: id.map(Into::into),
-            queue: queue.into(),
-            payload: None,
-            max_attempts: None,
+        let submit = |id: Option<&str>, queue: &str| {
+            Command::Submit(Submit {
+                id: id.map(Into::into),
+                queue: queue.into(),
+                payload: None,
+                max_attempts: None,
+            })
         };
-        let next = |queue: &str| Command::ClaimNext {
-            queue: queue.into(),
-            owner: "o".into(),
-            ttl_ms: 1_000,
+        let next = |queue: &str| {
+            Command::ClaimNext(ClaimNext {
+                queue: queue.into(),
+                owner: "o".into(),
+                ttl_ms: 1_000,
+            })
         };
-        let del = |id: &str| Command::Delete { job_id: id.into() };
-        let claim = |id: &str| Command::Claim {
-            job_id: id.into(),
-            owner: "o".into(),
-            ttl_ms: 1_000,
+        let del = |id: &str| Command::Delete(Delete { job_id: id.into() });
+        let claim = |id: &str| {
+            Command::Claim(Claim {
+                job_id: id.into(),
+                owner: "o".into(),
+                ttl_ms: 1_000,
+            })
         };
         let ok = [
             submit(Some("a/1"), "team-a"),
@@ -752,11 +760,11 @@ mod tests {
     }
 
     fn claim(owner: &str) -> Command {
-        Command::Claim {
+        Command::Claim(Claim {
             job_id: "j".into(),
             owner: owner.into(),
             ttl_ms: 1_000,
-        }
+        })
     }
 
     #[test]
@@ -770,12 +778,12 @@ mod tests {
             assert!(matches!(e, Denied::Owner { .. }), "{owner}: {e:?}");
             assert_eq!(e.to_api().code, ErrorCode::PermissionDenied);
         }
-        let renew = Command::Renew {
+        let renew = Command::Renew(Renew {
             job_id: "j".into(),
             owner: "team-b/x".into(),
             generation: 1,
             ttl_ms: None,
-        };
+        });
         assert!(w.check_command(&renew).is_err());
         let batch = Command::Batch(vec![
             BatchItem {
@@ -793,12 +801,12 @@ mod tests {
             .unwrap()
             .check_command(&batch)
             .is_ok());
-        let submit = Command::Submit {
+        let submit = Command::Submit(Submit {
             id: None,
             queue: "default".into(),
             payload: None,
             max_attempts: None,
-        };
+        });
         assert!(w.check_command(&submit).is_ok(), "a submit names no owner");
         let reader = p.authenticate(Some(&bearer("rdr"))).unwrap();
         assert!(reader.check_command(&claim("any")).is_err());

@@ -11,6 +11,8 @@
 
 use aes::cipher::{generic_array::GenericArray, BlockDecrypt, BlockEncrypt, KeyInit};
 use aes::Aes128;
+#[cfg(test)]
+use leasehold_statemachine::commands::Submit;
 use leasehold_statemachine::{ApiError, ErrorCode, JobPage, JobState, LeaseMachine};
 use sha2::{Digest, Sha256};
 
@@ -172,12 +174,12 @@ mod tests {
     fn machine_with(jobs: &[(&str, &str)]) -> LeaseMachine {
         let mut m = LeaseMachine::default();
         for (i, (id, queue)) in jobs.iter().enumerate() {
-            let cmd = Command::Submit {
+            let cmd = Command::Submit(Submit {
                 id: Some((*id).into()),
                 queue: (*queue).into(),
                 payload: None,
                 max_attempts: None,
-            };
+            });
             let entry = Entry {
                 stamp_ms: 1,
                 term: 1,

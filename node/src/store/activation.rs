@@ -11,6 +11,9 @@
 //!
 //! Imports only `types` and the state machine crate.
 
+#[cfg(test)]
+use leasehold_statemachine::commands::Tick;
+use leasehold_statemachine::commands::{ActivateVersion, ActivateVersionIn};
 use leasehold_statemachine::{ApiError, Command, Entry, ErrorCode, MembershipMark};
 
 use crate::types::StoredMembership;
@@ -18,10 +21,10 @@ use crate::types::StoredMembership;
 /// Why `e`, an activation naming a membership, is not applied under `membership` (the
 /// latest membership entry applied); `None` for every other command.
 pub fn stale_activation(e: &Entry, membership: &StoredMembership) -> Option<ApiError> {
-    let Command::ActivateVersionIn {
+    let Command::ActivateVersionIn(ActivateVersionIn {
         version,
         membership: named,
-    } = &e.command
+    }) = &e.command
     else {
         return None;
     };
@@ -51,9 +54,8 @@ pub fn stale_activation(e: &Entry, membership: &StoredMembership) -> Option<ApiE
 /// newest it applies; `None` when it does not.
 pub fn activation_above(command: &Command, own: u32) -> Option<String> {
     let version = match command {
-        Command::ActivateVersion { version } | Command::ActivateVersionIn { version, .. } => {
-            *version
-        }
+        Command::ActivateVersion(ActivateVersion { version })
+        | Command::ActivateVersionIn(ActivateVersionIn { version, .. }) => *version,
         _ => return None,
     };
     (version > own).then(|| {
@@ -87,14 +89,14 @@ mod tests {
     }
 
     fn named(index: u64) -> Command {
-        Command::ActivateVersionIn {
+        Command::ActivateVersionIn(ActivateVersionIn {
             version: 8,
             membership: MembershipMark {
                 term: 2,
                 node_id: 1,
                 index,
             },
-        }
+        })
     }
 
     #[test]
@@ -108,26 +110,26 @@ mod tests {
             "{}",
             e.message
         );
-        let other_leader = Command::ActivateVersionIn {
+        let other_leader = Command::ActivateVersionIn(ActivateVersionIn {
             version: 8,
             membership: MembershipMark {
                 term: 3,
                 node_id: 1,
                 index: 5,
             },
-        };
+        });
         assert!(
             stale_activation(&entry(other_leader), &m).is_some(),
             "a log id is term and index"
         );
         assert!(stale_activation(&entry(named(5)), &StoredMembership::default()).is_some());
-        let plain = Command::ActivateVersion { version: 7 };
+        let plain = Command::ActivateVersion(ActivateVersion { version: 7 });
         assert_eq!(
             stale_activation(&entry(plain), &m),
             None,
             "the older form names none"
         );
-        assert_eq!(stale_activation(&entry(Command::Tick), &m), None);
+        assert_eq!(stale_activation(&entry(Command::Tick(Tick)), &m), None);
     }
 
     #[test]
@@ -138,7 +140,10 @@ mod tests {
             why.contains("activated entry version 8") && why.contains("applies up to 7"),
             "{why}"
         );
-        assert!(activation_above(&Command::ActivateVersion { version: 9 }, 8).is_some());
-        assert_eq!(activation_above(&Command::Tick, 1), None);
+        assert!(
+            activation_above(&Command::ActivateVersion(ActivateVersion { version: 9 }), 8)
+                .is_some()
+        );
+        assert_eq!(activation_above(&Command::Tick(Tick), 1), None);
     }
 }

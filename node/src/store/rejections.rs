@@ -10,6 +10,9 @@
 //! tenant's own ([`RecentRejections::view`]), so neither the entries nor the gaps
 //! between its numbers tell it anything of other tenants; an unscoped viewer sees all.
 
+use leasehold_statemachine::commands::{ActivateVersion, ActivateVersionIn, Tick};
+#[cfg(test)]
+use leasehold_statemachine::commands::{Complete, RenewMany};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
@@ -84,7 +87,9 @@ impl RecentRejections {
             // The leader's own entries (a tick, a version activation) are no client's
             // rejection.
             (
-                Command::Tick | Command::ActivateVersion { .. } | Command::ActivateVersionIn { .. },
+                Command::Tick(Tick)
+                | Command::ActivateVersion(ActivateVersion { .. })
+                | Command::ActivateVersionIn(ActivateVersionIn { .. }),
                 _,
             )
             | (_, Ok(_)) => {}
@@ -186,12 +191,12 @@ mod tests {
     use leasehold_statemachine::{ApiError, BatchItem, ErrorCode};
 
     fn complete(job: &str, generation: u64) -> Command {
-        Command::Complete {
+        Command::Complete(Complete {
             job_id: job.into(),
             owner: "w".into(),
             generation,
             result: None,
-        }
+        })
     }
 
     #[test]
@@ -203,7 +208,7 @@ mod tests {
         ));
         r.record(5, 100, &complete("a", 1), &stale);
         r.record(6, 110, &complete("a", 2), &Ok(Outcome::Ticked));
-        r.record(7, 120, &Command::Tick, &stale);
+        r.record(7, 120, &Command::Tick(Tick), &stale);
         let got = r.since(0, 10);
         assert_eq!(got.len(), 1);
         assert_eq!(
@@ -233,11 +238,11 @@ mod tests {
             generation,
             json: None,
         };
-        let cmd = Command::RenewMany {
+        let cmd = Command::RenewMany(RenewMany {
             owner: "w".into(),
             ttl_ms: None,
             leases: vec![item("a", 1), item("b", 2)],
-        };
+        });
         let replies = vec![
             Ok(Outcome::Ticked),
             Err(ApiError::new(ErrorCode::StaleLease, "refused")),

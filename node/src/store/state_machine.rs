@@ -26,6 +26,8 @@
 //! file, written and read at any path through [`write_snapshot_to`],
 //! [`read_snapshot_file`] and [`write_snapshot_file`].
 
+#[cfg(test)]
+use leasehold_statemachine::commands::Claim;
 use std::fs::{self, File};
 use std::io::{self, Cursor, Seek, Write};
 use std::path::{Path, PathBuf};
@@ -871,11 +873,11 @@ mod tests {
                 stamp_ms: 1_000 + i,
                 term: 2,
                 idempotency_key: None,
-                command: leasehold_statemachine::Command::Claim {
+                command: leasehold_statemachine::Command::Claim(Claim {
                     job_id: format!("job-{i}"),
                     owner: "w".into(),
                     ttl_ms: 10_000,
-                },
+                }),
             };
             lm.apply(i, &entry).unwrap();
         }

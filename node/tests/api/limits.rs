@@ -7,6 +7,7 @@
 //! Requests are held open deterministically by sending a head that promises a body and
 //! then only part of it: the handler waits in `read_body`, holding its slot.
 
+use leasehold_statemachine::commands::Tick;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -248,7 +249,7 @@ async fn raft_keeps_its_leader_and_commits_while_client_slots_are_exhausted() {
             stamp_ms: 0,
             term,
             idempotency_key: None,
-            command: Command::Tick,
+            command: Command::Tick(Tick),
         };
         let Ok(written) = tokio::time::timeout(LEADER_WAIT, raft.client_write(entry)).await else {
             panic!("write {i} did not commit within {LEADER_WAIT:?}");

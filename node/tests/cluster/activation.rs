@@ -5,6 +5,7 @@
 //! one naming the current membership activates on nodes 1 and 2 and stops node 3 with a
 //! clear message, instead of leaving it a member that refuses every later append.
 
+use leasehold_statemachine::commands::{ActivateVersionIn, Tick};
 use std::time::Duration;
 
 use leasehold_statemachine::{Command, MembershipMark, Outcome, ENTRY_VERSION_MAX};
@@ -77,10 +78,10 @@ async fn an_activation_applies_only_under_its_membership_and_stops_a_node_it_out
         index: current.index - 1,
         ..current
     };
-    let stale_activation = Command::ActivateVersionIn {
+    let stale_activation = Command::ActivateVersionIn(ActivateVersionIn {
         version: newest,
         membership: stale,
-    };
+    });
     let reply = proposer
         .propose_ready(stale_activation, None)
         .await
@@ -94,16 +95,16 @@ async fn an_activation_applies_only_under_its_membership_and_stops_a_node_it_out
     let failed3 = c.node(3).failed();
     // Applied everywhere as a no-op: the next entry finds every node still running.
     let tick = proposer
-        .propose_ready(Command::Tick, None)
+        .propose_ready(Command::Tick(Tick), None)
         .await
         .expect("committed");
     assert_eq!(tick, Ok(Outcome::Ticked));
     wait_version(&c, &[1, 2, 3], newest - 1).await;
 
-    let activation = Command::ActivateVersionIn {
+    let activation = Command::ActivateVersionIn(ActivateVersionIn {
         version: newest,
         membership: current,
-    };
+    });
     let reply = proposer
         .propose_ready(activation, None)
         .await

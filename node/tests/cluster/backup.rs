@@ -8,6 +8,7 @@
 //! corrupt file, a used data dir, a node that would fork the cluster, a missing or
 //! weak token.
 
+use leasehold_statemachine::commands::Claim;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -382,11 +383,11 @@ fn write_backup(path: &Path) {
             stamp_ms: 1_000 + i,
             term: 3,
             idempotency_key: None,
-            command: Command::Claim {
+            command: Command::Claim(Claim {
                 job_id: format!("job-{i}"),
                 owner: "w".into(),
                 ttl_ms: 10_000,
-            },
+            }),
         };
         m.apply(i, &entry).unwrap();
     }

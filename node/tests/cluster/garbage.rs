@@ -9,6 +9,7 @@
 //!
 //! The seed of the random inputs is fixed; `GARBAGE_SEED=<u64>` runs another.
 
+use leasehold_statemachine::commands::Delete;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -247,9 +248,9 @@ fn raft_valid(rng: &mut StdRng) -> Vec<(&'static str, Vec<u8>)> {
                 stamp_ms: 1,
                 term,
                 idempotency_key: None,
-                command: Command::Delete {
+                command: Command::Delete(Delete {
                     job_id: "job-1".into(),
-                },
+                }),
             }),
         }],
         leader_commit: Some(log_id(1)),

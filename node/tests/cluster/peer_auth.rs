@@ -7,6 +7,7 @@
 //! done damage: the forged AppendEntries, correctly signed, does move the term and apply
 //! its entry; the node with the wrong secret, restarted with the right one, catches up.
 
+use leasehold_statemachine::commands::Submit;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -90,12 +91,12 @@ fn forged_append(c: &TestCluster, target: u64) -> Vec<u8> {
             stamp_ms: now_ms(),
             term,
             idempotency_key: None,
-            command: Command::Submit {
+            command: Command::Submit(Submit {
                 id: Some("forged".into()),
                 queue: "default".into(),
                 payload: None,
                 max_attempts: None,
-            },
+            }),
         }),
     };
     let rpc = AppendEntriesRequest::<TypeConfig> {

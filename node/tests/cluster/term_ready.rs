@@ -28,6 +28,7 @@
 //! loses the lead for good is not applied (503) and proves nothing: the attempt is made
 //! again with a new election, at most [`ATTEMPTS`] times.
 
+use leasehold_statemachine::commands::{Claim, Tick};
 use std::time::Duration;
 
 use crate::common::{Req, TestCluster};
@@ -126,11 +127,11 @@ async fn attempt(c: &mut TestCluster, leader: u64, job: &str) -> Attempt {
     // The instant it leads: a command waiting in its batcher's queue gets proposed.
     let ready_queued = running.time.ready_term();
     let queued = running.commit_queue().enqueue(
-        Command::Claim {
+        Command::Claim(Claim {
             job_id: job.into(),
             owner: "w".into(),
             ttl_ms: 60_000,
-        },
+        }),
         None,
     );
     let Ok(reply) = tokio::time::timeout(BOUND, queued).await else {
@@ -179,7 +180,7 @@ async fn check(node: &RunningNode, a: &Attempt, job: &str) -> bool {
         .find(|e| term_of(e) == term && matches!(e.payload, EntryPayload::Normal(_)));
     let opened_by_tick = first.is_some_and(|e| {
         e.log_id.index < index
-            && matches!(&e.payload, EntryPayload::Normal(x) if matches!(x.command, Command::Tick))
+            && matches!(&e.payload, EntryPayload::Normal(x) if matches!(x.command, Command::Tick(Tick)))
     });
     assert!(
         opened_by_tick,
@@ -220,7 +221,7 @@ async fn check(node: &RunningNode, a: &Attempt, job: &str) -> bool {
 /// Whether `command` (alone or in a batch) claims `job`.
 fn claims(command: &Command, job: &str) -> bool {
     match command {
-        Command::Claim { job_id, .. } => job_id == job,
+        Command::Claim(Claim { job_id, .. }) => job_id == job,
         Command::Batch(items) => items.iter().any(|i| claims(&i.command, job)),
         _ => false,
     }

@@ -10,6 +10,7 @@
 //!   without one is refused at the handshake, before any HTTP;
 //! - `serve` refuses a key that does not belong to its certificate, naming both files.
 
+use leasehold_statemachine::commands::Tick;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -553,7 +554,7 @@ async fn every_guard_on_refuses_forgeries_and_strangers_and_serves_its_clients()
                 stamp_ms: 1,
                 term,
                 idempotency_key: None,
-                command: leasehold_statemachine::Command::Tick,
+                command: leasehold_statemachine::Command::Tick(Tick),
             }),
         }],
         leader_commit: Some(log_id),

@@ -8,6 +8,7 @@
 //! `cargo test -p leasehold-node --test store -- --ignored write_seed_corpus`
 //! (re)writes the hand-made seeds into the corpus directories.
 
+use leasehold_statemachine::commands::{Claim, Complete, Delete, Submit, Tick};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -151,7 +152,7 @@ fn snapshot_restore_corpus_and_mutations() {
 /// abort of the whole node). Decoding must answer an error instead.
 #[test]
 fn deeply_nested_batches_do_not_overflow_the_stack() {
-    let mut command = Command::Tick;
+    let mut command = Command::Tick(Tick);
     for _ in 0..100_000 {
         command = Command::Batch(vec![BatchItem {
             idempotency_key: None,
@@ -239,61 +240,61 @@ fn sample_machine() -> LeaseMachine {
     let cmds = [
         (
             Some("k1"),
-            Command::Submit {
+            Command::Submit(Submit {
                 id: Some("job-1".into()),
                 queue: "q1".into(),
                 payload: Some(r#"{"n":1}"#.into()),
                 max_attempts: Some(3),
-            },
+            }),
         ),
         (
             None,
-            Command::Claim {
+            Command::Claim(Claim {
                 job_id: "job-1".into(),
                 owner: "w-1".into(),
                 ttl_ms: 60_000,
-            },
+            }),
         ),
         (
             Some("k2"),
-            Command::Claim {
+            Command::Claim(Claim {
                 job_id: "job-2".into(),
                 owner: "w-2".into(),
                 ttl_ms: 1_000,
-            },
+            }),
         ),
         (
             None,
-            Command::Complete {
+            Command::Complete(Complete {
                 job_id: "job-2".into(),
                 owner: "w-2".into(),
                 generation: 1,
                 result: Some("true".into()),
-            },
+            }),
         ),
         (
             None,
-            Command::Submit {
+            Command::Submit(Submit {
                 id: Some("job-3".into()),
                 queue: "q2".into(),
                 payload: None,
                 max_attempts: None,
-            },
+            }),
         ),
         (
             None,
-            Command::Submit {
+            Command::Submit(Submit {
                 id: Some("job-4".into()),
                 queue: "q2".into(),
                 payload: None,
                 max_attempts: None,
-            },
+            }),
         ),
         (
             None,
-            Command::Delete {
+            Command::Delete(Delete {
                 job_id: "job-4".into(),
-            },
+            }),
         ),
     ];
     for (i, (key, command)) in cmds.into_iter().enumerate() {
@@ -325,16 +326,16 @@ fn raft_seeds() -> Vec<Vec<u8>> {
         vote: Vote::new_committed(2, 1),
         prev_log_id: Some(log_id(1, 3)),
         entries: vec![
-            entry(4, Command::Tick),
+            entry(4, Command::Tick(Tick)),
             entry(
                 5,
                 Command::Batch(vec![BatchItem {
                     idempotency_key: None,
-                    command: Command::Claim {
+                    command: Command::Claim(Claim {
                         job_id: "j".into(),
                         owner: "o".into(),
                         ttl_ms: 1000,
-                    },
+                    }),
                 }]),
             ),
             openraft::Entry::<TypeConfig> {
@@ -391,11 +392,11 @@ fn log_segment_body() -> Vec<u8> {
                 stamp_ms: 5,
                 term,
                 idempotency_key: None,
-                command: Command::Claim {
+                command: Command::Claim(Claim {
                     job_id: format!("j{index}"),
                     owner: "o".into(),
                     ttl_ms: 1000,
-                },
+                }),
             }),
         };
         log.save_vote(&Vote::new_committed(2, 1)).await.unwrap();

@@ -3,6 +3,7 @@
 //! that a torn log tail is cut back, that a damaged snapshot stops the node from starting,
 //! and that appends share fsyncs.
 
+use leasehold_statemachine::commands::{Claim, Submit};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -63,20 +64,20 @@ pub(crate) fn entry(term: u64, index: u64, command: Command) -> Entry<TypeConfig
 }
 
 pub(crate) fn submit(id: &str) -> Command {
-    Command::Submit {
+    Command::Submit(Submit {
         id: Some(id.to_string()),
         queue: "q".to_string(),
         payload: None,
         max_attempts: None,
-    }
+    })
 }
 
 fn claim(id: &str, owner: &str) -> Command {
-    Command::Claim {
+    Command::Claim(Claim {
         job_id: id.to_string(),
         owner: owner.to_string(),
         ttl_ms: 60_000,
-    }
+    })
 }
 
 pub(crate) fn membership_entry(term: u64, index: u64) -> Entry<TypeConfig> {

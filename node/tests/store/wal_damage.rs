@@ -6,6 +6,7 @@
 //!
 //! May import: `leasehold_node`, dev dependencies.
 
+use leasehold_statemachine::commands::Submit;
 use std::path::{Path, PathBuf};
 
 use leasehold_node::store::{LogStore, WalDamage, WalOptions};
@@ -29,12 +30,12 @@ fn entry(index: u64) -> Entry<TypeConfig> {
             stamp_ms: 1_000 + index,
             term: 1,
             idempotency_key: None,
-            command: Command::Submit {
+            command: Command::Submit(Submit {
                 id: Some(format!("job-{index}")),
                 queue: "q".to_string(),
                 payload: None,
                 max_attempts: None,
-            },
+            }),
         }),
     }
 }

@@ -10,13 +10,14 @@
 //! May import: `command`, `tenant`, `wire`, and the machine's rules.
 
 use crate::command::{LeaseItem, Outcome, Reply};
+use crate::commands::At;
 use crate::machine::rules::Holder;
 use crate::machine::LeaseMachine;
 use crate::tenant::{not_found, Scope};
 
 /// What a batch renew or complete does to each of its leases.
 #[derive(Debug, Clone, Copy)]
-pub(super) enum LeaseOp {
+pub(crate) enum LeaseOp {
     /// Renew, with the batch's TTL (the claim's when absent).
     Renew {
         ttl_ms: Option<u64>,
@@ -27,17 +28,16 @@ pub(super) enum LeaseOp {
 impl LeaseMachine {
     /// Up to `max_jobs` claims of the queue's next job; [`Outcome::Empty`] when none
     /// was claimable (a waiting claim-next waits on it as on a single one).
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn claim_next_many(
+    pub(crate) fn claim_next_many(
         &mut self,
-        log_index: u64,
-        now: u64,
+        at: At,
         queue: &str,
         owner: &str,
         ttl_ms: u64,
         max_jobs: u32,
         scope: Option<&Scope>,
     ) -> Reply {
+        let (log_index, now) = (at.log_index, at.now);
         let mut leases = Vec::new();
         while leases.len() < max_jobs as usize {
             match self.claim_next(log_index, now, queue, owner, ttl_ms, scope) {
@@ -55,15 +55,15 @@ impl LeaseMachine {
     }
 
     /// Each lease renewed or completed by its own rule, a reply each, in order.
-    pub(super) fn leases_many(
+    pub(crate) fn leases_many(
         &mut self,
-        log_index: u64,
-        now: u64,
+        at: At,
         owner: &str,
         leases: &[LeaseItem],
         op: LeaseOp,
         scope: Option<&Scope>,
     ) -> Reply {
+        let (log_index, now) = (at.log_index, at.now);
         let replies = leases
             .iter()
             .map(|item| {

@@ -291,29 +291,30 @@ mod tests {
     use std::sync::Arc;
 
     use crate::command::{Command, Entry};
+    use crate::commands::{ClaimNext, Submit};
     use crate::machine::{LeaseMachine, Place};
 
     /// A machine with job "a" claimed (leased) and job "b" waiting, in queue "q".
     fn machine() -> LeaseMachine {
         let mut m = LeaseMachine::default();
         let commands = [
-            Command::Submit {
+            Command::Submit(Submit {
                 id: Some("a".into()),
                 queue: "q".into(),
                 payload: None,
                 max_attempts: None,
-            },
-            Command::Submit {
+            }),
+            Command::Submit(Submit {
                 id: Some("b".into()),
                 queue: "q".into(),
                 payload: None,
                 max_attempts: None,
-            },
-            Command::ClaimNext {
+            }),
+            Command::ClaimNext(ClaimNext {
                 queue: "q".into(),
                 owner: "w".into(),
                 ttl_ms: 1_000,
-            },
+            }),
         ];
         for (i, command) in commands.into_iter().enumerate() {
             let entry = Entry {

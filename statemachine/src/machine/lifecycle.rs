@@ -92,7 +92,7 @@ fn not_retryable(place: Place) -> Option<&'static str> {
 
 impl LeaseMachine {
     /// The holder gives up on its job: failed for good, a dead letter with `error`.
-    pub(super) fn fail(
+    pub(crate) fn fail(
         &mut self,
         log_index: u64,
         now: u64,
@@ -111,7 +111,7 @@ impl LeaseMachine {
 
     /// Cancels a pending job at once; a leased one gets a cancel request, which its
     /// renewals report and the end of its lease carries out.
-    pub(super) fn cancel(
+    pub(crate) fn cancel(
         &mut self,
         log_index: u64,
         now: u64,
@@ -153,7 +153,7 @@ impl LeaseMachine {
 
     /// A failed or cancelled job back to pending (at `run_at_ms`, if later), attempts
     /// 0, its generation kept.
-    pub(super) fn retry(
+    pub(crate) fn retry(
         &mut self,
         log_index: u64,
         now: u64,
@@ -185,7 +185,7 @@ impl LeaseMachine {
 
     /// Retries up to `limit` failed jobs of `queue` (those `scope` holds, among the
     /// first [`limits::SCOPED_CLAIM_SCAN_MAX`]), oldest failure first.
-    pub(super) fn redrive(
+    pub(crate) fn redrive(
         &mut self,
         log_index: u64,
         now: u64,

@@ -20,8 +20,8 @@
 //! indexes hold pairs of integers, not strings.
 //!
 //! # Layout
-//! - this file: the machine, `apply` and the dispatch of a command to its rule, keyed
-//!   requests (remembered replies) and batches.
+//! - this file: the machine, `apply`, keyed requests (remembered replies) and batches;
+//!   a command reaches its rule through its own file (`crate::commands`).
 //! - `record`: [`JobRecord`](record::JobRecord) and its place; how a record is shown.
 //! - `indexes`: the derived indexes and counts, changed only by a place change.
 //! - `transition`: the one transition point, which feeds the event log.
@@ -39,30 +39,27 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::command::{BatchItem, Command, Entry, Outcome, Reply};
+use crate::commands::At;
 use crate::idempotency::{Bounds, IdempotencyTable, Remembered};
 use crate::limits;
-use crate::tenant::Scope;
 use crate::version::ClusterVersion;
 use crate::wire::{ApiError, ErrorCode};
 
-mod batches;
+pub(crate) mod batches;
 pub(crate) mod events;
 mod indexes;
-mod lifecycle;
+pub(crate) mod lifecycle;
 mod reads;
 pub use events::FeedEvent;
 pub use reads::EventFilter;
 pub(crate) mod record;
-mod rules;
+pub(crate) mod rules;
 mod scoped;
 pub(crate) mod transition;
 
-use batches::LeaseOp;
 pub(crate) use events::{EventLog, History};
 pub(crate) use indexes::{FixedHashMap, Indexes};
-pub(crate) use lifecycle::Wait;
 pub(crate) use record::{Closed, JobRecord, Lifecycle, Past, Place, Progress};
-use rules::{Holder, NewJob, ReleaseHow};
 
 /// Settings every replica must share; they are part of the snapshot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -351,81 +348,19 @@ impl LeaseMachine {
 
     fn execute(&mut self, log_index: u64, now: u64, cmd: &Command) -> Reply {
         cmd.validate()?;
-        match cmd {
-            Command::Submit { .. } | Command::SubmitWith { .. } => {
-                self.submit(log_index, now, NewJob::of(cmd))
-            }
-            Command::Claim {
-                job_id,
-                owner,
-                ttl_ms,
-            } => self.claim(log_index, now, job_id, owner, *ttl_ms),
-            Command::ClaimNext {
-                queue,
-                owner,
-                ttl_ms,
-            } => self.claim_next(log_index, now, queue, owner, *ttl_ms, None),
-            Command::Renew { ttl_ms, .. } => self.renew(log_index, now, holder(cmd), *ttl_ms, None),
-            Command::RenewWith {
-                ttl_ms, progress, ..
-            } => self.renew(log_index, now, holder(cmd), *ttl_ms, progress.as_ref()),
-            Command::Complete { result, .. } => self.complete(log_index, now, holder(cmd), result),
-            Command::Release { .. } | Command::ReleaseWith { .. } => {
-                self.release(log_index, now, holder(cmd), ReleaseHow::of(cmd))
-            }
-            Command::Fail { error, .. } => self.fail(log_index, now, holder(cmd), error),
-            Command::Delete { job_id } => self.delete(job_id),
-            Command::Cancel { job_id, reason } => self.cancel(log_index, now, job_id, reason),
-            Command::Retry { job_id, run_at_ms } => self.retry(log_index, now, job_id, *run_at_ms),
-            Command::Redrive { queue, limit } => self.redrive(log_index, now, queue, *limit, None),
-            Command::Tick => Ok(Outcome::Ticked),
-            Command::Batch(_) => Err(ApiError::new(ErrorCode::InvalidArgument, "nested batch")),
-            Command::ActivateVersion { version } | Command::ActivateVersionIn { version, .. } => {
-                self.cluster_version = crate::version::activated(self.cluster_version, *version);
-                Ok(Outcome::Ticked)
-            }
-            Command::Scoped(scoped) => self.execute_scoped(log_index, now, scoped),
-            Command::ClaimNextMany { .. }
-            | Command::RenewMany { .. }
-            | Command::CompleteMany { .. } => self.execute_many(log_index, now, cmd, None),
-        }
+        cmd.apply(self, At { log_index, now }, None)
     }
 
-    /// A client batch (`batches.rs`), held to `scope` item by item when it has one.
-    fn execute_many(
-        &mut self,
-        log_index: u64,
-        now: u64,
-        cmd: &Command,
-        scope: Option<&Scope>,
-    ) -> Reply {
-        match cmd {
-            Command::ClaimNextMany {
-                queue,
-                owner,
-                ttl_ms,
-                max_jobs,
-            } => self.claim_next_many(log_index, now, queue, owner, *ttl_ms, *max_jobs, scope),
-            Command::RenewMany {
-                owner,
-                ttl_ms,
-                leases,
-            } => {
-                let op = LeaseOp::Renew { ttl_ms: *ttl_ms };
-                self.leases_many(log_index, now, owner, leases, op, scope)
-            }
-            Command::CompleteMany { owner, leases } => {
-                self.leases_many(log_index, now, owner, leases, LeaseOp::Complete, scope)
-            }
-            other => unreachable!("not a client batch: {}", other.kind()),
-        }
+    /// Applies `ActivateVersion { version }`: the cluster version only ever rises.
+    pub(crate) fn activate(&mut self, version: u32) {
+        self.cluster_version = crate::version::activated(self.cluster_version, version);
     }
 
     /// Refuses a command whose entry version is above the cluster version; the
     /// activation itself is what raises it.
     fn check_active(&self, cmd: &Command) -> Result<(), ApiError> {
         match cmd {
-            Command::ActivateVersion { .. } | Command::ActivateVersionIn { .. } => Ok(()),
+            Command::ActivateVersion(_) | Command::ActivateVersionIn(_) => Ok(()),
             cmd => self.admits(cmd.since()),
         }
     }
@@ -449,84 +384,4 @@ pub(crate) fn idempotency_full(key: &str, due_ms: u64) -> ApiError {
              applied; retry in {retry_s} s, or send the request without a key"
         ),
     )
-}
-
-/// The holder a lease command presents (its descriptor's names).
-fn holder(cmd: &Command) -> Holder<'_> {
-    let names = cmd.names();
-    Holder {
-        job_id: names.job_id.expect("a lease command names its job"),
-        owner: names.owner.expect("a lease command names its owner"),
-        generation: names
-            .generation
-            .expect("a lease command names its generation"),
-    }
-}
-
-impl<'a> NewJob<'a> {
-    /// A submit's fields; a v1 submit has version 1.1's at their defaults.
-    fn of(cmd: &'a Command) -> NewJob<'a> {
-        match cmd {
-            Command::Submit {
-                id,
-                queue,
-                payload,
-                max_attempts,
-            } => NewJob {
-                id: id.as_deref(),
-                queue,
-                payload,
-                max_attempts: *max_attempts,
-                run_at_ms: None,
-                priority: 0,
-                backoff_ms: 0,
-                backoff_ms_max: limits::BACKOFF_MS_MAX_DEFAULT,
-            },
-            Command::SubmitWith {
-                id,
-                queue,
-                payload,
-                max_attempts,
-                run_at_ms,
-                priority,
-                backoff_ms,
-                backoff_ms_max,
-            } => NewJob {
-                id: id.as_deref(),
-                queue,
-                payload,
-                max_attempts: *max_attempts,
-                run_at_ms: *run_at_ms,
-                priority: *priority,
-                backoff_ms: *backoff_ms,
-                backoff_ms_max: *backoff_ms_max,
-            },
-            other => unreachable!("not a submit: {}", other.kind()),
-        }
-    }
-}
-
-impl<'a> ReleaseHow<'a> {
-    /// A release's fields: `delay_ms` wins over `retry` (docs/api.md).
-    fn of(cmd: &'a Command) -> ReleaseHow<'a> {
-        match cmd {
-            Command::ReleaseWith {
-                delay_ms,
-                retry,
-                error,
-                ..
-            } => ReleaseHow {
-                wait: match (delay_ms, retry) {
-                    (Some(ms), _) => Wait::Fixed(*ms),
-                    (None, true) => Wait::Backoff,
-                    (None, false) => Wait::None,
-                },
-                error: error.as_ref(),
-            },
-            _ => ReleaseHow {
-                wait: Wait::None,
-                error: None,
-            },
-        }
-    }
 }

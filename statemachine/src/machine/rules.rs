@@ -46,6 +46,16 @@ pub(crate) struct Holder<'a> {
     pub generation: u64,
 }
 
+impl<'a> Holder<'a> {
+    pub(crate) fn of(job_id: &'a str, owner: &'a str, generation: u64) -> Holder<'a> {
+        Holder {
+            job_id,
+            owner,
+            generation,
+        }
+    }
+}
+
 /// A job to create: a submit's fields (version 1.1's at their defaults for a v1 submit).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct NewJob<'a> {
@@ -150,7 +160,7 @@ impl LeaseMachine {
         self.next_handle - 1
     }
 
-    pub(super) fn submit(&mut self, log_index: u64, now: u64, new: NewJob<'_>) -> Reply {
+    pub(crate) fn submit(&mut self, log_index: u64, now: u64, new: NewJob<'_>) -> Reply {
         if let Some(at) = new.run_at_ms {
             limits::validate_run_at_ms(at, now)?;
         }
@@ -187,7 +197,7 @@ impl LeaseMachine {
         id
     }
 
-    pub(super) fn claim(
+    pub(crate) fn claim(
         &mut self,
         log_index: u64,
         now: u64,
@@ -225,7 +235,7 @@ impl LeaseMachine {
         }
     }
 
-    pub(super) fn claim_next(
+    pub(crate) fn claim_next(
         &mut self,
         log_index: u64,
         now: u64,
@@ -324,7 +334,7 @@ impl LeaseMachine {
     }
 
     /// Renews the holder's lease, storing its checkpoint when it sends one.
-    pub(super) fn renew(
+    pub(crate) fn renew(
         &mut self,
         log_index: u64,
         now: u64,
@@ -354,7 +364,7 @@ impl LeaseMachine {
         )))
     }
 
-    pub(super) fn complete(
+    pub(crate) fn complete(
         &mut self,
         log_index: u64,
         now: u64,
@@ -370,7 +380,7 @@ impl LeaseMachine {
 
     /// Ends the holder's lease now: the job goes back to its queue (at once, after a
     /// delay, or after its backoff), or is cancelled if a cancel was requested.
-    pub(super) fn release(
+    pub(crate) fn release(
         &mut self,
         log_index: u64,
         now: u64,
@@ -390,7 +400,7 @@ impl LeaseMachine {
         Ok(Outcome::Job(self.view(&self.jobs[&handle], now)))
     }
 
-    pub(super) fn delete(&mut self, job_id: &str) -> Reply {
+    pub(crate) fn delete(&mut self, job_id: &str) -> Reply {
         let &handle = self.ix.ids.get(job_id).ok_or_else(|| not_found(job_id))?;
         if let Place::Leased { until_ms } = self.jobs[&handle].place {
             let msg = format!("job {job_id} is leased until {until_ms}");

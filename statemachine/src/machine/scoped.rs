@@ -6,19 +6,22 @@
 //! the names it carries against the scope (the node refused these with 403 already; a
 //! log entry is never trusted), then the stored job against the scope — a job the scope
 //! does not hold answers exactly as a missing one (`tenant::Scope::check_stored`) —
-//! and then the command's own rule. Claim-next hands out only jobs the scope holds.
+//! and then the command's own rule, given the scope (`commands::CommandKind::apply`):
+//! claim-next hands out only jobs the scope holds.
 //!
 //! May import: `command`, `descriptor`, `tenant`, `wire`, and the machine's record and
 //! rules.
 
-use crate::command::{Command, Reply, ScopedCommand};
-use crate::descriptor::CommandScope;
+use crate::command::{Reply, ScopedCommand};
+use crate::commands::At;
 use crate::machine::LeaseMachine;
 use crate::tenant::Scope;
 use crate::wire::{ApiError, ErrorCode};
 
 impl LeaseMachine {
-    pub(super) fn execute_scoped(&mut self, log_index: u64, now: u64, sc: &ScopedCommand) -> Reply {
+    /// Checks `sc` against its scope, then runs its command's rule with the scope
+    /// (`CommandKind::apply`: a rule that picks jobs holds each to it).
+    pub(crate) fn execute_scoped(&mut self, at: At, sc: &ScopedCommand) -> Reply {
         // `execute` validated it, its command included.
         let (scope, cmd) = (&sc.scope, &*sc.command);
         scope.check_command(cmd).map_err(|why| {
@@ -30,44 +33,7 @@ impl LeaseMachine {
             cmd,
             stored.as_ref().map(|(id, q)| (id.as_str(), q.as_str())),
         )?;
-        self.dispatch_scoped(log_index, now, scope, cmd)
-    }
-
-    /// Runs `cmd` held to `scope`. Fail closed (issue 45 item 3): a command on one job,
-    /// whose stored job was checked above, runs as it is; a command on many jobs runs
-    /// only through a rule that takes the scope, listed here; anything else is refused
-    /// rather than run without its scope.
-    fn dispatch_scoped(&mut self, log_index: u64, now: u64, scope: &Scope, cmd: &Command) -> Reply {
-        match (cmd.descriptor().scope, cmd) {
-            (CommandScope::NewJob | CommandScope::StoredJob(_), cmd) => {
-                self.execute(log_index, now, cmd)
-            }
-            (
-                _,
-                Command::ClaimNext {
-                    queue,
-                    owner,
-                    ttl_ms,
-                },
-            ) => self.claim_next(log_index, now, queue, owner, *ttl_ms, Some(scope)),
-            (_, Command::Redrive { queue, limit }) => {
-                self.redrive(log_index, now, queue, *limit, Some(scope))
-            }
-            (
-                _,
-                Command::ClaimNextMany { .. }
-                | Command::RenewMany { .. }
-                | Command::CompleteMany { .. },
-            ) => self.execute_many(log_index, now, cmd, Some(scope)),
-            (rule, cmd) => Err(ApiError::new(
-                ErrorCode::Internal,
-                format!(
-                    "{} has no rule that holds it to a tenant scope ({rule:?}): refused, \
-                     not run without it",
-                    cmd.kind()
-                ),
-            )),
-        }
+        cmd.apply(self, at, Some(scope))
     }
 
     /// The id and queue of a stored job.

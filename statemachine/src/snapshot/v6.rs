@@ -9,6 +9,8 @@
 //! queue and a `HistoryEntry`: that encoding is v6's and never changes. May import `v5`
 //! and the in-memory types it converts.
 
+#[cfg(test)]
+use crate::commands::{ActivateVersion, Claim, Delete, Release, Submit};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -171,30 +173,34 @@ mod tests {
     fn the_borrowed_encoding_is_v6s_byte_for_byte() {
         let mut m = LeaseMachine::default();
         let version = crate::descriptor::ENTRY_VERSION_MAX;
-        apply(&mut m, 1, Command::ActivateVersion { version });
+        apply(
+            &mut m,
+            1,
+            Command::ActivateVersion(ActivateVersion { version }),
+        );
         for (i, id) in ["a", "b", "c"].into_iter().enumerate() {
             let i = i as u64 * 3;
-            let submit = Command::Submit {
+            let submit = Command::Submit(Submit {
                 id: Some(id.into()),
                 queue: "q".into(),
                 payload: None,
                 max_attempts: None,
-            };
+            });
             apply(&mut m, 2 + i, submit);
-            let claim = Command::Claim {
+            let claim = Command::Claim(Claim {
                 job_id: id.into(),
                 owner: "w".into(),
                 ttl_ms: 1_000,
-            };
+            });
             apply(&mut m, 3 + i, claim);
-            let release = Command::Release {
+            let release = Command::Release(Release {
                 job_id: id.into(),
                 owner: "w".into(),
                 generation: 1,
-            };
+            });
             apply(&mut m, 4 + i, release);
         }
-        apply(&mut m, 20, Command::Delete { job_id: "b".into() });
+        apply(&mut m, 20, Command::Delete(Delete { job_id: "b".into() }));
         let src = m.snapshot_source();
         let mut written = Vec::new();
         encode_into(&src.image_ref(), &mut written).unwrap();

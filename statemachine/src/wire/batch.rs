@@ -10,6 +10,7 @@
 //!
 //! May import the rest of `wire`, `command` and `limits`.
 
+use crate::commands::{CompleteMany, RenewMany};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -79,13 +80,13 @@ fn item(
 impl RenewLeasesRequest {
     pub fn into_command(self) -> Result<Command, ApiError> {
         let leases = self.leases.into_iter().enumerate();
-        let cmd = Command::RenewMany {
+        let cmd = Command::RenewMany(RenewMany {
             owner: self.owner,
             ttl_ms: self.ttl_ms,
             leases: leases
                 .map(|(i, l)| item(i, "progress", l.job_id, l.generation, l.progress))
                 .collect::<Result<_, _>>()?,
-        };
+        });
         cmd.validate()?;
         Ok(cmd)
     }
@@ -94,12 +95,12 @@ impl RenewLeasesRequest {
 impl CompleteLeasesRequest {
     pub fn into_command(self) -> Result<Command, ApiError> {
         let leases = self.leases.into_iter().enumerate();
-        let cmd = Command::CompleteMany {
+        let cmd = Command::CompleteMany(CompleteMany {
             owner: self.owner,
             leases: leases
                 .map(|(i, l)| item(i, "result", l.job_id, l.generation, l.result))
                 .collect::<Result<_, _>>()?,
-        };
+        });
         cmd.validate()?;
         Ok(cmd)
     }

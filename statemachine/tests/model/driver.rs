@@ -2,6 +2,10 @@
 //! a job's current generation, holder, lease end and due time, and at the entry's own
 //! store time for `run_at_ms` values ("exactly now", "366 days ahead").
 
+use leasehold_statemachine::commands::{
+    ActivateVersion, Cancel, Claim, ClaimNext, Complete, Delete, Fail, Redrive, Release,
+    ReleaseWith, Renew, RenewWith, Retry, Submit, SubmitWith, Tick,
+};
 use leasehold_statemachine::{Command, Entry};
 
 use crate::generate::{AtSel, GenSel, Hold, KeySel, MaxSel, Op, OwnerSel, StampSel, Step};
@@ -270,39 +274,39 @@ impl Build<'_> {
                 no_id,
                 max_attempts,
                 big,
-            } => Command::Submit {
+            } => Command::Submit(Submit {
                 id: (!no_id).then(|| self.id(*job)),
                 queue: QUEUES[*queue].into(),
                 payload: payload(*big),
                 max_attempts: *max_attempts,
-            },
-            Op::Claim { job, owner, ttl } => Command::Claim {
+            }),
+            Op::Claim { job, owner, ttl } => Command::Claim(Claim {
                 job_id: self.id(*job),
                 owner: OWNERS[*owner].into(),
                 ttl_ms: *ttl,
-            },
-            Op::ClaimNext { queue, owner, ttl } => Command::ClaimNext {
+            }),
+            Op::ClaimNext { queue, owner, ttl } => Command::ClaimNext(ClaimNext {
                 queue: QUEUES[*queue].into(),
                 owner: OWNERS[*owner].into(),
                 ttl_ms: *ttl,
-            },
-            Op::Delete { job } => Command::Delete {
+            }),
+            Op::Delete { job } => Command::Delete(Delete {
                 job_id: self.id(*job),
-            },
-            Op::Tick => Command::Tick,
-            Op::Activate => Command::ActivateVersion { version: 4 },
-            Op::Cancel { job, reason } => Command::Cancel {
+            }),
+            Op::Tick => Command::Tick(Tick),
+            Op::Activate => Command::ActivateVersion(ActivateVersion { version: 4 }),
+            Op::Cancel { job, reason } => Command::Cancel(Cancel {
                 job_id: self.id(*job),
                 reason: text(reason, "r", 1024),
-            },
-            Op::Retry { job, run_at } => Command::Retry {
+            }),
+            Op::Retry { job, run_at } => Command::Retry(Retry {
                 job_id: self.id(*job),
                 run_at_ms: self.run_at(run_at),
-            },
-            Op::Redrive { queue, limit } => Command::Redrive {
+            }),
+            Op::Redrive { queue, limit } => Command::Redrive(Redrive {
                 queue: QUEUES[*queue].into(),
                 limit: *limit,
-            },
+            }),
             Op::SubmitWith { .. } => self.submit_with(op),
             holder_op => self.holder_command(holder_op),
         }
@@ -320,7 +324,7 @@ impl Build<'_> {
             unreachable!("not a SubmitWith: {op:?}");
         };
         let backoff_ms = sched.backoff;
-        Command::SubmitWith {
+        Command::SubmitWith(SubmitWith {
             id: (!no_id).then(|| self.id(*job)),
             queue: QUEUES[*queue].into(),
             payload: payload(false),
@@ -335,7 +339,7 @@ impl Build<'_> {
                 MaxSel::Below => backoff_ms.saturating_sub(1),
                 MaxSel::Over => DAY_MS + 1,
             },
-        }
+        })
     }
 
     /// Renew, complete, release and fail, v1 and version 1.1.
@@ -343,12 +347,12 @@ impl Build<'_> {
         match op {
             Op::Renew { hold, ttl } => {
                 let (job_id, owner, generation) = self.hold(hold);
-                Command::Renew {
+                Command::Renew(Renew {
                     job_id,
                     owner,
                     generation,
                     ttl_ms: *ttl,
-                }
+                })
             }
             Op::RenewWith {
                 hold,
@@ -356,30 +360,30 @@ impl Build<'_> {
                 progress: p,
             } => {
                 let (job_id, owner, generation) = self.hold(hold);
-                Command::RenewWith {
+                Command::RenewWith(RenewWith {
                     job_id,
                     owner,
                     generation,
                     ttl_ms: *ttl,
                     progress: progress(p),
-                }
+                })
             }
             Op::Complete { hold, big } => {
                 let (job_id, owner, generation) = self.hold(hold);
-                Command::Complete {
+                Command::Complete(Complete {
                     job_id,
                     owner,
                     generation,
                     result: payload(*big),
-                }
+                })
             }
             Op::Release { hold } => {
                 let (job_id, owner, generation) = self.hold(hold);
-                Command::Release {
+                Command::Release(Release {
                     job_id,
                     owner,
                     generation,
-                }
+                })
             }
             _ => self.ending_command(op),
         }
@@ -395,23 +399,23 @@ impl Build<'_> {
                 error,
             } => {
                 let (job_id, owner, generation) = self.hold(hold);
-                Command::ReleaseWith {
+                Command::ReleaseWith(ReleaseWith {
                     job_id,
                     owner,
                     generation,
                     delay_ms: *delay,
                     retry: *retry,
                     error: text(error, "e", 4 * 1024),
-                }
+                })
             }
             Op::Fail { hold, error } => {
                 let (job_id, owner, generation) = self.hold(hold);
-                Command::Fail {
+                Command::Fail(Fail {
                     job_id,
                     owner,
                     generation,
                     error: text(error, "e", 4 * 1024),
-                }
+                })
             }
             other => unreachable!("not a holder's op: {other:?}"),
         }

@@ -44,6 +44,7 @@ mod reference;
 mod rules;
 mod validate;
 
+use leasehold_statemachine::commands::ActivateVersion;
 use leasehold_statemachine::limits;
 use leasehold_statemachine::{Command, Config, Entry, JobState, LeaseMachine, Outcome, Stats};
 use proptest::prelude::*;
@@ -79,9 +80,9 @@ impl Harness {
                 stamp_ms: 0,
                 term: 1,
                 idempotency_key: None,
-                command: Command::ActivateVersion {
+                command: Command::ActivateVersion(ActivateVersion {
                     version: VERSION_1_1,
-                },
+                }),
             };
             let got = h.machine.apply(h.index, &entry);
             prop_assert_eq!(summarize(&got), h.model.apply(h.index, &entry));

@@ -2,6 +2,10 @@
 //! invariants on the machine's replies alone ([`History`]), and what the random
 //! sequences reached ([`Coverage`]), so the properties are known not to be vacuous.
 
+use leasehold_statemachine::commands::{
+    ActivateVersion, Cancel, Claim, ClaimNext, Complete, Delete, Fail, Release, ReleaseWith, Renew,
+    RenewWith, Retry,
+};
 use std::collections::BTreeMap;
 
 use leasehold_statemachine::{Command, Entry, ErrorCode, JobState, Outcome, Reply};
@@ -21,9 +25,10 @@ impl History {
     pub fn observe(&mut self, index: u64, entry: &Entry, reply: &Reply) {
         let fresh = |log_index: u64| log_index == index;
         match (&entry.command, reply) {
-            (Command::Claim { .. } | Command::ClaimNext { .. }, Ok(Outcome::Lease(l)))
-                if fresh(l.log_index) =>
-            {
+            (
+                Command::Claim(Claim { .. }) | Command::ClaimNext(ClaimNext { .. }),
+                Ok(Outcome::Lease(l)),
+            ) if fresh(l.log_index) => {
                 if let Some(prev) = self.granted.get(&l.job_id) {
                     assert_eq!(
                         l.generation,
@@ -34,20 +39,23 @@ impl History {
                 assert!(!self.completed.get(&l.job_id).copied().unwrap_or(false));
                 self.granted.insert(l.job_id.clone(), l.generation);
             }
-            (Command::Renew { .. } | Command::RenewWith { .. }, Ok(Outcome::Lease(l)))
-                if fresh(l.log_index) =>
-            {
+            (
+                Command::Renew(Renew { .. }) | Command::RenewWith(RenewWith { .. }),
+                Ok(Outcome::Lease(l)),
+            ) if fresh(l.log_index) => {
                 let current = self.granted.get(&l.job_id);
                 assert_eq!(Some(&l.generation), current, "renew of an old token");
             }
-            (Command::Complete { .. }, Ok(Outcome::Job(j))) if fresh(j.log_index) => {
+            (Command::Complete(Complete { .. }), Ok(Outcome::Job(j))) if fresh(j.log_index) => {
                 let current = self.granted.get(&j.id);
                 assert_eq!(Some(&j.generation), current, "complete of an old token");
                 let was = self.completed.insert(j.id.clone(), true);
                 assert_ne!(was, Some(true), "completed twice");
             }
             (
-                Command::Release { .. } | Command::ReleaseWith { .. } | Command::Fail { .. },
+                Command::Release(Release { .. })
+                | Command::ReleaseWith(ReleaseWith { .. })
+                | Command::Fail(Fail { .. }),
                 Ok(Outcome::Job(j)),
             ) if fresh(j.log_index) => {
                 let current = self.granted.get(&j.id);
@@ -57,11 +65,11 @@ impl History {
                     "release or fail of an old token"
                 );
             }
-            (Command::Retry { .. }, Ok(Outcome::Job(j))) if fresh(j.log_index) => {
+            (Command::Retry(Retry { .. }), Ok(Outcome::Job(j))) if fresh(j.log_index) => {
                 let current = self.granted.get(&j.id).copied().unwrap_or(0);
                 assert_eq!(j.generation, current, "a retry keeps the generation");
             }
-            (Command::Delete { job_id }, Ok(Outcome::Deleted)) => {
+            (Command::Delete(Delete { job_id }), Ok(Outcome::Deleted)) => {
                 // A re-created job continues above the deleted one's generation, so
                 // `granted` stays; only completion starts afresh.
                 self.completed.remove(job_id);
@@ -97,7 +105,11 @@ impl Coverage {
         if entry.stamp_ms < before.clock {
             self.hit("stamp_behind_store_time");
         }
-        if matches!(entry.command, Command::ActivateVersion { .. }) && !before.v1_1 {
+        if matches!(
+            entry.command,
+            Command::ActivateVersion(ActivateVersion { .. })
+        ) && !before.v1_1
+        {
             self.hit("activated_during_sequence");
         }
         match reply {
@@ -142,12 +154,12 @@ impl Coverage {
             .is_some_and(|u| entry.stamp_ms + 1 == u && entry.stamp_ms >= before.clock);
         let holder_op = matches!(
             entry.command,
-            Command::Renew { .. }
-                | Command::RenewWith { .. }
-                | Command::Complete { .. }
-                | Command::Release { .. }
-                | Command::ReleaseWith { .. }
-                | Command::Fail { .. }
+            Command::Renew(Renew { .. })
+                | Command::RenewWith(RenewWith { .. })
+                | Command::Complete(Complete { .. })
+                | Command::Release(Release { .. })
+                | Command::ReleaseWith(ReleaseWith { .. })
+                | Command::Fail(Fail { .. })
         );
         if holder_op && just_before && log_index == Some(index) {
             self.hit("live_one_ms_before_lease_until");
@@ -167,24 +179,26 @@ impl Coverage {
     /// A fresh reply's version 1.1 cases.
     fn note_lifecycle(&mut self, before: &Before, entry: &Entry, o: &Outcome) {
         match (&entry.command, o) {
-            (Command::ClaimNext { .. }, Outcome::Lease(l)) if l.generation > 1 => {
+            (Command::ClaimNext(ClaimNext { .. }), Outcome::Lease(l)) if l.generation > 1 => {
                 self.hit("claim_next_of_expired_lease");
             }
-            (Command::Claim { .. }, Outcome::Lease(l)) if !before.v1_1 => {
+            (Command::Claim(Claim { .. }), Outcome::Lease(l)) if !before.v1_1 => {
                 assert_eq!((&l.payload, l.attempts), (&None, None), "a v1 claim");
                 self.hit("v1_claim_without_claim_fields");
             }
-            (Command::Renew { .. } | Command::RenewWith { .. }, Outcome::Lease(l))
-                if l.cancel_requested =>
-            {
+            (
+                Command::Renew(Renew { .. }) | Command::RenewWith(RenewWith { .. }),
+                Outcome::Lease(l),
+            ) if l.cancel_requested => {
                 self.hit("renew_told_of_cancel");
             }
-            (Command::Release { .. } | Command::ReleaseWith { .. }, Outcome::Job(j))
-                if j.state == JobState::Cancelled =>
-            {
+            (
+                Command::Release(Release { .. }) | Command::ReleaseWith(ReleaseWith { .. }),
+                Outcome::Job(j),
+            ) if j.state == JobState::Cancelled => {
                 self.hit("release_carried_out_cancel");
             }
-            (Command::Cancel { .. }, Outcome::Job(j)) if j.cancel_requested => {
+            (Command::Cancel(Cancel { .. }), Outcome::Job(j)) if j.cancel_requested => {
                 self.hit("cancel_requested_of_leased");
             }
             _ => {}

@@ -5,6 +5,10 @@
 //! listings, stats, the next deadline, "is anything claimable"); the rules themselves are
 //! in `rules.rs`, the field limits in `validate.rs`.
 
+use leasehold_statemachine::commands::{
+    ActivateVersion, Cancel, Claim, ClaimNext, Complete, Delete, Fail, Redrive, Release,
+    ReleaseWith, Renew, RenewWith, Retry, Submit, SubmitWith, Tick,
+};
 use std::collections::{BTreeMap, VecDeque};
 
 use leasehold_statemachine::limits;
@@ -30,13 +34,13 @@ pub const VERSION_1_1: u32 = 4;
 fn needs_1_1(cmd: &Command) -> bool {
     matches!(
         cmd,
-        Command::SubmitWith { .. }
-            | Command::RenewWith { .. }
-            | Command::ReleaseWith { .. }
-            | Command::Fail { .. }
-            | Command::Cancel { .. }
-            | Command::Retry { .. }
-            | Command::Redrive { .. }
+        Command::SubmitWith(SubmitWith { .. })
+            | Command::RenewWith(RenewWith { .. })
+            | Command::ReleaseWith(ReleaseWith { .. })
+            | Command::Fail(Fail { .. })
+            | Command::Cancel(Cancel { .. })
+            | Command::Retry(Retry { .. })
+            | Command::Redrive(Redrive { .. })
     )
 }
 
@@ -160,51 +164,51 @@ impl Model {
             return Err((code, None));
         }
         match cmd.clone() {
-            Command::Submit {
+            Command::Submit(Submit {
                 id,
                 queue,
                 payload,
                 max_attempts,
-            } => self.submit(index, now, NewJob::v1(id, queue, payload, max_attempts)),
-            Command::Claim {
+            }) => self.submit(index, now, NewJob::v1(id, queue, payload, max_attempts)),
+            Command::Claim(Claim {
                 job_id,
                 owner,
                 ttl_ms,
-            } => self.claim(index, now, &job_id, &owner, ttl_ms),
-            Command::ClaimNext {
+            }) => self.claim(index, now, &job_id, &owner, ttl_ms),
+            Command::ClaimNext(ClaimNext {
                 queue,
                 owner,
                 ttl_ms,
-            } => self.claim_next(index, now, &queue, &owner, ttl_ms),
-            Command::Renew {
+            }) => self.claim_next(index, now, &queue, &owner, ttl_ms),
+            Command::Renew(Renew {
                 job_id,
                 owner,
                 generation,
                 ttl_ms,
-            } => self.renew(
+            }) => self.renew(
                 index,
                 now,
                 Holder::of(job_id, owner, generation),
                 ttl_ms,
                 None,
             ),
-            Command::Complete {
+            Command::Complete(Complete {
                 job_id,
                 owner,
                 generation,
                 result,
-            } => self.complete(index, now, Holder::of(job_id, owner, generation), result),
-            Command::Release {
+            }) => self.complete(index, now, Holder::of(job_id, owner, generation), result),
+            Command::Release(Release {
                 job_id,
                 owner,
                 generation,
-            } => {
+            }) => {
                 let holder = Holder::of(job_id, owner, generation);
                 self.release(index, now, holder, Ending::default())
             }
-            Command::Delete { job_id } => self.delete(now, &job_id),
-            Command::Tick => Ok(Outcome::Ticked),
-            Command::ActivateVersion { version } => {
+            Command::Delete(Delete { job_id }) => self.delete(now, &job_id),
+            Command::Tick(Tick) => Ok(Outcome::Ticked),
+            Command::ActivateVersion(ActivateVersion { version }) => {
                 self.version = self.version.max(version);
                 Ok(Outcome::Ticked)
             }
@@ -215,7 +219,7 @@ impl Model {
     /// Version 1.1's commands.
     fn exec_lifecycle(&mut self, index: u64, now: u64, cmd: Command) -> Sum {
         match cmd {
-            Command::SubmitWith {
+            Command::SubmitWith(SubmitWith {
                 id,
                 queue,
                 payload,
@@ -224,7 +228,7 @@ impl Model {
                 priority,
                 backoff_ms,
                 backoff_ms_max,
-            } => {
+            }) => {
                 let new = NewJob {
                     run_at: run_at_ms,
                     priority,
@@ -234,27 +238,27 @@ impl Model {
                 };
                 self.submit(index, now, new)
             }
-            Command::RenewWith {
+            Command::RenewWith(RenewWith {
                 job_id,
                 owner,
                 generation,
                 ttl_ms,
                 progress,
-            } => self.renew(
+            }) => self.renew(
                 index,
                 now,
                 Holder::of(job_id, owner, generation),
                 ttl_ms,
                 progress,
             ),
-            Command::ReleaseWith {
+            Command::ReleaseWith(ReleaseWith {
                 job_id,
                 owner,
                 generation,
                 delay_ms,
                 retry,
                 error,
-            } => {
+            }) => {
                 let how = Ending {
                     delay: delay_ms,
                     retry,
@@ -262,15 +266,17 @@ impl Model {
                 };
                 self.release(index, now, Holder::of(job_id, owner, generation), how)
             }
-            Command::Fail {
+            Command::Fail(Fail {
                 job_id,
                 owner,
                 generation,
                 error,
-            } => self.fail(index, now, Holder::of(job_id, owner, generation), error),
-            Command::Cancel { job_id, reason } => self.cancel(index, now, &job_id, reason),
-            Command::Retry { job_id, run_at_ms } => self.retry(index, now, &job_id, run_at_ms),
-            Command::Redrive { queue, limit } => self.redrive(index, now, &queue, limit),
+            }) => self.fail(index, now, Holder::of(job_id, owner, generation), error),
+            Command::Cancel(Cancel { job_id, reason }) => self.cancel(index, now, &job_id, reason),
+            Command::Retry(Retry { job_id, run_at_ms }) => {
+                self.retry(index, now, &job_id, run_at_ms)
+            }
+            Command::Redrive(Redrive { queue, limit }) => self.redrive(index, now, &queue, limit),
             other => unreachable!("the model generates no {other:?}"),
         }
     }

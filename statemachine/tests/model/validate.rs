@@ -2,6 +2,10 @@
 //! checked field by field in the order of the request body. What is judged against
 //! store time (`run_at_ms`) is the rules' (`rules.rs`).
 
+use leasehold_statemachine::commands::{
+    ActivateVersion, Cancel, Claim, ClaimNext, Complete, Delete, Fail, Redrive, Release,
+    ReleaseWith, Renew, RenewWith, Retry, Submit, SubmitWith, Tick,
+};
 use leasehold_statemachine::{Command, ErrorCode};
 
 use ErrorCode::{InvalidArgument as Bad, PayloadTooLarge as Big};
@@ -71,40 +75,40 @@ fn new_job(
 /// The request's fields, in body order.
 pub fn validate(cmd: &Command) -> Result<(), ErrorCode> {
     match cmd {
-        Command::Submit {
+        Command::Submit(Submit {
             id: i,
             queue: q,
             payload,
             max_attempts,
-        } => new_job(i, q, payload, *max_attempts),
-        Command::Claim {
+        }) => new_job(i, q, payload, *max_attempts),
+        Command::Claim(Claim {
             job_id,
             owner: o,
             ttl_ms,
-        } => holder(job_id, o).and(ttl(*ttl_ms)),
-        Command::ClaimNext {
+        }) => holder(job_id, o).and(ttl(*ttl_ms)),
+        Command::ClaimNext(ClaimNext {
             queue: q,
             owner: o,
             ttl_ms,
-        } => queue(q).and(owner(o)).and(ttl(*ttl_ms)),
-        Command::Renew {
+        }) => queue(q).and(owner(o)).and(ttl(*ttl_ms)),
+        Command::Renew(Renew {
             job_id,
             owner: o,
             ttl_ms,
             ..
-        } => holder(job_id, o).and(ttl_ms.map_or(Ok(()), ttl)),
-        Command::Complete {
+        }) => holder(job_id, o).and(ttl_ms.map_or(Ok(()), ttl)),
+        Command::Complete(Complete {
             job_id,
             owner: o,
             result,
             ..
-        } => holder(job_id, o).and(json(result, 64 * 1024)),
-        Command::Release {
+        }) => holder(job_id, o).and(json(result, 64 * 1024)),
+        Command::Release(Release {
             job_id, owner: o, ..
-        } => holder(job_id, o),
-        Command::Delete { job_id } => id(job_id),
-        Command::Tick => Ok(()),
-        Command::ActivateVersion { version } => check(*version > 1, Bad),
+        }) => holder(job_id, o),
+        Command::Delete(Delete { job_id }) => id(job_id),
+        Command::Tick(Tick) => Ok(()),
+        Command::ActivateVersion(ActivateVersion { version }) => check(*version > 1, Bad),
         Command::Batch(_) => unreachable!("the model generates no batches (tests/rules.rs)"),
         Command::Scoped(_) => {
             unreachable!("the model generates no scoped commands (tests/tenant_scope.rs)")
@@ -116,7 +120,7 @@ pub fn validate(cmd: &Command) -> Result<(), ErrorCode> {
 /// Version 1.1's commands.
 fn validate_lifecycle(cmd: &Command) -> Result<(), ErrorCode> {
     match cmd {
-        Command::SubmitWith {
+        Command::SubmitWith(SubmitWith {
             id: i,
             queue: q,
             payload,
@@ -125,39 +129,39 @@ fn validate_lifecycle(cmd: &Command) -> Result<(), ErrorCode> {
             backoff_ms,
             backoff_ms_max,
             ..
-        } => {
+        }) => {
             new_job(i, q, payload, *max_attempts)?;
             check((-1000..=1000).contains(priority), Bad)?;
             let backoff_ok = *backoff_ms <= DAY_MS && *backoff_ms_max <= DAY_MS;
             check(backoff_ok && backoff_ms_max >= backoff_ms, Bad)
         }
-        Command::RenewWith {
+        Command::RenewWith(RenewWith {
             job_id,
             owner: o,
             ttl_ms,
             progress,
             ..
-        } => holder(job_id, o)
+        }) => holder(job_id, o)
             .and(ttl_ms.map_or(Ok(()), ttl))
             .and(json(progress, 16 * 1024)),
-        Command::ReleaseWith {
+        Command::ReleaseWith(ReleaseWith {
             job_id,
             owner: o,
             delay_ms,
             error,
             ..
-        } => holder(job_id, o)
+        }) => holder(job_id, o)
             .and(check(delay_ms.is_none_or(|d| d <= DAY_MS), Bad))
             .and(text(error, 4 * 1024)),
-        Command::Fail {
+        Command::Fail(Fail {
             job_id,
             owner: o,
             error,
             ..
-        } => holder(job_id, o).and(text(error, 4 * 1024)),
-        Command::Cancel { job_id, reason } => id(job_id).and(text(reason, 1024)),
-        Command::Retry { job_id, .. } => id(job_id),
-        Command::Redrive { queue: q, limit } => {
+        }) => holder(job_id, o).and(text(error, 4 * 1024)),
+        Command::Cancel(Cancel { job_id, reason }) => id(job_id).and(text(reason, 1024)),
+        Command::Retry(Retry { job_id, .. }) => id(job_id),
+        Command::Redrive(Redrive { queue: q, limit }) => {
             queue(q).and(check((1..=1000).contains(limit), Bad))
         }
         other => unreachable!("not a version 1.1 command: {other:?}"),

@@ -92,7 +92,7 @@ impl Default for Metrics {
         let commands = Family::<CommandLabels, Counter>::default();
         // Each command's usual outcomes, from 0 before the first, so that `rate()` and
         // alerts on them work from the start (the command descriptors list them).
-        for d in &DESCRIPTORS {
+        for d in DESCRIPTORS {
             for &outcome in d.outcomes {
                 let kind = d.name;
                 let _ = commands.get_or_create(&CommandLabels { kind, outcome });

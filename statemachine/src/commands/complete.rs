@@ -1,0 +1,56 @@
+//! `complete` (`POST /v1/jobs/{id}/complete`): the holder finishes its job, final,
+//! with an optional result (version 1).
+//!
+//! May import: `commands`, `descriptor`, `limits`, `machine`, `tenant`, `version`, `wire`.
+
+use serde::{Deserialize, Serialize};
+
+use crate::command::Reply;
+use crate::commands::renew::LEASE_HOLDER_OUTCOMES;
+use crate::commands::{At, CommandKind, Renew};
+use crate::descriptor::{Descriptor, Names, Operation};
+use crate::limits;
+use crate::machine::rules::Holder;
+use crate::machine::LeaseMachine;
+use crate::tenant::Scope;
+use crate::wire::ApiError;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Complete {
+    pub job_id: String,
+    pub owner: String,
+    pub generation: u64,
+    pub result: Option<String>,
+}
+
+impl CommandKind for Complete {
+    const DESCRIPTOR: &'static Descriptor = &Descriptor {
+        name: "complete",
+        outcomes: LEASE_HOLDER_OUTCOMES,
+        operation: Operation::Complete,
+        ..*Renew::DESCRIPTOR
+    };
+
+    fn names(&self) -> Names<'_> {
+        Names::held(&self.job_id, &self.owner, self.generation)
+    }
+
+    fn validate(&self) -> Result<(), ApiError> {
+        let result = self.result.as_deref();
+        result.map_or(Ok(()), |r| limits::validate_json_size("result", r))
+    }
+
+    fn apply(&self, m: &mut LeaseMachine, at: At, _held: Option<&Scope>) -> Reply {
+        let holder = Holder::of(&self.job_id, &self.owner, self.generation);
+        m.complete(at.log_index, at.now, holder, &self.result)
+    }
+
+    fn example() -> Self {
+        Complete {
+            job_id: "j".into(),
+            owner: "o".into(),
+            generation: 7,
+            result: Some("1".into()),
+        }
+    }
+}

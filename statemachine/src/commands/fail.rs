@@ -1,0 +1,54 @@
+//! `fail` (`POST /v1/jobs/{id}/fail`, entry version 4): the holder gives up on its job
+//! for good — a dead letter, retried only by `retry` or `redrive`.
+//!
+//! May import: `commands`, `descriptor`, `machine`, `tenant`, `version`, `wire`.
+
+use serde::{Deserialize, Serialize};
+
+use crate::command::Reply;
+use crate::commands::{validate_error, At, CommandKind, Renew};
+use crate::descriptor::{Descriptor, Names, Operation};
+use crate::machine::rules::Holder;
+use crate::machine::LeaseMachine;
+use crate::tenant::Scope;
+use crate::version::ClusterVersion;
+use crate::wire::ApiError;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fail {
+    pub job_id: String,
+    pub owner: String,
+    pub generation: u64,
+    pub error: Option<String>,
+}
+
+impl CommandKind for Fail {
+    const DESCRIPTOR: &'static Descriptor = &Descriptor {
+        name: "fail",
+        operation: Operation::Fail,
+        since: ClusterVersion::Lifecycle,
+        ..*Renew::DESCRIPTOR
+    };
+
+    fn names(&self) -> Names<'_> {
+        Names::held(&self.job_id, &self.owner, self.generation)
+    }
+
+    fn validate(&self) -> Result<(), ApiError> {
+        validate_error(&self.error)
+    }
+
+    fn apply(&self, m: &mut LeaseMachine, at: At, _held: Option<&Scope>) -> Reply {
+        let holder = Holder::of(&self.job_id, &self.owner, self.generation);
+        m.fail(at.log_index, at.now, holder, &self.error)
+    }
+
+    fn example() -> Self {
+        Fail {
+            job_id: "j".into(),
+            owner: "o".into(),
+            generation: 7,
+            error: Some("boom".into()),
+        }
+    }
+}

@@ -1,0 +1,54 @@
+//! `redrive` (`POST /v1/queues/{queue}/redrive`, entry version 4): up to `limit` failed
+//! jobs of a queue retried, oldest failure first; a scoped caller's only among the jobs
+//! its scope holds.
+//!
+//! May import: `commands`, `descriptor`, `limits`, `machine`, `tenant`, `version`, `wire`.
+
+use serde::{Deserialize, Serialize};
+
+use crate::command::Reply;
+use crate::commands::{At, CommandKind};
+use crate::descriptor::{CommandScope, Descriptor, Names, Operation};
+use crate::limits;
+use crate::machine::LeaseMachine;
+use crate::tenant::Scope;
+use crate::version::ClusterVersion;
+use crate::wire::ApiError;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Redrive {
+    pub queue: String,
+    pub limit: u32,
+}
+
+impl CommandKind for Redrive {
+    const DESCRIPTOR: &'static Descriptor = &Descriptor {
+        name: "redrive",
+        operation: Operation::Redrive,
+        scope: CommandScope::Queue,
+        outcomes: &["ok"],
+        since: ClusterVersion::Lifecycle,
+    };
+
+    fn names(&self) -> Names<'_> {
+        Names {
+            queue: Some(&self.queue),
+            ..Names::NONE
+        }
+    }
+
+    fn validate(&self) -> Result<(), ApiError> {
+        limits::validate_redrive_limit(self.limit)
+    }
+
+    fn apply(&self, m: &mut LeaseMachine, at: At, scope: Option<&Scope>) -> Reply {
+        m.redrive(at.log_index, at.now, &self.queue, self.limit, scope)
+    }
+
+    fn example() -> Self {
+        Redrive {
+            queue: "q".into(),
+            limit: 10,
+        }
+    }
+}

@@ -1,0 +1,112 @@
+//! `scoped` (entry version 3): a client command and the tenant scope of the token that
+//! sent it. The machine checks the scope against the stored job where it applies it
+//! (`machine/scoped.rs`), so every replica gives the same answer and nothing changes
+//! between the check and the write. Its descriptor and names are its command's.
+//!
+//! May import: `commands`, `descriptor`, `machine`, `tenant`, `version`, `wire`.
+
+use serde::{Deserialize, Serialize};
+
+use crate::command::Reply;
+use crate::commands::{At, Command, CommandKind, CommandOf, Delete, NoBatch, Tick};
+use crate::descriptor::{Descriptor, Names, Operation};
+use crate::machine::LeaseMachine;
+use crate::tenant::{QueuePattern, Scope};
+use crate::version::ClusterVersion;
+use crate::wire::{ApiError, ErrorCode};
+
+/// A client command (`Command::Scoped`) and the tenant scope of the token that sent it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScopedCommand {
+    pub scope: Scope,
+    #[serde(deserialize_with = "plain_command")]
+    pub command: Box<Command>,
+}
+
+/// What a scoped command's command carries in place of a scope: no value of it exists,
+/// and decoding one fails at once, so `Scoped(Scoped(…))` cannot nest (as [`NoBatch`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoScope {}
+
+impl<'de> Deserialize<'de> for NoScope {
+    fn deserialize<D: serde::Deserializer<'de>>(_: D) -> Result<Self, D::Error> {
+        Err(serde::de::Error::custom(
+            "a scoped command's command is itself scoped",
+        ))
+    }
+}
+
+impl From<NoScope> for ScopedCommand {
+    fn from(none: NoScope) -> ScopedCommand {
+        match none {}
+    }
+}
+
+fn plain_command<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Box<Command>, D::Error> {
+    CommandOf::<NoBatch, NoScope>::deserialize(d).map(|c| Box::new(Command::from(c)))
+}
+
+impl ScopedCommand {
+    /// `command` held to `scope`: only a client command of its own (not a batch, a
+    /// tick, a version activation or another scoped command), and only a scoped scope.
+    pub fn new(scope: Scope, command: Command) -> Result<ScopedCommand, ApiError> {
+        let scoped = ScopedCommand {
+            scope,
+            command: Box::new(command),
+        };
+        scoped.check_shape()?;
+        Ok(scoped)
+    }
+
+    fn check_shape(&self) -> Result<(), ApiError> {
+        let client = self.command.descriptor().operation != Operation::Internal;
+        if !client || matches!(*self.command, Command::Scoped(_)) {
+            let msg = format!("a {} command cannot be scoped", self.command.kind());
+            return Err(ApiError::new(ErrorCode::InvalidArgument, msg));
+        }
+        self.scope.validate()
+    }
+}
+
+impl CommandKind for ScopedCommand {
+    /// Only its entry version is its own: its name, operation, scope rule and names
+    /// are those of the command it carries ([`CommandKind::facts`]).
+    const DESCRIPTOR: &'static Descriptor = &Descriptor {
+        name: "scoped",
+        since: ClusterVersion::Scoped,
+        ..*Tick::DESCRIPTOR
+    };
+
+    fn names(&self) -> Names<'_> {
+        self.command.names()
+    }
+
+    /// What it carries is what it is, for roles, scopes, metrics and feeds.
+    fn facts(&self) -> (&'static Descriptor, Names<'_>) {
+        self.command.facts()
+    }
+
+    /// Its shape, its scope, and its command's own fields.
+    fn validate(&self) -> Result<(), ApiError> {
+        self.check_shape()?;
+        self.command.validate()
+    }
+
+    fn apply(&self, m: &mut LeaseMachine, at: At, scope: Option<&Scope>) -> Reply {
+        if scope.is_some() {
+            let msg = "a scoped command inside a scoped command";
+            return Err(ApiError::new(ErrorCode::InvalidArgument, msg));
+        }
+        m.execute_scoped(at, self)
+    }
+
+    fn example() -> Self {
+        ScopedCommand {
+            scope: Scope {
+                queues: Some(vec![QueuePattern::Exact("q".into())]),
+                job_prefix: Some("j".into()),
+            },
+            command: Box::new(Command::Delete(Delete::example())),
+        }
+    }
+}
