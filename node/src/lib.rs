@@ -33,7 +33,7 @@
 //! A module imports only from those to its right in the first row, or from the second
 //! row; the second row imports only to its own right. Where a lower layer needs
 //! something of a higher one, it gets a handle (the election timer runs on
-//! [`raft::election::ElectionHandles`], not on a `Node`). `node/tests/layout.rs` reads
+//! [`raft::election::ElectionHandles`], not on a `Node`). `node/tests/layout/` reads
 //! the sources and fails on an import against these arrows.
 
 pub mod cli;

@@ -5,7 +5,7 @@
 //! ([`leader::on_leader`]): here if this node leads, forwarded verbatim to the leader if
 //! not, or after an election.
 //!
-//! The folder, from the bottom up (a test in `node/tests/layout.rs` fails on any import
+//! The folder, from the bottom up (a test in `node/tests/layout/` fails on any import
 //! circle among its files):
 //! - `answer.rs` (the response shapes and headers), `request.rs` (reading bodies),
 //!   `routes.rs` (the route table, plain data, and [`routes::resolve`]);
