@@ -157,7 +157,7 @@ pub struct RunRecord {
     pub ops: Vec<Op>,
     /// The jobs the run submitted with a backoff, each ended only by a complete, a
     /// release with `retry` or an expiry (`WorkerConfig::retry_release`), and never
-    /// retried by an admin: [`crate::checker`]'s due-time rule applies to them.
+    /// retried by an admin: the checker's due-time rule (`checker.rs`) applies to them.
     #[serde(default)]
     pub backoffs: std::collections::BTreeMap<String, Backoff>,
     /// Every job the workers touched, read after healing; `None` if not read.

@@ -1,4 +1,4 @@
-//! How a [`crate::ProcCluster`] and each of its nodes are started: plain data, read by
+//! How a `ProcCluster` (`cluster.rs`) and each of its nodes are started: plain data, read by
 //! `cluster.rs` when it writes each node's `serve` command line. Imports nothing of the
 //! crate.
 

@@ -179,7 +179,7 @@ pub fn survey(data_dir: &Path, identity_file: &str) -> io::Result<Survey> {
                 let name = e?.file_name();
                 let name = name.to_string_lossy();
                 let segment = name.starts_with("seg-") && name.ends_with(".wal");
-                any |= segment && name != super::LEADER_MARK_FILE;
+                any |= segment && name != super::wal::LEADER_MARK_FILE;
             }
             any
         }

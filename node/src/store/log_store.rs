@@ -553,7 +553,7 @@ mod tests {
     }
 
     fn mark_file(dir: &Path) -> Option<String> {
-        std::fs::read_to_string(dir.join(super::super::LEADER_MARK_FILE)).ok()
+        std::fs::read_to_string(dir.join(super::super::wal::LEADER_MARK_FILE)).ok()
     }
 
     #[tokio::test]

@@ -31,17 +31,13 @@ const CRATES_NOT_YET_CHECKED: [&str; 1] = ["statemachine"];
 const CIRCLES_NOT_YET_BROKEN: &[&str] = &[
     "client/src: client config error job keepalive lease run tls transport",
     "client/src: fence fence::http",
-    "cluster-tests/src: checker history",
     "cluster-tests/src: docker docker::cluster fixture nodes scenario",
     "node/src: cli cli::bench cli::bench::batch cli::bench::failover cli::error cli::events cli::jobs cli::lifecycle cli::queue cli::show cli::snapshot cli::worker",
     "node/src: fsio fsio::fault fsio::fault::journal",
     "node/src: node node::batcher node::proposer node::ticks node::upgrade",
     "node/src: raft::bootstrap raft::election raft::join raft::network raft::versions",
     "node/src: security::identity security::peer_auth security::peer_replay",
-    "node/src: store store::held store::log_store",
     "node/src: store::wal store::wal::format store::wal::index store::wal::mark store::wal::replay",
-    "node/src: telemetry::metrics telemetry::metrics::labels",
-    "proc-cluster/src: cluster opts",
 ];
 
 /// One file of a crate: where it is (as shown in a failure), its module path from the

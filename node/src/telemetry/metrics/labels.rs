@@ -1,6 +1,6 @@
 //! The label vocabulary of `GET /metrics`: route, method, status, refusal reason, command
 //! kind and outcome, as Rust types, and the label sets (`#[derive(EncodeLabelSet)]`) the
-//! families of [`super::Metrics`] are keyed by. Every set is bounded: a route's label is
+//! families of `Metrics` (`mod.rs`) are keyed by. Every set is bounded: a route's label is
 //! one of [`RouteLabel`] (the route table, `http/routes.rs`, names each route's, and its
 //! tests check that every label is some route's path or the start of it), methods and
 //! statuses come from the short fixed lists below.
