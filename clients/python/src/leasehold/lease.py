@@ -40,7 +40,7 @@ import asyncio
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from . import _calls
 from . import _limits as lim
@@ -54,9 +54,6 @@ from .errors import (
     Unavailable,
 )
 from .models import Job
-
-if TYPE_CHECKING:
-    from .client import AsyncClient, Client
 
 log = logging.getLogger("leasehold.lease")
 
@@ -102,6 +99,21 @@ def _error_text(exc: BaseException) -> str:
     return text.encode()[: lim.ERROR_BYTES_MAX].decode(errors="ignore")
 
 
+class _LeaseClient(Protocol):
+    """What a lease reads of the :class:`~leasehold.Client` or
+    :class:`~leasehold.AsyncClient` that made it. A protocol, so that this module does not
+    import ``client.py``, which imports it (no import circle: tests/test_layout.py)."""
+
+    @property
+    def _transport(self) -> SyncTransport | AsyncTransport: ...
+
+    @property
+    def _deadline_policy(self) -> tuple[float, float]: ...
+
+    @property
+    def _request_timeout(self) -> float: ...
+
+
 class Lease(Generic[E]):
     """A lease on one job at one generation (api.md's Lease, as attributes), and the
     safety loop around the work done under it (see the module's documentation).
@@ -113,9 +125,9 @@ class Lease(Generic[E]):
     """
 
     def __init__(
-        self, client: Client | AsyncClient, wire: dict[str, Any], first_sent: float, cancelled: E
+        self, client: _LeaseClient, wire: dict[str, Any], first_sent: float, cancelled: E
     ) -> None:
-        self._client: Client | AsyncClient = client
+        self._client: _LeaseClient = client
         self._lock: threading.Lock = threading.Lock()
         #: The job this lease is on.
         self.job_id: str = wire["job_id"]
