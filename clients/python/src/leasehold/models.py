@@ -8,16 +8,23 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import ProtocolError
-
 #: api.md's default of ``backoff_ms_max``, reported when a node leaves it out.
 BACKOFF_MS_MAX_DEFAULT = 3_600_000
+
+
+def _protocol_error(message: str) -> Exception:
+    """The error an answer that is no api.md object raises. Imported here, not at the top:
+    errors.py names :class:`Job` (an error carries the job it is about), and a
+    module-level import back would close an import circle (tests/test_layout.py)."""
+    from .errors import ProtocolError
+
+    return ProtocolError(message)
 
 
 def _req(d: dict[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
     v = d.get(key)
     if not isinstance(v, kind) or isinstance(v, bool) and kind is int:
-        raise ProtocolError(f"field {key!r} missing or not {kind}: {str(d)[:300]}")
+        raise _protocol_error(f"field {key!r} missing or not {kind}: {str(d)[:300]}")
     return v
 
 
@@ -25,12 +32,12 @@ def _opt(d: dict[str, Any], key: str, kind: type, default: Any = None) -> Any:
     v = d.get(key, default)
     if v is None or isinstance(v, kind):
         return v
-    raise ProtocolError(f"field {key!r} is not {kind.__name__}: {str(d)[:300]}")
+    raise _protocol_error(f"field {key!r} is not {kind.__name__}: {str(d)[:300]}")
 
 
 def _obj(d: object, what: str) -> dict[str, Any]:
     if not isinstance(d, dict):
-        raise ProtocolError(f"{what} is not a JSON object: {str(d)[:300]}")
+        raise _protocol_error(f"{what} is not a JSON object: {str(d)[:300]}")
     return d
 
 
