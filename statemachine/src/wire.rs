@@ -6,15 +6,10 @@
 //! through the Raft log under bincode, which cannot carry a free-form JSON value; see
 //! [`raw_json`] for how the text is written back as raw JSON over HTTP.
 
-use crate::commands::{
-    Cancel, Claim, ClaimNext, ClaimNextMany, Complete, Fail, Redrive, Release, ReleaseWith, Renew,
-    RenewWith, Retry, Submit, SubmitWith,
-};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use crate::command::Command;
 use crate::limits;
 
 mod batch;
@@ -365,7 +360,10 @@ pub mod raw_json {
     }
 }
 
-fn json_text(what: &str, raw: Option<Box<RawValue>>) -> Result<Option<String>, ApiError> {
+pub(crate) fn json_text(
+    what: &str,
+    raw: Option<Box<RawValue>>,
+) -> Result<Option<String>, ApiError> {
     let Some(raw) = raw else { return Ok(None) };
     let text = raw.get();
     limits::validate_json_size(what, text)?;
@@ -403,45 +401,6 @@ pub struct SubmitRequest {
     pub backoff_ms_max: Option<u64>,
 }
 
-impl SubmitRequest {
-    /// A v1 submit when none of version 1.1's fields is given (any cluster applies it),
-    /// else a `SubmitWith` (entry version 4).
-    pub fn into_command(self) -> Result<Command, ApiError> {
-        let queue = self
-            .queue
-            .unwrap_or_else(|| limits::QUEUE_DEFAULT.to_owned());
-        let payload = json_text("payload", self.payload)?;
-        let v1_1 = self.run_at_ms.is_some()
-            || self.priority.is_some()
-            || self.backoff_ms.is_some()
-            || self.backoff_ms_max.is_some();
-        let cmd = if v1_1 {
-            Command::SubmitWith(SubmitWith {
-                id: self.id,
-                queue,
-                payload,
-                max_attempts: self.max_attempts,
-                run_at_ms: self.run_at_ms,
-                priority: self.priority.unwrap_or(0),
-                backoff_ms: self.backoff_ms.unwrap_or(0),
-                // The default cap never refuses a backoff the caller gave alone.
-                backoff_ms_max: self
-                    .backoff_ms_max
-                    .unwrap_or(limits::BACKOFF_MS_MAX_DEFAULT.max(self.backoff_ms.unwrap_or(0))),
-            })
-        } else {
-            Command::Submit(Submit {
-                id: self.id,
-                queue,
-                payload,
-                max_attempts: self.max_attempts,
-            })
-        };
-        cmd.validate()?;
-        Ok(cmd)
-    }
-}
-
 /// `POST /v1/jobs/{id}/claim`.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct ClaimRequest {
@@ -449,18 +408,6 @@ pub struct ClaimRequest {
     pub owner: String,
     #[schemars(range(min = limits::TTL_MS_MIN, max = limits::TTL_MS_MAX))]
     pub ttl_ms: u64,
-}
-
-impl ClaimRequest {
-    pub fn into_command(self, job_id: &str) -> Result<Command, ApiError> {
-        let cmd = Command::Claim(Claim {
-            job_id: job_id.to_owned(),
-            owner: self.owner,
-            ttl_ms: self.ttl_ms,
-        });
-        cmd.validate()?;
-        Ok(cmd)
-    }
 }
 
 /// `POST /v1/queues/{queue}/claim`.
@@ -480,30 +427,6 @@ pub struct ClaimNextRequest {
     pub max_jobs: Option<u32>,
 }
 
-impl ClaimNextRequest {
-    /// The command, and how long (ms) to wait for a claimable job.
-    pub fn into_command(self, queue: &str) -> Result<(Command, u64), ApiError> {
-        let wait_ms = self.wait_ms.unwrap_or(0);
-        limits::validate_wait_ms(wait_ms)?;
-        let (queue, owner, ttl_ms) = (queue.to_owned(), self.owner, self.ttl_ms);
-        let cmd = match self.max_jobs {
-            None => Command::ClaimNext(ClaimNext {
-                queue,
-                owner,
-                ttl_ms,
-            }),
-            Some(max_jobs) => Command::ClaimNextMany(ClaimNextMany {
-                queue,
-                owner,
-                ttl_ms,
-                max_jobs,
-            }),
-        };
-        cmd.validate()?;
-        Ok((cmd, wait_ms))
-    }
-}
-
 /// `POST /v1/jobs/{id}/renew`.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct RenewRequest {
@@ -519,31 +442,6 @@ pub struct RenewRequest {
     pub progress: Option<Box<RawValue>>,
 }
 
-impl RenewRequest {
-    /// A v1 renew without `progress`, else a `RenewWith` (entry version 4).
-    pub fn into_command(self, job_id: &str) -> Result<Command, ApiError> {
-        let job_id = job_id.to_owned();
-        let (owner, generation, ttl_ms) = (self.owner, self.generation, self.ttl_ms);
-        let cmd = match json_text("progress", self.progress)? {
-            None => Command::Renew(Renew {
-                job_id,
-                owner,
-                generation,
-                ttl_ms,
-            }),
-            progress => Command::RenewWith(RenewWith {
-                job_id,
-                owner,
-                generation,
-                ttl_ms,
-                progress,
-            }),
-        };
-        cmd.validate()?;
-        Ok(cmd)
-    }
-}
-
 /// `POST /v1/jobs/{id}/complete`.
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
 pub struct CompleteRequest {
@@ -553,19 +451,6 @@ pub struct CompleteRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<serde_json::Value>")]
     pub result: Option<Box<RawValue>>,
-}
-
-impl CompleteRequest {
-    pub fn into_command(self, job_id: &str) -> Result<Command, ApiError> {
-        let cmd = Command::Complete(Complete {
-            job_id: job_id.to_owned(),
-            owner: self.owner,
-            generation: self.generation,
-            result: json_text("result", self.result)?,
-        });
-        cmd.validate()?;
-        Ok(cmd)
-    }
 }
 
 /// `POST /v1/jobs/{id}/release`.
@@ -586,33 +471,6 @@ pub struct ReleaseRequest {
     pub error: Option<String>,
 }
 
-impl ReleaseRequest {
-    /// A v1 release without version 1.1's fields (or with `retry: false` alone), else a
-    /// `ReleaseWith` (entry version 4).
-    pub fn into_command(self, job_id: &str) -> Result<Command, ApiError> {
-        let (job_id, owner, generation) = (job_id.to_owned(), self.owner, self.generation);
-        let retry = self.retry.unwrap_or(false);
-        let cmd = if self.delay_ms.is_none() && !retry && self.error.is_none() {
-            Command::Release(Release {
-                job_id,
-                owner,
-                generation,
-            })
-        } else {
-            Command::ReleaseWith(ReleaseWith {
-                job_id,
-                owner,
-                generation,
-                delay_ms: self.delay_ms,
-                retry,
-                error: self.error,
-            })
-        };
-        cmd.validate()?;
-        Ok(cmd)
-    }
-}
-
 /// `POST /v1/jobs/{id}/fail` (version 1.1).
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct FailRequest {
@@ -623,35 +481,11 @@ pub struct FailRequest {
     pub error: Option<String>,
 }
 
-impl FailRequest {
-    pub fn into_command(self, job_id: &str) -> Result<Command, ApiError> {
-        let cmd = Command::Fail(Fail {
-            job_id: job_id.to_owned(),
-            owner: self.owner,
-            generation: self.generation,
-            error: self.error,
-        });
-        cmd.validate()?;
-        Ok(cmd)
-    }
-}
-
 /// `POST /v1/jobs/{id}/cancel` (version 1.1).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 pub struct CancelRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
-}
-
-impl CancelRequest {
-    pub fn into_command(self, job_id: &str) -> Result<Command, ApiError> {
-        let cmd = Command::Cancel(Cancel {
-            job_id: job_id.to_owned(),
-            reason: self.reason,
-        });
-        cmd.validate()?;
-        Ok(cmd)
-    }
 }
 
 /// `POST /v1/jobs/{id}/retry` (version 1.1).
@@ -661,34 +495,12 @@ pub struct RetryRequest {
     pub run_at_ms: Option<u64>,
 }
 
-impl RetryRequest {
-    pub fn into_command(self, job_id: &str) -> Result<Command, ApiError> {
-        let cmd = Command::Retry(Retry {
-            job_id: job_id.to_owned(),
-            run_at_ms: self.run_at_ms,
-        });
-        cmd.validate()?;
-        Ok(cmd)
-    }
-}
-
 /// `POST /v1/queues/{queue}/redrive` (version 1.1).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 pub struct RedriveRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = limits::REDRIVE_LIMIT_MAX))]
     pub limit: Option<u32>,
-}
-
-impl RedriveRequest {
-    pub fn into_command(self, queue: &str) -> Result<Command, ApiError> {
-        let cmd = Command::Redrive(Redrive {
-            queue: queue.to_owned(),
-            limit: self.limit.unwrap_or(limits::REDRIVE_LIMIT_DEFAULT),
-        });
-        cmd.validate()?;
-        Ok(cmd)
-    }
 }
 
 /// The answer of a redrive: how many failed jobs went back to pending.
@@ -867,65 +679,5 @@ mod tests {
         assert_eq!(ErrorCode::PayloadTooLarge.http_status(), 413);
         assert_eq!(ErrorCode::UnsupportedMediaType.http_status(), 415);
         assert_eq!(ErrorCode::Unavailable.http_status(), 503);
-    }
-
-    #[test]
-    fn oversized_payload_is_413() {
-        let body = format!(
-            r#"{{"payload":"{}"}}"#,
-            "x".repeat(limits::PAYLOAD_BYTES_MAX)
-        );
-        let req: SubmitRequest = serde_json::from_str(&body).unwrap();
-        assert_eq!(
-            req.into_command().unwrap_err().code,
-            ErrorCode::PayloadTooLarge
-        );
-    }
-
-    fn deep(depth: usize) -> String {
-        format!(
-            "{}1{}",
-            "[{\"k\":".repeat(depth / 2),
-            "}]".repeat(depth / 2)
-        )
-    }
-
-    #[test]
-    fn payload_nested_past_json_depth_max_is_refused() {
-        let submit = |depth| {
-            let body = format!(r#"{{"payload":{}}}"#, deep(depth));
-            serde_json::from_str::<SubmitRequest>(&body)
-                .unwrap()
-                .into_command()
-        };
-        assert!(submit(limits::JSON_DEPTH_MAX).is_ok());
-        let e = submit(limits::JSON_DEPTH_MAX + 2).unwrap_err();
-        assert_eq!(e.code, ErrorCode::InvalidArgument);
-        assert!(e.message.contains("JSON_DEPTH_MAX"), "{}", e.message);
-    }
-
-    #[test]
-    fn result_nested_past_json_depth_max_is_refused() {
-        let complete = |depth| {
-            let body = format!(r#"{{"owner":"w","generation":1,"result":{}}}"#, deep(depth));
-            serde_json::from_str::<CompleteRequest>(&body)
-                .unwrap()
-                .into_command("j")
-        };
-        assert!(complete(limits::JSON_DEPTH_MAX).is_ok());
-        let e = complete(limits::JSON_DEPTH_MAX + 2).unwrap_err();
-        assert_eq!(e.code, ErrorCode::InvalidArgument);
-    }
-
-    #[test]
-    fn null_payload_is_none() {
-        let req: SubmitRequest = serde_json::from_str(r#"{"payload":null}"#).unwrap();
-        match req.into_command().unwrap() {
-            Command::Submit(Submit { payload, queue, .. }) => {
-                assert_eq!(payload, None);
-                assert_eq!(queue, "default");
-            }
-            other => panic!("{other:?}"),
-        }
     }
 }

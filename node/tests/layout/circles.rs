@@ -21,8 +21,11 @@ use std::path::{Path, PathBuf};
 
 use crate::files::{rust_files, workspace_dir, workspace_members};
 
-/// Crates whose files are not checked yet. statemachine: issue 45 item 1 reshapes it
-/// (`command.rs` into `commands/`), which breaks its two circles; empty this then.
+/// Crates whose files are not checked yet. statemachine: one file per command (issue 45
+/// item 1) is in, but its files are still one circle — the machine's rules and the
+/// commands that call them import each other (`LeaseMachine::apply` dispatches through
+/// `commands`), as do `limits` and `wire`, and `tenant` checks commands. Breaking it is
+/// issue 45 items 2 and 7 (Jobs behind a narrow API, the entry's apply above the rules).
 const CRATES_NOT_YET_CHECKED: [&str; 1] = ["statemachine"];
 
 /// The circles that were there when this check came (issue 45 item 7) and are not broken

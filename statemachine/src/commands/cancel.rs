@@ -6,13 +6,13 @@
 use serde::{Deserialize, Serialize};
 
 use crate::command::Reply;
-use crate::commands::{At, CommandKind};
+use crate::commands::{At, Command, CommandKind};
 use crate::descriptor::{CommandScope, Descriptor, MissingJob, Names, Operation};
 use crate::limits;
 use crate::machine::LeaseMachine;
 use crate::tenant::Scope;
 use crate::version::ClusterVersion;
-use crate::wire::ApiError;
+use crate::wire::{ApiError, CancelRequest};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Cancel {
@@ -47,5 +47,17 @@ impl CommandKind for Cancel {
             job_id: "j".into(),
             reason: Some("r".into()),
         }
+    }
+}
+
+/// The request (docs/api.md) as this command, in the form its fields need.
+impl CancelRequest {
+    pub fn into_command(self, job_id: &str) -> Result<Command, ApiError> {
+        let cmd = Command::Cancel(Cancel {
+            job_id: job_id.to_owned(),
+            reason: self.reason,
+        });
+        cmd.validate()?;
+        Ok(cmd)
     }
 }

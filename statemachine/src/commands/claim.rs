@@ -6,13 +6,13 @@
 use serde::{Deserialize, Serialize};
 
 use crate::command::Reply;
-use crate::commands::{At, CommandKind};
+use crate::commands::{At, Command, CommandKind};
 use crate::descriptor::{CommandScope, Descriptor, MissingJob, Names, Operation};
 use crate::limits;
 use crate::machine::LeaseMachine;
 use crate::tenant::Scope;
 use crate::version::ClusterVersion;
-use crate::wire::ApiError;
+use crate::wire::{ApiError, ClaimRequest};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Claim {
@@ -52,5 +52,18 @@ impl CommandKind for Claim {
             owner: "o".into(),
             ttl_ms: 1_000,
         }
+    }
+}
+
+/// The request (docs/api.md) as this command, in the form its fields need.
+impl ClaimRequest {
+    pub fn into_command(self, job_id: &str) -> Result<Command, ApiError> {
+        let cmd = Command::Claim(Claim {
+            job_id: job_id.to_owned(),
+            owner: self.owner,
+            ttl_ms: self.ttl_ms,
+        });
+        cmd.validate()?;
+        Ok(cmd)
     }
 }

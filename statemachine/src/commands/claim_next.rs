@@ -6,13 +6,13 @@
 use serde::{Deserialize, Serialize};
 
 use crate::command::Reply;
-use crate::commands::{At, CommandKind};
+use crate::commands::{At, ClaimNextMany, Command, CommandKind};
 use crate::descriptor::{CommandScope, Descriptor, Names, Operation};
 use crate::limits;
 use crate::machine::LeaseMachine;
 use crate::tenant::Scope;
 use crate::version::ClusterVersion;
-use crate::wire::ApiError;
+use crate::wire::{ApiError, ClaimNextRequest};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClaimNext {
@@ -53,5 +53,30 @@ impl CommandKind for ClaimNext {
             owner: "o".into(),
             ttl_ms: 1_000,
         }
+    }
+}
+
+/// The request (docs/api.md) as this command, in the form its fields need.
+impl ClaimNextRequest {
+    /// The command, and how long (ms) to wait for a claimable job.
+    pub fn into_command(self, queue: &str) -> Result<(Command, u64), ApiError> {
+        let wait_ms = self.wait_ms.unwrap_or(0);
+        limits::validate_wait_ms(wait_ms)?;
+        let (queue, owner, ttl_ms) = (queue.to_owned(), self.owner, self.ttl_ms);
+        let cmd = match self.max_jobs {
+            None => Command::ClaimNext(ClaimNext {
+                queue,
+                owner,
+                ttl_ms,
+            }),
+            Some(max_jobs) => Command::ClaimNextMany(ClaimNextMany {
+                queue,
+                owner,
+                ttl_ms,
+                max_jobs,
+            }),
+        };
+        cmd.validate()?;
+        Ok((cmd, wait_ms))
     }
 }

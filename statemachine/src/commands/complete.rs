@@ -7,13 +7,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::command::Reply;
 use crate::commands::renew::LEASE_HOLDER_OUTCOMES;
-use crate::commands::{At, CommandKind, Renew};
+use crate::commands::{At, Command, CommandKind, Renew};
 use crate::descriptor::{Descriptor, Names, Operation};
 use crate::limits;
 use crate::machine::rules::Holder;
 use crate::machine::LeaseMachine;
 use crate::tenant::Scope;
-use crate::wire::ApiError;
+use crate::wire::{json_text, ApiError, CompleteRequest};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Complete {
@@ -52,5 +52,19 @@ impl CommandKind for Complete {
             generation: 7,
             result: Some("1".into()),
         }
+    }
+}
+
+/// The request (docs/api.md) as this command, in the form its fields need.
+impl CompleteRequest {
+    pub fn into_command(self, job_id: &str) -> Result<Command, ApiError> {
+        let cmd = Command::Complete(Complete {
+            job_id: job_id.to_owned(),
+            owner: self.owner,
+            generation: self.generation,
+            result: json_text("result", self.result)?,
+        });
+        cmd.validate()?;
+        Ok(cmd)
     }
 }

@@ -7,13 +7,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::command::Reply;
 use crate::commands::lease_item::{validate_lease_items, LeaseItem};
-use crate::commands::{At, CommandKind, RenewMany};
+use crate::commands::{At, Command, CommandKind, RenewMany};
 use crate::descriptor::{Descriptor, Names, Operation};
 use crate::limits;
 use crate::machine::batches::LeaseOp;
 use crate::machine::LeaseMachine;
 use crate::tenant::Scope;
-use crate::wire::ApiError;
+use crate::wire::{ApiError, CompleteLeasesRequest};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CompleteMany {
@@ -46,5 +46,22 @@ impl CommandKind for CompleteMany {
             owner: "o".into(),
             leases: LeaseItem::example("1"),
         }
+    }
+}
+
+/// The request (docs/api.md) as this command, in the form its fields need.
+impl CompleteLeasesRequest {
+    pub fn into_command(self) -> Result<Command, ApiError> {
+        let leases = self.leases.into_iter().enumerate();
+        let cmd = Command::CompleteMany(CompleteMany {
+            owner: self.owner,
+            leases: leases
+                .map(|(i, l)| {
+                    LeaseItem::from_request(i, "result", l.job_id, l.generation, l.result)
+                })
+                .collect::<Result<_, _>>()?,
+        });
+        cmd.validate()?;
+        Ok(cmd)
     }
 }

@@ -6,13 +6,13 @@
 use serde::{Deserialize, Serialize};
 
 use crate::command::Reply;
-use crate::commands::{validate_error, At, CommandKind, Renew};
+use crate::commands::{validate_error, At, Command, CommandKind, Renew};
 use crate::descriptor::{Descriptor, Names, Operation};
 use crate::machine::rules::Holder;
 use crate::machine::LeaseMachine;
 use crate::tenant::Scope;
 use crate::version::ClusterVersion;
-use crate::wire::ApiError;
+use crate::wire::{ApiError, FailRequest};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Fail {
@@ -50,5 +50,19 @@ impl CommandKind for Fail {
             generation: 7,
             error: Some("boom".into()),
         }
+    }
+}
+
+/// The request (docs/api.md) as this command, in the form its fields need.
+impl FailRequest {
+    pub fn into_command(self, job_id: &str) -> Result<Command, ApiError> {
+        let cmd = Command::Fail(Fail {
+            job_id: job_id.to_owned(),
+            owner: self.owner,
+            generation: self.generation,
+            error: self.error,
+        });
+        cmd.validate()?;
+        Ok(cmd)
     }
 }

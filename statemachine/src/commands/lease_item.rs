@@ -4,9 +4,10 @@
 //! May import: `limits`, `wire`.
 
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 
 use crate::limits;
-use crate::wire::ApiError;
+use crate::wire::{json_text, ApiError};
 
 /// One lease of a `RenewMany` or `CompleteMany`: the job, the generation its holder
 /// presents, and the JSON text the single call would carry (renew: `progress`;
@@ -19,6 +20,23 @@ pub struct LeaseItem {
 }
 
 impl LeaseItem {
+    /// The `i`th lease of a batch request, its JSON text (`what`) checked as the
+    /// single call's would be.
+    pub(crate) fn from_request(
+        i: usize,
+        what: &str,
+        job_id: String,
+        generation: u64,
+        raw: Option<Box<RawValue>>,
+    ) -> Result<LeaseItem, ApiError> {
+        let json = json_text(&format!("leases[{i}].{what}"), raw)?;
+        Ok(LeaseItem {
+            job_id,
+            generation,
+            json,
+        })
+    }
+
     pub(crate) fn example(json: &str) -> Vec<LeaseItem> {
         vec![LeaseItem {
             job_id: "j".into(),

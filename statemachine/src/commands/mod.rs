@@ -50,6 +50,9 @@ mod scoped;
 mod submit;
 mod tick;
 
+#[cfg(test)]
+mod tests;
+
 pub use activate::{ActivateVersion, ActivateVersionIn, MembershipMark};
 pub use batch::{BatchItem, NoBatch};
 pub use cancel::Cancel;

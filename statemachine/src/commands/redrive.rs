@@ -7,13 +7,13 @@
 use serde::{Deserialize, Serialize};
 
 use crate::command::Reply;
-use crate::commands::{At, CommandKind};
+use crate::commands::{At, Command, CommandKind};
 use crate::descriptor::{CommandScope, Descriptor, Names, Operation};
 use crate::limits;
 use crate::machine::LeaseMachine;
 use crate::tenant::Scope;
 use crate::version::ClusterVersion;
-use crate::wire::ApiError;
+use crate::wire::{ApiError, RedriveRequest};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Redrive {
@@ -50,5 +50,17 @@ impl CommandKind for Redrive {
             queue: "q".into(),
             limit: 10,
         }
+    }
+}
+
+/// The request (docs/api.md) as this command, in the form its fields need.
+impl RedriveRequest {
+    pub fn into_command(self, queue: &str) -> Result<Command, ApiError> {
+        let cmd = Command::Redrive(Redrive {
+            queue: queue.to_owned(),
+            limit: self.limit.unwrap_or(limits::REDRIVE_LIMIT_DEFAULT),
+        });
+        cmd.validate()?;
+        Ok(cmd)
     }
 }

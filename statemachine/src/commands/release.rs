@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::command::Reply;
-use crate::commands::{validate_error, At, CommandKind, Renew};
+use crate::commands::{validate_error, At, Command, CommandKind, Renew};
 use crate::descriptor::{Descriptor, Names, Operation};
 use crate::limits;
 use crate::machine::lifecycle::Wait;
@@ -16,7 +16,7 @@ use crate::machine::rules::{Holder, ReleaseHow};
 use crate::machine::LeaseMachine;
 use crate::tenant::Scope;
 use crate::version::ClusterVersion;
-use crate::wire::ApiError;
+use crate::wire::{ApiError, ReleaseRequest};
 
 /// Version 1's release.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -107,5 +107,33 @@ impl CommandKind for ReleaseWith {
             retry: true,
             error: Some("boom".into()),
         }
+    }
+}
+
+/// The request (docs/api.md) as this command, in the form its fields need.
+impl ReleaseRequest {
+    /// A v1 release without version 1.1's fields (or with `retry: false` alone), else a
+    /// `ReleaseWith` (entry version 4).
+    pub fn into_command(self, job_id: &str) -> Result<Command, ApiError> {
+        let (job_id, owner, generation) = (job_id.to_owned(), self.owner, self.generation);
+        let retry = self.retry.unwrap_or(false);
+        let cmd = if self.delay_ms.is_none() && !retry && self.error.is_none() {
+            Command::Release(Release {
+                job_id,
+                owner,
+                generation,
+            })
+        } else {
+            Command::ReleaseWith(ReleaseWith {
+                job_id,
+                owner,
+                generation,
+                delay_ms: self.delay_ms,
+                retry,
+                error: self.error,
+            })
+        };
+        cmd.validate()?;
+        Ok(cmd)
     }
 }

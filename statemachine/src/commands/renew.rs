@@ -7,14 +7,14 @@
 use serde::{Deserialize, Serialize};
 
 use crate::command::Reply;
-use crate::commands::{At, CommandKind};
+use crate::commands::{At, Command, CommandKind};
 use crate::descriptor::{CommandScope, Descriptor, MissingJob, Names, Operation};
 use crate::limits;
 use crate::machine::rules::Holder;
 use crate::machine::LeaseMachine;
 use crate::tenant::Scope;
 use crate::version::ClusterVersion;
-use crate::wire::ApiError;
+use crate::wire::{json_text, ApiError, RenewRequest};
 
 /// The outcomes a command on a held lease usually meets (its metric's first labels).
 pub(crate) const LEASE_HOLDER_OUTCOMES: &[&str] = &[
@@ -106,5 +106,31 @@ impl CommandKind for RenewWith {
             ttl_ms: Some(2_000),
             progress: Some("{\"step\":2}".into()),
         }
+    }
+}
+
+/// The request (docs/api.md) as this command, in the form its fields need.
+impl RenewRequest {
+    /// A v1 renew without `progress`, else a `RenewWith` (entry version 4).
+    pub fn into_command(self, job_id: &str) -> Result<Command, ApiError> {
+        let job_id = job_id.to_owned();
+        let (owner, generation, ttl_ms) = (self.owner, self.generation, self.ttl_ms);
+        let cmd = match json_text("progress", self.progress)? {
+            None => Command::Renew(Renew {
+                job_id,
+                owner,
+                generation,
+                ttl_ms,
+            }),
+            progress => Command::RenewWith(RenewWith {
+                job_id,
+                owner,
+                generation,
+                ttl_ms,
+                progress,
+            }),
+        };
+        cmd.validate()?;
+        Ok(cmd)
     }
 }

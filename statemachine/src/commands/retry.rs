@@ -7,10 +7,11 @@
 use serde::{Deserialize, Serialize};
 
 use crate::command::Reply;
-use crate::commands::{At, Cancel, CommandKind};
+use crate::commands::{At, Cancel, Command, CommandKind};
 use crate::descriptor::{Descriptor, Names, Operation};
 use crate::machine::LeaseMachine;
 use crate::tenant::Scope;
+use crate::wire::{ApiError, RetryRequest};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Retry {
@@ -39,5 +40,17 @@ impl CommandKind for Retry {
             job_id: "j".into(),
             run_at_ms: Some(9_000),
         }
+    }
+}
+
+/// The request (docs/api.md) as this command, in the form its fields need.
+impl RetryRequest {
+    pub fn into_command(self, job_id: &str) -> Result<Command, ApiError> {
+        let cmd = Command::Retry(Retry {
+            job_id: job_id.to_owned(),
+            run_at_ms: self.run_at_ms,
+        });
+        cmd.validate()?;
+        Ok(cmd)
     }
 }

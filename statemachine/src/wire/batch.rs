@@ -10,13 +10,12 @@
 //!
 //! May import the rest of `wire`, `command` and `limits`.
 
-use crate::commands::{CompleteMany, RenewMany};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use super::{json_text, ApiError, Job, Lease};
-use crate::command::{Command, LeaseItem, Outcome, Reply};
+use super::{ApiError, Job, Lease};
+use crate::command::{Command, Outcome, Reply};
 use crate::limits;
 
 /// One lease of `POST /v1/leases/renew`.
@@ -60,50 +59,6 @@ pub struct CompleteLeasesRequest {
     pub owner: String,
     #[schemars(length(min = 1, max = limits::BATCH_LEASES_MAX))]
     pub leases: Vec<CompleteItem>,
-}
-
-fn item(
-    i: usize,
-    what: &str,
-    job_id: String,
-    generation: u64,
-    raw: Option<Box<RawValue>>,
-) -> Result<LeaseItem, ApiError> {
-    let json = json_text(&format!("leases[{i}].{what}"), raw)?;
-    Ok(LeaseItem {
-        job_id,
-        generation,
-        json,
-    })
-}
-
-impl RenewLeasesRequest {
-    pub fn into_command(self) -> Result<Command, ApiError> {
-        let leases = self.leases.into_iter().enumerate();
-        let cmd = Command::RenewMany(RenewMany {
-            owner: self.owner,
-            ttl_ms: self.ttl_ms,
-            leases: leases
-                .map(|(i, l)| item(i, "progress", l.job_id, l.generation, l.progress))
-                .collect::<Result<_, _>>()?,
-        });
-        cmd.validate()?;
-        Ok(cmd)
-    }
-}
-
-impl CompleteLeasesRequest {
-    pub fn into_command(self) -> Result<Command, ApiError> {
-        let leases = self.leases.into_iter().enumerate();
-        let cmd = Command::CompleteMany(CompleteMany {
-            owner: self.owner,
-            leases: leases
-                .map(|(i, l)| item(i, "result", l.job_id, l.generation, l.result))
-                .collect::<Result<_, _>>()?,
-        });
-        cmd.validate()?;
-        Ok(cmd)
-    }
 }
 
 /// Claim-next's answer when the request carried `max_jobs`.
