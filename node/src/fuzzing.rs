@@ -8,8 +8,8 @@
 
 use leasehold_statemachine::{limits, LeaseMachine};
 
-use crate::http::jobs;
 use crate::http::routes::{self, RouteId};
+use crate::http::{jobs, params};
 use crate::node::Limits;
 use crate::types::{SnapshotMeta, TypeConfig};
 
@@ -58,11 +58,11 @@ pub fn client_request(route: u8, input: &[u8]) {
         6 => {
             let full = format!("/v1/jobs/{path}");
             let route = routes::resolve(&axum::http::Method::POST, &full);
-            if let Ok((id, Some(action))) = jobs::split_action(route, &path) {
+            if let Ok((id, Some(action))) = params::split_action(route, &path) {
                 drop(jobs::decode_action(&limits, action, &id, body));
             }
         }
-        7 => drop(jobs::decode_job_path(&path)),
+        7 => drop(params::decode_job_path(&path)),
         _ => {
             let query = String::from_utf8_lossy(input);
             if let Ok(uri) = format!("/v1/jobs?{query}").parse::<axum::http::Uri>() {

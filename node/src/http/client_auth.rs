@@ -9,12 +9,16 @@
 //! itself; when it forwards one, the `Authorization` header goes along (`forward.rs`) and
 //! the leader checks it again, so every node must be given the same auth file.
 //!
-//! Imports `answer.rs` and `listener` (the request's resolved route) of `http`; `node`,
+//! It also enforces the route row's scope rule on what the request names (the path's
+//! job id, a list's `queue=`), so no handler can forget it.
+//!
+//! Imports `answer.rs`, `listener` (the request's resolved route) and `params` of
+//! `http`; `node`,
 //! `security`, `telemetry`.
 
 use std::sync::Arc;
 
-use axum::extract::{Request, State};
+use axum::extract::{Query, Request, State};
 use axum::http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
 use axum::http::HeaderValue;
 use axum::middleware::Next;
@@ -23,6 +27,7 @@ use leasehold_statemachine::{ApiError, Command, ScopedCommand};
 
 use super::answer::error_response;
 use super::listener;
+use super::params;
 use crate::node::Node;
 use crate::security::auth::{Caller, Denied, Requirement, ScopeRule};
 use crate::security::scope::{OutOfScope, Scope, ScopedList};
@@ -53,11 +58,49 @@ pub async fn check_token(State(node): State<Arc<Node>>, mut req: Request, next: 
             })
         }
         Ok(caller) => {
+            if let Err(e) = enforce_rule(&node, &caller, rule, &req) {
+                return error_response(&e);
+            }
             req.extensions_mut().insert(caller);
             next.run(req).await
         }
         Err(denied) => refuse(&denied),
     }
+}
+
+/// The route row's scope rule, enforced here for every row, before any handler runs
+/// (issue 45 item 3): what the request itself names against the caller's scope, 403
+/// (counted). [`ScopeRule::Job`]: the path's job id; [`ScopeRule::List`]: a `queue=`.
+/// [`ScopeRule::Command`] waits for the parsed command ([`check_command`]), and what
+/// needs the stored job — a hidden job's 404, a list's or feed's filtering — is decided
+/// where the state is read. A parameter that does not parse is left to the handler's
+/// 400.
+fn enforce_rule(
+    node: &Node,
+    caller: &Caller,
+    rule: ScopeRule,
+    req: &Request,
+) -> Result<(), ApiError> {
+    match rule {
+        ScopeRule::Job => match params::job_id_of(listener::route_of(req), req.uri().path()) {
+            Some(id) => check_job_id(node, Some(caller), &id),
+            None => Ok(()),
+        },
+        ScopeRule::List => {
+            let queue = Query::<QueueParam>::try_from_uri(req.uri())
+                .ok()
+                .and_then(|Query(p)| p.queue)
+                .filter(|q| !q.is_empty());
+            check_list_queue(node, Some(caller), queue.as_deref())
+        }
+        ScopeRule::Shared | ScopeRule::Command | ScopeRule::UnscopedOnly => Ok(()),
+    }
+}
+
+/// The one query parameter a list's scope rule reads.
+#[derive(serde::Deserialize)]
+struct QueueParam {
+    queue: Option<String>,
 }
 
 /// docs/api.md's error body, 401 with a `WWW-Authenticate` challenge or 403.
@@ -167,7 +210,7 @@ pub fn hidden_job(job_id: &str) -> ApiError {
 }
 
 /// A list's `queue=` against the caller's scope (403, counted).
-pub fn check_list_queue(
+fn check_list_queue(
     node: &Node,
     caller: Option<&Caller>,
     queue: Option<&str>,
@@ -186,7 +229,7 @@ pub fn check_list_queue(
 
 /// A GET of one job by id: an id outside the scope is 403 (it says nothing about
 /// which jobs exist); the stored job's queue is checked where it is read.
-pub fn check_job_id(node: &Node, caller: Option<&Caller>, id: &str) -> Result<(), ApiError> {
+fn check_job_id(node: &Node, caller: Option<&Caller>, id: &str) -> Result<(), ApiError> {
     let Some(c) = caller else { return Ok(()) };
     match scope_of(node, Some(c)).map(|s| s.check_id(id)) {
         Some(Err(why)) => {

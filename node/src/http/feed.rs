@@ -155,7 +155,7 @@ fn parse(node: &Node, req: &Request, stream: bool) -> Result<Watch, ApiError> {
         )));
     }
     let caller = client_auth::caller_of(req);
-    client_auth::check_list_queue(node, caller.as_deref(), p.queue.as_deref())?;
+    // `queue=` was held to the caller's scope by the token check (the row's rule).
     let scope = client_auth::scope_of(node, caller.as_deref()).cloned();
     // A reconnecting EventSource resends its first URL with the header: it wins.
     let resume = if stream {

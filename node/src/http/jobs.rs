@@ -3,12 +3,12 @@
 //!
 //! Job ids may contain `/`, so the router mounts every job route on `/v1/jobs/{*rest}`;
 //! which action a POST names (`/claim`, `/renew`, …: the tails of `routes.rs`' rows) was
-//! resolved with the request, and [`split_action`] only cuts that tail off the raw path.
+//! resolved with the request, and `params::split_action` only cuts that tail off the raw path.
 //! Ids are percent-decoded after the split, so an encoded `%2F` always stays part of the
 //! id.
 //!
 //! Imports `answer`, `client_auth`, `forward`, `job_exec`, `listener` (the request's
-//! admission: its route and slot), `request` and `routes` of `http`.
+//! admission: its route and slot), `params`, `request` and `routes` of `http`.
 
 use leasehold_statemachine::commands::Delete;
 use std::sync::Arc;
@@ -30,8 +30,9 @@ use super::client_auth;
 use super::forward::{inbound, Inbound};
 use super::job_exec::{self, LeaderOp};
 use super::listener::{self, slots::HeldSlot};
+use super::params::{decode_job_path, split_action};
 use super::request::parse_json;
-use super::routes::{Resolved, RouteId};
+use super::routes::RouteId;
 use crate::node::{Limits, Node};
 use crate::telemetry::metrics::Refused;
 
@@ -193,23 +194,6 @@ pub async fn complete_leases(State(node): State<Arc<Node>>, req: Request) -> Res
     .await
 }
 
-fn percent_decode(s: &str) -> Option<String> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' {
-            let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
-}
-
 fn raw_rest(req: &Request) -> &str {
     req.uri().path().strip_prefix("/v1/jobs/").unwrap_or("")
 }
@@ -233,24 +217,6 @@ pub async fn job_action(State(node): State<Arc<Node>>, req: Request) -> Response
         Ok((decode_action(&node.limits, action, &id, body)?, 0))
     })
     .await
-}
-
-/// The decoded job id of a POST under `/v1/jobs/` (`rest`: the raw path after it) and
-/// the action's route, if the request resolved to one whose tail ends `rest` (handler
-/// and fuzz target). None: a POST on no action (the handler answers 404).
-pub(crate) fn split_action(
-    route: Resolved,
-    rest: &str,
-) -> Result<(String, Option<RouteId>), ApiError> {
-    let action = route
-        .spec()
-        .filter(|r| !r.tail().is_empty())
-        .and_then(|r| rest.strip_suffix(r.tail()).map(|raw| (raw, r.id)));
-    let (raw_id, action) = match action {
-        Some((raw, id)) => (raw, Some(id)),
-        None => (rest, None),
-    };
-    Ok((decode_job_path(raw_id)?, action))
 }
 
 /// The body of a POST on a job's action as its command (handler and fuzz target).
@@ -288,14 +254,6 @@ fn named_job(req: &Request) -> Result<String, ApiError> {
     decode_job_path(raw_rest(req))
 }
 
-/// A job id from the raw rest of a GET/DELETE path (handler and fuzz target).
-pub(crate) fn decode_job_path(raw_rest: &str) -> Result<String, ApiError> {
-    let id = percent_decode(raw_rest)
-        .ok_or_else(|| invalid("job id is not valid percent-encoded UTF-8"))?;
-    limits::validate_job_id(&id)?;
-    Ok(id)
-}
-
 pub async fn delete_job(State(node): State<Arc<Node>>, req: Request) -> Response {
     match named_job(&req) {
         Ok(id) => {
@@ -313,13 +271,13 @@ pub async fn delete_job(State(node): State<Arc<Node>>, req: Request) -> Response
 pub async fn get_job(State(node): State<Arc<Node>>, req: Request) -> Response {
     let caller = client_auth::caller_of(&req);
     let route = listener::route_of(&req);
-    let op = split_action(route, raw_rest(&req)).and_then(|(id, action)| {
-        client_auth::check_job_id(&node, caller.as_deref(), &id)?;
+    let op = split_action(route, raw_rest(&req)).map(|(id, action)| {
+        // The id was held to the caller's scope by the token check (the row's rule).
         let scope = client_auth::scope_of(&node, caller.as_deref()).cloned();
-        Ok(match action {
+        match action {
             Some(RouteId::JobHistory) => LeaderOp::History { id, scope },
             _ => LeaderOp::GetJob { id, scope },
-        })
+        }
     });
     match op {
         Ok(op) => read(node, req, op).await,
@@ -349,12 +307,13 @@ fn state_filter_schema(g: &mut schemars::SchemaGenerator) -> schemars::Schema {
 
 pub async fn list(State(node): State<Arc<Node>>, req: Request) -> Response {
     let caller = client_auth::caller_of(&req);
-    let op = list_op(req.uri()).and_then(|mut op| {
-        if let LeaderOp::List { queue, scope, .. } = &mut op {
-            client_auth::check_list_queue(&node, caller.as_deref(), queue.as_deref())?;
+    // `queue=` was held to the caller's scope by the token check (the row's rule); the
+    // page holds only the jobs the scope holds.
+    let op = list_op(req.uri()).map(|mut op| {
+        if let LeaderOp::List { scope, .. } = &mut op {
             *scope = client_auth::scoped_list(&node, caller.as_deref());
         }
-        Ok(op)
+        op
     });
     match op {
         Ok(op) => read(node, req, op).await,

@@ -37,6 +37,7 @@ pub mod listener;
 mod membership;
 pub mod openapi;
 mod ops;
+pub mod params;
 mod raft_rpc;
 mod request;
 mod router;

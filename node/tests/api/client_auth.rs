@@ -470,7 +470,43 @@ async fn scoped_tokens_see_and_touch_only_their_tenants_jobs() {
     );
 
     tenant_a_works_in_its_own_scope(&c, leader, follower).await;
+    for node in [leader, follower] {
+        every_route_rows_scope_rule_is_enforced(&c, node).await;
+    }
     c.shutdown().await;
+}
+
+/// Every route row's scope rule is enforced, whatever its handler does (issue 45 item
+/// 3): for each row whose rule reads what the request names — the path's job id, a
+/// list's `queue=` — team a's admin asking for team b's gets 403 naming its scope, and
+/// a row for unscoped tokens only refuses it. A new row whose rule is not enforced
+/// fails here; the rows come from the route table itself.
+async fn every_route_rows_scope_rule_is_enforced(c: &TestCluster, node: u64) {
+    use leasehold_node::http::routes::ROUTES;
+    use leasehold_node::security::auth::ScopeRule;
+    let mut checked = Vec::new();
+    for row in ROUTES {
+        let path = match row.scope {
+            ScopeRule::Job => row.path.replace("{id}", "team-b/1"),
+            ScopeRule::List if row.query.contains(&"queue") => format!("{}?queue=team-b", row.path),
+            ScopeRule::UnscopedOnly => row.path.replace("{id}", "9"),
+            _ => continue,
+        };
+        let req = match row.method {
+            "GET" => get(&path, TENANT_A_ADMIN),
+            "DELETE" => delete(&path, TENANT_A_ADMIN),
+            _ => post(&path, json!({}), TENANT_A_ADMIN),
+        };
+        let r = c.send(node, &req).await;
+        assert_403(&r);
+        let e = r.err(403, "permission_denied");
+        let msg = e["message"].as_str().unwrap_or_default();
+        assert!(msg.contains("scope"), "{} {path}: {msg}", row.method);
+        checked.push(row.scope);
+    }
+    for rule in [ScopeRule::Job, ScopeRule::List, ScopeRule::UnscopedOnly] {
+        assert!(checked.contains(&rule), "no row with {rule:?} was checked");
+    }
 }
 
 async fn tenant_a_works_in_its_own_scope(c: &TestCluster, leader: u64, follower: u64) {
