@@ -12,31 +12,12 @@
 use leasehold_statemachine::commands::{
     Claim, ClaimNext, Complete, Delete, Release, Renew, Submit, Tick,
 };
-use leasehold_statemachine::{Command, Config, Entry, JobState, LeaseMachine, Reply};
+use leasehold_statemachine::{Command, Config, JobState, LeaseMachine};
+
+mod script;
+use script::Script;
 
 const GOLDEN: &[u8] = include_bytes!("fixtures/v3-golden.snapshot");
-
-/// Applies entries at rising indexes; the stamp and term are the caller's.
-struct Script {
-    m: LeaseMachine,
-    index: u64,
-    stamp_ms: u64,
-    term: u64,
-}
-
-impl Script {
-    fn apply(&mut self, key: Option<&str>, command: Command) -> Reply {
-        self.index += 1;
-        self.stamp_ms += 10;
-        let entry = Entry {
-            stamp_ms: self.stamp_ms,
-            term: self.term,
-            idempotency_key: key.map(str::to_owned),
-            command,
-        };
-        self.m.apply(self.index, &entry)
-    }
-}
 
 fn submit(id: &str, queue: &str, payload: Option<&str>, max_attempts: Option<u64>) -> Command {
     Command::Submit(Submit {

@@ -17,33 +17,14 @@ use leasehold_statemachine::commands::{
 };
 use leasehold_statemachine::tenant::{QueuePattern, Scope};
 use leasehold_statemachine::{
-    Command, Config, Entry, EventFilter, LeaseItem, LeaseMachine, Reply, ScopedCommand,
+    Command, Config, EventFilter, LeaseItem, LeaseMachine, ScopedCommand,
 };
+
+mod script;
+use script::Script;
 
 const GOLDEN_V5: &[u8] = include_bytes!("fixtures/v5-golden.snapshot");
 const GOLDEN_V6: &[u8] = include_bytes!("fixtures/v6-golden.snapshot");
-
-/// Applies entries at rising indexes and stamps.
-struct Script {
-    m: LeaseMachine,
-    index: u64,
-    stamp_ms: u64,
-    term: u64,
-}
-
-impl Script {
-    fn apply(&mut self, key: Option<&str>, command: Command) -> Reply {
-        self.index += 1;
-        self.stamp_ms += 10;
-        let entry = Entry {
-            stamp_ms: self.stamp_ms,
-            term: self.term,
-            idempotency_key: key.map(str::to_owned),
-            command,
-        };
-        self.m.apply(self.index, &entry)
-    }
-}
 
 fn submit_with(id: &str, queue: &str, priority: i32, run_at_ms: Option<u64>) -> Command {
     Command::SubmitWith(SubmitWith {
