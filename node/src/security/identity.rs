@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::fsio::{Disk, Open};
-use crate::security::peer_auth::ClusterId;
+use crate::security::cluster_id::ClusterId;
 use crate::types::NodeId;
 
 pub const IDENTITY_FILE: &str = "identity";

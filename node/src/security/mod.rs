@@ -8,6 +8,7 @@
 //! - [`peer_auth`]: peer RPC authentication (HMAC over the body) and the cluster-id check.
 //! - [`peer_replay`]: the replay window of signed peer requests.
 //! - [`identity`]: the data dir's identity file (node and cluster id) and its file modes.
+//! - [`cluster_id`]: a cluster's identity; [`hex`]: bytes as hex text.
 //! - [`tls`]: TLS for the listener and for peer calls (rustls, `ring`), mTLS.
 //!
 //! [`Guards`] bundles the policies a running node applies.
@@ -17,6 +18,8 @@
 
 pub mod auth;
 pub mod browser;
+pub mod cluster_id;
+pub mod hex;
 pub mod identity;
 pub mod peer_auth;
 pub mod peer_replay;

@@ -61,6 +61,8 @@ use hmac::{Hmac, Mac};
 use leasehold_statemachine::{ApiError, ErrorCode};
 use sha2::Sha256;
 
+pub use crate::security::cluster_id::{BadClusterId, ClusterId, CLUSTER_ID_BYTES};
+pub use crate::security::hex::{hex_decode, hex_encode};
 use crate::security::identity::{Identity, IdentityError};
 use crate::security::peer_replay::ReplayTable;
 #[cfg(doc)]
@@ -79,7 +81,6 @@ pub const PEER_SECRET_BYTES_MIN: usize = 32;
 pub const PEER_SECRET_FILE_BYTES_MAX: u64 = 4096;
 /// Random bytes in a generated secret (written as hex, so twice as many characters).
 pub const PEER_SECRET_GENERATED_BYTES: usize = 32;
-pub const CLUSTER_ID_BYTES: usize = 16;
 /// A request stamped more than this before the receiver started is refused (module doc:
 /// replays to a restarted receiver). Covers peers' clocks disagreeing by up to this much
 /// (the chaos tests run wall clocks 8 s apart).
@@ -89,64 +90,6 @@ const HEADER_VERSION: &str = "v2";
 const MAC_DOMAIN: &[u8] = b"leasehold-peer-auth v2\n";
 
 type HmacSha256 = Hmac<Sha256>;
-
-// ---- cluster id -----------------------------------------------------------------------
-
-/// A cluster's random 128-bit identity, fixed when the cluster is initialized.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct ClusterId([u8; CLUSTER_ID_BYTES]);
-
-/// Text that is not a cluster id.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("bad cluster id {0:?}: expected {digits} hex digits", digits = 2 * CLUSTER_ID_BYTES)]
-pub struct BadClusterId(pub String);
-
-impl ClusterId {
-    pub fn random() -> Self {
-        ClusterId(rand::random())
-    }
-
-    pub fn from_hex(s: &str) -> Result<Self, BadClusterId> {
-        let bytes = hex_decode(s)
-            .filter(|b| b.len() == CLUSTER_ID_BYTES)
-            .ok_or_else(|| BadClusterId(s.to_owned()))?;
-        let mut id = [0u8; CLUSTER_ID_BYTES];
-        id.copy_from_slice(&bytes);
-        Ok(ClusterId(id))
-    }
-}
-
-impl fmt::Display for ClusterId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&hex_encode(&self.0))
-    }
-}
-
-impl fmt::Debug for ClusterId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "ClusterId({self})")
-    }
-}
-
-impl std::str::FromStr for ClusterId {
-    type Err = BadClusterId;
-    fn from_str(s: &str) -> Result<Self, BadClusterId> {
-        ClusterId::from_hex(s)
-    }
-}
-
-impl serde::Serialize for ClusterId {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for ClusterId {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        ClusterId::from_hex(&s).map_err(serde::de::Error::custom)
-    }
-}
 
 // ---- the secret -----------------------------------------------------------------------
 
@@ -856,29 +799,6 @@ impl PeerGuard {
     }
 }
 
-// ---- hex --------------------------------------------------------------------------------
-
-pub fn hex_encode(bytes: &[u8]) -> String {
-    use fmt::Write;
-    bytes
-        .iter()
-        .fold(String::with_capacity(2 * bytes.len()), |mut s, b| {
-            let _ = write!(s, "{b:02x}");
-            s
-        })
-}
-
-pub fn hex_decode(s: &str) -> Option<Vec<u8>> {
-    let pairs = s.as_bytes().chunks_exact(2);
-    if !pairs.remainder().is_empty() {
-        return None;
-    }
-    let digit = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
-    pairs
-        .map(|p| Some(digit(p[0])? << 4 | digit(p[1])?))
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -892,7 +812,7 @@ mod tests {
     }
 
     fn cluster() -> Option<ClusterId> {
-        Some(ClusterId([1; CLUSTER_ID_BYTES]))
+        Some(ClusterId::from([1; CLUSTER_ID_BYTES]))
     }
 
     fn env(t_ms: u64) -> Envelope {
@@ -1199,7 +1119,7 @@ mod tests {
 
     #[test]
     fn the_cluster_check_refuses_another_or_no_cluster_and_adopts_only_when_fresh() {
-        let (a, b) = (ClusterId([1; 16]), ClusterId([2; 16]));
+        let (a, b) = (ClusterId::from([1; 16]), ClusterId::from([2; 16]));
         assert_eq!(
             check_cluster(Some(a), Some(a), true, false),
             ClusterCheck::Accept

@@ -21,7 +21,7 @@ use crate::types::NodeId;
 /// still arrive. Far above the requests one sender has in flight to one receiver.
 pub const REPLAY_WINDOW: u64 = 128;
 /// Runs of one sender remembered at once. A sender restarted more often than this within
-/// [`PEER_AUTH_WINDOW_MS`](crate::security::peer_auth::PEER_AUTH_WINDOW_MS) could have its oldest
+/// `peer_auth::PEER_AUTH_WINDOW_MS` could have its oldest
 /// run forgotten (and that run's requests replayed once each); nothing else evicts.
 pub const REPLAY_RUNS_PER_SENDER: usize = 8;
 

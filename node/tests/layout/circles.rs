@@ -39,7 +39,6 @@ const CIRCLES_NOT_YET_BROKEN: &[&str] = &[
     "node/src: fsio fsio::fault fsio::fault::journal",
     "node/src: node node::batcher node::proposer node::ticks node::upgrade",
     "node/src: raft::bootstrap raft::election raft::join raft::network raft::versions",
-    "node/src: security::identity security::peer_auth security::peer_replay",
     "node/src: store::wal store::wal::format store::wal::index store::wal::mark store::wal::replay",
 ];
 
