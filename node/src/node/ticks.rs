@@ -80,11 +80,9 @@ pub async fn run(
             )
         };
         let soon = node.cluster_time_ms().saturating_add(tick_interval_ms);
-        let (pending, last_stamp) = node.sm().read(|s| {
-            let m = &s.machine;
-            let due = m.next_due_ms().is_some_and(|t| t <= soon);
-            (m.next_expiry_ms().is_some() || due, s.last_stamp)
-        });
+        let (pending, last_stamp) = node
+            .sm()
+            .read(|s| (s.machine.wants_ticks(soon), s.last_stamp));
         let mono = node.time().clock().mono_ms();
         let since = last_stamp.map(|(_, at)| mono.saturating_sub(at));
         let Some(reason) = decide_tick(

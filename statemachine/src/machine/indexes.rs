@@ -291,7 +291,7 @@ mod tests {
     use std::sync::Arc;
 
     use crate::command::{Command, Entry};
-    use crate::commands::{ClaimNext, Submit};
+    use crate::commands::{ActivateVersion, ClaimNext, Submit, SubmitWith};
     use crate::machine::{LeaseMachine, Place};
 
     /// A machine with job "a" claimed (leased) and job "b" waiting, in queue "q".
@@ -357,5 +357,38 @@ mod tests {
         let counts = m.ix.counts["q"];
         assert_eq!((counts.pending, counts.leased), (1, 1));
         assert_eq!(m.next_deadline_ms(), Some(1_010));
+    }
+
+    #[test]
+    fn ticks_are_wanted_while_a_lease_is_live_and_when_a_job_falls_due() {
+        // A live lease: ticks, however far its expiry (the failover grace's gap).
+        assert!(machine().wants_ticks(0));
+        let mut m = LeaseMachine::default();
+        let scheduled = SubmitWith {
+            id: Some("later".into()),
+            queue: "q".into(),
+            payload: None,
+            max_attempts: None,
+            run_at_ms: Some(5_000),
+            priority: 0,
+            backoff_ms: 0,
+            backoff_ms_max: 0,
+        };
+        let commands = [
+            Command::ActivateVersion(ActivateVersion { version: 4 }),
+            Command::SubmitWith(scheduled),
+        ];
+        for (i, command) in commands.into_iter().enumerate() {
+            let entry = Entry {
+                stamp_ms: 10,
+                term: 1,
+                idempotency_key: None,
+                command,
+            };
+            m.apply(i as u64 + 1, &entry).expect("applies");
+        }
+        assert!(!m.wants_ticks(4_999), "nothing due before 5 s, no lease");
+        assert!(m.wants_ticks(5_000));
+        assert!(!LeaseMachine::default().wants_ticks(u64::MAX));
     }
 }

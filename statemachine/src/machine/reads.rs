@@ -51,6 +51,16 @@ impl LeaseMachine {
         }
     }
 
+    /// Whether the leader should keep ticking through store time `soon` (the next tick
+    /// interval's end): while any lease is live, and when a scheduled job falls due by
+    /// `soon`. Not [`Self::next_deadline_ms`] alone: the failover grace measures the
+    /// leaderless gap from the last applied stamp (`grant_failover_grace`), so while
+    /// leases are live the stamps must stay fresh, or a new leader would take the time
+    /// since the last entry for the gap and extend every lease by up to the cap.
+    pub fn wants_ticks(&self, soon: u64) -> bool {
+        self.next_expiry_ms().is_some() || self.next_due_ms().is_some_and(|t| t <= soon)
+    }
+
     /// The earliest live lease's expiry, if any.
     pub fn next_expiry_ms(&self) -> Option<u64> {
         self.ix.expiry.first().map(|(t, _)| *t)
