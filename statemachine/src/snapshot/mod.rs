@@ -307,35 +307,21 @@ fn decode(version: u8, body: &[u8], options: impl Options) -> Result<Image, Snap
             (s, idem, floor)
         }
         SNAPSHOT_FORMAT_V4 => {
-            let ((s, floor), version): (v3::BodyV3, u32) =
-                options.deserialize(body).map_err(err)?;
-            if version <= CLUSTER_VERSION_INITIAL {
-                // One state, one encoding: at the initial version v4's writers wrote v3.
-                return Err(Inconsistency::V4WithoutVersion.into());
-            }
-            if version >= CLUSTER_VERSION_V5 {
-                return Err(Inconsistency::FormatForVersion(version).into());
-            }
-            cluster_version = version;
+            let ((s, floor), v): (v3::BodyV3, u32) = options.deserialize(body).map_err(err)?;
+            cluster_version = format_version(version, v)?;
             let (s, idem) = split(s);
             (s, idem, floor)
         }
         SNAPSHOT_FORMAT_V5 => {
-            let (s, floor, version): v5::BodyV5 = options.deserialize(body).map_err(err)?;
-            if !(CLUSTER_VERSION_V5..CLUSTER_VERSION_V6).contains(&version) {
-                return Err(Inconsistency::FormatForVersion(version).into());
-            }
-            cluster_version = version;
+            let (s, floor, v): v5::BodyV5 = options.deserialize(body).map_err(err)?;
+            cluster_version = format_version(version, v)?;
             let (s, idem) = split(s);
             (s.reshaped(), idem, floor)
         }
         SNAPSHOT_FORMAT_V6 => {
-            let ((s, floor, version), ev): (v5::BodyV5, v6::EventsV6) =
+            let ((s, floor, v), ev): (v5::BodyV5, v6::EventsV6) =
                 options.deserialize(body).map_err(err)?;
-            if version < CLUSTER_VERSION_V6 {
-                return Err(Inconsistency::FormatForVersion(version).into());
-            }
-            cluster_version = version;
+            cluster_version = format_version(version, v)?;
             events = ev.restore()?;
             let (s, idem) = split(s);
             (s.reshaped(), idem, floor)
@@ -359,6 +345,25 @@ fn decode(version: u8, body: &[u8], options: impl Options) -> Result<Image, Snap
         cluster_version,
         events,
     })
+}
+
+/// The cluster version a v4, v5 or v6 image (`format`) names, checked against the
+/// format: one state, one encoding — a writer picks the oldest format that carries its
+/// state ([`ClusterVersion::snapshot_format`](crate::version::ClusterVersion)).
+fn format_version(format: u8, version: u32) -> Result<u32, SnapshotError> {
+    let fits = match format {
+        // At the initial version v4's writers wrote v3.
+        SNAPSHOT_FORMAT_V4 if version <= CLUSTER_VERSION_INITIAL => {
+            return Err(Inconsistency::V4WithoutVersion.into())
+        }
+        SNAPSHOT_FORMAT_V4 => version < CLUSTER_VERSION_V5,
+        SNAPSHOT_FORMAT_V5 => (CLUSTER_VERSION_V5..CLUSTER_VERSION_V6).contains(&version),
+        _ => version >= CLUSTER_VERSION_V6,
+    };
+    if !fits {
+        return Err(Inconsistency::FormatForVersion(version).into());
+    }
+    Ok(version)
 }
 
 /// Puts each live job's history into its record; a history for no job, or a live id
