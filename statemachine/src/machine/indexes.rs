@@ -296,8 +296,7 @@ mod tests {
 
     /// A machine with job "a" claimed (leased) and job "b" waiting, in queue "q".
     fn machine() -> LeaseMachine {
-        let mut m = LeaseMachine::default();
-        let commands = [
+        let m = applied([
             Command::Submit(Submit {
                 id: Some("a".into()),
                 queue: "q".into(),
@@ -315,7 +314,14 @@ mod tests {
                 owner: "w".into(),
                 ttl_ms: 1_000,
             }),
-        ];
+        ]);
+        m.check_invariants();
+        m
+    }
+
+    /// A machine that applied `commands`, each at stamp 10 in term 1.
+    fn applied<const N: usize>(commands: [Command; N]) -> LeaseMachine {
+        let mut m = LeaseMachine::default();
         for (i, command) in commands.into_iter().enumerate() {
             let entry = Entry {
                 stamp_ms: 10,
@@ -325,7 +331,6 @@ mod tests {
             };
             m.apply(i as u64 + 1, &entry).expect("applies");
         }
-        m.check_invariants();
         m
     }
 
@@ -363,7 +368,6 @@ mod tests {
     fn ticks_are_wanted_while_a_lease_is_live_and_when_a_job_falls_due() {
         // A live lease: ticks, however far its expiry (the failover grace's gap).
         assert!(machine().wants_ticks(0));
-        let mut m = LeaseMachine::default();
         let scheduled = SubmitWith {
             id: Some("later".into()),
             queue: "q".into(),
@@ -374,19 +378,10 @@ mod tests {
             backoff_ms: 0,
             backoff_ms_max: 0,
         };
-        let commands = [
+        let m = applied([
             Command::ActivateVersion(ActivateVersion { version: 4 }),
             Command::SubmitWith(scheduled),
-        ];
-        for (i, command) in commands.into_iter().enumerate() {
-            let entry = Entry {
-                stamp_ms: 10,
-                term: 1,
-                idempotency_key: None,
-                command,
-            };
-            m.apply(i as u64 + 1, &entry).expect("applies");
-        }
+        ]);
         assert!(!m.wants_ticks(4_999), "nothing due before 5 s, no lease");
         assert!(m.wants_ticks(5_000));
         assert!(!LeaseMachine::default().wants_ticks(u64::MAX));
