@@ -26,11 +26,11 @@ impl LeaseMachine {
         let passed = |set: &'_ std::collections::BTreeSet<(u64, u64)>| {
             set.iter()
                 .take_while(|(at, _)| *at <= now)
-                .map(|(_, h)| &self.jobs[h])
+                .map(|(_, h)| &self.jobs[*h])
                 .any(|rec| rec.queue == queue && held(&rec.id))
         };
         // A run-out lease may instead be cancelled or wait out a backoff: a false "yes"
         // costs the waiter one more proposal, never a wrong answer.
-        passed(&self.ix.expiry) || passed(&self.ix.due)
+        passed(&self.jobs.ix().expiry) || passed(&self.jobs.ix().due)
     }
 }

@@ -1,5 +1,5 @@
 //! Jobs per queue and state ([`QueueStats`]), kept up to date by the transition point
-//! (`machine/transition.rs`, through `Indexes::shift`) so that a metrics scrape reads them in O(queues) instead of walking the
+//! (`machine/jobs/transition.rs`, through `Indexes::shift`) so that a metrics scrape reads them in O(queues) instead of walking the
 //! whole job table under the state lock.
 //!
 //! The counts are derived state, like the other indexes: not in the snapshot (its byte
@@ -110,12 +110,12 @@ pub(crate) fn count_move(
 impl LeaseMachine {
     /// Every queue that holds a job, by name, with its jobs by state.
     pub fn queue_stats(&self) -> impl Iterator<Item = (&str, &QueueStats)> + '_ {
-        self.ix.counts.iter().map(|(q, s)| (q.as_str(), s))
+        self.jobs.ix().counts.iter().map(|(q, s)| (q.as_str(), s))
     }
 
     /// Number of queues that hold at least one job.
     pub fn queue_count(&self) -> usize {
-        self.ix.counts.len()
+        self.jobs.ix().counts.len()
     }
 }
 
@@ -130,8 +130,8 @@ mod tests {
     /// What the counts must equal: a walk over the records.
     fn recount_records(m: &LeaseMachine) -> BTreeMap<String, QueueStats> {
         let mut out = BTreeMap::new();
-        for rec in m.jobs.values() {
-            count_move(&mut out, &rec.queue, None, Some(Slot::of(rec.place)));
+        for rec in m.jobs.records().values() {
+            count_move(&mut out, &rec.queue, None, Some(Slot::of(rec.place())));
         }
         out
     }

@@ -9,10 +9,8 @@
 //! generations (so those entries answer `stale_lease`). May import `machine`
 //! (moving a job only through its transition point) and `idempotency`; nothing with IO.
 
-use std::sync::Arc;
-
 use crate::idempotency::Bounds;
-use crate::machine::transition::Cause;
+use crate::machine::jobs::transition::Cause;
 use crate::machine::{LeaseMachine, Place};
 
 /// [`LeaseMachine::raise_generations`] refused: raising by `by` would overflow the
@@ -59,6 +57,7 @@ impl LeaseMachine {
     pub fn raise_generations(&mut self, by: u64) -> Result<Raised, GenerationOverflow> {
         let top = self
             .jobs
+            .records()
             .values()
             .map(|r| r.generation)
             .chain(self.tombstones.values().copied())
@@ -72,9 +71,7 @@ impl LeaseMachine {
         for g in self.tombstones.values_mut() {
             *g += by;
         }
-        for rec in self.jobs.values_mut() {
-            Arc::make_mut(rec).generation += by;
-        }
+        self.jobs.edit_all(|fields| fields.generation += by);
         let raised = self.hold_live_leases();
         self.idempotency
             .mark_before_raise(Bounds::of(&self.config, self.cluster_version));
@@ -84,13 +81,14 @@ impl LeaseMachine {
     /// Moves every live lease's end to its hold's end (never earlier than it was).
     fn hold_live_leases(&mut self) -> Raised {
         let (now, grace_ms) = (self.clock_ms, self.config.grace_ms_max);
-        let live: Vec<(u64, u64)> = self.ix.expiry.iter().copied().collect();
+        let live: Vec<(u64, u64)> = self.jobs.ix().expiry.iter().copied().collect();
         let mut raised = Raised::default();
         for (until, handle) in live {
             let held = until
-                .max(now.saturating_add(self.jobs[&handle].ttl_ms))
+                .max(now.saturating_add(self.jobs[handle].ttl_ms))
                 .saturating_add(grace_ms);
-            self.move_job(handle, Place::Leased { until_ms: held }, Cause::Raise);
+            self.jobs
+                .move_to(handle, Place::Leased { until_ms: held }, Cause::Raise);
             raised.leases_held += 1;
             raised.held_until_ms = raised.held_until_ms.max(Some(held));
         }

@@ -47,12 +47,11 @@ impl LeaseMachine {
         let shared = parts_mut(&mut reply)
             .filter(|_| leases || !is_lease)
             .and_then(|p| {
-                let handle = *self
-                    .ix
-                    .ids
-                    .get(p.id)
+                let handle = self
+                    .jobs
+                    .handle_of(p.id)
                     .expect("a remembered reply's job exists as it is recorded");
-                let rec = &self.jobs[&handle];
+                let rec = &self.jobs[handle];
                 let payload = p.payload.is_some();
                 let result = p
                     .result
@@ -78,7 +77,7 @@ impl LeaseMachine {
     /// `reply` with the parts `shared` names put back from the record.
     fn put_back_from_record(&self, reply: &mut Reply, shared: Option<Shared>) {
         if let Some(s) = shared {
-            let rec = &self.jobs[&s.handle];
+            let rec = &self.jobs[s.handle];
             put_back(reply, s, rec.payload.as_ref(), rec.result.as_ref());
         }
     }
@@ -139,7 +138,7 @@ impl LeaseMachine {
         let Some(s) = shared else {
             return true;
         };
-        let (Some(rec), Some((id, payload, result))) = (self.jobs.get(&s.handle), parts(reply))
+        let (Some(rec), Some((id, payload, result))) = (self.jobs.get(s.handle), parts(reply))
         else {
             return false;
         };

@@ -42,7 +42,7 @@ pub enum ClusterVersion {
     /// docs/api.md "Version 1.1" (issue 31): scheduling, checkpoints, failures, cancel,
     /// retry, redrive; the 1.1 rules of the older commands; snapshot v5.
     Lifecycle = 4,
-    /// Issue 32: the machine records events (`machine/events.rs`); snapshot v6.
+    /// Issue 32: the machine records events (`machine/jobs/events.rs`); snapshot v6.
     Events = 5,
     /// docs/api.md "Batches": claim-next, renew and complete of many in one entry.
     Batches = 6,
@@ -53,7 +53,7 @@ pub enum ClusterVersion {
     /// - a full idempotency table or caller's quota refuses a new keyed write (429
     ///   `idempotency_full`) instead of forgetting a key inside its window, under the
     ///   byte bound `limits::IDEMPOTENCY_BYTES_MAX_REFUSING`;
-    /// - a job created again under a deleted id starts a new history (`machine/events.rs`);
+    /// - a job created again under a deleted id starts a new history (`machine/jobs/events.rs`);
     /// - snapshots (v6) write a ready or leased record's past as its place reads it, so a
     ///   replica restored from a pre-1.1 image holds the same bytes (`snapshot/v5.rs`).
     BoundedReplies = 7,

@@ -10,9 +10,9 @@
 
 use crate::command::{Outcome, Reply};
 use crate::limits;
-use crate::machine::record::{Closed, JobRecord, Place};
+use crate::machine::jobs::record::{Closed, JobFields, Place};
+use crate::machine::jobs::transition::Cause;
 use crate::machine::rules::{not_found, Holder};
-use crate::machine::transition::Cause;
 use crate::machine::LeaseMachine;
 use crate::tenant::Scope;
 use crate::wire::ErrorCode;
@@ -28,7 +28,7 @@ pub(crate) enum Wait {
     Fixed(u64),
 }
 
-impl JobRecord {
+impl JobFields {
     /// The backoff after the attempt that just failed: `backoff_ms × 2^(attempts−1)`,
     /// capped at `backoff_ms_max`, saturating.
     pub fn backoff_delay_ms(&self) -> u64 {
@@ -106,7 +106,7 @@ impl LeaseMachine {
         // A cancel request stays on record, as after a complete: `cancel_requested` says
         // a cancel came while the job was leased (docs/api.md, Job), with its reason.
         job.move_to(Place::Closed(Closed::Failed { at_ms: now }), Cause::Fail);
-        Ok(Outcome::Job(self.view(&self.jobs[&handle], now)))
+        Ok(Outcome::Job(self.jobs[handle].view(now)))
     }
 
     /// Cancels a pending job at once; a leased one gets a cancel request, which its
@@ -118,8 +118,11 @@ impl LeaseMachine {
         job_id: &str,
         reason: &Option<String>,
     ) -> Reply {
-        let &handle = self.ix.ids.get(job_id).ok_or_else(|| not_found(job_id))?;
-        let place = self.jobs[&handle].place;
+        let handle = self
+            .jobs
+            .handle_of(job_id)
+            .ok_or_else(|| not_found(job_id))?;
+        let place = self.jobs[handle].place();
         let to = match place {
             Place::Closed(Closed::Completed) => {
                 let msg = format!("job {job_id} is completed");
@@ -132,10 +135,10 @@ impl LeaseMachine {
             // Cancelled already, or its cancel asked already (the first reason kept): the
             // same answer again, nothing changes — not even `updated_ms` and `log_index`.
             Place::Closed(Closed::Cancelled) => {
-                return Ok(Outcome::Job(self.view(&self.jobs[&handle], now)));
+                return Ok(Outcome::Job(self.jobs[handle].view(now)));
             }
-            Place::Leased { .. } if self.jobs[&handle].life.cancel_requested => {
-                return Ok(Outcome::Job(self.view(&self.jobs[&handle], now)));
+            Place::Leased { .. } if self.jobs[handle].life.cancel_requested => {
+                return Ok(Outcome::Job(self.jobs[handle].view(now)));
             }
             Place::Leased { .. } => None,
             Place::Ready { .. } | Place::Scheduled { .. } => Some(Place::Closed(Closed::Cancelled)),
@@ -148,7 +151,7 @@ impl LeaseMachine {
             Some(to) => job.move_to(to, Cause::Cancel),
             None => job.note(Cause::CancelRequest),
         }
-        Ok(Outcome::Job(self.view(&self.jobs[&handle], now)))
+        Ok(Outcome::Job(self.jobs[handle].view(now)))
     }
 
     /// A failed or cancelled job back to pending (at `run_at_ms`, if later), attempts
@@ -163,13 +166,16 @@ impl LeaseMachine {
         if let Some(at) = run_at_ms {
             limits::validate_run_at_ms(at, now)?;
         }
-        let &handle = self.ix.ids.get(job_id).ok_or_else(|| not_found(job_id))?;
-        if let Some(state) = not_retryable(self.jobs[&handle].place) {
+        let handle = self
+            .jobs
+            .handle_of(job_id)
+            .ok_or_else(|| not_found(job_id))?;
+        if let Some(state) = not_retryable(self.jobs[handle].place()) {
             let msg = format!("job {job_id} is {state}: only a failed or cancelled job is retried");
             return Err(self.job_error(handle, ErrorCode::InvalidState, msg));
         }
         self.requeue(log_index, now, handle, run_at_ms.unwrap_or(now));
-        Ok(Outcome::Job(self.view(&self.jobs[&handle], now)))
+        Ok(Outcome::Job(self.jobs[handle].view(now)))
     }
 
     /// Moves a failed or cancelled job back to pending, due at `due_ms`.
@@ -193,8 +199,8 @@ impl LeaseMachine {
         limit: u32,
         scope: Option<&Scope>,
     ) -> Reply {
-        let held = |m: &LeaseMachine, h: u64| scope.is_none_or(|s| s.id_ok(&m.jobs[&h].id));
-        let picked: Vec<u64> = match self.ix.dead.get(queue) {
+        let held = |m: &LeaseMachine, h: u64| scope.is_none_or(|s| s.id_ok(&m.jobs[h].id));
+        let picked: Vec<u64> = match self.jobs.ix().dead.get(queue) {
             None => Vec::new(),
             Some(dead) => dead
                 .iter()
@@ -214,10 +220,10 @@ impl LeaseMachine {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::machine::record::{Lifecycle, Past};
+    use crate::machine::jobs::record::{JobFields, Lifecycle};
 
-    fn record(attempts: u64, backoff_ms: u64, backoff_ms_max: u64) -> JobRecord {
-        JobRecord {
+    fn record(attempts: u64, backoff_ms: u64, backoff_ms_max: u64) -> JobFields {
+        JobFields {
             id: "j".into(),
             queue: "q".into(),
             payload: None,
@@ -232,12 +238,9 @@ mod tests {
                 backoff_ms_max,
                 ..Lifecycle::default()
             },
-            place: Place::Leased { until_ms: 100 },
-            past: Past::default(),
             created_ms: 0,
             updated_ms: 0,
             log_index: 1,
-            history: Default::default(),
         }
     }
 

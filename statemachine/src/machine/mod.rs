@@ -3,8 +3,8 @@
 //! `apply` is a pure function of the state and one log entry. Store time is
 //! `now = max(clock, stamp)`; expiry is judged against it and nothing else.
 //!
-//! Every job is in one [`Place`](record::Place) — ready, leased or closed — and every
-//! change of place goes through one function, `transition.rs`, which keeps the indexes
+//! Every job is in one [`Place`](jobs::record::Place) — ready, leased or closed — and every
+//! change of place goes through one function, `jobs/transition.rs`, which keeps the indexes
 //! and the per-queue counts in step, so every command is O(log n):
 //!
 //! ```text
@@ -22,11 +22,8 @@
 //! # Layout
 //! - this file: the machine, `apply`, keyed requests (remembered replies) and batches;
 //!   a command reaches its rule through its own file (`crate::commands`).
-//! - `record`: [`JobRecord`](record::JobRecord) and its place; how a record is shown.
-//! - `indexes`: the derived indexes and counts, changed only by a place change.
-//! - `transition`: the one transition point, which feeds the event log.
-//! - `events`: the event log: the seq counter, each job's compact history, the deleted
-//!   jobs' histories and the feed.
+//! - `jobs`: [`Jobs`](jobs::Jobs), the job table — records, indexes, event log — whose
+//!   only place mutators are add, move and remove (the transition point).
 //! - `rules`: the rules, each deciding a job's next place.
 //! - `batches`: a client batch's items, each by its single call's rule.
 //! - `scoped`: a command held to its caller's tenant scope, checked against the stored
@@ -34,7 +31,6 @@
 //! - `reads`: `job`, `list`, `next_deadline_ms`, `history`, `events`.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -46,20 +42,18 @@ use crate::version::ClusterVersion;
 use crate::wire::{ApiError, ErrorCode};
 
 pub(crate) mod batches;
-pub(crate) mod events;
-mod indexes;
+pub(crate) mod jobs;
 pub(crate) mod lifecycle;
 mod reads;
-pub use events::FeedEvent;
+pub use jobs::events::FeedEvent;
 pub use reads::EventFilter;
-pub(crate) mod record;
 pub(crate) mod rules;
 mod scoped;
-pub(crate) mod transition;
 
-pub(crate) use events::{EventLog, History};
-pub(crate) use indexes::{FixedHashMap, Indexes};
-pub(crate) use record::{Closed, JobRecord, Lifecycle, Past, Place, Progress};
+pub(crate) use jobs::events::{EventLog, History};
+pub(crate) use jobs::indexes::FixedHashMap;
+pub(crate) use jobs::record::{Closed, JobFields, JobRecord, Lifecycle, Past, Place, Progress};
+pub(crate) use jobs::Jobs;
 
 /// Settings every replica must share; they are part of the snapshot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -117,10 +111,8 @@ pub struct LeaseMachine {
     /// The extension the last failover grace gave live leases, ms. Node-local like the
     /// indexes (not in snapshots): 0 on a machine restored since.
     pub(crate) last_grace_ms: u64,
-    /// Records behind `Arc`s: a snapshot takes a copy of the table cheaply (see
-    /// [`LeaseMachine::snapshot_source`]) and a record is copied only when written while
-    /// a snapshot still holds it.
-    pub(crate) jobs: BTreeMap<u64, Arc<JobRecord>>,
+    /// The records, their indexes and the event log (`jobs/`).
+    pub(crate) jobs: Jobs,
     /// Deleted job ids and their last generation, so a re-created job's fencing token
     /// continues upward instead of restarting at 1 (a destination would reject it).
     pub(crate) tombstones: BTreeMap<String, u64>,
@@ -133,11 +125,6 @@ pub struct LeaseMachine {
     /// `ActivateVersion` raises it. In snapshots from v4 on (v1-v3: 1).
     pub(crate) cluster_version: u32,
     pub(crate) idempotency: IdempotencyTable,
-    /// Derived from the records' places (`indexes.rs`), rebuilt on restore.
-    pub(crate) ix: Indexes,
-    /// The seq counter, the event feed and deleted jobs' histories (`events.rs`). In
-    /// snapshots from v6 on.
-    pub(crate) events: EventLog,
 }
 
 impl Default for LeaseMachine {
@@ -156,13 +143,11 @@ impl LeaseMachine {
             next_handle: 1,
             grace_applied: 0,
             last_grace_ms: 0,
-            jobs: BTreeMap::new(),
+            jobs: Jobs::default(),
             tombstones: BTreeMap::new(),
             generation_floor: 0,
             cluster_version: crate::version::CLUSTER_VERSION_INITIAL,
             idempotency: IdempotencyTable::default(),
-            ix: Indexes::default(),
-            events: EventLog::default(),
         }
     }
 
@@ -199,17 +184,18 @@ impl LeaseMachine {
     }
 
     pub fn stats(&self) -> Stats {
+        let ix = self.jobs.ix();
         let jobs = self.jobs.len() as u64;
-        let leased = self.ix.expiry.len() as u64;
-        let closed = self.ix.completed + self.ix.failed + self.ix.cancelled;
+        let leased = ix.expiry.len() as u64;
+        let closed = ix.completed + ix.failed + ix.cancelled;
         Stats {
             jobs,
             pending: jobs - leased - closed,
             leased,
-            completed: self.ix.completed,
-            failed: self.ix.failed,
-            cancelled: self.ix.cancelled,
-            scheduled: self.ix.due.len() as u64,
+            completed: ix.completed,
+            failed: ix.failed,
+            cancelled: ix.cancelled,
+            scheduled: ix.due.len() as u64,
             idempotency_keys: self.idempotency.len() as u64,
             idempotency_bytes: self.idempotency.bytes(),
             idempotency_scope_bytes_max: self.idempotency.largest_scope_bytes(),
@@ -253,7 +239,7 @@ impl LeaseMachine {
         debug_assert!(log_index > self.last_log_index, "log applied out of order");
         let now = self.clock_ms.max(entry.stamp_ms);
         let events_on = ClusterVersion::Events.active_at(self.cluster_version);
-        self.events.begin(log_index, now, events_on);
+        self.jobs.begin(log_index, now, events_on);
         if entry.term > self.term {
             if self.term != 0 {
                 self.grant_failover_grace(now - self.clock_ms);

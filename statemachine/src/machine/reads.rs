@@ -8,7 +8,7 @@ use crate::machine::LeaseMachine;
 use crate::tenant::Scope;
 use std::sync::Arc;
 
-use crate::machine::events::{FeedEvent, HistoryEntry};
+use crate::machine::jobs::events::{FeedEvent, HistoryEntry};
 use crate::wire::{
     ApiError, ErrorCode, Event, EventKind, EventPage, History, Job, JobPage, JobState,
 };
@@ -63,19 +63,19 @@ impl LeaseMachine {
 
     /// The earliest live lease's expiry, if any.
     pub fn next_expiry_ms(&self) -> Option<u64> {
-        self.ix.expiry.first().map(|(t, _)| *t)
+        self.jobs.ix().expiry.first().map(|(t, _)| *t)
     }
 
     /// The earliest scheduled job's due time, if any.
     pub fn next_due_ms(&self) -> Option<u64> {
-        self.ix.due.first().map(|(t, _)| *t)
+        self.jobs.ix().due.first().map(|(t, _)| *t)
     }
 
     /// The job as seen at store time `max(clock, now_ms)` (a leader judges reads at its
     /// current cluster time, which may be ahead of the last applied stamp).
     pub fn job(&self, job_id: &str, now_ms: u64) -> Option<Job> {
-        let handle = self.ix.ids.get(job_id)?;
-        Some(self.view(&self.jobs[handle], now_ms.max(self.clock_ms)))
+        let handle = self.jobs.ix().ids.get(job_id)?;
+        Some(self.jobs[*handle].view(now_ms.max(self.clock_ms)))
     }
 
     /// One page of jobs in creation order, filtered by queue and state.
@@ -102,10 +102,11 @@ impl LeaseMachine {
         let handles: Box<dyn Iterator<Item = u64> + '_> = match queue {
             None => Box::new(
                 self.jobs
+                    .records()
                     .range((start, std::ops::Bound::Unbounded))
                     .map(|(h, _)| *h),
             ),
-            Some(q) => match self.ix.by_queue.get(q) {
+            Some(q) => match self.jobs.ix().by_queue.get(q) {
                 None => Box::new(std::iter::empty()),
                 Some(set) => Box::new(set.range((start, std::ops::Bound::Unbounded)).copied()),
             },
@@ -114,7 +115,7 @@ impl LeaseMachine {
         let mut last_handle = after;
         let mut next_page_token = None;
         for h in handles {
-            let job = self.view(&self.jobs[&h], now);
+            let job = self.jobs[h].view(now);
             if state.is_some_and(|s| s != job.state) {
                 continue;
             }
@@ -134,13 +135,13 @@ impl LeaseMachine {
     /// Job `job_id`'s last events, oldest first, and its queue; a deleted job's too
     /// (among the last [`limits::HISTORIES_DELETED_KEPT`] deleted). `None`: no such job.
     pub fn history(&self, job_id: &str) -> Option<(String, History)> {
-        let (queue, history) = match self.ix.ids.get(job_id) {
+        let (queue, history) = match self.jobs.ix().ids.get(job_id) {
             Some(h) => {
-                let rec = &self.jobs[h];
-                (&rec.queue, &rec.history)
+                let rec = &self.jobs[*h];
+                (&rec.queue, rec.history())
             }
             None => {
-                let b = self.events.graveyard.get(job_id)?;
+                let b = self.jobs.events().graveyard.get(job_id)?;
                 (&b.queue, &b.history)
             }
         };
@@ -160,7 +161,7 @@ impl LeaseMachine {
         filter: EventFilter<'_>,
     ) -> Result<EventPage, ApiError> {
         check_limit(limit)?;
-        self.events.page(after, limit, |e| filter.wants(e))
+        self.jobs.events().page(after, limit, |e| filter.wants(e))
     }
 
     /// [`Self::events`], shared with the feed: each with its JSON encoded once for every
@@ -172,12 +173,14 @@ impl LeaseMachine {
         filter: EventFilter<'_>,
     ) -> Result<(Vec<Arc<FeedEvent>>, u64), ApiError> {
         check_limit(limit)?;
-        self.events.shared_page(after, limit, |e| filter.wants(e))
+        self.jobs
+            .events()
+            .shared_page(after, limit, |e| filter.wants(e))
     }
 
     /// The seq of the newest event applied here; 0 before the first.
     pub fn last_event_seq(&self) -> u64 {
-        self.events.last_seq
+        self.jobs.events().last_seq
     }
 }
 

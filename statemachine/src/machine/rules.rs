@@ -2,23 +2,23 @@
 //! release, delete, and what store time does on its own (settling run-out leases and
 //! due jobs, the failover grace). Each checks the request against the record, decides
 //! the job's next place and moves it there through the transition point
-//! (`transition.rs`); none edits an index or a count. Version 1.1's own rules (fail,
+//! (`jobs/transition.rs`), which they reach only through `Jobs`; none edits an index,
+//! a count or a place. Version 1.1's own rules (fail,
 //! cancel, retry, redrive) and where an ended lease goes are in `lifecycle.rs`. May
 //! import `record`, `transition`, `lifecycle`, `wire`, `limits` and `tenant`.
 
 use crate::command::{Outcome, Reply};
 use crate::idempotency::Bounds;
 use crate::limits;
+use crate::machine::jobs::record::{Closed, JobFields, JobRecord, Lifecycle, Place, Progress};
+use crate::machine::jobs::transition::{Cause, JobMut};
+use crate::machine::jobs::Added;
 use crate::machine::lifecycle::Wait;
-use crate::machine::record::{Closed, JobRecord, Lifecycle, Past, Place, Progress};
-use crate::machine::transition::{Cause, JobMut};
-use crate::machine::History;
 use crate::machine::LeaseMachine;
 pub(crate) use crate::tenant::not_found;
 use crate::tenant::Scope;
 use crate::version::ClusterVersion;
 use crate::wire::{ApiError, ErrorCode, Lease};
-use std::sync::Arc;
 
 /// The Lease object of a grant or renew that `rec` just recorded.
 fn lease_of(rec: &JobRecord, owner: &str, ttl_ms: u64, now: u64, log_index: u64) -> Lease {
@@ -82,15 +82,16 @@ impl LeaseMachine {
     /// for the new stamp, so `expiry` holds exactly those leases. Never shortens a lease.
     pub(super) fn grant_failover_grace(&mut self, gap_ms: u64) {
         let extra = gap_ms.min(self.config.grace_ms_max);
-        if extra == 0 || self.ix.expiry.is_empty() {
+        if extra == 0 || self.jobs.ix().expiry.is_empty() {
             return;
         }
         self.grace_applied += 1;
         self.last_grace_ms = extra;
-        let live: Vec<(u64, u64)> = self.ix.expiry.iter().copied().collect();
+        let live: Vec<(u64, u64)> = self.jobs.ix().expiry.iter().copied().collect();
         for (until, handle) in live {
             let until_ms = until.saturating_add(extra);
-            self.move_job(handle, Place::Leased { until_ms }, Cause::Grace);
+            self.jobs
+                .move_to(handle, Place::Leased { until_ms }, Cause::Grace);
         }
     }
 
@@ -100,16 +101,22 @@ impl LeaseMachine {
     /// same instant). Each step is O(log n), and each job moves once per deadline.
     pub(super) fn settle(&mut self, now: u64) {
         loop {
-            let expiry = self.ix.expiry.first().copied().filter(|e| e.0 <= now);
-            let due = self.ix.due.first().copied().filter(|d| d.0 <= now);
+            let expiry = self
+                .jobs
+                .ix()
+                .expiry
+                .first()
+                .copied()
+                .filter(|e| e.0 <= now);
+            let due = self.jobs.ix().due.first().copied().filter(|d| d.0 <= now);
             match (expiry, due) {
                 (Some((until, handle)), due) if due.is_none_or(|d| until <= d.0) => {
-                    let to = self.jobs[&handle].after_expiry(until);
-                    self.move_job(handle, to, Cause::Expire);
+                    let to = self.jobs[handle].after_expiry(until);
+                    self.jobs.move_to(handle, to, Cause::Expire);
                 }
                 (_, Some((due_ms, handle))) => {
-                    let to = self.jobs[&handle].ready_at(due_ms);
-                    self.move_job(handle, to, Cause::Due);
+                    let to = self.jobs[handle].ready_at(due_ms);
+                    self.jobs.move_to(handle, to, Cause::Due);
                 }
                 _ => return,
             }
@@ -117,22 +124,14 @@ impl LeaseMachine {
     }
 
     pub(super) fn job_error(&self, handle: u64, code: ErrorCode, message: String) -> ApiError {
-        ApiError::new(code, message).with_job(self.view(&self.jobs[&handle], self.clock_ms))
+        ApiError::new(code, message).with_job(self.jobs[handle].view(self.clock_ms))
     }
 
-    /// A record for a new job `id` in `queue`, `Ready` from `now`. Its generation goes
-    /// on from a deleted namesake's, or starts at the floor. From entry version 7 its
-    /// history starts anew (issue 44 item 3: a namesake's events, perhaps another
-    /// tenant's, showed under this job's queue); before, it continued the namesake's.
-    fn new_record(&mut self, log_index: u64, now: u64, id: &str, queue: &str) -> JobRecord {
+    /// The fields of a new job `id` in `queue`. Its generation goes on from a deleted
+    /// namesake's, or starts at the floor.
+    fn new_fields(&mut self, log_index: u64, now: u64, id: &str, queue: &str) -> JobFields {
         let generation = self.tombstones.remove(id).unwrap_or(self.generation_floor);
-        let namesakes = self.events.revive(id);
-        let history = if ClusterVersion::BoundedReplies.active_at(self.cluster_version) {
-            History::default()
-        } else {
-            namesakes
-        };
-        JobRecord {
+        JobFields {
             id: id.to_owned(),
             queue: queue.to_owned(),
             payload: None,
@@ -143,16 +142,21 @@ impl LeaseMachine {
             owner: None,
             ttl_ms: 0,
             life: Lifecycle::default(),
-            place: Place::Ready {
-                priority: 0,
-                since_ms: now,
-            },
-            past: Past::default(),
             created_ms: now,
             updated_ms: now,
             log_index,
-            history,
         }
+    }
+
+    /// Adds a new job at `place` and returns its handle. From entry version 7 its
+    /// history starts anew (issue 44 item 3: a namesake's events, perhaps another
+    /// tenant's, showed under this job's queue); before, it continued the namesake's.
+    fn add_new(&mut self, fields: JobFields, place: Place, cause: Cause) -> u64 {
+        let continued = !ClusterVersion::BoundedReplies.active_at(self.cluster_version);
+        let handle = self.take_handle();
+        self.jobs
+            .add(handle, fields, place, Added { cause, continued });
+        handle
     }
 
     fn take_handle(&mut self) -> u64 {
@@ -168,20 +172,18 @@ impl LeaseMachine {
             Some(id) => id.to_owned(),
             None => self.generated_id(log_index),
         };
-        if let Some(&h) = self.ix.ids.get(&id) {
+        if let Some(&h) = self.jobs.ix().ids.get(&id) {
             return Err(self.job_error(h, ErrorCode::AlreadyExists, format!("job {id} exists")));
         }
-        let mut rec = self.new_record(log_index, now, &id, new.queue);
-        rec.payload = new.payload.clone();
-        rec.max_attempts = new.max_attempts;
-        rec.life.priority = new.priority;
-        rec.life.backoff_ms = new.backoff_ms;
-        rec.life.backoff_ms_max = new.backoff_ms_max;
-        rec.place = rec.due_at(new.run_at_ms.unwrap_or(now), now);
-        let job = self.view(&rec, now);
-        let handle = self.take_handle();
-        self.add_job(handle, rec, Cause::Submit);
-        Ok(Outcome::Job(job))
+        let mut fields = self.new_fields(log_index, now, &id, new.queue);
+        fields.payload = new.payload.clone();
+        fields.max_attempts = new.max_attempts;
+        fields.life.priority = new.priority;
+        fields.life.backoff_ms = new.backoff_ms;
+        fields.life.backoff_ms_max = new.backoff_ms_max;
+        let place = fields.due_at(new.run_at_ms.unwrap_or(now), now);
+        let handle = self.add_new(fields, place, Cause::Submit);
+        Ok(Outcome::Job(self.jobs[handle].view(now)))
     }
 
     /// A job id derived from the log index: the same on every replica, and the same for
@@ -190,7 +192,7 @@ impl LeaseMachine {
         let base = format!("job-{log_index:012}");
         let mut id = base.clone();
         let mut n = 1;
-        while self.ix.ids.contains_key(&id) {
+        while self.jobs.ix().ids.contains_key(&id) {
             id = format!("{base}-{n}");
             n += 1;
         }
@@ -205,20 +207,22 @@ impl LeaseMachine {
         owner: &str,
         ttl_ms: u64,
     ) -> Reply {
-        let handle = match self.ix.ids.get(job_id) {
-            Some(&h) => h,
+        let handle = match self.jobs.handle_of(job_id) {
+            Some(h) => h,
             None => {
-                let rec = self.new_record(log_index, now, job_id, limits::QUEUE_DEFAULT);
-                let handle = self.take_handle();
-                self.add_job(handle, rec, Cause::Claim);
-                handle
+                let fields = self.new_fields(log_index, now, job_id, limits::QUEUE_DEFAULT);
+                let ready = Place::Ready {
+                    priority: 0,
+                    since_ms: now,
+                };
+                self.add_new(fields, ready, Cause::Claim)
             }
         };
-        let rec = &self.jobs[&handle];
+        let rec = &self.jobs[handle];
         if let Err((code, msg)) = closed(rec) {
             return Err(self.job_error(handle, code, msg));
         }
-        match rec.place {
+        match rec.place() {
             Place::Scheduled { due_ms } => {
                 let msg = format!("job {job_id} is not due before {due_ms}");
                 Err(self.job_error(handle, ErrorCode::NotDue, msg))
@@ -260,7 +264,7 @@ impl LeaseMachine {
     /// exceed `max_attempts`.
     fn grant(&mut self, log_index: u64, now: u64, handle: u64, owner: &str, ttl_ms: u64) -> Reply {
         let v1_1 = ClusterVersion::Lifecycle.active_at(self.cluster_version);
-        let mut job = self.job_mut(handle);
+        let mut job = self.jobs.get_mut(handle);
         let rec = job.edit();
         rec.updated_ms = now;
         rec.log_index = log_index;
@@ -281,7 +285,7 @@ impl LeaseMachine {
         job.move_to(Place::Leased { until_ms }, Cause::Claim);
         let mut lease = lease_of(&job, owner, ttl_ms, now, log_index);
         if v1_1 {
-            add_claim_fields(&mut lease, &self.jobs[&handle]);
+            add_claim_fields(&mut lease, &self.jobs[handle]);
         }
         Ok(Outcome::Lease(lease))
     }
@@ -294,8 +298,11 @@ impl LeaseMachine {
             owner,
             generation,
         } = holder;
-        let &handle = self.ix.ids.get(job_id).ok_or_else(|| not_found(job_id))?;
-        let rec = &self.jobs[&handle];
+        let handle = self
+            .jobs
+            .handle_of(job_id)
+            .ok_or_else(|| not_found(job_id))?;
+        let rec = &self.jobs[handle];
         let fail = |code, msg: String| Err(self.job_error(handle, code, msg));
         if let Err((code, msg)) = closed(rec) {
             return fail(code, msg);
@@ -311,7 +318,7 @@ impl LeaseMachine {
             let msg = format!("owner {owner} does not hold generation {generation}");
             return fail(ErrorCode::StaleLease, msg);
         }
-        match rec.place {
+        match rec.place() {
             Place::Leased { until_ms } if now < until_ms => Ok(handle),
             _ => {
                 let msg = format!(
@@ -326,7 +333,7 @@ impl LeaseMachine {
     /// A checked holder's job, marked as changed by this entry: the common first step of
     /// renew, complete and release.
     pub(super) fn touch(&mut self, handle: u64, now: u64, log_index: u64) -> JobMut<'_> {
-        let mut job = self.job_mut(handle);
+        let mut job = self.jobs.get_mut(handle);
         let rec = job.edit();
         rec.updated_ms = now;
         rec.log_index = log_index;
@@ -375,7 +382,7 @@ impl LeaseMachine {
         let mut job = self.touch(handle, now, log_index);
         job.edit().result = result.clone();
         job.move_to(Place::Closed(Closed::Completed), Cause::Complete);
-        Ok(Outcome::Job(self.view(&self.jobs[&handle], now)))
+        Ok(Outcome::Job(self.jobs[handle].view(now)))
     }
 
     /// Ends the holder's lease now: the job goes back to its queue (at once, after a
@@ -393,22 +400,20 @@ impl LeaseMachine {
             job.edit().life.last_error = Some(error.clone());
         }
         let to = job.after_lease(now, how.wait);
-        job.move_noting(to, Cause::Release, how.error.map(String::as_str));
-        // The lease ends now, not at its term: a later renew by the same holder is
-        // `lease_expired`, "ended at" now.
-        job.edit().past.lease_until_ms = now;
-        Ok(Outcome::Job(self.view(&self.jobs[&handle], now)))
+        job.end_lease(to, now, how.error.map(String::as_str));
+        Ok(Outcome::Job(self.jobs[handle].view(now)))
     }
 
     pub(crate) fn delete(&mut self, job_id: &str) -> Reply {
-        let &handle = self.ix.ids.get(job_id).ok_or_else(|| not_found(job_id))?;
-        if let Place::Leased { until_ms } = self.jobs[&handle].place {
+        let handle = self
+            .jobs
+            .handle_of(job_id)
+            .ok_or_else(|| not_found(job_id))?;
+        if let Place::Leased { until_ms } = self.jobs[handle].place() {
             let msg = format!("job {job_id} is leased until {until_ms}");
             return Err(self.job_error(handle, ErrorCode::LeaseHeld, msg));
         }
-        let mut rec = self.remove_job(handle, Cause::Delete);
-        let history = std::mem::take(&mut Arc::make_mut(&mut rec).history);
-        self.events.bury(&rec.id, &rec.queue, history);
+        let rec = self.jobs.remove(handle, Cause::Delete);
         // Remembered replies sharing the record's payload or result copy them first.
         self.idempotency.materialize(
             handle,
@@ -444,7 +449,7 @@ fn add_claim_fields(lease: &mut Lease, rec: &JobRecord) {
 /// The refusal of a closed job, by how it closed (Ok: it is open).
 fn closed(rec: &JobRecord) -> Result<(), (ErrorCode, String)> {
     let id = &rec.id;
-    match rec.place {
+    match rec.place() {
         Place::Closed(Closed::Completed) => {
             Err((ErrorCode::JobCompleted, format!("job {id} is completed")))
         }

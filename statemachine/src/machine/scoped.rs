@@ -38,7 +38,7 @@ impl LeaseMachine {
 
     /// The id and queue of a stored job.
     pub(super) fn stored(&self, id: &str) -> Option<(String, String)> {
-        let rec = &self.jobs[self.ix.ids.get(id)?];
+        let rec = &self.jobs[self.jobs.handle_of(id)?];
         Some((rec.id.clone(), rec.queue.clone()))
     }
 
@@ -47,8 +47,8 @@ impl LeaseMachine {
     /// job prefix skips the jobs outside it, looking at most at
     /// [`crate::limits::SCOPED_CLAIM_SCAN_MAX`] of them (then: nothing claimable).
     pub(crate) fn next_ready(&self, queue: &str, scope: Option<&Scope>) -> Option<u64> {
-        let ready = self.ix.ready.get(queue)?;
-        let held = |h: &u64| scope.is_none_or(|s| s.id_ok(&self.jobs[h].id));
+        let ready = self.jobs.ix().ready.get(queue)?;
+        let held = |h: &u64| scope.is_none_or(|s| s.id_ok(&self.jobs[*h].id));
         ready
             .iter()
             .take(crate::limits::SCOPED_CLAIM_SCAN_MAX)

@@ -32,7 +32,7 @@ use std::sync::Arc;
 use bincode::Options;
 
 use crate::idempotency::{Bounds, IdempotencyTable, Remembered};
-use crate::machine::{Config, EventLog, History, Indexes, JobRecord, LeaseMachine, Place};
+use crate::machine::{Config, EventLog, History, JobRecord, Jobs, LeaseMachine, Place};
 use crate::version::{ClusterVersion, CLUSTER_VERSION_INITIAL};
 
 mod v1;
@@ -377,7 +377,7 @@ fn attach_histories(
         let rec = jobs
             .get_mut(&handle)
             .ok_or_else(|| Inconsistency::BadHistory(format!("handle {handle}")))?;
-        Arc::make_mut(rec).history = history;
+        Arc::make_mut(rec).set_history(history);
     }
     match jobs.values().find(|r| events.graveyard.contains_key(&r.id)) {
         Some(r) => Err(Inconsistency::BadHistory(r.id.clone())),
@@ -419,7 +419,7 @@ impl LeaseMachine {
     pub fn snapshot_source(&self) -> SnapshotSource {
         let image = Image {
             header: self.header(),
-            jobs: self.jobs.clone(),
+            jobs: self.jobs.records().clone(),
             tombstones: self.tombstones.clone(),
             idempotency: self
                 .idempotency
@@ -428,7 +428,7 @@ impl LeaseMachine {
                 .collect(),
             generation_floor: self.generation_floor,
             cluster_version: self.cluster_version,
-            events: self.events.clone(),
+            events: self.jobs.events().clone(),
         };
         SnapshotSource { image }
     }
@@ -444,12 +444,12 @@ impl LeaseMachine {
     pub fn snapshot_as(&self, format: SnapshotFormat) -> Vec<u8> {
         let image = ImageRef {
             header: self.header(),
-            jobs: &self.jobs,
+            jobs: self.jobs.records(),
             tombstones: &self.tombstones,
             idempotency: self.idempotency.entries().collect(),
             generation_floor: self.generation_floor,
             cluster_version: self.cluster_version,
-            events: &self.events,
+            events: self.jobs.events(),
         };
         let mut out = Vec::new();
         encode_into(format, &image, &mut out).expect("state always encodes");
@@ -482,7 +482,6 @@ impl LeaseMachine {
         m.tombstones = image.tombstones;
         m.generation_floor = image.generation_floor;
         m.cluster_version = image.cluster_version;
-        m.events = image.events;
         m.idempotency = IdempotencyTable::from_entries(
             image.idempotency,
             Bounds::of(&h.config, image.cluster_version),
@@ -493,9 +492,7 @@ impl LeaseMachine {
             }
             m.check_restored_record(rec)?;
         }
-        m.ix = Indexes::build(image.jobs.iter().map(|(h, r)| (*h, &**r)))
-            .map_err(Inconsistency::IndexedTwice)?;
-        m.jobs = image.jobs;
+        m.jobs = Jobs::restore(image.jobs, image.events).map_err(Inconsistency::IndexedTwice)?;
         m.check_restored_idempotency()?;
         Ok(m)
     }
@@ -515,7 +512,7 @@ impl LeaseMachine {
         if rec.max_attempts.is_some_and(|max| rec.attempts > max) {
             return Err(Inconsistency::AttemptsOverMax(id()));
         }
-        match rec.place {
+        match rec.place() {
             Place::Leased { until_ms } if until_ms <= self.clock_ms => {
                 Err(Inconsistency::ExpiredLease(id()))
             }
@@ -549,7 +546,7 @@ impl LeaseMachine {
     /// bug, never an input error. Run after every apply in debug builds and by the
     /// property tests.
     pub fn check_invariants(&self) {
-        for (&handle, rec) in &self.jobs {
+        for (&handle, rec) in self.jobs.records() {
             assert!(handle < self.next_handle, "handle {handle} not yet issued");
             assert!(
                 !self.tombstones.contains_key(&rec.id),
@@ -564,7 +561,7 @@ impl LeaseMachine {
                     rec.id
                 );
             }
-            match rec.place {
+            match rec.place() {
                 Place::Leased { until_ms } => assert!(
                     until_ms > self.clock_ms,
                     "expired lease of {} not settled",
@@ -581,9 +578,7 @@ impl LeaseMachine {
                 Place::Closed(_) => {}
             }
         }
-        self.ix.check(&self.jobs);
-        self.events
-            .check(self.jobs.values().map(|r| (r.id.as_str(), &r.history)));
+        self.jobs.check();
         self.idempotency.check_invariants(
             self.clock_ms,
             Bounds::of(&self.config, self.cluster_version),

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::command::{Outcome, Reply};
 use crate::idempotency::{Kept, Remembered};
-use crate::machine::{Closed, Config, History, JobRecord, Lifecycle, Past, Place};
+use crate::machine::{Closed, Config, History, JobFields, JobRecord, Lifecycle, Past, Place};
 use crate::snapshot::{Header, Inconsistency};
 use crate::wire::{ApiError, ErrorCode, Job, JobState, Lease};
 
@@ -117,7 +117,7 @@ fn own(s: Option<Cow<'_, str>>) -> Option<String> {
 
 impl<'a> From<&'a JobRecord> for JobRecordV1<&'a str> {
     fn from(r: &'a JobRecord) -> Self {
-        let (status, leased) = match r.place {
+        let (status, leased) = match r.place() {
             Place::Ready { .. } => (StatusV1::Open, false),
             Place::Leased { .. } => (StatusV1::Open, true),
             Place::Closed(Closed::Completed) => (StatusV1::Completed, false),
@@ -167,7 +167,11 @@ impl TryFrom<JobRecordV1<String>> for JobRecord {
                 return Err(Inconsistency::ClosedLeased(r.id))
             }
         };
-        Ok(JobRecord {
+        let past = Past {
+            lease_until_ms: r.lease_until_ms,
+            ready_since_ms: r.ready_at_ms,
+        };
+        let fields = JobFields {
             id: r.id,
             queue: r.queue,
             payload: r.payload,
@@ -178,16 +182,11 @@ impl TryFrom<JobRecordV1<String>> for JobRecord {
             owner: r.owner,
             ttl_ms: r.ttl_ms,
             life: Lifecycle::default(),
-            place,
-            past: Past {
-                lease_until_ms: r.lease_until_ms,
-                ready_since_ms: r.ready_at_ms,
-            },
             created_ms: r.created_ms,
             updated_ms: r.updated_ms,
             log_index: r.log_index,
-            history: History::default(),
-        })
+        };
+        Ok(JobRecord::new(fields, place, past, History::default()))
     }
 }
 

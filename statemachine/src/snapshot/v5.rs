@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::command::{Outcome, Reply};
 use crate::idempotency::{Kept, Remembered};
-use crate::machine::{Closed, History, JobRecord, Lifecycle, Past, Place, Progress};
+use crate::machine::{Closed, History, JobFields, JobRecord, Lifecycle, Past, Place, Progress};
 use crate::snapshot::v1::{HeaderV1, StateV1};
 use crate::snapshot::v3::SharedV3;
 use crate::snapshot::{ImageRef, Inconsistency};
@@ -105,9 +105,9 @@ impl<'a> From<&'a JobRecord> for JobRecordV5<&'a str> {
             max_attempts: r.max_attempts,
             owner: r.owner.as_deref(),
             ttl_ms: r.ttl_ms,
-            place: place_v5(r.place),
-            lease_until_ms: r.past.lease_until_ms,
-            ready_since_ms: r.past.ready_since_ms,
+            place: place_v5(r.place()),
+            lease_until_ms: r.past().lease_until_ms,
+            ready_since_ms: r.past().ready_since_ms,
             created_ms: r.created_ms,
             updated_ms: r.updated_ms,
             log_index: r.log_index,
@@ -146,7 +146,12 @@ impl TryFrom<JobRecordV5<String>> for JobRecord {
                 generation: p.generation,
             }),
         };
-        Ok(JobRecord {
+        let place = place_of(r.place, r.priority);
+        let past = Past {
+            lease_until_ms: r.lease_until_ms,
+            ready_since_ms: r.ready_since_ms,
+        };
+        let fields = JobFields {
             id: r.id,
             queue: r.queue,
             payload: r.payload,
@@ -156,17 +161,12 @@ impl TryFrom<JobRecordV5<String>> for JobRecord {
             max_attempts: r.max_attempts,
             owner: r.owner,
             ttl_ms: r.ttl_ms,
-            place: place_of(r.place, r.priority),
             life,
-            past: Past {
-                lease_until_ms: r.lease_until_ms,
-                ready_since_ms: r.ready_since_ms,
-            },
             created_ms: r.created_ms,
             updated_ms: r.updated_ms,
             log_index: r.log_index,
-            history: History::default(),
-        })
+        };
+        Ok(JobRecord::new(fields, place, past, History::default()))
     }
 }
 

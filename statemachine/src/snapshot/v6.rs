@@ -1,6 +1,6 @@
 //! Snapshot format v6: `[6] ++ v5's body ++ bincode(EventsV6)`, written once the cluster
 //! version reaches 5, the entry version from which the machine records events
-//! (`machine/events.rs`).
+//! (`machine/jobs/events.rs`).
 //!
 //! What v6 added over v5: the event state — the seq counter, each live job's history
 //! (by handle), the deleted jobs' histories (oldest deletion first) and the event feed.
@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::machine::events::{FeedEvent, HistoryEntry};
+use crate::machine::jobs::events::{FeedEvent, HistoryEntry};
 use crate::machine::{EventLog, History};
 use crate::snapshot::{ImageRef, Inconsistency};
 
@@ -73,8 +73,8 @@ pub(super) fn encode_into<W: std::io::Write>(image: &ImageRef<'_>, w: W) -> binc
     let histories = image
         .jobs
         .iter()
-        .filter(|(_, r)| r.history.len() > 0)
-        .map(|(&h, r)| (h, history_v6(&r.history)))
+        .filter(|(_, r)| r.history().len() > 0)
+        .map(|(&h, r)| (h, history_v6(r.history())))
         .collect();
     let graveyard = events
         .buried

@@ -14,7 +14,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{BuildHasherDefault, DefaultHasher};
 
-use crate::machine::record::{Closed, JobRecord, Place};
+use crate::machine::jobs::record::{Closed, JobRecord, Place};
 use crate::queue_stats::{count_move, QueueStats, Slot};
 
 /// SipHash-1-3 with fixed (zero) keys: std documents that every `DefaultHasher::new()`
@@ -338,7 +338,7 @@ mod tests {
     #[should_panic(expected = "expiry index")]
     fn a_place_written_around_the_transition_point_is_caught() {
         let mut m = machine();
-        let rec = Arc::make_mut(m.jobs.get_mut(&1).expect("job a"));
+        let rec = Arc::make_mut(m.jobs.records.get_mut(&1).expect("job a"));
         assert!(matches!(rec.place, Place::Leased { .. }));
         rec.place = Place::Leased { until_ms: 5_000 };
         m.check_invariants();
@@ -348,7 +348,7 @@ mod tests {
     #[should_panic(expected = "jobs per queue and state")]
     fn a_count_kept_by_hand_is_caught() {
         let mut m = machine();
-        let q = m.ix.counts.get_mut("q").expect("queue q");
+        let q = m.jobs.ix.counts.get_mut("q").expect("queue q");
         q.leased -= 1;
         q.pending += 1;
         m.check_invariants();
@@ -357,9 +357,9 @@ mod tests {
     #[test]
     fn the_indexes_are_those_of_the_places() {
         let m = machine();
-        assert_eq!(m.ix.expiry.len(), 1);
-        assert_eq!(m.ix.ready["q"].len(), 1);
-        let counts = m.ix.counts["q"];
+        assert_eq!(m.jobs.ix().expiry.len(), 1);
+        assert_eq!(m.jobs.ix().ready["q"].len(), 1);
+        let counts = m.jobs.ix().counts["q"];
         assert_eq!((counts.pending, counts.leased), (1, 1));
         assert_eq!(m.next_deadline_ms(), Some(1_010));
     }

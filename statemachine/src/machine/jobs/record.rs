@@ -4,11 +4,10 @@
 //! indexes and counts in step with it; rules decide the next place and say why. What a
 //! job's earlier places leave behind (when its latest lease ended, when it last became
 //! claimable) is [`Past`], also written there. How the job looks on the API (`Job`) is
-//! [`LeaseMachine::view`]. May import `wire`; no serde: the snapshot formats have their
+//! [`JobRecord::view`]. May import `wire`; no serde: the snapshot formats have their
 //! own record types (`snapshot/`), converted to and from this one.
 
-use crate::machine::events::History;
-use crate::machine::LeaseMachine;
+use crate::machine::jobs::events::History;
 use crate::wire::{Job, JobState};
 
 /// Where a job is. Every place is an index entry: `Scheduled` in the due-time set,
@@ -61,8 +60,22 @@ pub(crate) struct Progress {
     pub generation: u64,
 }
 
+/// A job as the machine keeps it: the fields its rules edit ([`JobFields`], reached
+/// through `Deref`), and where it is with what that left behind, which only the jobs
+/// table's transition point writes (`transition.rs`): outside `machine::jobs` they are
+/// read through [`JobRecord::place`], [`JobRecord::past`] and [`JobRecord::history`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct JobRecord {
+    pub(in crate::machine::jobs) fields: JobFields,
+    pub(in crate::machine::jobs) place: Place,
+    pub(in crate::machine::jobs) past: Past,
+    /// Its last events (`events.rs`).
+    pub(in crate::machine::jobs) history: History,
+}
+
+/// What a job's rules may change directly: everything but its place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct JobFields {
     pub id: String,
     pub queue: String,
     pub payload: Option<String>,
@@ -77,18 +90,50 @@ pub(crate) struct JobRecord {
     pub ttl_ms: u64,
     /// Priority, backoff, the last error, a cancel request, the last checkpoint.
     pub life: Lifecycle,
-    /// Written only by `transition.rs`.
-    pub place: Place,
-    /// Written only by `transition.rs` (and release, which ends a lease early).
-    pub past: Past,
     pub created_ms: u64,
     pub updated_ms: u64,
     pub log_index: u64,
-    /// Its last events (`events.rs`), written only by the transition point.
-    pub history: History,
+}
+
+impl std::ops::Deref for JobRecord {
+    type Target = JobFields;
+
+    fn deref(&self) -> &JobFields {
+        &self.fields
+    }
 }
 
 impl JobRecord {
+    /// A record outside the table: a new job's (its place is given when the table adds
+    /// it, `Jobs::add`), or one restored from a snapshot (the table rebuilds its
+    /// indexes from the places, `Jobs::restore`).
+    pub fn new(fields: JobFields, place: Place, past: Past, history: History) -> JobRecord {
+        JobRecord {
+            fields,
+            place,
+            past,
+            history,
+        }
+    }
+
+    /// Gives a record outside the table its restored history (snapshot v6 carries the
+    /// histories apart from the records). A record in the table is out of reach: the
+    /// table hands out only `&JobRecord` and, to change, `&mut JobFields`.
+    pub fn set_history(&mut self, history: History) {
+        self.history = history;
+    }
+
+    pub fn place(&self) -> Place {
+        self.place
+    }
+
+    pub fn past(&self) -> Past {
+        self.past
+    }
+
+    pub fn history(&self) -> &History {
+        &self.history
+    }
     /// The end of the current lease, or of the latest one.
     pub fn lease_until_ms(&self) -> u64 {
         match self.place {
@@ -144,11 +189,12 @@ impl Default for Lifecycle {
     }
 }
 
-impl LeaseMachine {
+impl JobRecord {
     /// The job as docs/api.md shows it at store time `now`: a lease that ran out by
     /// `now` (not yet settled by an entry) shows where settling it will put it (pending,
     /// perhaps not due yet, or cancelled), without owner.
-    pub(crate) fn view(&self, rec: &JobRecord, now: u64) -> Job {
+    pub(crate) fn view(&self, now: u64) -> Job {
+        let rec = self;
         let place = match rec.place {
             Place::Leased { until_ms } if until_ms <= now => rec.after_expiry(until_ms),
             place => place,

@@ -20,8 +20,8 @@ use bincode::Options;
 use serde::{Deserialize, Serialize};
 
 use crate::limits;
-use crate::machine::record::{Closed, JobRecord, Place};
-use crate::machine::transition::Cause;
+use crate::machine::jobs::record::{Closed, JobRecord, Place};
+use crate::machine::jobs::transition::Cause;
 use crate::wire::{ApiError, ErrorCode, Event, EventDetail, EventKind, EventPage};
 
 /// The entry being applied, as its events are stamped.

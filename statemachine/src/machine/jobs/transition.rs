@@ -1,6 +1,6 @@
 //! The one transition point: every change of a job's [`Place`] — entering the table,
-//! moving, leaving it — goes through `transition` (reached by `add_job`, `move_job`,
-//! [`JobMut::move_to`] and `remove_job`), which writes the
+//! moving, leaving it — goes through `transition` (reached by `Jobs::add`,
+//! `Jobs::move_to`, [`JobMut::move_to`] and `Jobs::remove`), which writes the
 //! place, what the old place leaves behind ([`Past`]), the indexes and the per-queue
 //! counts together. Rules (`rules.rs`, `raise.rs`) only decide the next place and give
 //! the [`Cause`]; none edits an index or a count.
@@ -23,12 +23,9 @@
 //! reaches [`EventLog::record`] with both places and the cause.
 //! May import `record`, `indexes` and `events`.
 
-use std::sync::Arc;
-
-use crate::machine::events::{Change, EventLog};
-use crate::machine::indexes::Indexes;
-use crate::machine::record::{JobRecord, Past, Place};
-use crate::machine::LeaseMachine;
+use crate::machine::jobs::events::{Change, EventLog};
+use crate::machine::jobs::indexes::Indexes;
+use crate::machine::jobs::record::{JobFields, JobRecord, Past, Place};
 
 /// Why a job changes place: what an event will say.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,10 +69,24 @@ pub(crate) struct JobMut<'m> {
     events: &'m mut EventLog,
 }
 
-impl JobMut<'_> {
+impl<'m> JobMut<'m> {
+    pub(super) fn new(
+        handle: u64,
+        rec: &'m mut JobRecord,
+        ix: &'m mut Indexes,
+        events: &'m mut EventLog,
+    ) -> JobMut<'m> {
+        JobMut {
+            handle,
+            rec,
+            ix,
+            events,
+        }
+    }
+
     /// The record's fields, to change; its place and past belong to [`Self::move_to`].
-    pub fn edit(&mut self) -> &mut JobRecord {
-        self.rec
+    pub fn edit(&mut self) -> &mut JobFields {
+        &mut self.rec.fields
     }
 
     /// Moves the job to `to` (the transition point).
@@ -92,6 +103,14 @@ impl JobMut<'_> {
             text,
         };
         transition(self.ix, self.events, self.handle, self.rec, &change);
+    }
+
+    /// Ends the job's lease at `ended_ms`, before its term, and moves it to `to` (a
+    /// release): a later renew by the same holder is `lease_expired`, "ended at"
+    /// `ended_ms`.
+    pub fn end_lease(&mut self, to: Place, ended_ms: u64, text: Option<&str>) {
+        self.move_noting(to, Cause::Release, text);
+        self.rec.past.lease_until_ms = ended_ms;
     }
 
     /// Records `cause` for the job where it stands: an event without a move.
@@ -115,67 +134,10 @@ impl std::ops::Deref for JobMut<'_> {
     }
 }
 
-impl LeaseMachine {
-    /// Job `handle`, to change (copied first if a snapshot source still shares it).
-    pub(crate) fn job_mut(&mut self, handle: u64) -> JobMut<'_> {
-        let rec = self
-            .jobs
-            .get_mut(&handle)
-            .expect("a job the caller looked up");
-        JobMut {
-            handle,
-            rec: Arc::make_mut(rec),
-            ix: &mut self.ix,
-            events: &mut self.events,
-        }
-    }
-
-    /// Adds `rec` (its `place` the first) as job `handle`.
-    pub(crate) fn add_job(&mut self, handle: u64, mut rec: JobRecord, cause: Cause) {
-        let change = Change {
-            from: None,
-            to: Some(rec.place),
-            cause,
-            text: None,
-        };
-        transition(&mut self.ix, &mut self.events, handle, &mut rec, &change);
-        let previous = self.jobs.insert(handle, Arc::new(rec));
-        assert!(previous.is_none(), "handle {handle} issued twice");
-    }
-
-    /// Moves job `handle` to `to`.
-    pub(crate) fn move_job(&mut self, handle: u64, to: Place, cause: Cause) {
-        self.job_mut(handle).move_to(to, cause);
-    }
-
-    /// Takes job `handle` out of the table and returns its record.
-    pub(crate) fn remove_job(&mut self, handle: u64, cause: Cause) -> Arc<JobRecord> {
-        let mut rec = self
-            .jobs
-            .remove(&handle)
-            .expect("a job the caller looked up");
-        let change = Change {
-            from: Some(rec.place),
-            to: None,
-            cause,
-            text: None,
-        };
-        let ix = &mut self.ix;
-        transition(
-            ix,
-            &mut self.events,
-            handle,
-            Arc::make_mut(&mut rec),
-            &change,
-        );
-        rec
-    }
-}
-
 /// The transition point (see the module doc): job `handle`, whose record is `rec`, goes
 /// from `change.from` (its place; `None`: it is entering the table) to `change.to`
 /// (`None`: it is leaving), and the event log records why.
-fn transition(
+pub(super) fn transition(
     ix: &mut Indexes,
     events: &mut EventLog,
     handle: u64,
