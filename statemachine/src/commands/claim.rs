@@ -9,9 +9,13 @@ use crate::command::Reply;
 use crate::commands::{At, Command, CommandKind};
 use crate::descriptor::{CommandScope, Descriptor, MissingJob, Names, Operation};
 use crate::limits;
+use crate::machine::jobs::record::Place;
+use crate::machine::jobs::transition::Cause;
+use crate::machine::rules::closed;
 use crate::machine::LeaseMachine;
 use crate::tenant::Scope;
 use crate::version::ClusterVersion;
+use crate::wire::ErrorCode;
 use crate::wire::{ApiError, ClaimRequest};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -43,7 +47,14 @@ impl CommandKind for Claim {
     }
 
     fn apply(&self, m: &mut LeaseMachine, at: At, _held: Option<&Scope>) -> Reply {
-        m.claim(at.log_index, at.now, &self.job_id, &self.owner, self.ttl_ms)
+        claim(
+            m,
+            at.log_index,
+            at.now,
+            &self.job_id,
+            &self.owner,
+            self.ttl_ms,
+        )
     }
 
     fn example() -> Self {
@@ -52,6 +63,48 @@ impl CommandKind for Claim {
             owner: "o".into(),
             ttl_ms: 1_000,
         }
+    }
+}
+
+/// The rule: claims job `job_id` (created in the default queue if never seen) for
+/// `owner`: a new generation if it is ready.
+pub(crate) fn claim(
+    m: &mut LeaseMachine,
+    log_index: u64,
+    now: u64,
+    job_id: &str,
+    owner: &str,
+    ttl_ms: u64,
+) -> Reply {
+    let handle = match m.jobs.handle_of(job_id) {
+        Some(h) => h,
+        None => {
+            let fields = m.new_fields(log_index, now, job_id, limits::QUEUE_DEFAULT);
+            let ready = Place::Ready {
+                priority: 0,
+                since_ms: now,
+            };
+            m.add_new(fields, ready, Cause::Claim)
+        }
+    };
+    let rec = &m.jobs[handle];
+    if let Err((code, msg)) = closed(rec) {
+        return Err(m.job_error(handle, code, msg));
+    }
+    match rec.place() {
+        Place::Scheduled { due_ms } => {
+            let msg = format!("job {job_id} is not due before {due_ms}");
+            Err(m.job_error(handle, ErrorCode::NotDue, msg))
+        }
+        Place::Closed(_) => unreachable!("closed() refused it"),
+        Place::Leased { until_ms } => {
+            let msg = format!(
+                "job {job_id} is leased at generation {} until {until_ms}",
+                rec.generation
+            );
+            Err(m.job_error(handle, ErrorCode::LeaseHeld, msg))
+        }
+        Place::Ready { .. } => m.grant(log_index, now, handle, owner, ttl_ms),
     }
 }
 

@@ -5,6 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::command::Outcome;
 use crate::command::Reply;
 use crate::commands::{At, ClaimNextMany, Command, CommandKind};
 use crate::descriptor::{CommandScope, Descriptor, Names, Operation};
@@ -12,6 +13,7 @@ use crate::limits;
 use crate::machine::LeaseMachine;
 use crate::tenant::Scope;
 use crate::version::ClusterVersion;
+use crate::wire::ErrorCode;
 use crate::wire::{ApiError, ClaimNextRequest};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -44,7 +46,7 @@ impl CommandKind for ClaimNext {
 
     fn apply(&self, m: &mut LeaseMachine, at: At, scope: Option<&Scope>) -> Reply {
         let (queue, owner) = (&self.queue, &self.owner);
-        m.claim_next(at.log_index, at.now, queue, owner, self.ttl_ms, scope)
+        claim_next(m, at.log_index, at.now, queue, owner, self.ttl_ms, scope)
     }
 
     fn example() -> Self {
@@ -52,6 +54,29 @@ impl CommandKind for ClaimNext {
             queue: "q".into(),
             owner: "o".into(),
             ttl_ms: 1_000,
+        }
+    }
+}
+
+/// The rule: claims the head of `queue` that `scope` holds; a head out of attempts is
+/// failed and the next one tried. `Empty` when none is ready.
+pub(crate) fn claim_next(
+    m: &mut LeaseMachine,
+    log_index: u64,
+    now: u64,
+    queue: &str,
+    owner: &str,
+    ttl_ms: u64,
+    scope: Option<&Scope>,
+) -> Reply {
+    loop {
+        let Some(handle) = m.next_ready(queue, scope) else {
+            return Ok(Outcome::Empty);
+        };
+        match m.grant(log_index, now, handle, owner, ttl_ms) {
+            // The head ran out of attempts and is now failed; try the next one.
+            Err(e) if e.code == ErrorCode::JobFailed => continue,
+            other => return other,
         }
     }
 }

@@ -7,6 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::command::Outcome;
 use crate::command::Reply;
 use crate::commands::{At, ClaimNext, CommandKind};
 use crate::descriptor::{Descriptor, Names};
@@ -46,7 +47,7 @@ impl CommandKind for ClaimNextMany {
 
     fn apply(&self, m: &mut LeaseMachine, at: At, scope: Option<&Scope>) -> Reply {
         let (queue, owner, ttl_ms) = (&self.queue, &self.owner, self.ttl_ms);
-        m.claim_next_many(at, queue, owner, ttl_ms, self.max_jobs, scope)
+        claim_next_many(m, at, queue, owner, ttl_ms, self.max_jobs, scope)
     }
 
     fn example() -> Self {
@@ -57,4 +58,33 @@ impl CommandKind for ClaimNextMany {
             max_jobs: 64,
         }
     }
+}
+
+/// The rule: claim-next up to `max_jobs` times at this stamp, one lease per job.
+pub(crate) fn claim_next_many(
+    m: &mut LeaseMachine,
+    at: At,
+    queue: &str,
+    owner: &str,
+    ttl_ms: u64,
+    max_jobs: u32,
+    scope: Option<&Scope>,
+) -> Reply {
+    let (log_index, now) = (at.log_index, at.now);
+    let mut leases = Vec::new();
+    while leases.len() < max_jobs as usize {
+        match crate::commands::claim_next::claim_next(
+            m, log_index, now, queue, owner, ttl_ms, scope,
+        ) {
+            Ok(Outcome::Empty) => break,
+            Ok(lease) => leases.push(Ok(lease)),
+            // Leases already granted are answered; the refusal ends the batch.
+            Err(e) if leases.is_empty() => return Err(e),
+            Err(_) => break,
+        }
+    }
+    if leases.is_empty() {
+        return Ok(Outcome::Empty);
+    }
+    Ok(Outcome::Batch(leases))
 }

@@ -5,11 +5,14 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::command::Outcome;
 use crate::command::Reply;
 use crate::commands::renew::LEASE_HOLDER_OUTCOMES;
 use crate::commands::{At, Command, CommandKind, Renew};
 use crate::descriptor::{Descriptor, Names, Operation};
 use crate::limits;
+use crate::machine::jobs::record::{Closed, Place};
+use crate::machine::jobs::transition::Cause;
 use crate::machine::rules::Holder;
 use crate::machine::LeaseMachine;
 use crate::tenant::Scope;
@@ -42,7 +45,7 @@ impl CommandKind for Complete {
 
     fn apply(&self, m: &mut LeaseMachine, at: At, _held: Option<&Scope>) -> Reply {
         let holder = Holder::of(&self.job_id, &self.owner, self.generation);
-        m.complete(at.log_index, at.now, holder, &self.result)
+        complete(m, at.log_index, at.now, holder, &self.result)
     }
 
     fn example() -> Self {
@@ -53,6 +56,21 @@ impl CommandKind for Complete {
             result: Some("1".into()),
         }
     }
+}
+
+/// The rule: the holder of a live lease finishes its job, final, with `result`.
+pub(crate) fn complete(
+    m: &mut LeaseMachine,
+    log_index: u64,
+    now: u64,
+    holder: Holder<'_>,
+    result: &Option<String>,
+) -> Reply {
+    let handle = m.check_holder(holder, now)?;
+    let mut job = m.touch(handle, now, log_index);
+    job.edit().result = result.clone();
+    job.move_to(Place::Closed(Closed::Completed), Cause::Complete);
+    Ok(Outcome::Job(m.jobs[handle].view(now)))
 }
 
 /// The request (docs/api.md) as this command, in the form its fields need.

@@ -5,9 +5,12 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::command::Outcome;
 use crate::command::Reply;
 use crate::commands::{validate_error, At, Command, CommandKind, Renew};
 use crate::descriptor::{Descriptor, Names, Operation};
+use crate::machine::jobs::record::{Closed, Place};
+use crate::machine::jobs::transition::Cause;
 use crate::machine::rules::Holder;
 use crate::machine::LeaseMachine;
 use crate::tenant::Scope;
@@ -40,7 +43,7 @@ impl CommandKind for Fail {
 
     fn apply(&self, m: &mut LeaseMachine, at: At, _held: Option<&Scope>) -> Reply {
         let holder = Holder::of(&self.job_id, &self.owner, self.generation);
-        m.fail(at.log_index, at.now, holder, &self.error)
+        fail(m, at.log_index, at.now, holder, &self.error)
     }
 
     fn example() -> Self {
@@ -51,6 +54,24 @@ impl CommandKind for Fail {
             error: Some("boom".into()),
         }
     }
+}
+
+/// The rule: the holder of a live lease fails its job, final, with `error`.
+pub(crate) fn fail(
+    m: &mut LeaseMachine,
+    log_index: u64,
+    now: u64,
+    holder: Holder<'_>,
+    error: &Option<String>,
+) -> Reply {
+    let handle = m.check_holder(holder, now)?;
+    let mut job = m.touch(handle, now, log_index);
+    let rec = job.edit();
+    rec.life.last_error = error.clone();
+    // A cancel request stays on record, as after a complete: `cancel_requested` says
+    // a cancel came while the job was leased (docs/api.md, Job), with its reason.
+    job.move_to(Place::Closed(Closed::Failed { at_ms: now }), Cause::Fail);
+    Ok(Outcome::Job(m.jobs[handle].view(now)))
 }
 
 /// The request (docs/api.md) as this command, in the form its fields need.

@@ -6,6 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::command::Outcome;
 use crate::command::Reply;
 use crate::commands::{At, Command, CommandKind};
 use crate::descriptor::{CommandScope, Descriptor, Names, Operation};
@@ -42,7 +43,7 @@ impl CommandKind for Redrive {
     }
 
     fn apply(&self, m: &mut LeaseMachine, at: At, scope: Option<&Scope>) -> Reply {
-        m.redrive(at.log_index, at.now, &self.queue, self.limit, scope)
+        redrive(m, at.log_index, at.now, &self.queue, self.limit, scope)
     }
 
     fn example() -> Self {
@@ -51,6 +52,33 @@ impl CommandKind for Redrive {
             limit: 10,
         }
     }
+}
+
+/// The rule: retries up to `limit` failed jobs of `queue` (those `scope` holds, among
+/// the first [`limits::SCOPED_CLAIM_SCAN_MAX`]), oldest failure first.
+pub(crate) fn redrive(
+    m: &mut LeaseMachine,
+    log_index: u64,
+    now: u64,
+    queue: &str,
+    limit: u32,
+    scope: Option<&Scope>,
+) -> Reply {
+    let held = |m: &LeaseMachine, h: u64| scope.is_none_or(|s| s.id_ok(&m.jobs[h].id));
+    let picked: Vec<u64> = match m.jobs.ix().dead.get(queue) {
+        None => Vec::new(),
+        Some(dead) => dead
+            .iter()
+            .take(limits::SCOPED_CLAIM_SCAN_MAX)
+            .map(|&(_, h)| h)
+            .filter(|&h| held(m, h))
+            .take(limit as usize)
+            .collect(),
+    };
+    for &handle in &picked {
+        m.requeue(log_index, now, handle, now);
+    }
+    Ok(Outcome::Retried(picked.len() as u64))
 }
 
 /// The request (docs/api.md) as this command, in the form its fields need.

@@ -7,6 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::command::Outcome;
 use crate::command::Reply;
 use crate::commands::{validate_error, At, Command, CommandKind, Renew};
 use crate::descriptor::{Descriptor, Names, Operation};
@@ -55,7 +56,7 @@ impl CommandKind for Release {
             wait: Wait::None,
             error: None,
         };
-        m.release(at.log_index, at.now, holder, how)
+        release(m, at.log_index, at.now, holder, how)
     }
 
     fn example() -> Self {
@@ -95,7 +96,7 @@ impl CommandKind for ReleaseWith {
             wait,
             error: self.error.as_ref(),
         };
-        m.release(at.log_index, at.now, holder, how)
+        release(m, at.log_index, at.now, holder, how)
     }
 
     fn example() -> Self {
@@ -108,6 +109,25 @@ impl CommandKind for ReleaseWith {
             error: Some("boom".into()),
         }
     }
+}
+
+/// The rule: ends the holder's lease now: the job goes back to its queue (at once,
+/// after a delay, or after its backoff), or is cancelled if a cancel was requested.
+pub(crate) fn release(
+    m: &mut LeaseMachine,
+    log_index: u64,
+    now: u64,
+    holder: Holder<'_>,
+    how: ReleaseHow<'_>,
+) -> Reply {
+    let handle = m.check_holder(holder, now)?;
+    let mut job = m.touch(handle, now, log_index);
+    if let Some(error) = how.error {
+        job.edit().life.last_error = Some(error.clone());
+    }
+    let to = job.after_lease(now, how.wait);
+    job.end_lease(to, now, how.error.map(String::as_str));
+    Ok(Outcome::Job(m.jobs[handle].view(now)))
 }
 
 /// The request (docs/api.md) as this command, in the form its fields need.

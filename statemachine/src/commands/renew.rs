@@ -6,10 +6,14 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::command::Outcome;
 use crate::command::Reply;
 use crate::commands::{At, Command, CommandKind};
 use crate::descriptor::{CommandScope, Descriptor, MissingJob, Names, Operation};
 use crate::limits;
+use crate::machine::jobs::record::{Place, Progress};
+use crate::machine::jobs::transition::Cause;
+use crate::machine::rules::lease_of;
 use crate::machine::rules::Holder;
 use crate::machine::LeaseMachine;
 use crate::tenant::Scope;
@@ -63,7 +67,7 @@ impl CommandKind for Renew {
 
     fn apply(&self, m: &mut LeaseMachine, at: At, _held: Option<&Scope>) -> Reply {
         let holder = Holder::of(&self.job_id, &self.owner, self.generation);
-        m.renew(at.log_index, at.now, holder, self.ttl_ms, None)
+        renew(m, at.log_index, at.now, holder, self.ttl_ms, None)
     }
 
     fn example() -> Self {
@@ -95,7 +99,7 @@ impl CommandKind for RenewWith {
     fn apply(&self, m: &mut LeaseMachine, at: At, _held: Option<&Scope>) -> Reply {
         let holder = Holder::of(&self.job_id, &self.owner, self.generation);
         let progress = self.progress.as_ref();
-        m.renew(at.log_index, at.now, holder, self.ttl_ms, progress)
+        renew(m, at.log_index, at.now, holder, self.ttl_ms, progress)
     }
 
     fn example() -> Self {
@@ -107,6 +111,37 @@ impl CommandKind for RenewWith {
             progress: Some("{\"step\":2}".into()),
         }
     }
+}
+
+/// The rule: renews the holder's lease, storing its checkpoint when it sends one.
+pub(crate) fn renew(
+    m: &mut LeaseMachine,
+    log_index: u64,
+    now: u64,
+    holder: Holder<'_>,
+    ttl_ms: Option<u64>,
+    progress: Option<&String>,
+) -> Reply {
+    let handle = m.check_holder(holder, now)?;
+    let mut job = m.touch(handle, now, log_index);
+    let rec = job.edit();
+    if let Some(json) = progress {
+        rec.life.progress = Some(Progress {
+            json: json.clone(),
+            at_ms: now,
+            generation: rec.generation,
+        });
+    }
+    let ttl_ms = ttl_ms.unwrap_or(rec.ttl_ms);
+    let until_ms = now.saturating_add(ttl_ms);
+    job.move_to(Place::Leased { until_ms }, Cause::Renew);
+    Ok(Outcome::Lease(lease_of(
+        &job,
+        holder.owner,
+        ttl_ms,
+        now,
+        log_index,
+    )))
 }
 
 /// The request (docs/api.md) as this command, in the form its fields need.

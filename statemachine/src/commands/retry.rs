@@ -6,11 +6,16 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::command::Outcome;
 use crate::command::Reply;
 use crate::commands::{At, Cancel, Command, CommandKind};
 use crate::descriptor::{Descriptor, Names, Operation};
+use crate::limits;
+use crate::machine::lifecycle::not_retryable;
+use crate::machine::rules::not_found;
 use crate::machine::LeaseMachine;
 use crate::tenant::Scope;
+use crate::wire::ErrorCode;
 use crate::wire::{ApiError, RetryRequest};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -32,7 +37,7 @@ impl CommandKind for Retry {
     }
 
     fn apply(&self, m: &mut LeaseMachine, at: At, _held: Option<&Scope>) -> Reply {
-        m.retry(at.log_index, at.now, &self.job_id, self.run_at_ms)
+        retry(m, at.log_index, at.now, &self.job_id, self.run_at_ms)
     }
 
     fn example() -> Self {
@@ -41,6 +46,26 @@ impl CommandKind for Retry {
             run_at_ms: Some(9_000),
         }
     }
+}
+
+/// The rule: a failed or cancelled job goes back to pending, due at `run_at_ms` or now.
+pub(crate) fn retry(
+    m: &mut LeaseMachine,
+    log_index: u64,
+    now: u64,
+    job_id: &str,
+    run_at_ms: Option<u64>,
+) -> Reply {
+    if let Some(at) = run_at_ms {
+        limits::validate_run_at_ms(at, now)?;
+    }
+    let handle = m.jobs.handle_of(job_id).ok_or_else(|| not_found(job_id))?;
+    if let Some(state) = not_retryable(m.jobs[handle].place()) {
+        let msg = format!("job {job_id} is {state}: only a failed or cancelled job is retried");
+        return Err(m.job_error(handle, ErrorCode::InvalidState, msg));
+    }
+    m.requeue(log_index, now, handle, run_at_ms.unwrap_or(now));
+    Ok(Outcome::Job(m.jobs[handle].view(now)))
 }
 
 /// The request (docs/api.md) as this command, in the form its fields need.

@@ -8,14 +8,17 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::command::Outcome;
 use crate::command::Reply;
 use crate::commands::{At, Command, CommandKind};
 use crate::descriptor::{CommandScope, Descriptor, Names, Operation};
 use crate::limits;
+use crate::machine::jobs::transition::Cause;
 use crate::machine::rules::NewJob;
 use crate::machine::LeaseMachine;
 use crate::tenant::Scope;
 use crate::version::ClusterVersion;
+use crate::wire::ErrorCode;
 use crate::wire::{json_text, ApiError, SubmitRequest};
 
 /// Version 1's submit.
@@ -68,7 +71,7 @@ impl CommandKind for Submit {
             backoff_ms: 0,
             backoff_ms_max: limits::BACKOFF_MS_MAX_DEFAULT,
         };
-        m.submit(at.log_index, at.now, new)
+        submit(m, at.log_index, at.now, new)
     }
 
     fn example() -> Self {
@@ -108,7 +111,7 @@ impl CommandKind for SubmitWith {
             backoff_ms: self.backoff_ms,
             backoff_ms_max: self.backoff_ms_max,
         };
-        m.submit(at.log_index, at.now, new)
+        submit(m, at.log_index, at.now, new)
     }
 
     fn example() -> Self {
@@ -138,6 +141,30 @@ fn validate_new_job(payload: &Option<String>, max_attempts: Option<u64>) -> Resu
         limits::validate_json_size("payload", p)?;
     }
     max_attempts.map_or(Ok(()), limits::validate_max_attempts)
+}
+
+/// The rule: creates job `new` (an id derived from the log index when none is given);
+/// an id in use is `already_exists`.
+pub(crate) fn submit(m: &mut LeaseMachine, log_index: u64, now: u64, new: NewJob<'_>) -> Reply {
+    if let Some(at) = new.run_at_ms {
+        limits::validate_run_at_ms(at, now)?;
+    }
+    let id = match new.id {
+        Some(id) => id.to_owned(),
+        None => generated_id(m, log_index),
+    };
+    if let Some(&h) = m.jobs.ix().ids.get(&id) {
+        return Err(m.job_error(h, ErrorCode::AlreadyExists, format!("job {id} exists")));
+    }
+    let mut fields = m.new_fields(log_index, now, &id, new.queue);
+    fields.payload = new.payload.clone();
+    fields.max_attempts = new.max_attempts;
+    fields.life.priority = new.priority;
+    fields.life.backoff_ms = new.backoff_ms;
+    fields.life.backoff_ms_max = new.backoff_ms_max;
+    let place = fields.due_at(new.run_at_ms.unwrap_or(now), now);
+    let handle = m.add_new(fields, place, Cause::Submit);
+    Ok(Outcome::Job(m.jobs[handle].view(now)))
 }
 
 /// The request (docs/api.md) as this command, in the form its fields need.
@@ -178,4 +205,17 @@ impl SubmitRequest {
         cmd.validate()?;
         Ok(cmd)
     }
+}
+
+/// A job id derived from the log index: the same on every replica, and the same for
+/// a retried request (which a random id would not be).
+pub(crate) fn generated_id(m: &LeaseMachine, log_index: u64) -> String {
+    let base = format!("job-{log_index:012}");
+    let mut id = base.clone();
+    let mut n = 1;
+    while m.jobs.ix().ids.contains_key(&id) {
+        id = format!("{base}-{n}");
+        n += 1;
+    }
+    id
 }

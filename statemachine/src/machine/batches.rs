@@ -1,13 +1,14 @@
-//! Client batches (docs/api.md "Batches", entry version 6): claim-next for several jobs,
-//! and renew or complete for several leases, in one log entry.
+//! Client batches (docs/api.md "Batches", entry version 6): renew or complete for
+//! several leases in one log entry (claim-next for several jobs is
+//! `commands/claim_next_many.rs`).
 //!
-//! Each item is decided exactly as its single call would be, by the same rule
-//! (`rules.rs`), in request order and at the entry's stamp, and gets its own reply in
+//! Each item is decided exactly as its single call would be, by the same rule (its
+//! command file's), in request order and at the entry's stamp, and gets its own reply in
 //! [`Outcome::Batch`]: one item's refusal changes nothing for the others. A scoped
 //! caller's items are each held to its scope against the stored job, as a single call's
 //! is (`scoped.rs`): a job the scope does not hold answers as a missing one.
 //!
-//! May import: `command`, `tenant`, `wire`, and the machine's rules.
+//! May import: `command`, `commands` (the single calls' rules), `tenant`, `wire`.
 
 use crate::command::{LeaseItem, Outcome, Reply};
 use crate::commands::At;
@@ -26,34 +27,6 @@ pub(crate) enum LeaseOp {
 }
 
 impl LeaseMachine {
-    /// Up to `max_jobs` claims of the queue's next job; [`Outcome::Empty`] when none
-    /// was claimable (a waiting claim-next waits on it as on a single one).
-    pub(crate) fn claim_next_many(
-        &mut self,
-        at: At,
-        queue: &str,
-        owner: &str,
-        ttl_ms: u64,
-        max_jobs: u32,
-        scope: Option<&Scope>,
-    ) -> Reply {
-        let (log_index, now) = (at.log_index, at.now);
-        let mut leases = Vec::new();
-        while leases.len() < max_jobs as usize {
-            match self.claim_next(log_index, now, queue, owner, ttl_ms, scope) {
-                Ok(Outcome::Empty) => break,
-                Ok(lease) => leases.push(Ok(lease)),
-                // Leases already granted are answered; the refusal ends the batch.
-                Err(e) if leases.is_empty() => return Err(e),
-                Err(_) => break,
-            }
-        }
-        if leases.is_empty() {
-            return Ok(Outcome::Empty);
-        }
-        Ok(Outcome::Batch(leases))
-    }
-
     /// Each lease renewed or completed by its own rule, a reply each, in order.
     pub(crate) fn leases_many(
         &mut self,
@@ -74,10 +47,17 @@ impl LeaseMachine {
                     generation: item.generation,
                 };
                 match op {
-                    LeaseOp::Renew { ttl_ms } => {
-                        self.renew(log_index, now, holder, ttl_ms, item.json.as_ref())
-                    }
-                    LeaseOp::Complete => self.complete(log_index, now, holder, &item.json),
+                    LeaseOp::Renew { ttl_ms } => crate::commands::renew::renew(
+                        self,
+                        log_index,
+                        now,
+                        holder,
+                        ttl_ms,
+                        item.json.as_ref(),
+                    ),
+                    LeaseOp::Complete => crate::commands::complete::complete(
+                        self, log_index, now, holder, &item.json,
+                    ),
                 }
             })
             .collect();

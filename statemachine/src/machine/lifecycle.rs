@@ -1,21 +1,16 @@
 //! Version 1.1's lifecycle (docs/api.md "Version 1.1"): where a job goes when its lease
-//! ends — back to its queue, later (a delay, a backoff), or cancelled — and the rules of
-//! `fail`, `cancel`, `retry` and `redrive`. Like `rules.rs`, each decides a place and
-//! moves the job through the transition point; none edits an index or a count.
+//! ends — back to its queue, later (a delay, a backoff), or cancelled — and a retried
+//! job's requeue (the rules of `fail`, `cancel`, `retry` and `redrive` are in their
+//! command files). None edits an index, a count or a place.
 //!
 //! Backoff: after a failed attempt (a lease that expired, a release with `retry`), the
 //! job is due at `end + min(backoff_ms_max, backoff_ms × 2^(attempts−1))`, `end` being
 //! the expiry or the release, both store time. May import `record`, `transition`,
 //! `rules`, `wire` and `limits`.
 
-use crate::command::{Outcome, Reply};
-use crate::limits;
 use crate::machine::jobs::record::{Closed, JobFields, Place};
 use crate::machine::jobs::transition::Cause;
-use crate::machine::rules::{not_found, Holder};
 use crate::machine::LeaseMachine;
-use crate::tenant::Scope;
-use crate::wire::ErrorCode;
 
 /// How long after its lease ends a job is claimable again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,7 +76,7 @@ impl JobFields {
 }
 
 /// Why a job in `place` cannot be retried (409 `invalid_state`), if it cannot.
-fn not_retryable(place: Place) -> Option<&'static str> {
+pub(crate) fn not_retryable(place: Place) -> Option<&'static str> {
     match place {
         Place::Closed(Closed::Failed { .. } | Closed::Cancelled) => None,
         Place::Closed(Closed::Completed) => Some("completed"),
@@ -91,95 +86,8 @@ fn not_retryable(place: Place) -> Option<&'static str> {
 }
 
 impl LeaseMachine {
-    /// The holder gives up on its job: failed for good, a dead letter with `error`.
-    pub(crate) fn fail(
-        &mut self,
-        log_index: u64,
-        now: u64,
-        holder: Holder<'_>,
-        error: &Option<String>,
-    ) -> Reply {
-        let handle = self.check_holder(holder, now)?;
-        let mut job = self.touch(handle, now, log_index);
-        let rec = job.edit();
-        rec.life.last_error = error.clone();
-        // A cancel request stays on record, as after a complete: `cancel_requested` says
-        // a cancel came while the job was leased (docs/api.md, Job), with its reason.
-        job.move_to(Place::Closed(Closed::Failed { at_ms: now }), Cause::Fail);
-        Ok(Outcome::Job(self.jobs[handle].view(now)))
-    }
-
-    /// Cancels a pending job at once; a leased one gets a cancel request, which its
-    /// renewals report and the end of its lease carries out.
-    pub(crate) fn cancel(
-        &mut self,
-        log_index: u64,
-        now: u64,
-        job_id: &str,
-        reason: &Option<String>,
-    ) -> Reply {
-        let handle = self
-            .jobs
-            .handle_of(job_id)
-            .ok_or_else(|| not_found(job_id))?;
-        let place = self.jobs[handle].place();
-        let to = match place {
-            Place::Closed(Closed::Completed) => {
-                let msg = format!("job {job_id} is completed");
-                return Err(self.job_error(handle, ErrorCode::JobCompleted, msg));
-            }
-            Place::Closed(Closed::Failed { .. }) => {
-                let msg = format!("job {job_id} has failed");
-                return Err(self.job_error(handle, ErrorCode::JobFailed, msg));
-            }
-            // Cancelled already, or its cancel asked already (the first reason kept): the
-            // same answer again, nothing changes — not even `updated_ms` and `log_index`.
-            Place::Closed(Closed::Cancelled) => {
-                return Ok(Outcome::Job(self.jobs[handle].view(now)));
-            }
-            Place::Leased { .. } if self.jobs[handle].life.cancel_requested => {
-                return Ok(Outcome::Job(self.jobs[handle].view(now)));
-            }
-            Place::Leased { .. } => None,
-            Place::Ready { .. } | Place::Scheduled { .. } => Some(Place::Closed(Closed::Cancelled)),
-        };
-        let mut job = self.touch(handle, now, log_index);
-        let rec = job.edit();
-        rec.life.cancel_reason = reason.clone();
-        rec.life.cancel_requested = to.is_none();
-        match to {
-            Some(to) => job.move_to(to, Cause::Cancel),
-            None => job.note(Cause::CancelRequest),
-        }
-        Ok(Outcome::Job(self.jobs[handle].view(now)))
-    }
-
-    /// A failed or cancelled job back to pending (at `run_at_ms`, if later), attempts
-    /// 0, its generation kept.
-    pub(crate) fn retry(
-        &mut self,
-        log_index: u64,
-        now: u64,
-        job_id: &str,
-        run_at_ms: Option<u64>,
-    ) -> Reply {
-        if let Some(at) = run_at_ms {
-            limits::validate_run_at_ms(at, now)?;
-        }
-        let handle = self
-            .jobs
-            .handle_of(job_id)
-            .ok_or_else(|| not_found(job_id))?;
-        if let Some(state) = not_retryable(self.jobs[handle].place()) {
-            let msg = format!("job {job_id} is {state}: only a failed or cancelled job is retried");
-            return Err(self.job_error(handle, ErrorCode::InvalidState, msg));
-        }
-        self.requeue(log_index, now, handle, run_at_ms.unwrap_or(now));
-        Ok(Outcome::Job(self.jobs[handle].view(now)))
-    }
-
     /// Moves a failed or cancelled job back to pending, due at `due_ms`.
-    fn requeue(&mut self, log_index: u64, now: u64, handle: u64, due_ms: u64) {
+    pub(crate) fn requeue(&mut self, log_index: u64, now: u64, handle: u64, due_ms: u64) {
         let mut job = self.touch(handle, now, log_index);
         let rec = job.edit();
         rec.attempts = 0;
@@ -187,33 +95,6 @@ impl LeaseMachine {
         rec.life.cancel_reason = None;
         let to = rec.due_at(due_ms, now);
         job.move_to(to, Cause::Retry);
-    }
-
-    /// Retries up to `limit` failed jobs of `queue` (those `scope` holds, among the
-    /// first [`limits::SCOPED_CLAIM_SCAN_MAX`]), oldest failure first.
-    pub(crate) fn redrive(
-        &mut self,
-        log_index: u64,
-        now: u64,
-        queue: &str,
-        limit: u32,
-        scope: Option<&Scope>,
-    ) -> Reply {
-        let held = |m: &LeaseMachine, h: u64| scope.is_none_or(|s| s.id_ok(&m.jobs[h].id));
-        let picked: Vec<u64> = match self.jobs.ix().dead.get(queue) {
-            None => Vec::new(),
-            Some(dead) => dead
-                .iter()
-                .take(limits::SCOPED_CLAIM_SCAN_MAX)
-                .map(|&(_, h)| h)
-                .filter(|&h| held(self, h))
-                .take(limit as usize)
-                .collect(),
-        };
-        for &handle in &picked {
-            self.requeue(log_index, now, handle, now);
-        }
-        Ok(Outcome::Retried(picked.len() as u64))
     }
 }
 

@@ -24,8 +24,10 @@
 //!   a command reaches its rule through its own file (`crate::commands`).
 //! - `jobs`: [`Jobs`](jobs::Jobs), the job table — records, indexes, event log — whose
 //!   only place mutators are add, move and remove (the transition point).
-//! - `rules`: the rules, each deciding a job's next place.
-//! - `batches`: a client batch's items, each by its single call's rule.
+//! - `rules`: the steps the command rules share (the rules themselves are in their
+//!   command files, `crate::commands`), settling, the failover grace.
+//! - `lifecycle`: where a job goes when its lease ends; backoff; a retried job's requeue.
+//! - `batches`: a batch renew or complete, each lease by its single call's rule.
 //! - `scoped`: a command held to its caller's tenant scope, checked against the stored
 //!   job before its rule runs.
 //! - `reads`: `job`, `list`, `next_deadline_ms`, `history`, `events`.

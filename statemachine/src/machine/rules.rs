@@ -1,27 +1,29 @@
-//! The rules of docs/api.md's Leases table: submit, claim, claim-next, renew, complete,
-//! release, delete, and what store time does on its own (settling run-out leases and
-//! due jobs, the failover grace). Each checks the request against the record, decides
-//! the job's next place and moves it there through the transition point
-//! (`jobs/transition.rs`), which they reach only through `Jobs`; none edits an index,
-//! a count or a place. Version 1.1's own rules (fail,
-//! cancel, retry, redrive) and where an ended lease goes are in `lifecycle.rs`. May
-//! import `record`, `transition`, `lifecycle`, `wire`, `limits` and `tenant`.
+//! What the command rules share, and what store time does on its own. Each command's
+//! rule is a function in its own file (`crate::commands`); here are the steps several
+//! of them take — a new job's fields and handle, the holder check, a grant, a job's
+//! error — and settling run-out leases and due jobs, and the failover grace. Every move
+//! goes through the transition point (`jobs/transition.rs`), reached only through
+//! `Jobs`; nothing here edits an index, a count or a place. May import `jobs`,
+//! `lifecycle`, `wire`, `limits`, `tenant` and `version`.
 
 use crate::command::{Outcome, Reply};
-use crate::idempotency::Bounds;
-use crate::limits;
-use crate::machine::jobs::record::{Closed, JobFields, JobRecord, Lifecycle, Place, Progress};
+use crate::machine::jobs::record::{Closed, JobFields, JobRecord, Lifecycle, Place};
 use crate::machine::jobs::transition::{Cause, JobMut};
 use crate::machine::jobs::Added;
 use crate::machine::lifecycle::Wait;
 use crate::machine::LeaseMachine;
 pub(crate) use crate::tenant::not_found;
-use crate::tenant::Scope;
 use crate::version::ClusterVersion;
 use crate::wire::{ApiError, ErrorCode, Lease};
 
 /// The Lease object of a grant or renew that `rec` just recorded.
-fn lease_of(rec: &JobRecord, owner: &str, ttl_ms: u64, now: u64, log_index: u64) -> Lease {
+pub(crate) fn lease_of(
+    rec: &JobRecord,
+    owner: &str,
+    ttl_ms: u64,
+    now: u64,
+    log_index: u64,
+) -> Lease {
     Lease {
         job_id: rec.id.clone(),
         owner: owner.to_owned(),
@@ -123,13 +125,19 @@ impl LeaseMachine {
         }
     }
 
-    pub(super) fn job_error(&self, handle: u64, code: ErrorCode, message: String) -> ApiError {
+    pub(crate) fn job_error(&self, handle: u64, code: ErrorCode, message: String) -> ApiError {
         ApiError::new(code, message).with_job(self.jobs[handle].view(self.clock_ms))
     }
 
     /// The fields of a new job `id` in `queue`. Its generation goes on from a deleted
     /// namesake's, or starts at the floor.
-    fn new_fields(&mut self, log_index: u64, now: u64, id: &str, queue: &str) -> JobFields {
+    pub(crate) fn new_fields(
+        &mut self,
+        log_index: u64,
+        now: u64,
+        id: &str,
+        queue: &str,
+    ) -> JobFields {
         let generation = self.tombstones.remove(id).unwrap_or(self.generation_floor);
         JobFields {
             id: id.to_owned(),
@@ -151,7 +159,7 @@ impl LeaseMachine {
     /// Adds a new job at `place` and returns its handle. From entry version 7 its
     /// history starts anew (issue 44 item 3: a namesake's events, perhaps another
     /// tenant's, showed under this job's queue); before, it continued the namesake's.
-    fn add_new(&mut self, fields: JobFields, place: Place, cause: Cause) -> u64 {
+    pub(crate) fn add_new(&mut self, fields: JobFields, place: Place, cause: Cause) -> u64 {
         let continued = !ClusterVersion::BoundedReplies.active_at(self.cluster_version);
         let handle = self.take_handle();
         self.jobs
@@ -164,105 +172,16 @@ impl LeaseMachine {
         self.next_handle - 1
     }
 
-    pub(crate) fn submit(&mut self, log_index: u64, now: u64, new: NewJob<'_>) -> Reply {
-        if let Some(at) = new.run_at_ms {
-            limits::validate_run_at_ms(at, now)?;
-        }
-        let id = match new.id {
-            Some(id) => id.to_owned(),
-            None => self.generated_id(log_index),
-        };
-        if let Some(&h) = self.jobs.ix().ids.get(&id) {
-            return Err(self.job_error(h, ErrorCode::AlreadyExists, format!("job {id} exists")));
-        }
-        let mut fields = self.new_fields(log_index, now, &id, new.queue);
-        fields.payload = new.payload.clone();
-        fields.max_attempts = new.max_attempts;
-        fields.life.priority = new.priority;
-        fields.life.backoff_ms = new.backoff_ms;
-        fields.life.backoff_ms_max = new.backoff_ms_max;
-        let place = fields.due_at(new.run_at_ms.unwrap_or(now), now);
-        let handle = self.add_new(fields, place, Cause::Submit);
-        Ok(Outcome::Job(self.jobs[handle].view(now)))
-    }
-
-    /// A job id derived from the log index: the same on every replica, and the same for
-    /// a retried request (which a random id would not be).
-    fn generated_id(&self, log_index: u64) -> String {
-        let base = format!("job-{log_index:012}");
-        let mut id = base.clone();
-        let mut n = 1;
-        while self.jobs.ix().ids.contains_key(&id) {
-            id = format!("{base}-{n}");
-            n += 1;
-        }
-        id
-    }
-
-    pub(crate) fn claim(
-        &mut self,
-        log_index: u64,
-        now: u64,
-        job_id: &str,
-        owner: &str,
-        ttl_ms: u64,
-    ) -> Reply {
-        let handle = match self.jobs.handle_of(job_id) {
-            Some(h) => h,
-            None => {
-                let fields = self.new_fields(log_index, now, job_id, limits::QUEUE_DEFAULT);
-                let ready = Place::Ready {
-                    priority: 0,
-                    since_ms: now,
-                };
-                self.add_new(fields, ready, Cause::Claim)
-            }
-        };
-        let rec = &self.jobs[handle];
-        if let Err((code, msg)) = closed(rec) {
-            return Err(self.job_error(handle, code, msg));
-        }
-        match rec.place() {
-            Place::Scheduled { due_ms } => {
-                let msg = format!("job {job_id} is not due before {due_ms}");
-                Err(self.job_error(handle, ErrorCode::NotDue, msg))
-            }
-            Place::Closed(_) => unreachable!("closed() refused it"),
-            Place::Leased { until_ms } => {
-                let msg = format!(
-                    "job {job_id} is leased at generation {} until {until_ms}",
-                    rec.generation
-                );
-                Err(self.job_error(handle, ErrorCode::LeaseHeld, msg))
-            }
-            Place::Ready { .. } => self.grant(log_index, now, handle, owner, ttl_ms),
-        }
-    }
-
-    pub(crate) fn claim_next(
-        &mut self,
-        log_index: u64,
-        now: u64,
-        queue: &str,
-        owner: &str,
-        ttl_ms: u64,
-        scope: Option<&Scope>,
-    ) -> Reply {
-        loop {
-            let Some(handle) = self.next_ready(queue, scope) else {
-                return Ok(Outcome::Empty);
-            };
-            match self.grant(log_index, now, handle, owner, ttl_ms) {
-                // The head ran out of attempts and is now failed; try the next one.
-                Err(e) if e.code == ErrorCode::JobFailed => continue,
-                other => return other,
-            }
-        }
-    }
-
     /// Grants a new generation on a `Ready` job, or fails the job when this claim would
     /// exceed `max_attempts`.
-    fn grant(&mut self, log_index: u64, now: u64, handle: u64, owner: &str, ttl_ms: u64) -> Reply {
+    pub(crate) fn grant(
+        &mut self,
+        log_index: u64,
+        now: u64,
+        handle: u64,
+        owner: &str,
+        ttl_ms: u64,
+    ) -> Reply {
         let v1_1 = ClusterVersion::Lifecycle.active_at(self.cluster_version);
         let mut job = self.jobs.get_mut(handle);
         let rec = job.edit();
@@ -292,7 +211,7 @@ impl LeaseMachine {
 
     /// The checks shared by renew, complete and release: the caller must hold the
     /// current generation of an open job, and its lease must be live at `now`.
-    pub(super) fn check_holder(&self, holder: Holder<'_>, now: u64) -> Result<u64, ApiError> {
+    pub(crate) fn check_holder(&self, holder: Holder<'_>, now: u64) -> Result<u64, ApiError> {
         let Holder {
             job_id,
             owner,
@@ -332,107 +251,18 @@ impl LeaseMachine {
 
     /// A checked holder's job, marked as changed by this entry: the common first step of
     /// renew, complete and release.
-    pub(super) fn touch(&mut self, handle: u64, now: u64, log_index: u64) -> JobMut<'_> {
+    pub(crate) fn touch(&mut self, handle: u64, now: u64, log_index: u64) -> JobMut<'_> {
         let mut job = self.jobs.get_mut(handle);
         let rec = job.edit();
         rec.updated_ms = now;
         rec.log_index = log_index;
         job
     }
-
-    /// Renews the holder's lease, storing its checkpoint when it sends one.
-    pub(crate) fn renew(
-        &mut self,
-        log_index: u64,
-        now: u64,
-        holder: Holder<'_>,
-        ttl_ms: Option<u64>,
-        progress: Option<&String>,
-    ) -> Reply {
-        let handle = self.check_holder(holder, now)?;
-        let mut job = self.touch(handle, now, log_index);
-        let rec = job.edit();
-        if let Some(json) = progress {
-            rec.life.progress = Some(Progress {
-                json: json.clone(),
-                at_ms: now,
-                generation: rec.generation,
-            });
-        }
-        let ttl_ms = ttl_ms.unwrap_or(rec.ttl_ms);
-        let until_ms = now.saturating_add(ttl_ms);
-        job.move_to(Place::Leased { until_ms }, Cause::Renew);
-        Ok(Outcome::Lease(lease_of(
-            &job,
-            holder.owner,
-            ttl_ms,
-            now,
-            log_index,
-        )))
-    }
-
-    pub(crate) fn complete(
-        &mut self,
-        log_index: u64,
-        now: u64,
-        holder: Holder<'_>,
-        result: &Option<String>,
-    ) -> Reply {
-        let handle = self.check_holder(holder, now)?;
-        let mut job = self.touch(handle, now, log_index);
-        job.edit().result = result.clone();
-        job.move_to(Place::Closed(Closed::Completed), Cause::Complete);
-        Ok(Outcome::Job(self.jobs[handle].view(now)))
-    }
-
-    /// Ends the holder's lease now: the job goes back to its queue (at once, after a
-    /// delay, or after its backoff), or is cancelled if a cancel was requested.
-    pub(crate) fn release(
-        &mut self,
-        log_index: u64,
-        now: u64,
-        holder: Holder<'_>,
-        how: ReleaseHow<'_>,
-    ) -> Reply {
-        let handle = self.check_holder(holder, now)?;
-        let mut job = self.touch(handle, now, log_index);
-        if let Some(error) = how.error {
-            job.edit().life.last_error = Some(error.clone());
-        }
-        let to = job.after_lease(now, how.wait);
-        job.end_lease(to, now, how.error.map(String::as_str));
-        Ok(Outcome::Job(self.jobs[handle].view(now)))
-    }
-
-    pub(crate) fn delete(&mut self, job_id: &str) -> Reply {
-        let handle = self
-            .jobs
-            .handle_of(job_id)
-            .ok_or_else(|| not_found(job_id))?;
-        if let Place::Leased { until_ms } = self.jobs[handle].place() {
-            let msg = format!("job {job_id} is leased until {until_ms}");
-            return Err(self.job_error(handle, ErrorCode::LeaseHeld, msg));
-        }
-        let rec = self.jobs.remove(handle, Cause::Delete);
-        // Remembered replies sharing the record's payload or result copy them first.
-        self.idempotency.materialize(
-            handle,
-            rec.payload.as_ref(),
-            rec.result.as_ref(),
-            Bounds::of(&self.config, self.cluster_version),
-        );
-        // A job never claimed leaves nothing to remember: re-created, it starts at the
-        // floor again.
-        if rec.generation > self.generation_floor {
-            self.tombstones.insert(rec.id.clone(), rec.generation);
-        }
-        Ok(Outcome::Deleted)
-    }
 }
 
 /// The claim-only fields of a Lease (version 1.1): the job's payload and attempts, and
 /// the checkpoint an earlier generation left.
-fn add_claim_fields(lease: &mut Lease, rec: &JobRecord) {
+pub(crate) fn add_claim_fields(lease: &mut Lease, rec: &JobRecord) {
     lease.payload = rec.payload.clone();
     lease.attempts = Some(rec.attempts);
     if let Some(p) = rec
@@ -447,7 +277,7 @@ fn add_claim_fields(lease: &mut Lease, rec: &JobRecord) {
 }
 
 /// The refusal of a closed job, by how it closed (Ok: it is open).
-fn closed(rec: &JobRecord) -> Result<(), (ErrorCode, String)> {
+pub(crate) fn closed(rec: &JobRecord) -> Result<(), (ErrorCode, String)> {
     let id = &rec.id;
     match rec.place() {
         Place::Closed(Closed::Completed) => {
