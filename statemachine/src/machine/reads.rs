@@ -8,10 +8,8 @@ use crate::machine::LeaseMachine;
 use crate::tenant::Scope;
 use std::sync::Arc;
 
-use crate::machine::jobs::events::{FeedEvent, HistoryEntry};
-use crate::wire::{
-    ApiError, ErrorCode, Event, EventKind, EventPage, History, Job, JobPage, JobState,
-};
+use crate::machine::jobs::events::{FeedEvent, HistoryEntry, HistoryKind};
+use crate::wire::{ApiError, ErrorCode, Event, EventPage, History, Job, JobPage, JobState};
 
 fn check_limit(limit: usize) -> Result<(), ApiError> {
     if limit == 0 || limit > limits::EVENTS_LIMIT_MAX {
@@ -191,10 +189,10 @@ impl LeaseMachine {
 /// sees only what the job it asked for did (issue 44 item 3), under that job's queue.
 pub(crate) fn this_incarnation(entries: &[HistoryEntry]) -> &[HistoryEntry] {
     let body = match entries.split_last() {
-        Some((last, body)) if last.kind == EventKind::Deleted => body,
+        Some((last, body)) if last.kind == HistoryKind::Deleted => body,
         _ => entries,
     };
-    match body.iter().rposition(|e| e.kind == EventKind::Deleted) {
+    match body.iter().rposition(|e| e.kind == HistoryKind::Deleted) {
         Some(i) => &entries[i + 1..],
         None => entries,
     }

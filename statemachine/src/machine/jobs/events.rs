@@ -105,7 +105,7 @@ impl EventLog {
         };
         HistoryEntry {
             seq: self.last_seq,
-            kind,
+            kind: kind.into(),
             generation: rec.generation,
             owner: owner_shown(kind, change.from)
                 .then(|| rec.owner.clone())
@@ -321,12 +321,12 @@ fn short(text: &str) -> String {
 }
 
 /// One event of a history, without what its job says (id, queue). Encoded in a
-/// [`History`] and in snapshots from v6 on: its fields and `EventKind`'s variants keep
-/// their order for good.
+/// [`History`] and in snapshots from v6 on: its fields, and [`HistoryKind`]'s
+/// variants, keep their order for good.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct HistoryEntry {
     pub seq: u64,
-    pub kind: EventKind,
+    pub kind: HistoryKind,
     pub generation: u64,
     pub owner: Option<String>,
     pub at_ms: u64,
@@ -368,12 +368,67 @@ impl From<DetailEntry> for EventDetail {
     }
 }
 
+/// An event's kind as a history and snapshot format v6 encode it (bincode: the variant
+/// index), its own type so that the API's [`EventKind`] can grow without changing a
+/// stored byte: a kind the API adds is a compile error in the conversions below until it
+/// gets a variant here, appended, behind a cluster version and a new snapshot format
+/// (an older node could not decode it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum HistoryKind {
+    Submitted,
+    Claimed,
+    Released,
+    Expired,
+    Completed,
+    Failed,
+    CancelRequested,
+    Cancelled,
+    Retried,
+    Deleted,
+}
+
+impl From<EventKind> for HistoryKind {
+    fn from(k: EventKind) -> HistoryKind {
+        use HistoryKind as H;
+        match k {
+            EventKind::Submitted => H::Submitted,
+            EventKind::Claimed => H::Claimed,
+            EventKind::Released => H::Released,
+            EventKind::Expired => H::Expired,
+            EventKind::Completed => H::Completed,
+            EventKind::Failed => H::Failed,
+            EventKind::CancelRequested => H::CancelRequested,
+            EventKind::Cancelled => H::Cancelled,
+            EventKind::Retried => H::Retried,
+            EventKind::Deleted => H::Deleted,
+        }
+    }
+}
+
+impl From<HistoryKind> for EventKind {
+    fn from(k: HistoryKind) -> EventKind {
+        use HistoryKind as H;
+        match k {
+            H::Submitted => EventKind::Submitted,
+            H::Claimed => EventKind::Claimed,
+            H::Released => EventKind::Released,
+            H::Expired => EventKind::Expired,
+            H::Completed => EventKind::Completed,
+            H::Failed => EventKind::Failed,
+            H::CancelRequested => EventKind::CancelRequested,
+            H::Cancelled => EventKind::Cancelled,
+            H::Retried => EventKind::Retried,
+            H::Deleted => EventKind::Deleted,
+        }
+    }
+}
+
 impl HistoryEntry {
     /// What a history keeps of `e`.
     pub fn of(e: &Event) -> HistoryEntry {
         HistoryEntry {
             seq: e.seq,
-            kind: e.event,
+            kind: e.event.into(),
             generation: e.generation,
             owner: e.owner.clone(),
             at_ms: e.cluster_time_ms,
@@ -388,7 +443,7 @@ impl HistoryEntry {
             seq: self.seq,
             job_id: id.to_owned(),
             queue: queue.to_owned(),
-            event: self.kind,
+            event: self.kind.into(),
             generation: self.generation,
             owner: self.owner.clone(),
             cluster_time_ms: self.at_ms,
@@ -513,10 +568,20 @@ impl History {
 mod tests {
     use super::*;
 
+    #[test]
+    fn every_api_kind_is_stored_as_the_variant_index_v6_gave_it() {
+        for (index, kind) in EventKind::ALL.into_iter().enumerate() {
+            let stored = HistoryKind::from(kind);
+            assert_eq!(EventKind::from(stored), kind);
+            let bytes = codec().serialize(&stored).expect("encodes");
+            assert_eq!(bytes, [index as u8], "{kind:?}");
+        }
+    }
+
     fn entry(seq: u64) -> HistoryEntry {
         HistoryEntry {
             seq,
-            kind: EventKind::Claimed,
+            kind: HistoryKind::Claimed,
             generation: seq,
             owner: Some("worker-a".into()),
             at_ms: 1_796_000_000_000 + seq,
