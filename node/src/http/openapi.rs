@@ -7,10 +7,11 @@
 //! out: they carry bincode, and only peers, with peer credentials, call them.
 //!
 //! Requests are described as the node reads them (serde's deserialize view: a field
-//! with a default may be left out), answers as it writes them. A body schema is named
-//! in the table ([`routes::Body::schema`]) and found in [`body_schema`], the one place
-//! that maps names to types; a name it does not know fails the build of the document
-//! (and so the tests).
+//! with a default may be left out), answers as it writes them. A request body's schema
+//! comes from the type its row names ([`routes::RequestBody::schema`]); an answer's is
+//! named in the table ([`routes::Body::schema`]) and found in [`body_schema`], the one
+//! place that maps names to types; a name it does not know fails the build of the
+//! document (and so the tests).
 //!
 //! May import `routes`, `answer` and the view types of the handler files (their schemas
 //! only); nothing of `http` imports it but `router.rs`.
@@ -139,8 +140,8 @@ fn operation(r: &RouteSpec, s: &mut Schemas, error_body: &Value) -> Result<Value
         "parameters": parameters(r)?,
         "responses": responses(r, s, error_body)?,
     });
-    if !r.request.media.is_empty() {
-        let schema = body_schema(r.id, r.request.schema, &mut s.reads)?;
+    if let Some(schema_of) = r.request.schema {
+        let schema = schema_of(&mut s.reads).to_value();
         let required = schema["required"].as_array().is_some_and(|a| !a.is_empty());
         op["requestBody"] = json!({
             "required": required,
@@ -388,19 +389,6 @@ fn body_schema(
         g.subschema_for::<T>().to_value()
     }
     let schema = match name {
-        "SubmitRequest" => of::<sm::wire::SubmitRequest>(g),
-        "ClaimRequest" => of::<sm::wire::ClaimRequest>(g),
-        "ClaimNextRequest" => of::<sm::wire::ClaimNextRequest>(g),
-        "RenewRequest" => of::<sm::wire::RenewRequest>(g),
-        "CompleteRequest" => of::<sm::wire::CompleteRequest>(g),
-        "ReleaseRequest" => of::<sm::wire::ReleaseRequest>(g),
-        "FailRequest" => of::<sm::wire::FailRequest>(g),
-        "CancelRequest" => of::<sm::wire::CancelRequest>(g),
-        "RetryRequest" => of::<sm::wire::RetryRequest>(g),
-        "RedriveRequest" => of::<sm::wire::RedriveRequest>(g),
-        "RenewLeasesRequest" => of::<sm::wire::RenewLeasesRequest>(g),
-        "CompleteLeasesRequest" => of::<sm::wire::CompleteLeasesRequest>(g),
-        "AddNodeRequest" => of::<membership::AddNodeRequest>(g),
         "Job" => of::<sm::wire::Job>(g),
         "JobPage" => of::<sm::wire::JobPage>(g),
         "Lease" => of::<sm::wire::Lease>(g),

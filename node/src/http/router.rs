@@ -65,17 +65,14 @@ pub fn router(node: Arc<Node>) -> Router {
 fn handler(id: RouteId, m: MethodFilter) -> MethodRouter<Arc<Node>> {
     use RouteId::*;
     match id {
-        SubmitJob => on(m, jobs::submit),
+        SubmitJob | RenewLeases | CompleteLeases => on(m, jobs::command),
         ListJobs => on(m, jobs::list),
         GetJob | JobHistory => on(m, jobs::get_job),
         DeleteJob => on(m, jobs::delete_job),
         ClaimJob | RenewJob | CompleteJob | ReleaseJob | FailJob | CancelJob | RetryJob => {
             on(m, jobs::job_action)
         }
-        ClaimNext => on(m, jobs::claim_next),
-        Redrive => on(m, jobs::redrive),
-        RenewLeases => on(m, jobs::renew_leases),
-        CompleteLeases => on(m, jobs::complete_leases),
+        ClaimNext | Redrive => on(m, jobs::queue_command),
         Events => on(m, feed::events),
         Cluster => on(m, ops::cluster),
         Digest => on(m, ops::digest),

@@ -4,13 +4,17 @@
 //! its budget class, its metrics label, its request and response bodies, its success
 //! statuses and its own error codes. Nothing here names a handler: `router.rs` maps each
 //! [`RouteId`] to one (an exhaustive `match`, so a row without a handler does not
-//! compile).
+//! compile). A request body is named by its type ([`RequestBody::command`]): the type's
+//! decoder into its command (`inputs.rs`, a trait the compiler holds the type to) and its
+//! schema (`openapi.rs`) come with it, so a write route or a job action cannot be added
+//! without its decoder (issue 45 item 5).
 //!
 //! A request's route is resolved once, by [`resolve`], in the listener (before routing,
 //! since its budget decides its slot and timeout); the [`Resolved`] travels with the
 //! request (`listener::Admission`), and the token check, the request metrics, the job
-//! handlers (which action) and the answer (its success status) read it. Adding a route is
-//! one row of [`ROUTES`] plus its handler in `router.rs`; `node/tests/docs_api.rs` fails
+//! handlers (which action, and its body's decoder) and the answer (its success status)
+//! read it. Adding a route is one row of [`ROUTES`] plus its handler in `router.rs` (and,
+//! for a new body, its `CommandBody` impl in `inputs.rs`); `node/tests/docs_api.rs` fails
 //! until docs/api.md documents it, and the tests below until its access is declared.
 //!
 //! A [`RouteSpec`] has no defaults, so a route cannot be served without declaring its
@@ -21,12 +25,21 @@
 //! event feed.
 //!
 //! May import `security::auth` (operations, scope rules, requirements),
-//! `telemetry::metrics::RouteLabel` (the label vocabulary), `types` (the Raft RPC paths)
-//! and the state machine's `ErrorCode`; no other file of `http`.
+//! `telemetry::metrics::RouteLabel` (the label vocabulary), `types` (the Raft RPC paths),
+//! `node::Limits` (a decoder's argument), the state machine's `ErrorCode` and request
+//! types, and `inputs` (the bodies' decoders); no other file of `http`.
 
 use axum::http::Method;
-use leasehold_statemachine::ErrorCode;
+use leasehold_statemachine::wire::{
+    CancelRequest, ClaimNextRequest, ClaimRequest, CompleteLeasesRequest, CompleteRequest,
+    FailRequest, RedriveRequest, ReleaseRequest, RenewLeasesRequest, RenewRequest, RetryRequest,
+    SubmitRequest,
+};
+use leasehold_statemachine::{ApiError, Command, ErrorCode};
+use schemars::{JsonSchema, Schema, SchemaGenerator};
 
+use super::inputs::{decode, AddNodeRequest, CommandBody};
+use crate::node::Limits;
 use crate::security::auth::{Operation, Requirement, ScopeRule};
 use crate::telemetry::metrics::RouteLabel;
 use crate::types::{
@@ -107,8 +120,8 @@ pub enum BudgetClass {
     Exempt,
 }
 
-/// A request or response body: its media type and the name of its schema (the type in
-/// the state machine's `wire` or the handler's file); empty for none.
+/// A response body: its media type and the name of its schema (the type in the state
+/// machine's `wire` or the handler's file, found by `openapi.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Body {
     pub media: &'static str,
@@ -140,6 +153,85 @@ impl Body {
     }
 }
 
+/// A JSON Schema of a type the row names, as `openapi.rs` asks for it.
+pub type SchemaFn = fn(&mut SchemaGenerator) -> Schema;
+
+/// A write route's decoder: its body (bytes) for a target (the path's job id or queue,
+/// empty for none) as its command and how long it may wait ([`CommandBody::command`]).
+pub type DecodeFn = fn(&Limits, &str, &[u8]) -> Result<(Command, u64), ApiError>;
+
+/// Who reads a route's request body, and into what.
+#[derive(Debug, Clone, Copy)]
+pub enum Decode {
+    /// No body.
+    None,
+    /// JSON that the route's write handler (`jobs.rs`) turns into its command with this.
+    Command(DecodeFn),
+    /// JSON that the route's own handler reads (`membership.rs`' add).
+    Handler,
+    /// The bincode of a `/raft/…` RPC, named: its handler reads it (`raft_rpc.rs`).
+    Bincode(&'static str),
+}
+
+/// A route's request body, written in its row by naming its type: the media type, the
+/// schema `openapi.rs` documents and the decoder the handler calls all come from it, so
+/// a body without its decoder does not build (issue 45 item 5).
+#[derive(Debug, Clone, Copy)]
+pub struct RequestBody {
+    /// Empty for none.
+    pub media: &'static str,
+    /// The JSON Schema of a JSON body.
+    pub schema: Option<SchemaFn>,
+    pub decode: Decode,
+}
+
+impl RequestBody {
+    pub const NONE: RequestBody = RequestBody {
+        media: "",
+        schema: None,
+        decode: Decode::None,
+    };
+
+    /// A JSON body of type `T` that becomes the route's command.
+    const fn command<T: CommandBody>() -> RequestBody {
+        RequestBody {
+            media: "application/json",
+            schema: Some(schema_of::<T>),
+            decode: Decode::Command(decode::<T>),
+        }
+    }
+
+    /// A JSON body of type `T` that the route's handler reads itself.
+    const fn json<T: JsonSchema>() -> RequestBody {
+        RequestBody {
+            media: "application/json",
+            schema: Some(schema_of::<T>),
+            decode: Decode::Handler,
+        }
+    }
+
+    /// A bincode body, named.
+    const fn bincode(name: &'static str) -> RequestBody {
+        RequestBody {
+            media: "application/octet-stream",
+            schema: None,
+            decode: Decode::Bincode(name),
+        }
+    }
+
+    /// The command decoder, if the route's body is one.
+    pub fn command_decoder(&self) -> Option<DecodeFn> {
+        match self.decode {
+            Decode::Command(f) => Some(f),
+            Decode::None | Decode::Handler | Decode::Bincode(_) => None,
+        }
+    }
+}
+
+fn schema_of<T: JsonSchema>(g: &mut SchemaGenerator) -> Schema {
+    g.subschema_for::<T>()
+}
+
 /// One route of the node.
 #[derive(Debug)]
 pub struct RouteSpec {
@@ -158,7 +250,7 @@ pub struct RouteSpec {
     pub scope: ScopeRule,
     pub budget: BudgetClass,
     pub label: RouteLabel,
-    pub request: Body,
+    pub request: RequestBody,
     pub response: Body,
     /// The statuses of success; the first is the one a body-bearing answer gets.
     pub success: &'static [u16],
@@ -409,7 +501,7 @@ pub const ROUTES: &[RouteSpec] = {
             scope: Command,
             budget: Client,
             label: RouteLabel::Jobs,
-            request: Body::json("SubmitRequest"),
+            request: RequestBody::command::<SubmitRequest>(),
             response: Body::json("Job"),
             success: &[201],
             errors: &[AlreadyExists, IdempotencyKeyReused, IdempotencyFull],
@@ -424,7 +516,7 @@ pub const ROUTES: &[RouteSpec] = {
             scope: List,
             budget: Client,
             label: RouteLabel::Jobs,
-            request: Body::NONE,
+            request: RequestBody::NONE,
             response: Body::json("JobPage"),
             success: &[200],
             errors: &[InvalidArgument],
@@ -441,7 +533,7 @@ pub const ROUTES: &[RouteSpec] = {
             scope: Job,
             budget: Client,
             label: RouteLabel::Job,
-            request: Body::NONE,
+            request: RequestBody::NONE,
             response: Body::json("History"),
             success: &[200],
             errors: &[InvalidArgument, NotFound],
@@ -456,7 +548,7 @@ pub const ROUTES: &[RouteSpec] = {
             scope: Job,
             budget: Client,
             label: RouteLabel::Job,
-            request: Body::NONE,
+            request: RequestBody::NONE,
             response: Body::json("Job"),
             success: &[200],
             errors: &[InvalidArgument, NotFound],
@@ -471,7 +563,7 @@ pub const ROUTES: &[RouteSpec] = {
             scope: Command,
             budget: Client,
             label: RouteLabel::Job,
-            request: Body::NONE,
+            request: RequestBody::NONE,
             response: Body::NONE,
             success: &[204],
             errors: &[
@@ -492,7 +584,7 @@ pub const ROUTES: &[RouteSpec] = {
             scope: Command,
             budget: Client,
             label: RouteLabel::Job,
-            request: Body::json("ClaimRequest"),
+            request: RequestBody::command::<ClaimRequest>(),
             response: Body::json("Lease"),
             success: &[200],
             // `not_found`: a scoped token's claim of a job outside its scope.
@@ -517,7 +609,7 @@ pub const ROUTES: &[RouteSpec] = {
             scope: Command,
             budget: Client,
             label: RouteLabel::Job,
-            request: Body::json("RenewRequest"),
+            request: RequestBody::command::<RenewRequest>(),
             response: Body::json("Lease"),
             success: &[200],
             errors: LEASE_HOLDER_ERRORS,
@@ -532,7 +624,7 @@ pub const ROUTES: &[RouteSpec] = {
             scope: Command,
             budget: Client,
             label: RouteLabel::Job,
-            request: Body::json("CompleteRequest"),
+            request: RequestBody::command::<CompleteRequest>(),
             response: Body::json("Job"),
             success: &[200],
             errors: LEASE_HOLDER_ERRORS,
@@ -547,7 +639,7 @@ pub const ROUTES: &[RouteSpec] = {
             scope: Command,
             budget: Client,
             label: RouteLabel::Job,
-            request: Body::json("ReleaseRequest"),
+            request: RequestBody::command::<ReleaseRequest>(),
             response: Body::json("Job"),
             success: &[200],
             errors: LEASE_HOLDER_ERRORS,
@@ -562,7 +654,7 @@ pub const ROUTES: &[RouteSpec] = {
             scope: Command,
             budget: Client,
             label: RouteLabel::Job,
-            request: Body::json("FailRequest"),
+            request: RequestBody::command::<FailRequest>(),
             response: Body::json("Job"),
             success: &[200],
             errors: LEASE_HOLDER_ERRORS,
@@ -577,7 +669,7 @@ pub const ROUTES: &[RouteSpec] = {
             scope: Command,
             budget: Client,
             label: RouteLabel::Job,
-            request: Body::json("CancelRequest"),
+            request: RequestBody::command::<CancelRequest>(),
             response: Body::json("Job"),
             success: &[200],
             errors: &[
@@ -598,7 +690,7 @@ pub const ROUTES: &[RouteSpec] = {
             scope: Command,
             budget: Client,
             label: RouteLabel::Job,
-            request: Body::json("RetryRequest"),
+            request: RequestBody::command::<RetryRequest>(),
             response: Body::json("Job"),
             success: &[200],
             errors: &[
@@ -618,7 +710,7 @@ pub const ROUTES: &[RouteSpec] = {
             scope: Command,
             budget: LongPoll,
             label: RouteLabel::QueueClaim,
-            request: Body::json("ClaimNextRequest"),
+            request: RequestBody::command::<ClaimNextRequest>(),
             // A Lease, or `{"leases": […]}` when the request carries `max_jobs` (docs/api.md
             // "Batches").
             response: Body::json("ClaimNextReply"),
@@ -635,7 +727,7 @@ pub const ROUTES: &[RouteSpec] = {
             scope: Command,
             budget: Client,
             label: RouteLabel::QueueRedrive,
-            request: Body::json("RedriveRequest"),
+            request: RequestBody::command::<RedriveRequest>(),
             response: Body::json("RedriveReply"),
             success: &[200],
             errors: &[IdempotencyKeyReused, IdempotencyFull],
@@ -652,7 +744,7 @@ pub const ROUTES: &[RouteSpec] = {
             scope: Command,
             budget: Client,
             label: RouteLabel::LeasesRenew,
-            request: Body::json("RenewLeasesRequest"),
+            request: RequestBody::command::<RenewLeasesRequest>(),
             response: Body::json("BatchResults"),
             success: &[200],
             errors: &[IdempotencyKeyReused, IdempotencyFull],
@@ -667,7 +759,7 @@ pub const ROUTES: &[RouteSpec] = {
             scope: Command,
             budget: Client,
             label: RouteLabel::LeasesComplete,
-            request: Body::json("CompleteLeasesRequest"),
+            request: RequestBody::command::<CompleteLeasesRequest>(),
             response: Body::json("BatchResults"),
             success: &[200],
             errors: &[IdempotencyKeyReused, IdempotencyFull],
@@ -682,7 +774,7 @@ pub const ROUTES: &[RouteSpec] = {
             scope: Shared,
             budget: Client,
             label: RouteLabel::Cluster,
-            request: Body::NONE,
+            request: RequestBody::NONE,
             response: Body::json("ClusterView"),
             success: &[200],
             errors: &[],
@@ -697,7 +789,7 @@ pub const ROUTES: &[RouteSpec] = {
             scope: Shared,
             budget: Client,
             label: RouteLabel::Digest,
-            request: Body::NONE,
+            request: RequestBody::NONE,
             response: Body::json("DigestView"),
             success: &[200],
             errors: &[],
@@ -712,7 +804,7 @@ pub const ROUTES: &[RouteSpec] = {
             scope: Shared,
             budget: Client,
             label: RouteLabel::Members,
-            request: Body::NONE,
+            request: RequestBody::NONE,
             response: Body::json("MembersView"),
             success: &[200],
             errors: &[],
@@ -727,7 +819,7 @@ pub const ROUTES: &[RouteSpec] = {
             scope: List,
             budget: Stream,
             label: RouteLabel::Events,
-            request: Body::NONE,
+            request: RequestBody::NONE,
             response: Body::json("EventPage"),
             success: &[200],
             errors: &[InvalidArgument, EventsCompacted, Unavailable],
@@ -742,7 +834,7 @@ pub const ROUTES: &[RouteSpec] = {
             scope: Shared,
             budget: Client,
             label: RouteLabel::Rejections,
-            request: Body::NONE,
+            request: RequestBody::NONE,
             response: Body::json("RejectionsView"),
             success: &[200],
             errors: &[InvalidArgument],
@@ -757,7 +849,7 @@ pub const ROUTES: &[RouteSpec] = {
             scope: UnscopedOnly,
             budget: Client,
             label: RouteLabel::Nodes,
-            request: Body::json("AddNodeRequest"),
+            request: RequestBody::json::<AddNodeRequest>(),
             response: Body::json("MembershipView"),
             success: &[200],
             errors: &[InvalidArgument, AlreadyExists],
@@ -772,7 +864,7 @@ pub const ROUTES: &[RouteSpec] = {
             scope: UnscopedOnly,
             budget: Client,
             label: RouteLabel::Node,
-            request: Body::NONE,
+            request: RequestBody::NONE,
             response: Body::json("MembershipView"),
             success: &[200],
             errors: &[InvalidArgument, NotFound],
@@ -787,7 +879,7 @@ pub const ROUTES: &[RouteSpec] = {
             scope: UnscopedOnly,
             budget: Client,
             label: RouteLabel::Snapshot,
-            request: Body::NONE,
+            request: RequestBody::NONE,
             // `?read_index=true` answers `{"read_index","node_id"}` as JSON instead.
             response: Body::other("application/octet-stream", "SnapshotImage"),
             success: &[200],
@@ -803,7 +895,7 @@ pub const ROUTES: &[RouteSpec] = {
             scope: Shared,
             budget: Client,
             label: RouteLabel::Ui,
-            request: Body::NONE,
+            request: RequestBody::NONE,
             response: Body::other("text/html", "dashboard page"),
             success: &[200],
             errors: &[],
@@ -818,7 +910,7 @@ pub const ROUTES: &[RouteSpec] = {
             scope: Shared,
             budget: Client,
             label: RouteLabel::Ui,
-            request: Body::NONE,
+            request: RequestBody::NONE,
             response: Body::other("text/html", "dashboard page"),
             success: &[200],
             errors: &[],
@@ -833,7 +925,7 @@ pub const ROUTES: &[RouteSpec] = {
             scope: Shared,
             budget: Client,
             label: RouteLabel::Ui,
-            request: Body::NONE,
+            request: RequestBody::NONE,
             response: Body::other("text/*", "dashboard file: HTML, JavaScript or CSS"),
             success: &[200],
             errors: &[NotFound],
@@ -848,7 +940,7 @@ pub const ROUTES: &[RouteSpec] = {
             scope: Shared,
             budget: Exempt,
             label: RouteLabel::Healthz,
-            request: Body::NONE,
+            request: RequestBody::NONE,
             response: Body::other("text/plain", "ok"),
             success: &[200],
             errors: &[],
@@ -863,7 +955,7 @@ pub const ROUTES: &[RouteSpec] = {
             scope: Shared,
             budget: Client,
             label: RouteLabel::Readyz,
-            request: Body::NONE,
+            request: RequestBody::NONE,
             // 503 with the same body while not ready.
             response: Body::json("Readiness"),
             success: &[200],
@@ -879,7 +971,7 @@ pub const ROUTES: &[RouteSpec] = {
             scope: Shared,
             budget: Client,
             label: RouteLabel::Metrics,
-            request: Body::NONE,
+            request: RequestBody::NONE,
             response: Body::other("text/plain; version=0.0.4", "Prometheus text"),
             success: &[200],
             errors: &[],
@@ -896,7 +988,7 @@ pub const ROUTES: &[RouteSpec] = {
             scope: Shared,
             budget: Client,
             label: RouteLabel::OpenApi,
-            request: Body::NONE,
+            request: RequestBody::NONE,
             response: Body::json("OpenApiDocument"),
             success: &[200],
             errors: &[],
@@ -920,7 +1012,7 @@ pub const ROUTES: &[RouteSpec] = {
 
 /// A `POST /raft/…` route with a bincode body of `schema`.
 const fn raft_post(id: RouteId, path: &'static str, schema: &'static str) -> RouteSpec {
-    raft_route(id, "POST", path, Body::bincode(schema))
+    raft_route(id, "POST", path, RequestBody::bincode(schema))
 }
 
 /// A node-to-node `/raft/…` route: open to tokens (peer authentication guards it, in
@@ -929,7 +1021,7 @@ const fn raft_route(
     id: RouteId,
     method: &'static str,
     path: &'static str,
-    request: Body,
+    request: RequestBody,
 ) -> RouteSpec {
     RouteSpec {
         id,

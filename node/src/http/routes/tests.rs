@@ -1,6 +1,7 @@
 //! The route table's own checks: each row once, its access declared on purpose, its
-//! budget and label consistent with its mount, and [`resolve`] answering what the
-//! router, the token check, the budgets and the metrics each used to decide by hand.
+//! budget and label consistent with its mount, its body's decoder named, and [`resolve`]
+//! answering what the router, the token check, the budgets and the metrics each used to
+//! decide by hand.
 
 use super::*;
 
@@ -166,6 +167,45 @@ fn answers_are_declared() {
         .errors_all()
         .contains(&ErrorCode::Unavailable));
     assert_eq!(by_id(RouteId::ClaimNext).budget, BudgetClass::LongPoll);
+}
+
+/// Who reads each route's body (issue 45 item 5). Every POST on a job (an action), on a
+/// queue, on the leases or on the jobs is a write that `jobs.rs` serves through the
+/// decoder its row names; only the node's add reads its own JSON, only `/raft/…`
+/// carries bincode. A new write row without a decoder fails here, not as a 500 at run
+/// time (and a body type without one does not build: `RequestBody::command`).
+#[test]
+fn every_write_route_names_its_decoder() {
+    for r in ROUTES {
+        let write = r.method == "POST"
+            && ["/v1/jobs", "/v1/queues/", "/v1/leases/"]
+                .iter()
+                .any(|p| r.path.starts_with(p));
+        assert_eq!(
+            r.request.command_decoder().is_some(),
+            write,
+            "{:?} {} {}",
+            r.id,
+            r.method,
+            r.path
+        );
+        let expected = match (r.id, r.request.decode) {
+            (_, Decode::Command(_)) => write,
+            (RouteId::AddNode, Decode::Handler) => true,
+            (_, Decode::Bincode(_)) => r.budget == BudgetClass::Raft,
+            (_, Decode::None) => r.method != "POST",
+            (_, Decode::Handler) => false,
+        };
+        assert!(
+            expected,
+            "{:?} reads its body as {:?}",
+            r.id, r.request.decode
+        );
+        assert_eq!(
+            r.request.schema.is_some(),
+            r.request.media == "application/json"
+        );
+    }
 }
 
 fn requirement(method: &Method, path: &str) -> Requirement {
