@@ -4,6 +4,10 @@
 //! every request passes: the node headers, the request metrics and the request
 //! target's normal form ([`stamp_headers`]), the browser guard, the token check.
 //!
+//! The listener resolves each request's row before routing, with the table's own
+//! matcher (`routes::resolve`); `router/tests.rs` holds that matcher to this router's,
+//! routing each row's path and paths near it through the table mounted here.
+//!
 //! Imports the handler files of `http` and `answer`, `browser`, `client_auth`,
 //! `listener` (the request's admission), `request` and `routes`; nothing imports it but
 //! `mod.rs`.
@@ -21,24 +25,15 @@ use leasehold_statemachine::{ApiError, ErrorCode};
 use super::answer::{error_response, stamp};
 use super::listener::{self, Admission};
 use super::request::check_target;
-use super::routes::{self, RouteId, ROUTES};
+use super::routes::{self, RouteId, RouteSpec, ROUTES};
 use super::{backup, browser, client_auth, feed, jobs, membership, openapi, ops, raft_rpc, ui};
 use crate::node::Node;
 
 /// The node's HTTP app: every route of [`ROUTES`], then the fallback (404), under the
 /// token check, the browser guard and the header stamping.
 pub fn router(node: Arc<Node>) -> Router {
-    let mut app = Router::new();
-    for (i, r) in ROUTES.iter().enumerate() {
-        // The job actions share one mount and method: mounted once.
-        let mounted = ROUTES[..i]
-            .iter()
-            .any(|p| p.mount == r.mount && p.method == r.method);
-        if !mounted {
-            app = app.route(r.mount, handler(r.id, method_filter(r.method)));
-        }
-    }
-    app.fallback(unknown_route)
+    mounted(|r| handler(r.id, method_filter(r.method)))
+        .fallback(unknown_route)
         // Inside `stamp_headers`, so a refusal carries the node headers and is counted.
         .layer(axum::middleware::from_fn_with_state(
             node.clone(),
@@ -57,6 +52,25 @@ pub fn router(node: Arc<Node>) -> Router {
         // Handlers read bodies themselves, with docs/api.md's limits and error shape.
         .layer(DefaultBodyLimit::disable())
         .with_state(node)
+}
+
+/// Every row of [`ROUTES`] under its mount, with the method router `handler` gives it.
+/// The job actions share one mount and method: mounted once, by their first row. The
+/// node's router and the test that routes each row's path through a real router
+/// (`router/tests.rs`) both mount the table here.
+fn mounted<S: Clone + Send + Sync + 'static>(
+    handler: impl Fn(&'static RouteSpec) -> MethodRouter<S>,
+) -> Router<S> {
+    let mut app = Router::new();
+    for (i, r) in ROUTES.iter().enumerate() {
+        let mounted = ROUTES[..i]
+            .iter()
+            .any(|p| p.mount == r.mount && p.method == r.method);
+        if !mounted {
+            app = app.route(r.mount, handler(r));
+        }
+    }
+    app
 }
 
 /// The handler of a row, as an axum method router for its method. Rows that share a
@@ -156,3 +170,6 @@ async fn stamp_headers(State(node): State<Arc<Node>>, mut req: Request, next: Ne
     stamp(&node, resp.headers_mut());
     resp
 }
+
+#[cfg(test)]
+mod tests;
