@@ -1,25 +1,28 @@
-//! The request bodies the route table names by type (issue 45 item 5): each write
-//! route's JSON body and how it becomes its command ([`CommandBody`], one `impl` per
-//! body), and the body a handler reads itself (`AddNodeRequest`). A row of `routes.rs`
-//! names its body's type (`RequestBody::command::<ClaimRequest>()`); the compiler then
-//! holds the type to a decoder and `openapi.rs` reads its schema from the same row, so a
-//! route whose body has no decoder does not build.
+//! What a request carries that the route table names by type (issue 45 item 5): each
+//! write route's JSON body and how it becomes its command ([`CommandBody`], one `impl`
+//! per body), the body a handler reads itself (`AddNodeRequest`), and the query type of
+//! each read that takes one, with the bounds it declares. A row of `routes.rs` names its
+//! body's type (`RequestBody::command::<ClaimRequest>()`); the compiler then holds the
+//! type to a decoder, and `openapi.rs` reads the body's and the query's schemas from the
+//! same row, so a route whose body has no decoder does not build.
 //!
 //! Below `routes.rs`: imports `request` (a JSON body in docs/api.md's error shape) of
-//! `http`, `node::Limits` and the state machine's request types; no other file of
-//! `http`.
+//! `http`, `node::Limits`, `store::rejections` (the rejection feed's size) and the state
+//! machine's request types and limits; no other file of `http`.
 
+use leasehold_statemachine::limits::{self, EVENTS_LIMIT_MAX, EVENTS_WAIT_MS_MAX};
 use leasehold_statemachine::wire::{
     CancelRequest, ClaimNextRequest, ClaimRequest, CompleteLeasesRequest, CompleteRequest,
     FailRequest, RedriveRequest, ReleaseRequest, RenewLeasesRequest, RenewRequest, RetryRequest,
     SubmitRequest,
 };
-use leasehold_statemachine::{ApiError, Command, ErrorCode};
+use leasehold_statemachine::{ApiError, Command, ErrorCode, JobState};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
 use super::request::parse_json;
 use crate::node::Limits;
+use crate::store::rejections::CAPACITY;
 use crate::types::NodeId;
 
 /// A JSON request body that becomes one command.
@@ -144,4 +147,69 @@ pub(super) struct AddNodeRequest {
     /// `HOST:PORT`, as the other members reach it (checked as `serve --peer` is).
     #[schemars(required, pattern(r"^[A-Za-z0-9._\[\]:-]{1,253}:[0-9]{1,5}$"))]
     pub(super) addr: Option<String>,
+}
+
+// ---- Query types: each read's row names its own (`RouteSpec::query_type`). ------------
+
+/// `GET /v1/cluster/rejections`: default and largest `limit` (the feed keeps
+/// [`CAPACITY`] entries, so a larger page could never fill).
+pub const REJECTIONS_LIMIT_DEFAULT: usize = 50;
+pub const REJECTIONS_LIMIT_MAX: usize = CAPACITY;
+
+/// The query of `GET /v1/jobs`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub(super) struct ListParams {
+    /// Only this queue's jobs (empty: every queue).
+    #[schemars(length(max = limits::QUEUE_LEN_MAX), pattern("^[a-z0-9_-]*$"))]
+    pub(super) queue: Option<String>,
+    /// Only jobs in this state (empty: every state).
+    #[schemars(schema_with = "state_filter_schema")]
+    pub(super) state: Option<String>,
+    /// The page size.
+    #[schemars(range(min = 1, max = limits::LIST_LIMIT_MAX))]
+    pub(super) limit: Option<usize>,
+    /// The previous page's `next_page_token`.
+    pub(super) page_token: Option<String>,
+}
+
+/// A job state, or empty for none.
+fn state_filter_schema(g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({"anyOf": [g.subschema_for::<JobState>(), {"const": ""}]})
+}
+
+/// The query of `GET /v1/events`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub(super) struct EventsParams {
+    /// Events with a larger `seq` (0: from the oldest kept).
+    pub(super) after: Option<u64>,
+    /// Only this queue's events.
+    #[schemars(length(min = 1, max = limits::QUEUE_LEN_MAX), pattern(limits::QUEUE_PATTERN))]
+    pub(super) queue: Option<String>,
+    /// Only this job's events.
+    #[schemars(length(min = 1, max = limits::JOB_ID_LEN_MAX), pattern(limits::NAME_PATTERN))]
+    pub(super) job_id: Option<String>,
+    /// At most this many events.
+    #[schemars(range(min = 1, max = EVENTS_LIMIT_MAX))]
+    pub(super) limit: Option<usize>,
+    /// With no event to answer yet, wait up to this long (ms) for one: the answer may
+    /// take that long.
+    #[schemars(range(max = EVENTS_WAIT_MS_MAX))]
+    pub(super) wait_ms: Option<u64>,
+}
+
+/// The query of `GET /v1/cluster/rejections`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub(super) struct RejectionParams {
+    pub(super) after: Option<u64>,
+    #[schemars(range(min = 1, max = REJECTIONS_LIMIT_MAX))]
+    pub(super) limit: Option<usize>,
+}
+
+/// The query of `GET /v1/cluster/snapshot`.
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct SnapshotQuery {
+    /// Ask the leader only for the index a consistent image must include.
+    #[serde(default)]
+    pub(super) read_index: bool,
 }

@@ -12,7 +12,8 @@
 //! whose path it reads: [`command`], [`queue_command`] and [`job_action`].
 //!
 //! Imports `answer`, `client_auth`, `forward`, `job_exec`, `listener` (the request's
-//! admission: its route and slot), `params` and `routes` of `http`.
+//! admission: its route and slot), `inputs` (the list's query type), `params` and `routes`
+//! of `http`.
 
 use leasehold_statemachine::commands::Delete;
 use std::sync::Arc;
@@ -22,11 +23,11 @@ use axum::extract::{Path, Query, Request, State};
 use axum::response::Response;
 use leasehold_statemachine::limits;
 use leasehold_statemachine::{ApiError, Command, ErrorCode, JobState};
-use serde::Deserialize;
 
 use super::answer::{error_response, IDEMPOTENCY_HEADER};
 use super::client_auth;
 use super::forward::{inbound, Inbound};
+use super::inputs::ListParams;
 use super::job_exec::{self, LeaderOp};
 use super::listener::{self, slots::HeldSlot};
 use super::params::{decode_job_path, split_action};
@@ -227,26 +228,6 @@ pub async fn get_job(State(node): State<Arc<Node>>, req: Request) -> Response {
         Ok(op) => read(node, req, op).await,
         Err(e) => error_response(&e),
     }
-}
-
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-pub struct ListParams {
-    /// Only this queue's jobs (empty: every queue).
-    #[schemars(length(max = limits::QUEUE_LEN_MAX), pattern("^[a-z0-9_-]*$"))]
-    queue: Option<String>,
-    /// Only jobs in this state (empty: every state).
-    #[schemars(schema_with = "state_filter_schema")]
-    state: Option<String>,
-    /// The page size.
-    #[schemars(range(min = 1, max = limits::LIST_LIMIT_MAX))]
-    limit: Option<usize>,
-    /// The previous page's `next_page_token`.
-    page_token: Option<String>,
-}
-
-/// A job state, or empty for none.
-fn state_filter_schema(g: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    schemars::json_schema!({"anyOf": [g.subschema_for::<JobState>(), {"const": ""}]})
 }
 
 pub async fn list(State(node): State<Arc<Node>>, req: Request) -> Response {

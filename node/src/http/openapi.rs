@@ -1,6 +1,6 @@
 //! The OpenAPI 3.1 document of the HTTP API, generated from the route table
-//! ([`routes::ROUTES`]: paths, methods, query names, access, success statuses, error
-//! codes) and the JSON Schemas of the wire types (schemars, draft 2020-12: OpenAPI 3.1's
+//! ([`routes::ROUTES`]: paths, methods, query names and types, access, success
+//! statuses, error codes) and the JSON Schemas of the wire types (schemars, draft 2020-12: OpenAPI 3.1's
 //! own dialect). It is served at `GET /v1/openapi.json` and checked in as
 //! `docs/openapi.json`; `node/tests/openapi.rs` fails when the two differ
 //! (`LEASEHOLD_BLESS=1` rewrites the file). The node-to-node `/raft/…` routes are left
@@ -28,7 +28,7 @@ use serde_json::{json, Map, Value};
 
 use super::answer::json_response;
 use super::routes::{BudgetClass, Need, RouteId, RouteSpec, ROUTES};
-use super::{backup, feed, jobs, membership, ops, ui};
+use super::{backup, membership, ops, ui};
 
 /// The document's `info.version`: the API's, not the binary's.
 pub const API_VERSION: &str = "1.1";
@@ -53,6 +53,8 @@ pub enum BuildError {
     UnknownSchema { route: RouteId, name: &'static str },
     #[error("route {route:?} reads query parameter {name:?}, which its query type lacks")]
     UnknownQuery { route: RouteId, name: &'static str },
+    #[error("route {route:?}'s query type reads {name:?}, which its row does not name")]
+    UndeclaredQuery { route: RouteId, name: String },
     #[error("schema {0:?} differs between requests and answers")]
     SchemaClash(String),
 }
@@ -199,22 +201,7 @@ fn parameters(r: &RouteSpec) -> Result<Vec<Value>, BuildError> {
             })
         })
         .collect();
-    if !r.query.is_empty() {
-        let props = query_properties(r.id);
-        for name in r.query {
-            let schema = props
-                .get(*name)
-                .ok_or(BuildError::UnknownQuery { route: r.id, name })?;
-            let mut schema = schema.clone();
-            let description = schema.as_object_mut().and_then(|o| o.remove("description"));
-            let mut param = json!({"name": name, "in": "query", "required": false});
-            if let Some(d) = description {
-                param["description"] = d;
-            }
-            param["schema"] = schema;
-            out.push(param);
-        }
-    }
+    out.extend(query_parameters(r)?);
     if r.errors.contains(&ErrorCode::IdempotencyKeyReused) {
         out.push(json!({
             "name": "Idempotency-Key",
@@ -229,6 +216,31 @@ fn parameters(r: &RouteSpec) -> Result<Vec<Value>, BuildError> {
                 "pattern": limits::IDEMPOTENCY_KEY_PATTERN,
             },
         }));
+    }
+    Ok(out)
+}
+
+/// The query parameters the row names, typed by the query type it names; a name the
+/// type lacks, or a field of the type the row does not name, is an error.
+fn query_parameters(r: &RouteSpec) -> Result<Vec<Value>, BuildError> {
+    let props = query_properties(r);
+    if let Some(name) = props.keys().find(|k| !r.query.contains(&k.as_str())) {
+        let name = name.clone();
+        return Err(BuildError::UndeclaredQuery { route: r.id, name });
+    }
+    let mut out = Vec::new();
+    for name in r.query {
+        let schema = props
+            .get(*name)
+            .ok_or(BuildError::UnknownQuery { route: r.id, name })?;
+        let mut schema = schema.clone();
+        let description = schema.as_object_mut().and_then(|o| o.remove("description"));
+        let mut param = json!({"name": name, "in": "query", "required": false});
+        if let Some(d) = description {
+            param["description"] = d;
+        }
+        param["schema"] = schema;
+        out.push(param);
     }
     Ok(out)
 }
@@ -256,21 +268,18 @@ fn path_schema(path: &str, name: &str) -> Value {
     }
 }
 
-/// The properties of a route's query type, each schema inline.
-fn query_properties(id: RouteId) -> Map<String, Value> {
+/// The properties of the query type a route's row names, each schema inline.
+fn query_properties(r: &RouteSpec) -> Map<String, Value> {
+    let Some(schema_of) = r.query_type else {
+        return Map::new();
+    };
     let mut g = SchemaSettings::draft2020_12()
         .with(|s| {
             s.inline_subschemas = true;
             s.meta_schema = None;
         })
         .into_generator();
-    let schema = match id {
-        RouteId::ListJobs => g.root_schema_for::<jobs::ListParams>(),
-        RouteId::Events => g.root_schema_for::<feed::Params>(),
-        RouteId::Rejections => g.root_schema_for::<ui::RejectionParams>(),
-        RouteId::Snapshot => g.root_schema_for::<backup::SnapshotQuery>(),
-        _ => return Map::new(),
-    };
+    let schema = schema_of(&mut g);
     let mut props = schema.to_value()["properties"]
         .as_object()
         .cloned()
@@ -457,6 +466,25 @@ mod tests {
         let mut g = settings().into_generator();
         let e = body_schema(RouteId::SubmitJob, "NoSuchType", &mut g).unwrap_err();
         assert!(e.to_string().contains("NoSuchType"), "{e}");
+    }
+
+    /// A row's query names and the fields of the query type it names are one list: a
+    /// name the type lacks, or a field the row does not name, fails the document.
+    #[test]
+    fn query_names_and_query_types_agree() {
+        let list = crate::http::routes::by_id(RouteId::ListJobs);
+        let fewer = RouteSpec {
+            query: &["queue", "state", "limit"],
+            ..*list
+        };
+        let e = query_parameters(&fewer).unwrap_err();
+        assert!(e.to_string().contains("page_token"), "{e}");
+        let untyped = RouteSpec {
+            query_type: None,
+            ..*list
+        };
+        let e = query_parameters(&untyped).unwrap_err();
+        assert!(matches!(e, BuildError::UnknownQuery { .. }), "{e}");
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! compile). A request body is named by its type ([`RequestBody::command`]): the type's
 //! decoder into its command (`inputs.rs`, a trait the compiler holds the type to) and its
 //! schema (`openapi.rs`) come with it, so a write route or a job action cannot be added
-//! without its decoder (issue 45 item 5).
+//! without its decoder (issue 45 item 5). A read names its query type the same way
+//! ([`RouteSpec::query_type`]), whose fields `openapi.rs` holds to the row's names.
 //!
 //! A request's route is resolved once, by [`resolve`], in the listener (before routing,
 //! since its budget decides its slot and timeout); the [`Resolved`] travels with the
@@ -27,7 +28,7 @@
 //! May import `security::auth` (operations, scope rules, requirements),
 //! `telemetry::metrics::RouteLabel` (the label vocabulary), `types` (the Raft RPC paths),
 //! `node::Limits` (a decoder's argument), the state machine's `ErrorCode` and request
-//! types, and `inputs` (the bodies' decoders); no other file of `http`.
+//! types, and `inputs` (the bodies' decoders, the query types); no other file of `http`.
 
 use axum::http::Method;
 use leasehold_statemachine::wire::{
@@ -38,7 +39,9 @@ use leasehold_statemachine::wire::{
 use leasehold_statemachine::{ApiError, Command, ErrorCode};
 use schemars::{JsonSchema, Schema, SchemaGenerator};
 
-use super::inputs::{decode, AddNodeRequest, CommandBody};
+use super::inputs::{
+    decode, AddNodeRequest, CommandBody, EventsParams, ListParams, RejectionParams, SnapshotQuery,
+};
 use crate::node::Limits;
 use crate::security::auth::{Operation, Requirement, ScopeRule};
 use crate::telemetry::metrics::RouteLabel;
@@ -246,6 +249,9 @@ pub struct RouteSpec {
     pub mount: &'static str,
     /// The query parameters it reads (`GET /v1/jobs?queue=…`), by name.
     pub query: &'static [&'static str],
+    /// The type its handler reads them into, whose schema types them in the OpenAPI
+    /// document: its fields are the names above (`openapi.rs` checks both ways).
+    pub query_type: Option<SchemaFn>,
     pub need: Need,
     pub scope: ScopeRule,
     pub budget: BudgetClass,
@@ -515,6 +521,7 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/v1/jobs",
             mount: "/v1/jobs",
             query: &[],
+            query_type: None,
             need: Op(Submit),
             scope: Command,
             budget: Client,
@@ -530,6 +537,7 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/v1/jobs",
             mount: "/v1/jobs",
             query: &["queue", "state", "limit", "page_token"],
+            query_type: Some(schema_of::<ListParams>),
             need: Op(Read),
             scope: List,
             budget: Client,
@@ -547,6 +555,7 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/v1/jobs/{id}/history",
             mount: JOB_MOUNT,
             query: &[],
+            query_type: None,
             need: Op(Read),
             scope: Job,
             budget: Client,
@@ -562,6 +571,7 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/v1/jobs/{id}",
             mount: JOB_MOUNT,
             query: &[],
+            query_type: None,
             need: Op(Read),
             scope: Job,
             budget: Client,
@@ -577,6 +587,7 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/v1/jobs/{id}",
             mount: JOB_MOUNT,
             query: &[],
+            query_type: None,
             need: Op(Delete),
             scope: Command,
             budget: Client,
@@ -598,6 +609,7 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/v1/jobs/{id}/claim",
             mount: JOB_MOUNT,
             query: &[],
+            query_type: None,
             need: Op(Claim),
             scope: Command,
             budget: Client,
@@ -623,6 +635,7 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/v1/jobs/{id}/renew",
             mount: JOB_MOUNT,
             query: &[],
+            query_type: None,
             need: Op(Renew),
             scope: Command,
             budget: Client,
@@ -638,6 +651,7 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/v1/jobs/{id}/complete",
             mount: JOB_MOUNT,
             query: &[],
+            query_type: None,
             need: Op(Complete),
             scope: Command,
             budget: Client,
@@ -653,6 +667,7 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/v1/jobs/{id}/release",
             mount: JOB_MOUNT,
             query: &[],
+            query_type: None,
             need: Op(Release),
             scope: Command,
             budget: Client,
@@ -668,6 +683,7 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/v1/jobs/{id}/fail",
             mount: JOB_MOUNT,
             query: &[],
+            query_type: None,
             need: Op(Fail),
             scope: Command,
             budget: Client,
@@ -683,6 +699,7 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/v1/jobs/{id}/cancel",
             mount: JOB_MOUNT,
             query: &[],
+            query_type: None,
             need: Op(Cancel),
             scope: Command,
             budget: Client,
@@ -704,6 +721,7 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/v1/jobs/{id}/retry",
             mount: JOB_MOUNT,
             query: &[],
+            query_type: None,
             need: Op(Retry),
             scope: Command,
             budget: Client,
@@ -724,6 +742,7 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/v1/queues/{queue}/claim",
             mount: "/v1/queues/{queue}/claim",
             query: &[],
+            query_type: None,
             need: Op(ClaimNext),
             scope: Command,
             budget: LongPoll,
@@ -741,6 +760,7 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/v1/queues/{queue}/redrive",
             mount: "/v1/queues/{queue}/redrive",
             query: &[],
+            query_type: None,
             need: Op(Redrive),
             scope: Command,
             budget: Client,
@@ -758,6 +778,7 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/v1/leases/renew",
             mount: "/v1/leases/renew",
             query: &[],
+            query_type: None,
             need: Op(Renew),
             scope: Command,
             budget: Client,
@@ -773,6 +794,7 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/v1/leases/complete",
             mount: "/v1/leases/complete",
             query: &[],
+            query_type: None,
             need: Op(Complete),
             scope: Command,
             budget: Client,
@@ -788,6 +810,7 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/v1/cluster",
             mount: "/v1/cluster",
             query: &[],
+            query_type: None,
             need: Op(Read),
             scope: Shared,
             budget: Client,
@@ -803,6 +826,7 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/v1/cluster/digest",
             mount: "/v1/cluster/digest",
             query: &[],
+            query_type: None,
             need: Op(Read),
             scope: Shared,
             budget: Client,
@@ -818,6 +842,7 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/v1/cluster/members",
             mount: "/v1/cluster/members",
             query: &[],
+            query_type: None,
             need: Op(Read),
             scope: Shared,
             budget: Client,
@@ -833,6 +858,7 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/v1/events",
             mount: "/v1/events",
             query: &["after", "queue", "job_id", "limit", "wait_ms"],
+            query_type: Some(schema_of::<EventsParams>),
             need: Op(Read),
             scope: List,
             budget: Stream,
@@ -848,6 +874,7 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/v1/cluster/rejections",
             mount: "/v1/cluster/rejections",
             query: &["after", "limit"],
+            query_type: Some(schema_of::<RejectionParams>),
             need: Op(Read),
             scope: Shared,
             budget: Client,
@@ -863,6 +890,7 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/v1/cluster/nodes",
             mount: "/v1/cluster/nodes",
             query: &[],
+            query_type: None,
             need: Op(Manage),
             scope: UnscopedOnly,
             budget: Client,
@@ -878,6 +906,7 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/v1/cluster/nodes/{id}",
             mount: "/v1/cluster/nodes/{id}",
             query: &[],
+            query_type: None,
             need: Op(Manage),
             scope: UnscopedOnly,
             budget: Client,
@@ -893,6 +922,7 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/v1/cluster/snapshot",
             mount: "/v1/cluster/snapshot",
             query: &["read_index"],
+            query_type: Some(schema_of::<SnapshotQuery>),
             need: Op(Manage),
             scope: UnscopedOnly,
             budget: Client,
@@ -909,6 +939,7 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/ui",
             mount: "/ui",
             query: &[],
+            query_type: None,
             need: Open,
             scope: Shared,
             budget: Client,
@@ -924,6 +955,7 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/ui/",
             mount: "/ui/",
             query: &[],
+            query_type: None,
             need: Open,
             scope: Shared,
             budget: Client,
@@ -939,6 +971,7 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/ui/{asset}",
             mount: "/ui/{*asset}",
             query: &[],
+            query_type: None,
             need: Open,
             scope: Shared,
             budget: Client,
@@ -954,6 +987,7 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/healthz",
             mount: "/healthz",
             query: &[],
+            query_type: None,
             need: Open,
             scope: Shared,
             budget: Exempt,
@@ -969,6 +1003,7 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/readyz",
             mount: "/readyz",
             query: &[],
+            query_type: None,
             need: Open,
             scope: Shared,
             budget: Client,
@@ -985,6 +1020,7 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/metrics",
             mount: "/metrics",
             query: &[],
+            query_type: None,
             need: Op(Read),
             scope: Shared,
             budget: Client,
@@ -1002,6 +1038,7 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/v1/openapi.json",
             mount: "/v1/openapi.json",
             query: &[],
+            query_type: None,
             need: Open,
             scope: Shared,
             budget: Client,
@@ -1047,6 +1084,7 @@ const fn raft_route(
         path,
         mount: path,
         query: &[],
+        query_type: None,
         need: Need::Open,
         scope: ScopeRule::Shared,
         budget: BudgetClass::Raft,
