@@ -44,8 +44,18 @@ pub fn client_request(route: u8, input: &[u8]) {
     let limits = Limits::default();
     let (path, body) = path_and_body(input);
     match route % CLIENT_ROUTES {
-        0 => drop(jobs::decode_submit(input)),
-        1 => drop(jobs::decode_claim_next(&limits, &path, body)),
+        0 => drop(jobs::decode_body(
+            routes::by_id(RouteId::SubmitJob),
+            &limits,
+            "",
+            input,
+        )),
+        1 => drop(jobs::decode_body(
+            routes::by_id(RouteId::ClaimNext),
+            &limits,
+            &path,
+            body,
+        )),
         r @ 2..=5 => {
             let action = [
                 RouteId::ClaimJob,

@@ -18,7 +18,8 @@
 //! (or the process dies) — and streamed from there. Applies pause only while the
 //! records are captured.
 //!
-//! Imports `answer.rs`, `leader.rs` and `request.rs` of `http`; `node`, `store`, `types`.
+//! Imports `answer.rs`, `inputs.rs` (its query type), `leader.rs` and `request.rs` of
+//! `http`; `node`, `store`, `types`.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -37,6 +38,7 @@ use tokio::io::{AsyncRead, ReadBuf};
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::answer::{error_response, json_response, HOPS_HEADER};
+use super::inputs::SnapshotQuery;
 use super::leader::{until_leader, Attempt};
 use super::request::hops;
 use crate::node::{Node, ProposeError, Route};
@@ -53,14 +55,6 @@ pub const CLUSTER_ID_HEADER: &str = "x-leasehold-cluster-id";
 
 /// Bytes per frame of the streamed body.
 const CHUNK_BYTES: usize = 256 * 1024;
-
-#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct SnapshotQuery {
-    /// Ask the leader only for the index a consistent image must include.
-    #[serde(default)]
-    read_index: bool,
-}
 
 /// `?read_index=true`: the leader's answer to a follower.
 #[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]

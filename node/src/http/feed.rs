@@ -10,7 +10,8 @@
 //! (`BudgetClass::Stream`) until it ends; a stream ends after
 //! [`listener::STREAM_TIMEOUT_MS`], and the client resumes from its last id.
 //!
-//! Imports `answer`, `client_auth` and `listener` of `http`; `node`.
+//! Imports `answer`, `client_auth`, `inputs` (its query type) and `listener` of `http`;
+//! `node`.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -26,35 +27,15 @@ use leasehold_statemachine::limits::{
 };
 use leasehold_statemachine::tenant::Scope;
 use leasehold_statemachine::{ApiError, ErrorBody, ErrorCode, EventFilter, EventPage, FeedEvent};
-use serde::Deserialize;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::answer::{error_response, json_response, RETRY_AFTER_S};
 use super::client_auth;
+use super::inputs::EventsParams;
 use super::listener::{self, slots::HeldSlot};
 use crate::node::watchers::Watcher;
 use crate::node::Node;
-
-/// The query of `GET /v1/events`.
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-pub(super) struct Params {
-    /// Events with a larger `seq` (0: from the oldest kept).
-    after: Option<u64>,
-    /// Only this queue's events.
-    #[schemars(length(min = 1, max = limits::QUEUE_LEN_MAX), pattern(limits::QUEUE_PATTERN))]
-    queue: Option<String>,
-    /// Only this job's events.
-    #[schemars(length(min = 1, max = limits::JOB_ID_LEN_MAX), pattern(limits::NAME_PATTERN))]
-    job_id: Option<String>,
-    /// At most this many events.
-    #[schemars(range(min = 1, max = EVENTS_LIMIT_MAX))]
-    limit: Option<usize>,
-    /// With no event to answer yet, wait up to this long (ms) for one: the answer may
-    /// take that long.
-    #[schemars(range(max = EVENTS_WAIT_MS_MAX))]
-    wait_ms: Option<u64>,
-}
 
 /// A feed read, checked: where to start and what to keep.
 #[derive(Debug, Clone)]
@@ -128,8 +109,8 @@ fn wants_stream(headers: &HeaderMap) -> bool {
 }
 
 fn parse(node: &Node, req: &Request, stream: bool) -> Result<Watch, ApiError> {
-    let Query(p) =
-        Query::<Params>::try_from_uri(req.uri()).map_err(|e| invalid(format!("bad query: {e}")))?;
+    let Query(p) = Query::<EventsParams>::try_from_uri(req.uri())
+        .map_err(|e| invalid(format!("bad query: {e}")))?;
     if let Some(q) = &p.queue {
         limits::validate_queue(q)?;
     }

@@ -14,7 +14,8 @@
 //! forgotten its votes and must not come back as the voter it was. Remove it first, then
 //! add it again (`serve --join` does the adding, and refuses to vote until it is added).
 //!
-//! Imports `answer`, `forward`, `leader`, `ops` and `request` of `http`; `node`, `raft`.
+//! Imports `answer`, `forward`, `inputs` (its body's type), `leader`, `ops` and `request`
+//! of `http`; `node`, `raft`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -26,10 +27,11 @@ use axum::response::Response;
 use leasehold_statemachine::{ApiError, ErrorCode};
 use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
 use openraft::{BasicNode, ChangeMembers, Membership};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use super::answer::{error_response, json_response};
 use super::forward::inbound;
+use super::inputs::AddNodeRequest;
 use super::leader::on_leader;
 use super::request::parse_json;
 use crate::node::{Node, ProposeError};
@@ -41,17 +43,6 @@ use crate::types::{NodeId, RaftMetrics};
 const CATCH_UP_LAG: u64 = 64;
 /// Longest a membership change (two entries, joint then uniform) may take to commit.
 const CHANGE_TIMEOUT: Duration = Duration::from_secs(10);
-
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(super) struct AddNodeRequest {
-    // Options so that a missing field gets this handler's message; both are required.
-    #[schemars(required, range(min = 1))]
-    id: Option<NodeId>,
-    /// `HOST:PORT`, as the other members reach it (checked as `serve --peer` is).
-    #[schemars(required, pattern(r"^[A-Za-z0-9._\[\]:-]{1,253}:[0-9]{1,5}$"))]
-    addr: Option<String>,
-}
 
 /// The body of a successful change: the membership after it.
 #[derive(Debug, Serialize, schemars::JsonSchema)]

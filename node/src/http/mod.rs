@@ -8,6 +8,8 @@
 //! The folder, from the bottom up (a test in `node/tests/layout/` fails on any import
 //! circle among its files):
 //! - `answer.rs` (the response shapes and headers), `request.rs` (reading bodies),
+//!   `inputs.rs` (the request bodies the route table names, each with its decoder, and
+//!   the reads' query types),
 //!   `routes.rs` (the route table, plain data, and [`routes::resolve`]);
 //! - [`listener`] (our accept loop and its limits: it resolves each request's route once
 //!   and hands it on as the request's `Admission`);
@@ -30,6 +32,7 @@ pub mod browser;
 mod client_auth;
 mod feed;
 mod forward;
+mod inputs;
 mod job_exec;
 pub mod jobs;
 mod leader;

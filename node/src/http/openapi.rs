@@ -1,16 +1,17 @@
 //! The OpenAPI 3.1 document of the HTTP API, generated from the route table
-//! ([`routes::ROUTES`]: paths, methods, query names, access, success statuses, error
-//! codes) and the JSON Schemas of the wire types (schemars, draft 2020-12: OpenAPI 3.1's
+//! ([`routes::ROUTES`]: paths, methods, query names and types, access, success
+//! statuses, error codes) and the JSON Schemas of the wire types (schemars, draft 2020-12: OpenAPI 3.1's
 //! own dialect). It is served at `GET /v1/openapi.json` and checked in as
 //! `docs/openapi.json`; `node/tests/openapi.rs` fails when the two differ
 //! (`LEASEHOLD_BLESS=1` rewrites the file). The node-to-node `/raft/…` routes are left
 //! out: they carry bincode, and only peers, with peer credentials, call them.
 //!
 //! Requests are described as the node reads them (serde's deserialize view: a field
-//! with a default may be left out), answers as it writes them. A body schema is named
-//! in the table ([`routes::Body::schema`]) and found in [`body_schema`], the one place
-//! that maps names to types; a name it does not know fails the build of the document
-//! (and so the tests).
+//! with a default may be left out), answers as it writes them. A request body's schema
+//! comes from the type its row names ([`routes::RequestBody::schema`]); an answer's is
+//! named in the table ([`routes::Body::schema`]) and found in [`body_schema`], the one
+//! place that maps names to types; a name it does not know fails the build of the
+//! document (and so the tests).
 //!
 //! May import `routes`, `answer` and the view types of the handler files (their schemas
 //! only); nothing of `http` imports it but `router.rs`.
@@ -27,7 +28,7 @@ use serde_json::{json, Map, Value};
 
 use super::answer::json_response;
 use super::routes::{BudgetClass, Need, RouteId, RouteSpec, ROUTES};
-use super::{backup, feed, jobs, membership, ops, ui};
+use super::{backup, membership, ops, ui};
 
 /// The document's `info.version`: the API's, not the binary's.
 pub const API_VERSION: &str = "1.1";
@@ -52,6 +53,8 @@ pub enum BuildError {
     UnknownSchema { route: RouteId, name: &'static str },
     #[error("route {route:?} reads query parameter {name:?}, which its query type lacks")]
     UnknownQuery { route: RouteId, name: &'static str },
+    #[error("route {route:?}'s query type reads {name:?}, which its row does not name")]
+    UndeclaredQuery { route: RouteId, name: String },
     #[error("schema {0:?} differs between requests and answers")]
     SchemaClash(String),
 }
@@ -139,8 +142,8 @@ fn operation(r: &RouteSpec, s: &mut Schemas, error_body: &Value) -> Result<Value
         "parameters": parameters(r)?,
         "responses": responses(r, s, error_body)?,
     });
-    if !r.request.media.is_empty() {
-        let schema = body_schema(r.id, r.request.schema, &mut s.reads)?;
+    if let Some(schema_of) = r.request.schema {
+        let schema = schema_of(&mut s.reads).to_value();
         let required = schema["required"].as_array().is_some_and(|a| !a.is_empty());
         op["requestBody"] = json!({
             "required": required,
@@ -198,22 +201,7 @@ fn parameters(r: &RouteSpec) -> Result<Vec<Value>, BuildError> {
             })
         })
         .collect();
-    if !r.query.is_empty() {
-        let props = query_properties(r.id);
-        for name in r.query {
-            let schema = props
-                .get(*name)
-                .ok_or(BuildError::UnknownQuery { route: r.id, name })?;
-            let mut schema = schema.clone();
-            let description = schema.as_object_mut().and_then(|o| o.remove("description"));
-            let mut param = json!({"name": name, "in": "query", "required": false});
-            if let Some(d) = description {
-                param["description"] = d;
-            }
-            param["schema"] = schema;
-            out.push(param);
-        }
-    }
+    out.extend(query_parameters(r)?);
     if r.errors.contains(&ErrorCode::IdempotencyKeyReused) {
         out.push(json!({
             "name": "Idempotency-Key",
@@ -228,6 +216,31 @@ fn parameters(r: &RouteSpec) -> Result<Vec<Value>, BuildError> {
                 "pattern": limits::IDEMPOTENCY_KEY_PATTERN,
             },
         }));
+    }
+    Ok(out)
+}
+
+/// The query parameters the row names, typed by the query type it names; a name the
+/// type lacks, or a field of the type the row does not name, is an error.
+fn query_parameters(r: &RouteSpec) -> Result<Vec<Value>, BuildError> {
+    let props = query_properties(r);
+    if let Some(name) = props.keys().find(|k| !r.query.contains(&k.as_str())) {
+        let name = name.clone();
+        return Err(BuildError::UndeclaredQuery { route: r.id, name });
+    }
+    let mut out = Vec::new();
+    for name in r.query {
+        let schema = props
+            .get(*name)
+            .ok_or(BuildError::UnknownQuery { route: r.id, name })?;
+        let mut schema = schema.clone();
+        let description = schema.as_object_mut().and_then(|o| o.remove("description"));
+        let mut param = json!({"name": name, "in": "query", "required": false});
+        if let Some(d) = description {
+            param["description"] = d;
+        }
+        param["schema"] = schema;
+        out.push(param);
     }
     Ok(out)
 }
@@ -255,21 +268,18 @@ fn path_schema(path: &str, name: &str) -> Value {
     }
 }
 
-/// The properties of a route's query type, each schema inline.
-fn query_properties(id: RouteId) -> Map<String, Value> {
+/// The properties of the query type a route's row names, each schema inline.
+fn query_properties(r: &RouteSpec) -> Map<String, Value> {
+    let Some(schema_of) = r.query_type else {
+        return Map::new();
+    };
     let mut g = SchemaSettings::draft2020_12()
         .with(|s| {
             s.inline_subschemas = true;
             s.meta_schema = None;
         })
         .into_generator();
-    let schema = match id {
-        RouteId::ListJobs => g.root_schema_for::<jobs::ListParams>(),
-        RouteId::Events => g.root_schema_for::<feed::Params>(),
-        RouteId::Rejections => g.root_schema_for::<ui::RejectionParams>(),
-        RouteId::Snapshot => g.root_schema_for::<backup::SnapshotQuery>(),
-        _ => return Map::new(),
-    };
+    let schema = schema_of(&mut g);
     let mut props = schema.to_value()["properties"]
         .as_object()
         .cloned()
@@ -388,19 +398,6 @@ fn body_schema(
         g.subschema_for::<T>().to_value()
     }
     let schema = match name {
-        "SubmitRequest" => of::<sm::wire::SubmitRequest>(g),
-        "ClaimRequest" => of::<sm::wire::ClaimRequest>(g),
-        "ClaimNextRequest" => of::<sm::wire::ClaimNextRequest>(g),
-        "RenewRequest" => of::<sm::wire::RenewRequest>(g),
-        "CompleteRequest" => of::<sm::wire::CompleteRequest>(g),
-        "ReleaseRequest" => of::<sm::wire::ReleaseRequest>(g),
-        "FailRequest" => of::<sm::wire::FailRequest>(g),
-        "CancelRequest" => of::<sm::wire::CancelRequest>(g),
-        "RetryRequest" => of::<sm::wire::RetryRequest>(g),
-        "RedriveRequest" => of::<sm::wire::RedriveRequest>(g),
-        "RenewLeasesRequest" => of::<sm::wire::RenewLeasesRequest>(g),
-        "CompleteLeasesRequest" => of::<sm::wire::CompleteLeasesRequest>(g),
-        "AddNodeRequest" => of::<membership::AddNodeRequest>(g),
         "Job" => of::<sm::wire::Job>(g),
         "JobPage" => of::<sm::wire::JobPage>(g),
         "Lease" => of::<sm::wire::Lease>(g),
@@ -469,6 +466,25 @@ mod tests {
         let mut g = settings().into_generator();
         let e = body_schema(RouteId::SubmitJob, "NoSuchType", &mut g).unwrap_err();
         assert!(e.to_string().contains("NoSuchType"), "{e}");
+    }
+
+    /// A row's query names and the fields of the query type it names are one list: a
+    /// name the type lacks, or a field the row does not name, fails the document.
+    #[test]
+    fn query_names_and_query_types_agree() {
+        let list = crate::http::routes::by_id(RouteId::ListJobs);
+        let fewer = RouteSpec {
+            query: &["queue", "state", "limit"],
+            ..*list
+        };
+        let e = query_parameters(&fewer).unwrap_err();
+        assert!(e.to_string().contains("page_token"), "{e}");
+        let untyped = RouteSpec {
+            query_type: None,
+            ..*list
+        };
+        let e = query_parameters(&untyped).unwrap_err();
+        assert!(matches!(e, BuildError::UnknownQuery { .. }), "{e}");
     }
 
     #[test]

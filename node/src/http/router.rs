@@ -4,6 +4,10 @@
 //! every request passes: the node headers, the request metrics and the request
 //! target's normal form ([`stamp_headers`]), the browser guard, the token check.
 //!
+//! The listener resolves each request's row before routing, with the table's own
+//! matcher (`routes::resolve`); `router/tests.rs` holds that matcher to this router's,
+//! routing each row's path and paths near it through the table mounted here.
+//!
 //! Imports the handler files of `http` and `answer`, `browser`, `client_auth`,
 //! `listener` (the request's admission), `request` and `routes`; nothing imports it but
 //! `mod.rs`.
@@ -21,24 +25,15 @@ use leasehold_statemachine::{ApiError, ErrorCode};
 use super::answer::{error_response, stamp};
 use super::listener::{self, Admission};
 use super::request::check_target;
-use super::routes::{self, RouteId, ROUTES};
+use super::routes::{self, RouteId, RouteSpec, ROUTES};
 use super::{backup, browser, client_auth, feed, jobs, membership, openapi, ops, raft_rpc, ui};
 use crate::node::Node;
 
 /// The node's HTTP app: every route of [`ROUTES`], then the fallback (404), under the
 /// token check, the browser guard and the header stamping.
 pub fn router(node: Arc<Node>) -> Router {
-    let mut app = Router::new();
-    for (i, r) in ROUTES.iter().enumerate() {
-        // The job actions share one mount and method: mounted once.
-        let mounted = ROUTES[..i]
-            .iter()
-            .any(|p| p.mount == r.mount && p.method == r.method);
-        if !mounted {
-            app = app.route(r.mount, handler(r.id, method_filter(r.method)));
-        }
-    }
-    app.fallback(unknown_route)
+    mounted(|r| handler(r.id, method_filter(r.method)))
+        .fallback(unknown_route)
         // Inside `stamp_headers`, so a refusal carries the node headers and is counted.
         .layer(axum::middleware::from_fn_with_state(
             node.clone(),
@@ -59,23 +54,39 @@ pub fn router(node: Arc<Node>) -> Router {
         .with_state(node)
 }
 
+/// Every row of [`ROUTES`] under its mount, with the method router `handler` gives it.
+/// The job actions share one mount and method: mounted once, by their first row. The
+/// node's router and the test that routes each row's path through a real router
+/// (`router/tests.rs`) both mount the table here.
+fn mounted<S: Clone + Send + Sync + 'static>(
+    handler: impl Fn(&'static RouteSpec) -> MethodRouter<S>,
+) -> Router<S> {
+    let mut app = Router::new();
+    for (i, r) in ROUTES.iter().enumerate() {
+        let mounted = ROUTES[..i]
+            .iter()
+            .any(|p| p.mount == r.mount && p.method == r.method);
+        if !mounted {
+            app = app.route(r.mount, handler(r));
+        }
+    }
+    app
+}
+
 /// The handler of a row, as an axum method router for its method. Rows that share a
 /// mount (the job routes) share a handler per method; it reads which row from the
 /// request's resolved route.
 fn handler(id: RouteId, m: MethodFilter) -> MethodRouter<Arc<Node>> {
     use RouteId::*;
     match id {
-        SubmitJob => on(m, jobs::submit),
+        SubmitJob | RenewLeases | CompleteLeases => on(m, jobs::command),
         ListJobs => on(m, jobs::list),
         GetJob | JobHistory => on(m, jobs::get_job),
         DeleteJob => on(m, jobs::delete_job),
         ClaimJob | RenewJob | CompleteJob | ReleaseJob | FailJob | CancelJob | RetryJob => {
             on(m, jobs::job_action)
         }
-        ClaimNext => on(m, jobs::claim_next),
-        Redrive => on(m, jobs::redrive),
-        RenewLeases => on(m, jobs::renew_leases),
-        CompleteLeases => on(m, jobs::complete_leases),
+        ClaimNext | Redrive => on(m, jobs::queue_command),
         Events => on(m, feed::events),
         Cluster => on(m, ops::cluster),
         Digest => on(m, ops::digest),
@@ -159,3 +170,6 @@ async fn stamp_headers(State(node): State<Arc<Node>>, mut req: Request, next: Ne
     stamp(&node, resp.headers_mut());
     resp
 }
+
+#[cfg(test)]
+mod tests;

@@ -4,13 +4,18 @@
 //! its budget class, its metrics label, its request and response bodies, its success
 //! statuses and its own error codes. Nothing here names a handler: `router.rs` maps each
 //! [`RouteId`] to one (an exhaustive `match`, so a row without a handler does not
-//! compile).
+//! compile). A request body is named by its type ([`RequestBody::command`]): the type's
+//! decoder into its command (`inputs.rs`, a trait the compiler holds the type to) and its
+//! schema (`openapi.rs`) come with it, so a write route or a job action cannot be added
+//! without its decoder (issue 45 item 5). A read names its query type the same way
+//! ([`RouteSpec::query_type`]), whose fields `openapi.rs` holds to the row's names.
 //!
 //! A request's route is resolved once, by [`resolve`], in the listener (before routing,
 //! since its budget decides its slot and timeout); the [`Resolved`] travels with the
 //! request (`listener::Admission`), and the token check, the request metrics, the job
-//! handlers (which action) and the answer (its success status) read it. Adding a route is
-//! one row of [`ROUTES`] plus its handler in `router.rs`; `node/tests/docs_api.rs` fails
+//! handlers (which action, and its body's decoder) and the answer (its success status)
+//! read it. Adding a route is one row of [`ROUTES`] plus its handler in `router.rs` (and,
+//! for a new body, its `CommandBody` impl in `inputs.rs`); `node/tests/docs_api.rs` fails
 //! until docs/api.md documents it, and the tests below until its access is declared.
 //!
 //! A [`RouteSpec`] has no defaults, so a route cannot be served without declaring its
@@ -21,12 +26,23 @@
 //! event feed.
 //!
 //! May import `security::auth` (operations, scope rules, requirements),
-//! `telemetry::metrics::RouteLabel` (the label vocabulary), `types` (the Raft RPC paths)
-//! and the state machine's `ErrorCode`; no other file of `http`.
+//! `telemetry::metrics::RouteLabel` (the label vocabulary), `types` (the Raft RPC paths),
+//! `node::Limits` (a decoder's argument), the state machine's `ErrorCode` and request
+//! types, and `inputs` (the bodies' decoders, the query types); no other file of `http`.
 
 use axum::http::Method;
-use leasehold_statemachine::ErrorCode;
+use leasehold_statemachine::wire::{
+    CancelRequest, ClaimNextRequest, ClaimRequest, CompleteLeasesRequest, CompleteRequest,
+    FailRequest, RedriveRequest, ReleaseRequest, RenewLeasesRequest, RenewRequest, RetryRequest,
+    SubmitRequest,
+};
+use leasehold_statemachine::{ApiError, Command, ErrorCode};
+use schemars::{JsonSchema, Schema, SchemaGenerator};
 
+use super::inputs::{
+    decode, AddNodeRequest, CommandBody, EventsParams, ListParams, RejectionParams, SnapshotQuery,
+};
+use crate::node::Limits;
 use crate::security::auth::{Operation, Requirement, ScopeRule};
 use crate::telemetry::metrics::RouteLabel;
 use crate::types::{
@@ -107,8 +123,8 @@ pub enum BudgetClass {
     Exempt,
 }
 
-/// A request or response body: its media type and the name of its schema (the type in
-/// the state machine's `wire` or the handler's file); empty for none.
+/// A response body: its media type and the name of its schema (the type in the state
+/// machine's `wire` or the handler's file, found by `openapi.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Body {
     pub media: &'static str,
@@ -140,6 +156,85 @@ impl Body {
     }
 }
 
+/// A JSON Schema of a type the row names, as `openapi.rs` asks for it.
+pub type SchemaFn = fn(&mut SchemaGenerator) -> Schema;
+
+/// A write route's decoder: its body (bytes) for a target (the path's job id or queue,
+/// empty for none) as its command and how long it may wait ([`CommandBody::command`]).
+pub type DecodeFn = fn(&Limits, &str, &[u8]) -> Result<(Command, u64), ApiError>;
+
+/// Who reads a route's request body, and into what.
+#[derive(Debug, Clone, Copy)]
+pub enum Decode {
+    /// No body.
+    None,
+    /// JSON that the route's write handler (`jobs.rs`) turns into its command with this.
+    Command(DecodeFn),
+    /// JSON that the route's own handler reads (`membership.rs`' add).
+    Handler,
+    /// The bincode of a `/raft/…` RPC, named: its handler reads it (`raft_rpc.rs`).
+    Bincode(&'static str),
+}
+
+/// A route's request body, written in its row by naming its type: the media type, the
+/// schema `openapi.rs` documents and the decoder the handler calls all come from it, so
+/// a body without its decoder does not build (issue 45 item 5).
+#[derive(Debug, Clone, Copy)]
+pub struct RequestBody {
+    /// Empty for none.
+    pub media: &'static str,
+    /// The JSON Schema of a JSON body.
+    pub schema: Option<SchemaFn>,
+    pub decode: Decode,
+}
+
+impl RequestBody {
+    pub const NONE: RequestBody = RequestBody {
+        media: "",
+        schema: None,
+        decode: Decode::None,
+    };
+
+    /// A JSON body of type `T` that becomes the route's command.
+    const fn command<T: CommandBody>() -> RequestBody {
+        RequestBody {
+            media: "application/json",
+            schema: Some(schema_of::<T>),
+            decode: Decode::Command(decode::<T>),
+        }
+    }
+
+    /// A JSON body of type `T` that the route's handler reads itself.
+    const fn json<T: JsonSchema>() -> RequestBody {
+        RequestBody {
+            media: "application/json",
+            schema: Some(schema_of::<T>),
+            decode: Decode::Handler,
+        }
+    }
+
+    /// A bincode body, named.
+    const fn bincode(name: &'static str) -> RequestBody {
+        RequestBody {
+            media: "application/octet-stream",
+            schema: None,
+            decode: Decode::Bincode(name),
+        }
+    }
+
+    /// The command decoder, if the route's body is one.
+    pub fn command_decoder(&self) -> Option<DecodeFn> {
+        match self.decode {
+            Decode::Command(f) => Some(f),
+            Decode::None | Decode::Handler | Decode::Bincode(_) => None,
+        }
+    }
+}
+
+fn schema_of<T: JsonSchema>(g: &mut SchemaGenerator) -> Schema {
+    g.subschema_for::<T>()
+}
+
 /// One route of the node.
 #[derive(Debug)]
 pub struct RouteSpec {
@@ -154,11 +249,14 @@ pub struct RouteSpec {
     pub mount: &'static str,
     /// The query parameters it reads (`GET /v1/jobs?queue=…`), by name.
     pub query: &'static [&'static str],
+    /// The type its handler reads them into, whose schema types them in the OpenAPI
+    /// document: its fields are the names above (`openapi.rs` checks both ways).
+    pub query_type: Option<SchemaFn>,
     pub need: Need,
     pub scope: ScopeRule,
     pub budget: BudgetClass,
     pub label: RouteLabel,
-    pub request: Body,
+    pub request: RequestBody,
     pub response: Body,
     /// The statuses of success; the first is the one a body-bearing answer gets.
     pub success: &'static [u16],
@@ -342,6 +440,22 @@ pub fn allowed(path: &str) -> String {
     methods.join(", ")
 }
 
+#[cfg(test)]
+impl RouteSpec {
+    /// A path of this row's own: its parameters filled in (a job id with a `/`).
+    pub(crate) fn sample_path(&self) -> String {
+        let id = if self.id == RouteId::RemoveNode {
+            "3"
+        } else {
+            "some/job"
+        };
+        self.path
+            .replace("{id}", id)
+            .replace("{queue}", "q")
+            .replace("{asset}", "app.js")
+    }
+}
+
 /// The row of `id`.
 pub fn by_id(id: RouteId) -> &'static RouteSpec {
     ROUTES
@@ -350,8 +464,10 @@ pub fn by_id(id: RouteId) -> &'static RouteSpec {
         .expect("every RouteId has a row (checked by a test)")
 }
 
-/// Whether `path` matches an axum pattern: literal segments, `{x}` one non-empty
-/// segment, `{*x}` one or more remaining segments.
+/// Whether `path` matches an axum pattern as axum's matcher (matchit) does: literal
+/// segments, `{x}` one segment (empty only when more of the path follows:
+/// `/v1/queues//claim` is the claim route, whose handler then refuses the empty queue),
+/// `{*x}` one or more remaining segments. `router/tests.rs` holds it to a real router.
 fn pattern_matches(pattern: &str, path: &str) -> bool {
     let mut want = pattern.split('/');
     let mut have = path.split('/');
@@ -362,7 +478,7 @@ fn pattern_matches(pattern: &str, path: &str) -> bool {
                 return !h.is_empty() || have.next().is_some()
             }
             (Some(w), Some(h)) if w.starts_with('{') => {
-                if h.is_empty() {
+                if h.is_empty() && have.clone().next().is_none() {
                     return false;
                 }
             }
@@ -405,11 +521,12 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/v1/jobs",
             mount: "/v1/jobs",
             query: &[],
+            query_type: None,
             need: Op(Submit),
             scope: Command,
             budget: Client,
             label: RouteLabel::Jobs,
-            request: Body::json("SubmitRequest"),
+            request: RequestBody::command::<SubmitRequest>(),
             response: Body::json("Job"),
             success: &[201],
             errors: &[AlreadyExists, IdempotencyKeyReused, IdempotencyFull],
@@ -420,11 +537,12 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/v1/jobs",
             mount: "/v1/jobs",
             query: &["queue", "state", "limit", "page_token"],
+            query_type: Some(schema_of::<ListParams>),
             need: Op(Read),
             scope: List,
             budget: Client,
             label: RouteLabel::Jobs,
-            request: Body::NONE,
+            request: RequestBody::NONE,
             response: Body::json("JobPage"),
             success: &[200],
             errors: &[InvalidArgument],
@@ -437,11 +555,12 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/v1/jobs/{id}/history",
             mount: JOB_MOUNT,
             query: &[],
+            query_type: None,
             need: Op(Read),
             scope: Job,
             budget: Client,
             label: RouteLabel::Job,
-            request: Body::NONE,
+            request: RequestBody::NONE,
             response: Body::json("History"),
             success: &[200],
             errors: &[InvalidArgument, NotFound],
@@ -452,11 +571,12 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/v1/jobs/{id}",
             mount: JOB_MOUNT,
             query: &[],
+            query_type: None,
             need: Op(Read),
             scope: Job,
             budget: Client,
             label: RouteLabel::Job,
-            request: Body::NONE,
+            request: RequestBody::NONE,
             response: Body::json("Job"),
             success: &[200],
             errors: &[InvalidArgument, NotFound],
@@ -467,11 +587,12 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/v1/jobs/{id}",
             mount: JOB_MOUNT,
             query: &[],
+            query_type: None,
             need: Op(Delete),
             scope: Command,
             budget: Client,
             label: RouteLabel::Job,
-            request: Body::NONE,
+            request: RequestBody::NONE,
             response: Body::NONE,
             success: &[204],
             errors: &[
@@ -488,11 +609,12 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/v1/jobs/{id}/claim",
             mount: JOB_MOUNT,
             query: &[],
+            query_type: None,
             need: Op(Claim),
             scope: Command,
             budget: Client,
             label: RouteLabel::Job,
-            request: Body::json("ClaimRequest"),
+            request: RequestBody::command::<ClaimRequest>(),
             response: Body::json("Lease"),
             success: &[200],
             // `not_found`: a scoped token's claim of a job outside its scope.
@@ -513,11 +635,12 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/v1/jobs/{id}/renew",
             mount: JOB_MOUNT,
             query: &[],
+            query_type: None,
             need: Op(Renew),
             scope: Command,
             budget: Client,
             label: RouteLabel::Job,
-            request: Body::json("RenewRequest"),
+            request: RequestBody::command::<RenewRequest>(),
             response: Body::json("Lease"),
             success: &[200],
             errors: LEASE_HOLDER_ERRORS,
@@ -528,11 +651,12 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/v1/jobs/{id}/complete",
             mount: JOB_MOUNT,
             query: &[],
+            query_type: None,
             need: Op(Complete),
             scope: Command,
             budget: Client,
             label: RouteLabel::Job,
-            request: Body::json("CompleteRequest"),
+            request: RequestBody::command::<CompleteRequest>(),
             response: Body::json("Job"),
             success: &[200],
             errors: LEASE_HOLDER_ERRORS,
@@ -543,11 +667,12 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/v1/jobs/{id}/release",
             mount: JOB_MOUNT,
             query: &[],
+            query_type: None,
             need: Op(Release),
             scope: Command,
             budget: Client,
             label: RouteLabel::Job,
-            request: Body::json("ReleaseRequest"),
+            request: RequestBody::command::<ReleaseRequest>(),
             response: Body::json("Job"),
             success: &[200],
             errors: LEASE_HOLDER_ERRORS,
@@ -558,11 +683,12 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/v1/jobs/{id}/fail",
             mount: JOB_MOUNT,
             query: &[],
+            query_type: None,
             need: Op(Fail),
             scope: Command,
             budget: Client,
             label: RouteLabel::Job,
-            request: Body::json("FailRequest"),
+            request: RequestBody::command::<FailRequest>(),
             response: Body::json("Job"),
             success: &[200],
             errors: LEASE_HOLDER_ERRORS,
@@ -573,11 +699,12 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/v1/jobs/{id}/cancel",
             mount: JOB_MOUNT,
             query: &[],
+            query_type: None,
             need: Op(Cancel),
             scope: Command,
             budget: Client,
             label: RouteLabel::Job,
-            request: Body::json("CancelRequest"),
+            request: RequestBody::command::<CancelRequest>(),
             response: Body::json("Job"),
             success: &[200],
             errors: &[
@@ -594,11 +721,12 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/v1/jobs/{id}/retry",
             mount: JOB_MOUNT,
             query: &[],
+            query_type: None,
             need: Op(Retry),
             scope: Command,
             budget: Client,
             label: RouteLabel::Job,
-            request: Body::json("RetryRequest"),
+            request: RequestBody::command::<RetryRequest>(),
             response: Body::json("Job"),
             success: &[200],
             errors: &[
@@ -614,11 +742,12 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/v1/queues/{queue}/claim",
             mount: "/v1/queues/{queue}/claim",
             query: &[],
+            query_type: None,
             need: Op(ClaimNext),
             scope: Command,
             budget: LongPoll,
             label: RouteLabel::QueueClaim,
-            request: Body::json("ClaimNextRequest"),
+            request: RequestBody::command::<ClaimNextRequest>(),
             // A Lease, or `{"leases": […]}` when the request carries `max_jobs` (docs/api.md
             // "Batches").
             response: Body::json("ClaimNextReply"),
@@ -631,11 +760,12 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/v1/queues/{queue}/redrive",
             mount: "/v1/queues/{queue}/redrive",
             query: &[],
+            query_type: None,
             need: Op(Redrive),
             scope: Command,
             budget: Client,
             label: RouteLabel::QueueRedrive,
-            request: Body::json("RedriveRequest"),
+            request: RequestBody::command::<RedriveRequest>(),
             response: Body::json("RedriveReply"),
             success: &[200],
             errors: &[IdempotencyKeyReused, IdempotencyFull],
@@ -648,11 +778,12 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/v1/leases/renew",
             mount: "/v1/leases/renew",
             query: &[],
+            query_type: None,
             need: Op(Renew),
             scope: Command,
             budget: Client,
             label: RouteLabel::LeasesRenew,
-            request: Body::json("RenewLeasesRequest"),
+            request: RequestBody::command::<RenewLeasesRequest>(),
             response: Body::json("BatchResults"),
             success: &[200],
             errors: &[IdempotencyKeyReused, IdempotencyFull],
@@ -663,11 +794,12 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/v1/leases/complete",
             mount: "/v1/leases/complete",
             query: &[],
+            query_type: None,
             need: Op(Complete),
             scope: Command,
             budget: Client,
             label: RouteLabel::LeasesComplete,
-            request: Body::json("CompleteLeasesRequest"),
+            request: RequestBody::command::<CompleteLeasesRequest>(),
             response: Body::json("BatchResults"),
             success: &[200],
             errors: &[IdempotencyKeyReused, IdempotencyFull],
@@ -678,11 +810,12 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/v1/cluster",
             mount: "/v1/cluster",
             query: &[],
+            query_type: None,
             need: Op(Read),
             scope: Shared,
             budget: Client,
             label: RouteLabel::Cluster,
-            request: Body::NONE,
+            request: RequestBody::NONE,
             response: Body::json("ClusterView"),
             success: &[200],
             errors: &[],
@@ -693,11 +826,12 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/v1/cluster/digest",
             mount: "/v1/cluster/digest",
             query: &[],
+            query_type: None,
             need: Op(Read),
             scope: Shared,
             budget: Client,
             label: RouteLabel::Digest,
-            request: Body::NONE,
+            request: RequestBody::NONE,
             response: Body::json("DigestView"),
             success: &[200],
             errors: &[],
@@ -708,11 +842,12 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/v1/cluster/members",
             mount: "/v1/cluster/members",
             query: &[],
+            query_type: None,
             need: Op(Read),
             scope: Shared,
             budget: Client,
             label: RouteLabel::Members,
-            request: Body::NONE,
+            request: RequestBody::NONE,
             response: Body::json("MembersView"),
             success: &[200],
             errors: &[],
@@ -723,11 +858,12 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/v1/events",
             mount: "/v1/events",
             query: &["after", "queue", "job_id", "limit", "wait_ms"],
+            query_type: Some(schema_of::<EventsParams>),
             need: Op(Read),
             scope: List,
             budget: Stream,
             label: RouteLabel::Events,
-            request: Body::NONE,
+            request: RequestBody::NONE,
             response: Body::json("EventPage"),
             success: &[200],
             errors: &[InvalidArgument, EventsCompacted, Unavailable],
@@ -738,11 +874,12 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/v1/cluster/rejections",
             mount: "/v1/cluster/rejections",
             query: &["after", "limit"],
+            query_type: Some(schema_of::<RejectionParams>),
             need: Op(Read),
             scope: Shared,
             budget: Client,
             label: RouteLabel::Rejections,
-            request: Body::NONE,
+            request: RequestBody::NONE,
             response: Body::json("RejectionsView"),
             success: &[200],
             errors: &[InvalidArgument],
@@ -753,11 +890,12 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/v1/cluster/nodes",
             mount: "/v1/cluster/nodes",
             query: &[],
+            query_type: None,
             need: Op(Manage),
             scope: UnscopedOnly,
             budget: Client,
             label: RouteLabel::Nodes,
-            request: Body::json("AddNodeRequest"),
+            request: RequestBody::json::<AddNodeRequest>(),
             response: Body::json("MembershipView"),
             success: &[200],
             errors: &[InvalidArgument, AlreadyExists],
@@ -768,11 +906,12 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/v1/cluster/nodes/{id}",
             mount: "/v1/cluster/nodes/{id}",
             query: &[],
+            query_type: None,
             need: Op(Manage),
             scope: UnscopedOnly,
             budget: Client,
             label: RouteLabel::Node,
-            request: Body::NONE,
+            request: RequestBody::NONE,
             response: Body::json("MembershipView"),
             success: &[200],
             errors: &[InvalidArgument, NotFound],
@@ -783,11 +922,12 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/v1/cluster/snapshot",
             mount: "/v1/cluster/snapshot",
             query: &["read_index"],
+            query_type: Some(schema_of::<SnapshotQuery>),
             need: Op(Manage),
             scope: UnscopedOnly,
             budget: Client,
             label: RouteLabel::Snapshot,
-            request: Body::NONE,
+            request: RequestBody::NONE,
             // `?read_index=true` answers `{"read_index","node_id"}` as JSON instead.
             response: Body::other("application/octet-stream", "SnapshotImage"),
             success: &[200],
@@ -799,11 +939,12 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/ui",
             mount: "/ui",
             query: &[],
+            query_type: None,
             need: Open,
             scope: Shared,
             budget: Client,
             label: RouteLabel::Ui,
-            request: Body::NONE,
+            request: RequestBody::NONE,
             response: Body::other("text/html", "dashboard page"),
             success: &[200],
             errors: &[],
@@ -814,11 +955,12 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/ui/",
             mount: "/ui/",
             query: &[],
+            query_type: None,
             need: Open,
             scope: Shared,
             budget: Client,
             label: RouteLabel::Ui,
-            request: Body::NONE,
+            request: RequestBody::NONE,
             response: Body::other("text/html", "dashboard page"),
             success: &[200],
             errors: &[],
@@ -829,11 +971,12 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/ui/{asset}",
             mount: "/ui/{*asset}",
             query: &[],
+            query_type: None,
             need: Open,
             scope: Shared,
             budget: Client,
             label: RouteLabel::Ui,
-            request: Body::NONE,
+            request: RequestBody::NONE,
             response: Body::other("text/*", "dashboard file: HTML, JavaScript or CSS"),
             success: &[200],
             errors: &[NotFound],
@@ -844,11 +987,12 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/healthz",
             mount: "/healthz",
             query: &[],
+            query_type: None,
             need: Open,
             scope: Shared,
             budget: Exempt,
             label: RouteLabel::Healthz,
-            request: Body::NONE,
+            request: RequestBody::NONE,
             response: Body::other("text/plain", "ok"),
             success: &[200],
             errors: &[],
@@ -859,11 +1003,12 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/readyz",
             mount: "/readyz",
             query: &[],
+            query_type: None,
             need: Open,
             scope: Shared,
             budget: Client,
             label: RouteLabel::Readyz,
-            request: Body::NONE,
+            request: RequestBody::NONE,
             // 503 with the same body while not ready.
             response: Body::json("Readiness"),
             success: &[200],
@@ -875,11 +1020,12 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/metrics",
             mount: "/metrics",
             query: &[],
+            query_type: None,
             need: Op(Read),
             scope: Shared,
             budget: Client,
             label: RouteLabel::Metrics,
-            request: Body::NONE,
+            request: RequestBody::NONE,
             response: Body::other("text/plain; version=0.0.4", "Prometheus text"),
             success: &[200],
             errors: &[],
@@ -892,11 +1038,12 @@ pub const ROUTES: &[RouteSpec] = {
             path: "/v1/openapi.json",
             mount: "/v1/openapi.json",
             query: &[],
+            query_type: None,
             need: Open,
             scope: Shared,
             budget: Client,
             label: RouteLabel::OpenApi,
-            request: Body::NONE,
+            request: RequestBody::NONE,
             response: Body::json("OpenApiDocument"),
             success: &[200],
             errors: &[],
@@ -920,7 +1067,7 @@ pub const ROUTES: &[RouteSpec] = {
 
 /// A `POST /raft/…` route with a bincode body of `schema`.
 const fn raft_post(id: RouteId, path: &'static str, schema: &'static str) -> RouteSpec {
-    raft_route(id, "POST", path, Body::bincode(schema))
+    raft_route(id, "POST", path, RequestBody::bincode(schema))
 }
 
 /// A node-to-node `/raft/…` route: open to tokens (peer authentication guards it, in
@@ -929,7 +1076,7 @@ const fn raft_route(
     id: RouteId,
     method: &'static str,
     path: &'static str,
-    request: Body,
+    request: RequestBody,
 ) -> RouteSpec {
     RouteSpec {
         id,
@@ -937,6 +1084,7 @@ const fn raft_route(
         path,
         mount: path,
         query: &[],
+        query_type: None,
         need: Need::Open,
         scope: ScopeRule::Shared,
         budget: BudgetClass::Raft,

@@ -19,8 +19,8 @@
 //! operator token), which need nothing here: app.js's `ROUTES` table names every call
 //! it makes, and `tests/api/ui_api.rs` checks each against the route table.
 //!
-//! Imports `answer.rs`, `client_auth.rs` (the caller's tenant scope) and `ops.rs` of
-//! `http`; `node`, `store`, `types`.
+//! Imports `answer.rs`, `client_auth.rs` (the caller's tenant scope), `inputs.rs` (the
+//! rejections' query type) and `ops.rs` of `http`; `node`, `store`, `types`.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -35,9 +35,10 @@ use serde::{Deserialize, Serialize};
 
 use super::answer::{error_response, json_response};
 use super::client_auth;
+use super::inputs::{RejectionParams, REJECTIONS_LIMIT_DEFAULT, REJECTIONS_LIMIT_MAX};
 use super::ops;
 use crate::node::Node;
-use crate::store::rejections::{Rejection, CAPACITY};
+use crate::store::rejections::Rejection;
 use crate::types::NodeId;
 
 /// How long a member may take to answer `/v1/cluster` before it is shown unreachable.
@@ -47,10 +48,6 @@ pub const MEMBER_PROBE_TIMEOUT_MS: u64 = 500;
 /// shown `lagging`. Members are asked at slightly different instants, so a busy
 /// cluster shows some distance between healthy replicas; this is well past that.
 pub const LAGGING_ENTRIES_MIN: u64 = 1000;
-/// `GET /v1/cluster/rejections`: default and largest `limit` (the feed keeps
-/// [`CAPACITY`] entries, so a larger page could never fill).
-pub const REJECTIONS_LIMIT_DEFAULT: usize = 50;
-pub const REJECTIONS_LIMIT_MAX: usize = CAPACITY;
 
 const INDEX_HTML: &str = include_str!("../../ui/index.html");
 const APP_JS: &str = include_str!("../../ui/app.js");
@@ -322,13 +319,6 @@ pub async fn members(State(node): State<Arc<Node>>, req: Request) -> Response {
 }
 
 // ---- GET /v1/cluster/rejections -----------------------------------------------------
-
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-pub(super) struct RejectionParams {
-    after: Option<u64>,
-    #[schemars(range(min = 1, max = REJECTIONS_LIMIT_MAX))]
-    limit: Option<usize>,
-}
 
 /// `after` and `limit` of the query, validated.
 fn rejection_params(uri: &axum::http::Uri) -> Result<(u64, usize), ApiError> {
