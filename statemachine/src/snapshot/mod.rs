@@ -12,7 +12,9 @@
 //! changes no snapshot byte. The rules, as `node/src/store/wal/format.rs` has for WAL
 //! records:
 //! - a format, once released, never changes: the same state encodes to the same bytes
-//!   (`tests/snapshot_golden.rs` holds a v3 image of the release before issue 29);
+//!   (golden images: v3 and v4 in `tests/snapshot_golden.rs`, v5 and v6 in
+//!   `tests/snapshot_golden_v5_v6.rs`; v1 and v2, no longer written, decode in the
+//!   v1-keyed and v2-raised fixtures);
 //! - every released format stays decodable ([`decode`] dispatches on the version byte;
 //!   v1 and v2 images load into today's machine);
 //! - a new field, or a new variant of an encoded enum, is a new format version: a new
