@@ -21,16 +21,20 @@ use std::path::{Path, PathBuf};
 
 use crate::files::{rust_files, workspace_dir, workspace_members};
 
-/// Crates whose files are not checked yet. statemachine: one file per command (issue 45
-/// item 1) is in, but its files are still one circle — the machine's rules and the
-/// commands that call them import each other (`LeaseMachine::apply` dispatches through
-/// `commands`), as do `limits` and `wire`, and `tenant` checks commands. Breaking it is
-/// issue 45 items 2 and 7 (Jobs behind a narrow API, the entry's apply above the rules).
-const CRATES_NOT_YET_CHECKED: [&str; 1] = ["statemachine"];
+/// Crates whose files are not checked yet (none: every crate is, its old circles listed
+/// below).
+const CRATES_NOT_YET_CHECKED: [&str; 0] = [];
 
 /// The circles that were there when this check came (issue 45 item 7) and are not broken
 /// yet, each as its tree and its files. Any other circle fails, and so does a listed one
 /// that is gone or has changed: the list only shrinks.
+///
+/// statemachine's files are still one circle: the commands' rules and the machine import
+/// each other (`LeaseMachine::apply` dispatches through `commands`, the rules' shared
+/// steps are in `machine::rules`), as do `limits` and `wire`, `tenant` checks commands
+/// and `descriptor` lists them. Breaking it is issue 45 item 7 (the entry's apply above
+/// the machine, `Reply` below the commands, the command trait in its own file). Until
+/// then a new file that joins it changes this entry, and this test names it.
 const CIRCLES_NOT_YET_BROKEN: &[&str] = &[
     "client/src: client config error job keepalive lease run tls transport",
     "client/src: fence fence::http",
@@ -40,6 +44,18 @@ const CIRCLES_NOT_YET_BROKEN: &[&str] = &[
     "node/src: node node::batcher node::proposer node::ticks node::upgrade",
     "node/src: raft::bootstrap raft::election raft::join raft::network raft::versions",
     "node/src: store::wal store::wal::format store::wal::index store::wal::mark store::wal::replay",
+    concat!(
+        "statemachine/src: command commands commands::activate commands::batch ",
+        "commands::cancel commands::claim commands::claim_next commands::claim_next_many ",
+        "commands::complete commands::complete_many commands::delete commands::fail ",
+        "commands::lease_item commands::redrive commands::release commands::renew ",
+        "commands::renew_many commands::retry commands::scoped commands::submit commands::tick ",
+        "descriptor idempotency limits machine machine::batches machine::jobs ",
+        "machine::jobs::events machine::jobs::indexes machine::jobs::record ",
+        "machine::jobs::transition machine::lifecycle machine::reads machine::rules ",
+        "machine::scoped queue_stats snapshot snapshot::v1 snapshot::v3 snapshot::v5 ",
+        "snapshot::v6 tenant version wire wire::batch"
+    ),
 ];
 
 /// One file of a crate: where it is (as shown in a failure), its module path from the

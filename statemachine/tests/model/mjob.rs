@@ -1,4 +1,5 @@
-//! The reference model's job ([`MJob`]) and where it is at a given store time ([`Now`]),
+//! The reference model's job ([`MJob`]), where it is at a given store time ([`Now`]), and
+//! what the rules take (a submit's [`NewJob`], a [`Holder`], a release's [`Ending`]),
 //! written from docs/api.md ("Job", "Leases", "Job lifecycle (version 1.1)") and not
 //! from the machine's places and indexes. Nothing moves a job on its own here: a lease
 //! that ran out is worked out from the store time a question is asked at — cancelled if
@@ -235,4 +236,61 @@ fn state_of(at: Now) -> JobState {
         Now::Failed { .. } => JobState::Failed,
         Now::Cancelled => JobState::Cancelled,
     }
+}
+
+/// A submit's fields; a v1 submit has version 1.1's at their defaults.
+pub struct NewJob {
+    pub id: Option<String>,
+    pub queue: String,
+    pub payload: Option<String>,
+    pub max_attempts: Option<u64>,
+    pub run_at: Option<u64>,
+    pub priority: i32,
+    pub backoff: u64,
+    pub backoff_max: u64,
+}
+
+impl NewJob {
+    pub fn v1(
+        id: Option<String>,
+        queue: String,
+        payload: Option<String>,
+        max_attempts: Option<u64>,
+    ) -> NewJob {
+        NewJob {
+            id,
+            queue,
+            payload,
+            max_attempts,
+            run_at: None,
+            priority: 0,
+            backoff: 0,
+            backoff_max: 3_600_000,
+        }
+    }
+}
+
+/// The holder a renew, complete, release or fail presents.
+pub struct Holder {
+    pub id: String,
+    pub owner: String,
+    pub generation: u64,
+}
+
+impl Holder {
+    pub fn of(id: String, owner: String, generation: u64) -> Holder {
+        Holder {
+            id,
+            owner,
+            generation,
+        }
+    }
+}
+
+/// How a release ends its lease (a v1 release: at once, no error).
+#[derive(Default)]
+pub struct Ending {
+    pub delay: Option<u64>,
+    pub retry: bool,
+    pub error: Option<String>,
 }

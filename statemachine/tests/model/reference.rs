@@ -16,8 +16,7 @@ use leasehold_statemachine::{
     Command, Config, Entry, ErrorCode, Job, JobState, Outcome, Reply, Stats,
 };
 
-use crate::mjob::{MJob, Now, St};
-use crate::rules::{Ending, Holder, NewJob};
+use crate::mjob::{Ending, Holder, MJob, NewJob, Now, St};
 use crate::validate::validate;
 
 /// A reply with the free-text message dropped: everything else must match.

@@ -7,7 +7,7 @@ use std::cmp::Reverse;
 
 use leasehold_statemachine::{ErrorCode, Job, Lease, Outcome};
 
-use crate::mjob::{MJob, Now, Progress, St, Why};
+use crate::mjob::{Ending, Holder, MJob, NewJob, Now, Progress, St, Why};
 use crate::reference::{Model, Sum, VERSION_1_1};
 use crate::validate::DAY_MS;
 
@@ -15,63 +15,6 @@ const DEFAULT_QUEUE: &str = "default";
 
 /// The farthest a `run_at_ms` may be after the entry's store time: 366 days.
 const RUN_AT_AHEAD_MS: u64 = 366 * DAY_MS;
-
-/// A submit's fields; a v1 submit has version 1.1's at their defaults.
-pub struct NewJob {
-    pub id: Option<String>,
-    pub queue: String,
-    pub payload: Option<String>,
-    pub max_attempts: Option<u64>,
-    pub run_at: Option<u64>,
-    pub priority: i32,
-    pub backoff: u64,
-    pub backoff_max: u64,
-}
-
-impl NewJob {
-    pub fn v1(
-        id: Option<String>,
-        queue: String,
-        payload: Option<String>,
-        max_attempts: Option<u64>,
-    ) -> NewJob {
-        NewJob {
-            id,
-            queue,
-            payload,
-            max_attempts,
-            run_at: None,
-            priority: 0,
-            backoff: 0,
-            backoff_max: 3_600_000,
-        }
-    }
-}
-
-/// The holder a renew, complete, release or fail presents.
-pub struct Holder {
-    pub id: String,
-    pub owner: String,
-    pub generation: u64,
-}
-
-impl Holder {
-    pub fn of(id: String, owner: String, generation: u64) -> Holder {
-        Holder {
-            id,
-            owner,
-            generation,
-        }
-    }
-}
-
-/// How a release ends its lease (a v1 release: at once, no error).
-#[derive(Default)]
-pub struct Ending {
-    pub delay: Option<u64>,
-    pub retry: bool,
-    pub error: Option<String>,
-}
 
 type Refusal = (ErrorCode, Option<Box<Job>>);
 
