@@ -41,6 +41,7 @@ use leasehold_node::security::peer_auth::PeerSecret;
 use leasehold_node::server::{self, NodeConfig};
 use leasehold_node::time::clock::SystemClock;
 use leasehold_node::types::NodeId;
+use leasehold_node::{fsio, http, security};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -119,14 +120,14 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = leasehold_statemachine::limits::TTL_MS_MAX)]
     pub ttl_ms_max: u64,
     /// Raft heartbeat interval.
-    #[arg(long, default_value_t = leasehold_node::server::SERVE_HEARTBEAT_MS)]
+    #[arg(long, default_value_t = server::SERVE_HEARTBEAT_MS)]
     pub heartbeat_ms: u64,
     /// Raft election timeout range (a random value in [min, max] per election), its
     /// lower end.
-    #[arg(long, default_value_t = leasehold_node::server::SERVE_ELECTION_TIMEOUT_MIN_MS)]
+    #[arg(long, default_value_t = server::SERVE_ELECTION_TIMEOUT_MIN_MS)]
     pub election_timeout_min_ms: u64,
     /// Raft election timeout range, its upper end.
-    #[arg(long, default_value_t = leasehold_node::server::SERVE_ELECTION_TIMEOUT_MAX_MS)]
+    #[arg(long, default_value_t = server::SERVE_ELECTION_TIMEOUT_MAX_MS)]
     pub election_timeout_max_ms: u64,
     /// Do not send a leader's lone writes to the followers during its own fsync
     /// (`raft/speculate.rs`); they then leave only after it, as openraft 0.9 sends them.
@@ -140,42 +141,42 @@ pub struct ServeArgs {
     pub clock_rate: f64,
     /// Client requests in flight at once; past it, 503 `unavailable` + Retry-After at
     /// once (load shedding, no queue). /raft/… has its own budget, --max-inflight-raft.
-    #[arg(long, default_value_t = leasehold_node::http::listener::MAX_INFLIGHT)]
+    #[arg(long, default_value_t = http::listener::MAX_INFLIGHT)]
     pub max_inflight: usize,
     /// Raft RPC requests in flight at once (kept apart so client load cannot starve it).
-    #[arg(long, default_value_t = leasehold_node::http::listener::MAX_INFLIGHT_RAFT)]
+    #[arg(long, default_value_t = http::listener::MAX_INFLIGHT_RAFT)]
     pub max_inflight_raft: usize,
     /// Open connections at most. Past 75 % of it, idle connections are closed to make
     /// room (those that never sent a request first, then the longest idle, and any idle
     /// for 1 s); a new connection is closed at once only if none is idle.
-    #[arg(long, default_value_t = leasehold_node::http::listener::MAX_CONNECTIONS)]
+    #[arg(long, default_value_t = http::listener::MAX_CONNECTIONS)]
     pub max_connections: usize,
     /// Open connections from one source address at most; past it a new one from that
     /// address is closed at once.
-    #[arg(long, default_value_t = leasehold_node::http::listener::MAX_CONNECTIONS_PER_SOURCE)]
+    #[arg(long, default_value_t = http::listener::MAX_CONNECTIONS_PER_SOURCE)]
     pub max_connections_per_source: usize,
     /// Client requests one caller (its token with --auth-file, else its address) may have
     /// in flight; past it, 503 + Retry-After for that caller only.
-    #[arg(long, default_value_t = leasehold_node::http::listener::MAX_INFLIGHT_PER_CALLER)]
+    #[arg(long, default_value_t = http::listener::MAX_INFLIGHT_PER_CALLER)]
     pub max_inflight_per_caller: usize,
     /// Claim-next requests waiting (`wait_ms` > 0) at once: a budget of their own, apart
     /// from --max-inflight; past it, 503 + Retry-After.
-    #[arg(long, default_value_t = leasehold_node::http::listener::MAX_LONG_POLLS)]
+    #[arg(long, default_value_t = http::listener::MAX_LONG_POLLS)]
     pub max_long_polls: usize,
     /// Event-feed watchers (`GET /v1/events` streams and waiting long polls) this node
     /// keeps open at once; past it, 503 + Retry-After.
     #[arg(long, default_value_t = leasehold_node::node::watchers::MAX_WATCHERS_DEFAULT)]
     pub max_watchers: usize,
     /// Waiting claim-next requests one caller may have at once.
-    #[arg(long, default_value_t = leasehold_node::http::listener::MAX_LONG_POLLS_PER_CALLER)]
+    #[arg(long, default_value_t = http::listener::MAX_LONG_POLLS_PER_CALLER)]
     pub max_long_polls_per_caller: usize,
     /// Longest a client request may take, body upload included: past it, 504 `timeout`
     /// (a write may still apply). Keep it above 30 s, the longest queue-claim wait.
-    #[arg(long, default_value_t = leasehold_node::http::listener::REQUEST_TIMEOUT_MS)]
+    #[arg(long, default_value_t = http::listener::REQUEST_TIMEOUT_MS)]
     pub request_timeout_ms: u64,
     /// A request head must arrive whole within this long (slow clients), which is also
     /// how long an idle kept-alive connection stays open.
-    #[arg(long, default_value_t = leasehold_node::http::listener::HEADER_READ_TIMEOUT_MS)]
+    #[arg(long, default_value_t = http::listener::HEADER_READ_TIMEOUT_MS)]
     pub header_read_timeout_ms: u64,
     /// TOML file of client tokens (`[[token]]` with `token`, `role` = admin|worker|reader,
     /// optional `owner_prefix`, `queues`, `job_prefix`); every client call but /healthz
@@ -191,7 +192,7 @@ pub struct ServeArgs {
     /// The cluster (32 hex digits, `GET /v1/cluster` shows it) this data dir must belong
     /// to: refuse to start if it belongs to another; a new data dir takes it.
     #[arg(long)]
-    pub cluster_id: Option<leasehold_node::security::peer_auth::ClusterId>,
+    pub cluster_id: Option<security::peer_auth::ClusterId>,
     /// This node's certificate chain (PEM, leaf first): serve the client API and Raft RPC
     /// over TLS, and call peers over https. Needs --tls-key and --tls-ca. It must name the
     /// host of this node's --peer address (a DNS name or an IP SAN).
@@ -216,7 +217,7 @@ pub struct ServeArgs {
     /// Let web pages at ORIGIN (scheme://host[:port], exact; `*` is not allowed) call
     /// this node from a browser; repeat per origin. Other cross-origin browser requests
     /// are refused 403 (http/browser.rs).
-    #[arg(long = "allow-origin", value_parser = leasehold_node::security::browser::parse_allow_origin)]
+    #[arg(long = "allow-origin", value_parser = security::browser::parse_allow_origin)]
     pub allow_origins: Vec<String>,
 }
 
@@ -230,7 +231,7 @@ pub struct DevArgs {
     #[arg(long, default_value_t = 7000)]
     pub base_port: u16,
     /// As `serve --allow-origin`: web origins whose pages may call the nodes.
-    #[arg(long = "allow-origin", value_parser = leasehold_node::security::browser::parse_allow_origin)]
+    #[arg(long = "allow-origin", value_parser = security::browser::parse_allow_origin)]
     pub allow_origins: Vec<String>,
 }
 
@@ -256,7 +257,7 @@ pub(crate) fn parse_peer(s: &str) -> Result<(NodeId, String), BadPeer> {
 }
 
 impl ServeArgs {
-    fn listener_limits(&self) -> Result<leasehold_node::http::listener::ListenerLimits, FlagError> {
+    fn listener_limits(&self) -> Result<http::listener::ListenerLimits, FlagError> {
         let counts = [
             self.max_inflight,
             self.max_inflight_raft,
@@ -272,7 +273,7 @@ impl ServeArgs {
         if self.request_timeout_ms == 0 || self.header_read_timeout_ms == 0 {
             return Err(FlagError::ZeroTimeout);
         }
-        Ok(leasehold_node::http::listener::ListenerLimits {
+        Ok(http::listener::ListenerLimits {
             max_inflight: self.max_inflight,
             max_inflight_raft: self.max_inflight_raft,
             max_connections: self.max_connections,
@@ -321,9 +322,7 @@ impl ServeArgs {
         cfg.raft.election_timeout_max_ms = self.election_timeout_max_ms;
         cfg.raft.speculative_append = !self.no_speculative_append;
         if let Some(path) = &self.auth_file {
-            cfg.auth = Some(std::sync::Arc::new(
-                leasehold_node::security::auth::AuthPolicy::load(path)?,
-            ));
+            cfg.auth = Some(std::sync::Arc::new(security::auth::AuthPolicy::load(path)?));
         }
         if let Some(path) = &self.peer_secret_file {
             cfg.peer_secret = Some(PeerSecret::read_file(path)?);
@@ -346,7 +345,7 @@ impl ServeArgs {
         let Some(via) = &self.join else {
             return Ok(None);
         };
-        leasehold_node::http::validate_addr(via).map_err(FlagError::JoinAddr)?;
+        http::validate_addr(via).map_err(FlagError::JoinAddr)?;
         if cfg.peers.len() != 1 {
             return Err(FlagError::JoinWithPeers);
         }
@@ -375,21 +374,19 @@ impl ServeArgs {
 
     /// The TLS setup, every file read and checked now: a bad one stops `serve` with an
     /// error naming it.
-    fn tls(
-        &self,
-    ) -> Result<Option<std::sync::Arc<leasehold_node::security::tls::NodeTls>>, FlagError> {
+    fn tls(&self) -> Result<Option<std::sync::Arc<security::tls::NodeTls>>, FlagError> {
         let (Some(cert), Some(key), Some(ca)) = (&self.tls_cert, &self.tls_key, &self.tls_ca)
         else {
             // clap's `requires` already refused a partial set.
             return Ok(None);
         };
-        let files = leasehold_node::security::tls::TlsFiles {
+        let files = security::tls::TlsFiles {
             cert: cert.clone(),
             key: key.clone(),
             ca: ca.clone(),
             client_auth: self.tls_client_auth,
         };
-        let tls = leasehold_node::security::tls::NodeTls::load(&files).map_err(FlagError::Tls)?;
+        let tls = security::tls::NodeTls::load(&files).map_err(FlagError::Tls)?;
         Ok(Some(std::sync::Arc::new(tls)))
     }
 }
@@ -410,11 +407,11 @@ pub async fn shutdown_signal() {
     let _ = ctrl_c.await;
 }
 
-/// `leasehold serve`, writing the data dir through `disk` ([`leasehold_node::fsio::Disk::Real`]
+/// `leasehold serve`, writing the data dir through `disk` ([`fsio::Disk::Real`]
 /// but in tests).
-pub async fn serve(args: ServeArgs, disk: leasehold_node::fsio::Disk) -> Result<(), RunError> {
+pub async fn serve(args: ServeArgs, disk: fsio::Disk) -> Result<(), RunError> {
     // Before any file is created: the data dir is private (0700 dirs, 0600 files).
-    leasehold_node::security::identity::restrict_umask();
+    security::identity::restrict_umask();
     let cfg = NodeConfig {
         disk,
         ..args.node_config()?
@@ -427,12 +424,11 @@ pub async fn serve(args: ServeArgs, disk: leasehold_node::fsio::Disk) -> Result<
         ),
         None => tracing::info!("no --tls-cert: clients and peers talk in plain HTTP"),
     }
-    let listener =
-        leasehold_node::http::listener::bind(args.listen).map_err(|source| RunError::Bind {
-            addr: args.listen.to_string(),
-            hint: "",
-            source,
-        })?;
+    let listener = http::listener::bind(args.listen).map_err(|source| RunError::Bind {
+        addr: args.listen.to_string(),
+        hint: "",
+        source,
+    })?;
     Ok(server::run(listener, cfg, shutdown_signal()).await?)
 }
 
@@ -465,7 +461,7 @@ pub async fn dev(args: DevArgs) -> Result<(), RunError> {
             (t.path().to_path_buf(), Some(t))
         }
     };
-    leasehold_node::security::identity::restrict_umask();
+    security::identity::restrict_umask();
     let peers = dev_peers(args.base_port)?;
     let secret = dev_peer_secret(&dir)?;
     // Every listener is bound before the first node starts: the first election's vote
@@ -474,18 +470,16 @@ pub async fn dev(args: DevArgs) -> Result<(), RunError> {
     let mut listeners = Vec::new();
     for addr in peers.values() {
         let sock: std::net::SocketAddr = addr.parse().expect("dev_peers writes 127.0.0.1:PORT");
-        listeners.push(
-            leasehold_node::http::listener::bind(sock).map_err(|source| RunError::Bind {
-                addr: addr.clone(),
-                hint: " (is another cluster running? try --base-port)",
-                source,
-            })?,
-        );
+        listeners.push(http::listener::bind(sock).map_err(|source| RunError::Bind {
+            addr: addr.clone(),
+            hint: " (is another cluster running? try --base-port)",
+            source,
+        })?);
     }
     let mut nodes = Vec::new();
     for ((id, _), listener) in peers.iter().zip(listeners) {
         let mut cfg = NodeConfig::new(*id, dir.join(id.to_string()), peers.clone());
-        cfg.raft = leasehold_node::server::RaftTuning::fast();
+        cfg.raft = server::RaftTuning::fast();
         cfg.peer_secret = Some(secret.clone());
         cfg.allow_origins = args.allow_origins.clone();
         nodes.push(server::start(listener, cfg).await?);
@@ -654,12 +648,12 @@ fn worker_threads(cmd: &Cmd) -> Result<Option<usize>, FlagError> {
 /// even with `RUST_BACKTRACE=1` (an error returned from `main` would be printed in its
 /// Debug form). A panic is a bug: it keeps its backtrace.
 pub fn main() -> std::process::ExitCode {
-    main_on(leasehold_node::fsio::Disk::Real)
+    main_on(fsio::Disk::Real)
 }
 
 /// [`main`] with `serve` writing its data dir through `disk`: the cluster tests'
 /// `leasehold-under-test` passes a fault-injecting one (`fsio::fault::disk_from_env`).
-pub fn main_on(disk: leasehold_node::fsio::Disk) -> std::process::ExitCode {
+pub fn main_on(disk: fsio::Disk) -> std::process::ExitCode {
     // `worker run`'s per-command watchdog: the same binary under another argv[0], with its
     // own small runtime and no logging (it must never block on stderr; watchdog.rs).
     #[cfg(unix)]
@@ -670,7 +664,7 @@ pub fn main_on(disk: leasehold_node::fsio::Disk) -> std::process::ExitCode {
     match run(cli, disk) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            let line = leasehold_node::security::tls::chain(&e);
+            let line = security::tls::chain(&e);
             eprintln!("error: {}", crate::jobs::one_line(&line));
             std::process::ExitCode::FAILURE
         }
@@ -732,7 +726,7 @@ fn runtime(command: &Cmd) -> Result<tokio::runtime::Runtime, RunError> {
 
 /// Runs a parsed command line. Client commands exit here with their own code
 /// ([`crate::jobs::report`]); the others return their error to [`main`].
-fn run(args: Cli, disk: leasehold_node::fsio::Disk) -> Result<(), RunError> {
+fn run(args: Cli, disk: fsio::Disk) -> Result<(), RunError> {
     use crate::jobs::report;
     let Cli { command, client } = args;
     // Client commands print one line per error and nothing else on stderr: no logging.
@@ -778,9 +772,7 @@ pub const EXIT_STORAGE_FAILED: i32 = 74;
 /// again, and a failing disk may hang it). Other results go back to [`main`].
 fn exit_if_storage_failed(r: Result<(), RunError>) -> Result<(), RunError> {
     let failed = match &r {
-        Err(RunError::Start(leasehold_node::server::StartError::StorageFailed(failed))) => {
-            Some(failed)
-        }
+        Err(RunError::Start(server::StartError::StorageFailed(failed))) => Some(failed),
         _ => None,
     };
     if let Some(failed) = failed {
@@ -885,7 +877,7 @@ mod tests {
         std::fs::write(&path, "[[token]]\ntoken = \"t\"\nrole = \"root\"\n").unwrap();
         let err = serve_args(&[&flag]).unwrap().node_config().unwrap_err();
         assert!(matches!(err, FlagError::AuthFile(_)), "{err}");
-        let err = leasehold_node::security::tls::chain(&err);
+        let err = security::tls::chain(&err);
         assert!(
             err.contains("tokens.toml") && err.contains("entry 1"),
             "{err}"
@@ -911,7 +903,7 @@ mod peer_secret_tests {
         assert_eq!(mode, 0o600);
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(
-            text.len() >= leasehold_node::security::peer_auth::PEER_SECRET_BYTES_MIN,
+            text.len() >= security::peer_auth::PEER_SECRET_BYTES_MIN,
             "{text}"
         );
         dev_peer_secret(dir.path()).unwrap();

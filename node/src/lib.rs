@@ -45,23 +45,28 @@
 //! needs; its client commands and the worker runner use `leasehold-client` alone. These
 //! items are public for it, deliberately (a change to them is a change to the CLI):
 //!
-//! - `serve` and `dev`: [`server`] ([`server::run`], [`server::start`], [`server::NodeConfig`],
-//!   [`server::RaftTuning`], [`server::StartError`], the `SERVE_*` Raft defaults),
-//!   [`http::listener::bind`] and [`http::listener::ListenerLimits`] with the listener's
-//!   default limits (its flags' defaults), [`node::watchers::MAX_WATCHERS_DEFAULT`],
-//!   [`raft::join::JoinConfig`], [`raft::versions::own_entry_version`],
-//!   [`time::clock::SystemClock`], and [`fsio::Disk`] (the fault-injecting twin is how
-//!   the chaos suite's `leasehold-under-test` runs the same command line).
-//! - Flag checks and secrets: [`http::validate_addr`], [`security::browser::parse_allow_origin`],
-//!   [`security::auth::AuthPolicy::load`], [`security::peer_auth::PeerSecret`],
-//!   [`security::identity::restrict_umask`], [`security::tls::NodeTls`] and
-//!   [`security::tls::chain`] (an error's causes on one line).
+//! - `serve` and `dev`: [`server`] ([`server::run`], [`server::start`],
+//!   [`server::NodeConfig`], [`server::RaftTuning`], [`server::StartError`], the
+//!   `SERVE_*` Raft defaults), [`http::listener::bind`] and
+//!   [`http::listener::ListenerLimits`] with the listener's default limits (its flags'
+//!   defaults), [`node::watchers::MAX_WATCHERS_DEFAULT`], [`raft::join::JoinConfig`],
+//!   [`raft::versions::own_entry_version`], [`time::clock::SystemClock`], and
+//!   [`fsio::Disk`] (its fault-injecting twin is how the chaos suite's
+//!   `leasehold-under-test` runs the same command line).
+//! - Flag checks and secrets: [`http::validate_addr`],
+//!   [`security::browser::parse_allow_origin`], [`security::auth::AuthPolicy::load`],
+//!   [`security::peer_auth::PeerSecret`], [`security::identity::restrict_umask`],
+//!   [`security::tls::NodeTls`] and [`security::tls::chain`] (an error's causes on one
+//!   line, as every `error: …` the binary prints).
 //! - The offline `snapshot` tool, which reads and writes the stores' own formats:
 //!   [`store::read_snapshot_file`], [`store::write_snapshot_file`], [`store::LogStore`],
 //!   [`raft::bootstrap::mark_seed`], [`security::identity`] and
 //!   [`security::peer_auth::ClusterId`], the backup route's headers
 //!   ([`http::CLUSTER_ID_HEADER`], [`http::SNAPSHOT_INDEX_HEADER`], [`http::NODE_HEADER`]),
 //!   and the Raft [`types`].
+//!
+//! The error types of these items are public with them: the CLI's `RunError` and
+//! `FlagError` wrap them, so a refusal prints the node's own words.
 
 pub mod fsio;
 pub mod fuzzing;
