@@ -51,7 +51,7 @@ if [[ "$SKIP_ETCD" != 1 ]]; then
 fi
 if [[ -z "$BINS" ]]; then
   log "building leasehold (release)"
-  (cd "$ROOT" && timeout 1800 cargo build --release --quiet -p leasehold-node)
+  (cd "$ROOT" && timeout 1800 cargo build --release --quiet -p leasehold-cli)
   BINS="leasehold=$BIN"
 fi
 for pair in $BINS; do

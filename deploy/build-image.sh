@@ -143,14 +143,14 @@ ensure_base() {
 # The binary the image carries: the release build, minus its debug info.
 stage_binary() {
   if [ ! -x target/release/leasehold ]; then
-    say "no target/release/leasehold: cargo build --release -p leasehold-node"
-    nice -n 10 cargo build --release -p leasehold-node --locked
+    say "no target/release/leasehold: cargo build --release -p leasehold-cli"
+    nice -n 10 cargo build --release -p leasehold-cli --locked
   fi
   # The image carries this binary as it is; say so when the sources moved on since.
   local newer
-  newer=$(find node statemachine client Cargo.toml Cargo.lock -newer target/release/leasehold \
+  newer=$(find cli node statemachine client proc-cluster Cargo.toml Cargo.lock -newer target/release/leasehold \
     -type f -not -path '*/target/*' -print -quit 2>/dev/null || true)
-  [ -z "$newer" ] || echo "build-image: warning: $newer is newer than target/release/leasehold (cargo build --release -p leasehold-node)" >&2
+  [ -z "$newer" ] || echo "build-image: warning: $newer is newer than target/release/leasehold (cargo build --release -p leasehold-cli)" >&2
   mkdir -p target/docker
   strip --strip-debug -o target/docker/leasehold target/release/leasehold
 }

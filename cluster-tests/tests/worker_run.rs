@@ -1,4 +1,4 @@
-//! `leasehold worker run` (node/src/cli/worker/) against real `leasehold serve` processes:
+//! `leasehold worker run` (cli/src/worker/) against real `leasehold serve` processes:
 //! the command it runs never outlives the lease, and never starts after it.
 //!
 //! Each test runs the worker as its own process over a three-node [`ProcCluster`]; the
@@ -905,7 +905,7 @@ async fn a_watchdog_resumed_past_the_deadline_kills_without_a_term() {
 /// watchdog's `started` reached it. The watchdog's write of `started` then fails, and it
 /// used to return at that error without killing the group: its leader died of
 /// `PR_SET_PDEATHSIG`, and what the leader had started ran on unwatched. The test is the
-/// worker here (the watchdog's protocol by hand, `node/src/cli/worker/protocol.rs`): it
+/// worker here (the watchdog's protocol by hand, `cli/src/worker/protocol.rs`): it
 /// fills the socket so that `started` cannot be written, lets the command start its
 /// grandchild, then closes its end. The whole group must die with the watchdog.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

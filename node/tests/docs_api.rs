@@ -1,33 +1,26 @@
 //! The API reference against the code: `docs/api.md` must document every error code
 //! with its status (`ErrorCode::ALL`), every route of the node's route table
 //! (`http::routes::ROUTES`, the job actions and query parameters included) — and every
-//! route it documents must be one of the table's —, and every `serve` and `dev` flag
-//! (the clap definition); and `docs/operations.md` every metric family
+//! route it documents must be one of the table's —; and `docs/operations.md` every metric family
 //! (`telemetry::metrics::FAMILIES`) and every `route` label value. Each test
 //! reads the code's own table, so a new route, code or flag fails here until the
 //! reference describes it. Only the part of the page before "Version 1.1 (planned)"
 //! counts: that section describes routes not served yet.
 //!
-//! Uses the node crate's public tables, clap and the state machine's `ErrorCode`; starts
-//! no server.
+//! Uses the node crate's public tables and the state machine's `ErrorCode`; starts no
+//! server. Every `serve` and `dev` flag (the clap definition) is checked against the same
+//! page by cli/tests/cli/docs_api.rs.
 
 use std::path::Path;
 
-use clap::CommandFactory;
 use leasehold_node::http::routes::{Need, ROUTES};
 use leasehold_node::security::auth::Operation;
 use leasehold_statemachine::ErrorCode;
 
-/// The served part of `docs/api.md`.
-fn reference() -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/api.md");
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-    let end = text
-        .find("\n## Version 1.1")
-        .expect("docs/api.md has its \"Version 1.1 (planned)\" heading");
-    text[..end].to_owned()
-}
+#[path = "common/api_md.rs"]
+mod api_md;
+
+use api_md::reference;
 
 #[test]
 fn every_error_code_is_documented_with_its_status() {
@@ -138,31 +131,6 @@ fn every_operation_has_a_documented_route() {
     assert!(
         missing.is_empty(),
         "operations no documented route performs: {missing:#?}"
-    );
-}
-
-#[test]
-fn every_serve_and_dev_flag_is_documented() {
-    let doc = reference();
-    let cli = leasehold_node::cli::Cli::command();
-    let mut missing = Vec::new();
-    for name in ["serve", "dev"] {
-        let sub = cli
-            .find_subcommand(name)
-            .unwrap_or_else(|| panic!("`leasehold {name}` exists"));
-        for long in sub.get_arguments().filter_map(|a| a.get_long()) {
-            let flag = format!("`--{long}");
-            let named = [format!("{flag}`"), format!("{flag} ")]
-                .iter()
-                .any(|f| doc.contains(f.as_str()));
-            if !named && long != "help" {
-                missing.push(format!("{name} --{long}"));
-            }
-        }
-    }
-    assert!(
-        missing.is_empty(),
-        "flags docs/api.md (\"serve flags\") does not name: {missing:#?}"
     );
 }
 

@@ -14,7 +14,7 @@
 //!   `%2e%2e` segments, which an HTTP client would normalize away).
 //!
 //! What it may import: std, tokio, reqwest, serde, tempfile, libc, thiserror — never a
-//! Leasehold crate. The `leasehold` binary (`leasehold-node`) depends on this crate for
+//! Leasehold crate. The `leasehold` binary (`leasehold-cli`) depends on this crate for
 //! `bench failover`, so this one reaches the nodes only through their command line
 //! (`serve` flags) and their HTTP API, as an operator would.
 //!

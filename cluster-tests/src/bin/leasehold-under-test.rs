@@ -8,7 +8,7 @@
 
 fn main() -> std::process::ExitCode {
     match leasehold_node::fsio::fault::disk_from_env() {
-        Ok(disk) => leasehold_node::cli::main_on(disk),
+        Ok(disk) => leasehold_cli::main_on(disk),
         Err(e) => {
             eprintln!(
                 "error: opening the fault journal ({}): {e}",

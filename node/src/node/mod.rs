@@ -13,7 +13,7 @@
 //! - `watchers.rs`: the bound on open event-feed watchers.
 //!
 //! Below `http`, above `raft`: it may import `raft`, `store` and the lower layers
-//! (`security`, `time`, `telemetry`, `types`), never `http`, `server` or `cli`. A task
+//! (`security`, `time`, `telemetry`, `types`), never `http` or `server`. A task
 //! gets the handles it uses, never a `Node`: [`Node::proposer`] for the batcher and the
 //! ticks, [`Node::election_handles`] and [`Node::join_handles`] for `raft`'s tasks.
 

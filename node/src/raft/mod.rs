@@ -11,7 +11,7 @@
 //!   activation decisions, the start-up refusal of newer data (rolling upgrades).
 //!
 //! May import: `store`, and the lower layers (`security`, `time`, `telemetry`, `types`).
-//! Never `node`, `http`, `server` or `cli`: what it needs from a running node comes in as
+//! Never `node`, `http` or `server`: what it needs from a running node comes in as
 //! arguments or small handles.
 
 pub mod bootstrap;

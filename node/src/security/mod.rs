@@ -14,7 +14,7 @@
 //! [`Guards`] bundles the policies a running node applies.
 //!
 //! A lower layer: anyone may import it. It imports only `time`, `telemetry` and `types`,
-//! never a layer above (`store`, `raft`, `node`, `http`, `server`, `cli`).
+//! never a layer above (`store`, `raft`, `node`, `http`, `server`).
 
 pub mod auth;
 pub mod browser;

@@ -4,7 +4,8 @@
 //! `start(listener, config)` takes a bound listener so tests can bind port 0.
 //!
 //! The wiring layer: it may import `http`, `node`, `raft`, `store` and the lower layers
-//! (`security`, `time`, `telemetry`, `fsio`, `types`); only `cli` (and tests) import it.
+//! (`security`, `time`, `telemetry`, `fsio`, `types`); only the CLI crate
+//! (`leasehold-cli`: `serve`, `dev`) and tests use it.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -27,7 +27,7 @@
 //! The bottom of the server's layers: it may import only the lower layers (`telemetry`
 //! for its snapshot counts, `time` for the state machine's clock, `types`, `fsio` for
 //! every file change), never `raft`,
-//! `node`, `http`, `server` or `cli`.
+//! `node`, `http` or `server`.
 //!
 //! [`LeaseMachine`]: leasehold_statemachine::LeaseMachine
 

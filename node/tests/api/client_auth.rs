@@ -2,108 +2,21 @@
 //! cluster: who gets 401 and who 403, through the leader and through a follower (which
 //! refuses by itself and forwards the token when it forwards), that a refused request
 //! changes no replica's state, that scoped tokens (`queues`, `job_prefix`) see and
-//! touch only their tenant's jobs and that idempotency keys are per token, and that
-//! the `leasehold` binary sends `--token` / `LEASEHOLD_TOKEN` and explains a 401.
+//! touch only their tenant's jobs and that idempotency keys are per token. The tokens
+//! are `common/tokens.rs`'; that the `leasehold` binary sends `--token` /
+//! `LEASEHOLD_TOKEN` and explains a 401 is cli/tests/cli/client_auth.rs.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
-use crate::common::binary::{self, Out};
+use crate::common::tokens::{
+    node_only_token, ADMIN, ANY_WORKER, READER, TEAM_A, TEAM_B, TENANT_A, TENANT_A_ADMIN, TENANT_B,
+};
 use crate::common::{u64_of, Req, Resp, TestCluster};
-use leasehold_node::security::auth::AuthPolicy;
 use serde_json::{json, Value};
 
-const ADMIN: &str = "adm-7f3e";
-/// Worker bound to owners `team-a/…`.
-const TEAM_A: &str = "wrk-a-91c2";
-/// Worker bound to owners `team-b/…`.
-const TEAM_B: &str = "wrk-b-5d08";
-/// Worker without an owner prefix.
-const ANY_WORKER: &str = "wrk-any-33aa";
-const READER: &str = "rdr-0b44";
-/// Worker scoped to queues `team-a`, `team-a-*` and job ids `team-a/…`.
-const TENANT_A: &str = "ten-a-4e1f";
-/// Worker scoped to queue `team-b` and job ids `team-b/…`.
-const TENANT_B: &str = "ten-b-8c3d";
-/// Admin scoped to queue `team-a` and job ids `team-a/…`.
-const TENANT_A_ADMIN: &str = "adm-a-21d7";
-
-const AUTH_FILE: &str = r#"
-[[token]]
-token = "adm-7f3e"
-role = "admin"
-
-[[token]]
-token = "wrk-a-91c2"
-role = "worker"
-owner_prefix = "team-a/"
-name = "team a"
-
-[[token]]
-token = "wrk-b-5d08"
-role = "worker"
-owner_prefix = "team-b/"
-
-[[token]]
-token = "wrk-any-33aa"
-role = "worker"
-
-[[token]]
-token = "rdr-0b44"
-role = "reader"
-
-[[token]]
-token = "ten-a-4e1f"
-role = "worker"
-owner_prefix = "team-a/"
-queues = ["team-a", "team-a-*"]
-job_prefix = "team-a/"
-name = "tenant a"
-
-[[token]]
-token = "ten-b-8c3d"
-role = "worker"
-owner_prefix = "team-b/"
-queues = ["team-b"]
-job_prefix = "team-b/"
-
-[[token]]
-token = "adm-a-21d7"
-role = "admin"
-queues = ["team-a"]
-job_prefix = "team-a/"
-"#;
-
-/// Bound on one run of the binary.
-const CMD_WAIT: Duration = Duration::from_secs(60);
 /// Bound on waits for replicas to agree.
 const SETTLE_WAIT: Duration = Duration::from_secs(30);
 const TTL_MS: u64 = 30_000;
-
-/// A token only node `id`'s file lists (a worker's), so a test can tell which node
-/// checked a forwarded request.
-fn node_only_token(id: u64) -> String {
-    format!("only-n{id}")
-}
-
-/// A cluster whose nodes load their auth file from disk: [`AUTH_FILE`] plus one token
-/// of their own ([`node_only_token`]).
-async fn start_cluster() -> (TestCluster, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let mut policies = BTreeMap::new();
-    for id in 1..=3u64 {
-        let path = dir.path().join(format!("auth-{id}.toml"));
-        let own = format!(
-            "\n[[token]]\ntoken = \"{}\"\nrole = \"worker\"\n",
-            node_only_token(id)
-        );
-        std::fs::write(&path, format!("{AUTH_FILE}{own}")).unwrap();
-        policies.insert(id, Arc::new(AuthPolicy::load(&path).unwrap()));
-    }
-    let c = TestCluster::start_with(move |cfg| cfg.auth = Some(policies[&cfg.id].clone())).await;
-    (c, dir)
-}
 
 fn with_token(mut req: Req, token: &str) -> Req {
     req.headers
@@ -170,7 +83,7 @@ fn refused_requests() -> Vec<(Req, u16)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn tokens_roles_and_owner_prefixes_are_enforced_on_every_node() {
-    let (c, _dir) = start_cluster().await;
+    let (c, _dir) = TestCluster::start_with_tokens().await;
     let leader = c.wait_for_leader_in_process().await;
     let follower = c.follower_of(leader);
 
@@ -420,7 +333,7 @@ fn cross_tenant_requests(generation: u64) -> Vec<(Req, u16)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn scoped_tokens_see_and_touch_only_their_tenants_jobs() {
-    let (c, _dir) = start_cluster().await;
+    let (c, _dir) = TestCluster::start_with_tokens().await;
     let leader = c.wait_for_leader_in_process().await;
     let follower = c.follower_of(leader);
     let generation = seed_team_b(&c, leader).await;
@@ -581,7 +494,7 @@ async fn tenant_a_works_in_its_own_scope(c: &TestCluster, leader: u64, follower:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn idempotency_keys_belong_to_the_token_that_sent_them() {
-    let (c, _dir) = start_cluster().await;
+    let (c, _dir) = TestCluster::start_with_tokens().await;
     let leader = c.wait_for_leader_in_process().await;
     let follower = c.follower_of(leader);
     let submit = |token: &str| post("/v1/jobs", json!({"queue": "shared"}), token).key("K-same");
@@ -614,110 +527,4 @@ async fn idempotency_keys_belong_to_the_token_that_sent_them() {
     assert_eq!(c.send(follower, &a).await.ok(201)["id"], "team-a/k");
     assert_eq!(c.send(follower, &b).await.ok(201)["id"], "team-b/k");
     c.shutdown().await;
-}
-
-// ---- the binary ---------------------------------------------------------------------
-
-/// Runs `leasehold` with `LEASEHOLD_TOKEN` set to `env_token` (unset when `None`).
-async fn leasehold(c: &TestCluster, env_token: Option<&str>, args: &[&str]) -> Out {
-    let mut cmd = binary::leasehold(args);
-    cmd.env("LEASEHOLD_ENDPOINTS", c.endpoints());
-    if let Some(t) = env_token {
-        cmd.env("LEASEHOLD_TOKEN", t);
-    }
-    binary::run(cmd, CMD_WAIT).await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_cli_sends_its_token_and_explains_a_401() {
-    let (c, _dir) = start_cluster().await;
-    c.wait_for_leader_in_process().await;
-
-    let missing = leasehold(&c, None, &["cluster", "status"]).await;
-    assert_eq!(missing.code, 1, "an api.md error: {:?}", missing.stderr);
-    assert!(
-        missing.stderr.starts_with("error: unauthenticated:")
-            && missing.stderr.contains("--token")
-            && missing.stderr.contains("LEASEHOLD_TOKEN"),
-        "{:?}",
-        missing.stderr
-    );
-    assert!(missing.stdout.is_empty(), "{:?}", missing.stdout);
-
-    let flag = [
-        "job", "claim", "j1", "--owner", "team-a/w", "--ttl-ms", "30000",
-    ];
-    let mut with_flag = flag.to_vec();
-    with_flag.extend(["--token", TEAM_A, "--output", "json"]);
-    let lease = leasehold(&c, None, &with_flag)
-        .await
-        .json_for("claim with --token");
-    assert_eq!(lease["owner"], "team-a/w");
-
-    let status = ["cluster", "status", "--output", "json"];
-    let view = leasehold(&c, Some(READER), &status)
-        .await
-        .json_for("LEASEHOLD_TOKEN");
-    assert!(view["leader_id"].is_u64(), "{view}");
-
-    let mut outside = flag.to_vec();
-    outside[4] = "team-b/w";
-    let denied = leasehold(&c, Some(TEAM_A), &outside).await;
-    assert_eq!(denied.code, 1, "{:?}", denied.stderr);
-    assert!(
-        denied.stderr.starts_with("error: permission_denied:") && denied.stderr.contains("team-a/"),
-        "{:?}",
-        denied.stderr
-    );
-
-    worker_and_bench_send_the_token(&c).await;
-    c.shutdown().await;
-}
-
-/// `worker run` claims, renews and completes with the token; `bench` runs its cycles.
-async fn worker_and_bench_send_the_token(c: &TestCluster) {
-    let submit = [
-        "job", "submit", "--id", "w-1", "--queue", "auth", "--output", "json",
-    ];
-    leasehold(c, Some(ADMIN), &submit).await.json_for("submit");
-    let run = [
-        "worker",
-        "run",
-        "--queue",
-        "auth",
-        "--ttl-ms",
-        "5000",
-        "--owner",
-        "team-a/worker",
-        "--max-jobs",
-        "1",
-        "--poll-wait-ms",
-        "1000",
-        "--",
-        "true",
-    ];
-    let worker = leasehold(c, Some(TEAM_A), &run).await;
-    assert_eq!(worker.code, 0, "worker: {:?}", worker.stderr);
-    let job = leasehold(c, Some(READER), &["job", "get", "w-1", "--output", "json"])
-        .await
-        .json_for("get w-1");
-    assert_eq!(
-        (&job["state"], &job["owner"]),
-        (&json!("completed"), &json!("team-a/worker"))
-    );
-
-    let bench = [
-        "bench",
-        "--cycles",
-        "5",
-        "--concurrency",
-        "1",
-        "--max-secs",
-        "20",
-    ];
-    let report = leasehold(c, Some(ANY_WORKER), &bench)
-        .await
-        .json_for("bench");
-    assert_eq!(report["errors"], 0, "{report}");
-    assert_eq!(report["cycles_done"], 5, "{report}");
 }

@@ -10,8 +10,8 @@
 //! server binds port 0. Tests that burn CPU on purpose (the fuzz replay) or drive an
 //! outside program (Chromium) have binaries of their own: `store`, `ui_browser.rs`.
 //!
-//! May import: `leasehold_node`, `leasehold_statemachine`, `leasehold_client`, dev
-//! dependencies, and `common`.
+//! May import: `leasehold_node`, `leasehold_statemachine`, dev dependencies, and
+//! `common`.
 
 #[path = "../common/mod.rs"]
 mod common;

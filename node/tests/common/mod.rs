@@ -6,8 +6,9 @@
 
 #![allow(dead_code)]
 
-pub mod binary;
+pub mod api_md;
 pub mod exposition;
+pub mod tokens;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -512,6 +513,16 @@ impl TestCluster {
     /// Three nodes with default settings.
     pub async fn start() -> TestCluster {
         TestCluster::start_with(|_| {}).await
+    }
+
+    /// Three nodes that load their auth files from disk ([`tokens::policies`]); the dir
+    /// holding the files is returned with them.
+    pub async fn start_with_tokens() -> (TestCluster, TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let policies = tokens::policies(dir.path());
+        let c =
+            TestCluster::start_with(move |cfg| cfg.auth = Some(policies[&cfg.id].clone())).await;
+        (c, dir)
     }
 
     /// Three nodes; `tweak` adjusts every node's config (limits, Raft tuning…).

@@ -20,8 +20,7 @@ use files::rust_files;
 /// The folders (and top-level files) from the top layer down. A module may import only
 /// those after it; `security`, `telemetry`, `time`, `types` and `fsio` are the lower layers that
 /// anyone may use, and they import only each other, downward.
-const LAYERS: [&str; 11] = [
-    "cli",
+const LAYERS: [&str; 10] = [
     "server",
     "http",
     "node",

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::common::binary::{self, Out};
+use crate::binary::{self, Out};
 use crate::common::{self, TestCluster};
 use leasehold_client::{ClusterStatus, Job, JobPage, JobState};
 use serde_json::{json, Value};

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use clap::{Args, ValueEnum};
 use serde_json::{json, Value};
 
-use crate::cli::jobs::ClientOpts;
+use crate::jobs::ClientOpts;
 
 /// Why a bench run, or one of its requests, failed. A run's error ends the command with
 /// one `error:` line; a request's is counted (and the first few printed). A variant
@@ -245,7 +245,7 @@ fn auth_headers(token: Option<&str>) -> Result<reqwest::header::HeaderMap, Bench
 #[derive(Debug, clap::Subcommand)]
 pub enum BenchCmd {
     /// Start a three-node cluster, SIGKILL its leader under load, report the gaps (JSON).
-    Failover(crate::cli::bench::failover::FailoverArgs),
+    Failover(crate::bench::failover::FailoverArgs),
 }
 
 fn base_url(e: &str) -> String {
@@ -369,7 +369,7 @@ async fn worker(s: Arc<Shared>, worker: usize, budget: u64, deadline: Option<Ins
             if out.errors <= 3 {
                 eprintln!(
                     "bench: worker {worker}: {}",
-                    crate::security::tls::chain(&e)
+                    leasehold_node::security::tls::chain(&e)
                 );
             }
         }

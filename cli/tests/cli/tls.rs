@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::common::binary::{self, Out};
+use crate::binary::{self, Out};
 use crate::common::{eventually, TestCluster, LEADER_WAIT};
 use leasehold_node::security::tls::{NodeTls, TlsFiles};
 use rcgen::{
@@ -309,7 +309,7 @@ async fn a_tls_cluster_replicates_forwards_and_serves_the_client_and_the_cli() {
     .await;
     assert_eq!(
         out.code,
-        leasehold_node::cli::jobs::EXIT_USAGE,
+        leasehold_cli::jobs::EXIT_USAGE,
         "https without --tls-ca is a usage error"
     );
     assert!(out.stderr.contains("--tls-ca"), "{}", out.stderr);
@@ -383,7 +383,7 @@ async fn with_client_auth_only_certified_clients_and_peers_get_in() {
     let out = leasehold(&base).await;
     assert_eq!(
         out.code,
-        leasehold_node::cli::jobs::EXIT_UNAVAILABLE,
+        leasehold_cli::jobs::EXIT_UNAVAILABLE,
         "{}",
         out.stderr
     );

@@ -19,8 +19,8 @@ use clap::{Args, Subcommand, ValueEnum};
 use leasehold_client::{Client, Error, ErrorCode, JobState, ListJobs, NewJob};
 use serde_json::Value;
 
-use crate::cli::lifecycle::{self, CancelArgs, FailArgs, ReleaseFlags, RetryArgs, RunAt, Schedule};
-use crate::cli::show::{show_job, show_lease, show_membership, show_page};
+use crate::lifecycle::{self, CancelArgs, FailArgs, ReleaseFlags, RetryArgs, RunAt, Schedule};
+use crate::show::{show_job, show_lease, show_membership, show_page};
 
 /// docs/api.md error (the store or the client's validation answered with an error code).
 pub const EXIT_API: i32 = 1;
@@ -402,9 +402,7 @@ pub async fn run_job(args: JobArgs, opts: &ClientOpts) -> Result<(), CliError> {
             show_job(&client.submit(&nj).await?, json)
         }
         JobCmd::Get { id } => show_job(&client.get_job(&id).await?, json),
-        JobCmd::History { id } => {
-            crate::cli::events::show_history(client.history(&id).await?, json)
-        }
+        JobCmd::History { id } => crate::events::show_history(client.history(&id).await?, json),
         JobCmd::List {
             queue,
             state,
@@ -474,9 +472,10 @@ pub async fn run_cluster(args: ClusterArgs, opts: &ClientOpts) -> Result<(), Cli
     let client = opts.client()?;
     let json = opts.output == Output::Json;
     match args.command {
-        ClusterCmd::Status => crate::cli::show::show_cluster(&client.cluster_status().await?, json),
+        ClusterCmd::Status => crate::show::show_cluster(&client.cluster_status().await?, json),
         ClusterCmd::AddNode { id, addr } => {
-            crate::http::validate_addr(&addr).map_err(|e| CliError::usage(e.to_string()))?;
+            leasehold_node::http::validate_addr(&addr)
+                .map_err(|e| CliError::usage(e.to_string()))?;
             show_membership(&client.add_node(id, &addr).await?, json)
         }
         ClusterCmd::RemoveNode { id } => show_membership(&client.remove_node(id).await?, json),

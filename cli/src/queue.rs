@@ -5,8 +5,8 @@
 use clap::{Args, Subcommand};
 use leasehold_statemachine::limits::REDRIVE_LIMIT_MAX;
 
-use crate::cli::jobs::{CliError, ClientOpts, Output};
-use crate::cli::show::show_redrive;
+use crate::jobs::{CliError, ClientOpts, Output};
+use crate::show::show_redrive;
 
 #[derive(Debug, Args)]
 pub struct QueueArgs {

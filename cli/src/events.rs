@@ -23,7 +23,7 @@ use leasehold_client::{Client, Event, EventsQuery};
 use leasehold_statemachine::limits::{self, EVENTS_LIMIT_MAX};
 use leasehold_statemachine::wire::History;
 
-use crate::cli::jobs::{CliError, ClientOpts, Output, EXIT_UNAVAILABLE};
+use crate::jobs::{CliError, ClientOpts, Output, EXIT_UNAVAILABLE};
 
 /// `leasehold events`.
 #[derive(Debug, Args)]
@@ -141,12 +141,12 @@ pub fn event_line(cols: Columns, e: &Event) -> String {
         [
             e.seq.to_string(),
             utc(e.cluster_time_ms),
-            crate::cli::show::printable(&e.job_id),
+            crate::show::printable(&e.job_id),
             e.event.as_str().to_owned(),
             e.generation.to_string(),
             e.owner
                 .as_deref()
-                .map_or_else(|| "-".to_owned(), crate::cli::show::printable),
+                .map_or_else(|| "-".to_owned(), crate::show::printable),
             detail_text(e),
         ],
     )
@@ -188,7 +188,7 @@ fn emit_event(e: &Event, json: bool) -> Result<bool, CliError> {
 /// `job history ID`'s output.
 pub fn show_history(events: Vec<Event>, json: bool) -> Result<(), CliError> {
     if json {
-        return crate::cli::show::print_json(&History { events });
+        return crate::show::print_json(&History { events });
     }
     if !emit(&header(Columns::WithoutJob))? {
         return Ok(());
@@ -241,7 +241,7 @@ async fn read_to_end(client: &Client, mut query: EventsQuery, json: bool) -> Res
 /// warning on stderr; the stream goes on from where it was.
 async fn follow(client: &Client, query: &EventsQuery, json: bool) -> Result<(), CliError> {
     let mut stream = client.events(query)?;
-    let interrupted = crate::cli::shutdown_signal();
+    let interrupted = crate::shutdown_signal();
     tokio::pin!(interrupted);
     loop {
         let item = tokio::select! {
@@ -255,7 +255,7 @@ async fn follow(client: &Client, query: &EventsQuery, json: bool) -> Result<(), 
                 }
             }
             Some(Err(e)) if e.is_unavailable() => {
-                let line = crate::cli::jobs::one_line(&e.to_string());
+                let line = crate::jobs::one_line(&e.to_string());
                 eprintln!("warning: {line}; still trying, from seq {}", stream.after());
             }
             Some(Err(e)) => return Err(e.into()),

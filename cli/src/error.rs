@@ -9,8 +9,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::cli::bench::BenchError;
-use crate::types::NodeId;
+use crate::bench::BenchError;
+use leasehold_node::types::NodeId;
 
 /// A flag value `serve` or `dev` refuses: a refused mode, a list that contradicts itself,
 /// a file that cannot be used.
@@ -35,7 +35,7 @@ pub enum FlagError {
     #[error("--peer-dial lists node {0} twice")]
     DialTwice(NodeId),
     #[error("--join: {0}")]
-    JoinAddr(crate::http::BadAddr),
+    JoinAddr(leasehold_node::http::BadAddr),
     #[error(
         "with --join, --peer names only this node (ID=HOST:PORT, the address the \
          cluster reaches it at); the cluster's members come from the cluster"
@@ -50,11 +50,11 @@ pub enum FlagError {
     #[error("--join-token-file {}: expected one token of visible ASCII", path.display())]
     JoinTokenText { path: PathBuf },
     #[error("--tls-cert/--tls-key/--tls-ca")]
-    Tls(#[source] crate::security::tls::TlsError),
+    Tls(#[source] leasehold_node::security::tls::TlsError),
     #[error(transparent)]
-    AuthFile(#[from] crate::security::auth::AuthFileError),
+    AuthFile(#[from] leasehold_node::security::auth::AuthFileError),
     #[error(transparent)]
-    PeerSecret(#[from] crate::security::peer_auth::PeerSecretError),
+    PeerSecret(#[from] leasehold_node::security::peer_auth::PeerSecretError),
     #[error("--worker-threads must be at least 1")]
     WorkerThreads,
     #[error("--base-port must be at most {}", u16::MAX - 3)]
@@ -75,7 +75,7 @@ pub enum RunError {
         source: std::io::Error,
     },
     #[error(transparent)]
-    Start(#[from] crate::server::StartError),
+    Start(#[from] leasehold_node::server::StartError),
     #[error("creating {}", .0.display())]
     DevDir(PathBuf, #[source] std::io::Error),
     #[error("no leader was elected within {0:?}")]
@@ -89,7 +89,7 @@ pub enum RunError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::security::tls::chain;
+    use leasehold_node::security::tls::chain;
 
     #[test]
     fn a_cause_is_printed_once_after_the_message() {
@@ -103,12 +103,12 @@ mod tests {
             "binding 127.0.0.1:7001 (is another cluster running? try --base-port): address in use"
         );
         // A message that already names its cause (`IdentityError` does) keeps one copy.
-        let named = crate::security::identity::IdentityError::Io {
+        let named = leasehold_node::security::identity::IdentityError::Io {
             what: "creating",
             path: "/d".into(),
             source: std::io::Error::other("denied"),
         };
-        let e = RunError::Start(crate::server::StartError::Identity(named));
+        let e = RunError::Start(leasehold_node::server::StartError::Identity(named));
         assert_eq!(chain(&e), "creating /d: denied");
     }
 }

@@ -13,13 +13,13 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::common::binary::{self, Out};
+use crate::binary::{self, Out};
 use crate::common::{self, eventually, u64_of, Req, Resp, TestCluster, CATCH_UP_WAIT};
 use leasehold_statemachine::{Command, Entry, LeaseMachine};
 use serde_json::{json, Value};
 
 /// `snapshot restore`'s default generation raise (2^32).
-const RAISE: u64 = leasehold_node::cli::snapshot::RAISE_GENERATIONS_DEFAULT;
+const RAISE: u64 = leasehold_cli::snapshot::RAISE_GENERATIONS_DEFAULT;
 
 /// Bound on one run of the binary.
 const CMD_WAIT: Duration = Duration::from_secs(60);

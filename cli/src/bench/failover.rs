@@ -37,7 +37,7 @@ use leasehold_proc_cluster::{ClusterOpts, ProcCluster};
 use serde_json::{json, Value};
 use tokio::task::JoinHandle;
 
-use crate::cli::bench::BenchError;
+use crate::bench::BenchError;
 
 #[derive(Debug, Clone, Args)]
 pub struct FailoverArgs {
@@ -97,7 +97,7 @@ const CATCH_UP_BOUND: Duration = Duration::from_secs(60);
 /// timing where no flag overrides it. Signed peer RPC, as in production: its cost is part
 /// of what is measured.
 fn cluster_opts(args: &FailoverArgs) -> Result<ClusterOpts, BenchError> {
-    use crate::server::{
+    use leasehold_node::server::{
         SERVE_ELECTION_TIMEOUT_MAX_MS, SERVE_ELECTION_TIMEOUT_MIN_MS, SERVE_HEARTBEAT_MS,
     };
     let mut opts = ClusterOpts::new(std::env::current_exe().map_err(BenchError::CurrentExe)?);
@@ -599,7 +599,10 @@ mod tests {
     #[test]
     fn unset_raft_flags_run_the_nodes_on_serves_own_timing() {
         let opts = cluster_opts(&parse(&[])).unwrap();
-        assert_eq!(opts.heartbeat_ms, crate::server::SERVE_HEARTBEAT_MS);
+        assert_eq!(
+            opts.heartbeat_ms,
+            leasehold_node::server::SERVE_HEARTBEAT_MS
+        );
         assert!(!opts.link_proxies, "no proxy hop in what is measured");
         let opts = cluster_opts(&parse(&["--heartbeat-ms=7"])).unwrap();
         assert_eq!(opts.heartbeat_ms, 7);

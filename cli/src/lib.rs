@@ -1,16 +1,22 @@
 //! The `leasehold` command line: `serve` one node, or `dev` a local three-node cluster;
 //! `job`, `queue`, `cluster` and `worker` are client commands (see `jobs` and `worker`).
 //!
-//! The folder is everything the binary does besides serving: [`jobs`] (`job …`,
-//! `cluster …`, the client flags), [`lifecycle`] (version 1.1's job flags, `job
-//! fail|retry|cancel`), [`queue`] (`queue redrive`), [`events`] (`job history`, `events`:
-//! the event feed, followed), [`duration`] (`30s`, `5m` flag values), [`show`] (tables
-//! and JSON output), [`worker`] (`worker run`), [`snapshot`]
+//! This crate is everything the binary does besides serving (issue 45 item 6: the
+//! server crate, `leasehold-node`, is the server). `serve` and `dev` call into
+//! `leasehold_node` ([`serve`], [`dev`]); the offline `snapshot` tool reads and writes
+//! the node's store formats through it, and the flags reuse its limits, parsers, secret
+//! and TLS loaders — what node/src/lib.rs lists as "What the CLI crate uses". The client
+//! commands, `worker run` and `bench` talk to a cluster through `leasehold-client` only.
+//!
+//! # Layout
+//!
+//! [`jobs`] (`job …`, `cluster …`, the client flags), [`lifecycle`] (version 1.1's job
+//! flags, `job fail|retry|cancel`), [`queue`] (`queue redrive`), [`events`] (`job
+//! history`, `events`: the event feed, followed), [`duration`] (`30s`, `5m` flag
+//! values), [`show`] (tables and JSON output), [`worker`] (`worker run`), [`snapshot`]
 //! (`snapshot save|restore`), [`bench`](mod@bench) (the load generator, and `bench
-//! failover`), [`error`] (why `serve`, `dev` or `bench` stopped). It is the top layer:
-//! it may import any folder (`server` to run a node, `http`'s header names, limits and
-//! parsers, `store` for restores, `security` for secrets and TLS), and only `main.rs`
-//! imports it.
+//! failover`), [`error`] (why `serve`, `dev` or `bench` stopped). This file holds the
+//! command line itself, `serve` and `dev`; `main.rs` only calls [`main`].
 
 pub mod bench;
 pub mod duration;
@@ -30,11 +36,12 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::cli::error::{FlagError, RunError};
-use crate::security::peer_auth::PeerSecret;
-use crate::server::{self, NodeConfig};
-use crate::time::clock::SystemClock;
-use crate::types::NodeId;
+use crate::error::{FlagError, RunError};
+use leasehold_node::security::peer_auth::PeerSecret;
+use leasehold_node::server::{self, NodeConfig};
+use leasehold_node::time::clock::SystemClock;
+use leasehold_node::types::NodeId;
+use leasehold_node::{fsio, http, security};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -46,9 +53,9 @@ pub struct Cli {
     #[command(subcommand)]
     pub command: Cmd,
     /// `--endpoints`, `--output`, `--token`, the TLS client flags: global, so they go
-    /// before or after the subcommand (see [`crate::cli::jobs::ClientOpts`]).
+    /// before or after the subcommand (see [`crate::jobs::ClientOpts`]).
     #[command(flatten)]
-    pub client: crate::cli::jobs::ClientOpts,
+    pub client: crate::jobs::ClientOpts,
 }
 
 // One value per process, parsed once: boxing `serve`'s many flags would buy nothing.
@@ -60,21 +67,21 @@ pub enum Cmd {
     /// Run a local three-node cluster in this process (Ctrl-C stops it).
     Dev(DevArgs),
     /// Measure a running cluster through the public API (one JSON line per run).
-    Bench(crate::cli::bench::BenchArgs),
+    Bench(crate::bench::BenchArgs),
     /// Submit, inspect, claim, renew, complete, release, fail, retry, cancel and delete
     /// jobs.
-    Job(crate::cli::jobs::JobArgs),
+    Job(crate::jobs::JobArgs),
     /// Act on a whole queue: redrive its failed jobs.
-    Queue(crate::cli::queue::QueueArgs),
+    Queue(crate::queue::QueueArgs),
     /// Print the cluster's job events (GET /v1/events), one line each; --follow keeps
     /// following the feed.
-    Events(crate::cli::events::EventsArgs),
+    Events(crate::events::EventsArgs),
     /// Inspect the cluster.
-    Cluster(crate::cli::jobs::ClusterArgs),
+    Cluster(crate::jobs::ClusterArgs),
     /// Run a command per job of a queue, under a kept-alive, fenced lease.
-    Worker(crate::cli::worker::WorkerArgs),
+    Worker(crate::worker::WorkerArgs),
     /// Back up a cluster's state to a file, or seed a new cluster's data dir from one.
-    Snapshot(crate::cli::snapshot::SnapshotArgs),
+    Snapshot(crate::snapshot::SnapshotArgs),
 }
 
 #[derive(Debug, Args)]
@@ -113,14 +120,14 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = leasehold_statemachine::limits::TTL_MS_MAX)]
     pub ttl_ms_max: u64,
     /// Raft heartbeat interval.
-    #[arg(long, default_value_t = crate::server::SERVE_HEARTBEAT_MS)]
+    #[arg(long, default_value_t = server::SERVE_HEARTBEAT_MS)]
     pub heartbeat_ms: u64,
     /// Raft election timeout range (a random value in [min, max] per election), its
     /// lower end.
-    #[arg(long, default_value_t = crate::server::SERVE_ELECTION_TIMEOUT_MIN_MS)]
+    #[arg(long, default_value_t = server::SERVE_ELECTION_TIMEOUT_MIN_MS)]
     pub election_timeout_min_ms: u64,
     /// Raft election timeout range, its upper end.
-    #[arg(long, default_value_t = crate::server::SERVE_ELECTION_TIMEOUT_MAX_MS)]
+    #[arg(long, default_value_t = server::SERVE_ELECTION_TIMEOUT_MAX_MS)]
     pub election_timeout_max_ms: u64,
     /// Do not send a leader's lone writes to the followers during its own fsync
     /// (`raft/speculate.rs`); they then leave only after it, as openraft 0.9 sends them.
@@ -134,42 +141,42 @@ pub struct ServeArgs {
     pub clock_rate: f64,
     /// Client requests in flight at once; past it, 503 `unavailable` + Retry-After at
     /// once (load shedding, no queue). /raft/… has its own budget, --max-inflight-raft.
-    #[arg(long, default_value_t = crate::http::listener::MAX_INFLIGHT)]
+    #[arg(long, default_value_t = http::listener::MAX_INFLIGHT)]
     pub max_inflight: usize,
     /// Raft RPC requests in flight at once (kept apart so client load cannot starve it).
-    #[arg(long, default_value_t = crate::http::listener::MAX_INFLIGHT_RAFT)]
+    #[arg(long, default_value_t = http::listener::MAX_INFLIGHT_RAFT)]
     pub max_inflight_raft: usize,
     /// Open connections at most. Past 75 % of it, idle connections are closed to make
     /// room (those that never sent a request first, then the longest idle, and any idle
     /// for 1 s); a new connection is closed at once only if none is idle.
-    #[arg(long, default_value_t = crate::http::listener::MAX_CONNECTIONS)]
+    #[arg(long, default_value_t = http::listener::MAX_CONNECTIONS)]
     pub max_connections: usize,
     /// Open connections from one source address at most; past it a new one from that
     /// address is closed at once.
-    #[arg(long, default_value_t = crate::http::listener::MAX_CONNECTIONS_PER_SOURCE)]
+    #[arg(long, default_value_t = http::listener::MAX_CONNECTIONS_PER_SOURCE)]
     pub max_connections_per_source: usize,
     /// Client requests one caller (its token with --auth-file, else its address) may have
     /// in flight; past it, 503 + Retry-After for that caller only.
-    #[arg(long, default_value_t = crate::http::listener::MAX_INFLIGHT_PER_CALLER)]
+    #[arg(long, default_value_t = http::listener::MAX_INFLIGHT_PER_CALLER)]
     pub max_inflight_per_caller: usize,
     /// Claim-next requests waiting (`wait_ms` > 0) at once: a budget of their own, apart
     /// from --max-inflight; past it, 503 + Retry-After.
-    #[arg(long, default_value_t = crate::http::listener::MAX_LONG_POLLS)]
+    #[arg(long, default_value_t = http::listener::MAX_LONG_POLLS)]
     pub max_long_polls: usize,
     /// Event-feed watchers (`GET /v1/events` streams and waiting long polls) this node
     /// keeps open at once; past it, 503 + Retry-After.
-    #[arg(long, default_value_t = crate::node::watchers::MAX_WATCHERS_DEFAULT)]
+    #[arg(long, default_value_t = leasehold_node::node::watchers::MAX_WATCHERS_DEFAULT)]
     pub max_watchers: usize,
     /// Waiting claim-next requests one caller may have at once.
-    #[arg(long, default_value_t = crate::http::listener::MAX_LONG_POLLS_PER_CALLER)]
+    #[arg(long, default_value_t = http::listener::MAX_LONG_POLLS_PER_CALLER)]
     pub max_long_polls_per_caller: usize,
     /// Longest a client request may take, body upload included: past it, 504 `timeout`
     /// (a write may still apply). Keep it above 30 s, the longest queue-claim wait.
-    #[arg(long, default_value_t = crate::http::listener::REQUEST_TIMEOUT_MS)]
+    #[arg(long, default_value_t = http::listener::REQUEST_TIMEOUT_MS)]
     pub request_timeout_ms: u64,
     /// A request head must arrive whole within this long (slow clients), which is also
     /// how long an idle kept-alive connection stays open.
-    #[arg(long, default_value_t = crate::http::listener::HEADER_READ_TIMEOUT_MS)]
+    #[arg(long, default_value_t = http::listener::HEADER_READ_TIMEOUT_MS)]
     pub header_read_timeout_ms: u64,
     /// TOML file of client tokens (`[[token]]` with `token`, `role` = admin|worker|reader,
     /// optional `owner_prefix`, `queues`, `job_prefix`); every client call but /healthz
@@ -185,7 +192,7 @@ pub struct ServeArgs {
     /// The cluster (32 hex digits, `GET /v1/cluster` shows it) this data dir must belong
     /// to: refuse to start if it belongs to another; a new data dir takes it.
     #[arg(long)]
-    pub cluster_id: Option<crate::security::peer_auth::ClusterId>,
+    pub cluster_id: Option<security::peer_auth::ClusterId>,
     /// This node's certificate chain (PEM, leaf first): serve the client API and Raft RPC
     /// over TLS, and call peers over https. Needs --tls-key and --tls-ca. It must name the
     /// host of this node's --peer address (a DNS name or an IP SAN).
@@ -210,7 +217,7 @@ pub struct ServeArgs {
     /// Let web pages at ORIGIN (scheme://host[:port], exact; `*` is not allowed) call
     /// this node from a browser; repeat per origin. Other cross-origin browser requests
     /// are refused 403 (http/browser.rs).
-    #[arg(long = "allow-origin", value_parser = crate::security::browser::parse_allow_origin)]
+    #[arg(long = "allow-origin", value_parser = security::browser::parse_allow_origin)]
     pub allow_origins: Vec<String>,
 }
 
@@ -224,7 +231,7 @@ pub struct DevArgs {
     #[arg(long, default_value_t = 7000)]
     pub base_port: u16,
     /// As `serve --allow-origin`: web origins whose pages may call the nodes.
-    #[arg(long = "allow-origin", value_parser = crate::security::browser::parse_allow_origin)]
+    #[arg(long = "allow-origin", value_parser = security::browser::parse_allow_origin)]
     pub allow_origins: Vec<String>,
 }
 
@@ -250,7 +257,7 @@ pub(crate) fn parse_peer(s: &str) -> Result<(NodeId, String), BadPeer> {
 }
 
 impl ServeArgs {
-    fn listener_limits(&self) -> Result<crate::http::listener::ListenerLimits, FlagError> {
+    fn listener_limits(&self) -> Result<http::listener::ListenerLimits, FlagError> {
         let counts = [
             self.max_inflight,
             self.max_inflight_raft,
@@ -266,7 +273,7 @@ impl ServeArgs {
         if self.request_timeout_ms == 0 || self.header_read_timeout_ms == 0 {
             return Err(FlagError::ZeroTimeout);
         }
-        Ok(crate::http::listener::ListenerLimits {
+        Ok(http::listener::ListenerLimits {
             max_inflight: self.max_inflight,
             max_inflight_raft: self.max_inflight_raft,
             max_connections: self.max_connections,
@@ -315,9 +322,7 @@ impl ServeArgs {
         cfg.raft.election_timeout_max_ms = self.election_timeout_max_ms;
         cfg.raft.speculative_append = !self.no_speculative_append;
         if let Some(path) = &self.auth_file {
-            cfg.auth = Some(std::sync::Arc::new(
-                crate::security::auth::AuthPolicy::load(path)?,
-            ));
+            cfg.auth = Some(std::sync::Arc::new(security::auth::AuthPolicy::load(path)?));
         }
         if let Some(path) = &self.peer_secret_file {
             cfg.peer_secret = Some(PeerSecret::read_file(path)?);
@@ -326,7 +331,8 @@ impl ServeArgs {
         cfg.tls = self.tls()?;
         cfg.join_token = self.join_token()?;
         // Tests only: a process of this build that claims an older release's entry version.
-        cfg.entry_version_max = crate::raft::versions::own_entry_version(cfg.entry_version_max);
+        cfg.entry_version_max =
+            leasehold_node::raft::versions::own_entry_version(cfg.entry_version_max);
         cfg.join = self.join_config(&cfg)?;
         cfg.allow_origins = self.allow_origins.clone();
         Ok(cfg)
@@ -335,15 +341,15 @@ impl ServeArgs {
     fn join_config(
         &self,
         cfg: &NodeConfig,
-    ) -> Result<Option<crate::raft::join::JoinConfig>, FlagError> {
+    ) -> Result<Option<leasehold_node::raft::join::JoinConfig>, FlagError> {
         let Some(via) = &self.join else {
             return Ok(None);
         };
-        crate::http::validate_addr(via).map_err(FlagError::JoinAddr)?;
+        http::validate_addr(via).map_err(FlagError::JoinAddr)?;
         if cfg.peers.len() != 1 {
             return Err(FlagError::JoinWithPeers);
         }
-        Ok(Some(crate::raft::join::JoinConfig {
+        Ok(Some(leasehold_node::raft::join::JoinConfig {
             via: via.clone(),
             token: cfg.join_token.clone(),
             alternates: Vec::new(),
@@ -368,19 +374,19 @@ impl ServeArgs {
 
     /// The TLS setup, every file read and checked now: a bad one stops `serve` with an
     /// error naming it.
-    fn tls(&self) -> Result<Option<std::sync::Arc<crate::security::tls::NodeTls>>, FlagError> {
+    fn tls(&self) -> Result<Option<std::sync::Arc<security::tls::NodeTls>>, FlagError> {
         let (Some(cert), Some(key), Some(ca)) = (&self.tls_cert, &self.tls_key, &self.tls_ca)
         else {
             // clap's `requires` already refused a partial set.
             return Ok(None);
         };
-        let files = crate::security::tls::TlsFiles {
+        let files = security::tls::TlsFiles {
             cert: cert.clone(),
             key: key.clone(),
             ca: ca.clone(),
             client_auth: self.tls_client_auth,
         };
-        let tls = crate::security::tls::NodeTls::load(&files).map_err(FlagError::Tls)?;
+        let tls = security::tls::NodeTls::load(&files).map_err(FlagError::Tls)?;
         Ok(Some(std::sync::Arc::new(tls)))
     }
 }
@@ -401,11 +407,11 @@ pub async fn shutdown_signal() {
     let _ = ctrl_c.await;
 }
 
-/// `leasehold serve`, writing the data dir through `disk` ([`crate::fsio::Disk::Real`]
+/// `leasehold serve`, writing the data dir through `disk` ([`fsio::Disk::Real`]
 /// but in tests).
-pub async fn serve(args: ServeArgs, disk: crate::fsio::Disk) -> Result<(), RunError> {
+pub async fn serve(args: ServeArgs, disk: fsio::Disk) -> Result<(), RunError> {
     // Before any file is created: the data dir is private (0700 dirs, 0600 files).
-    crate::security::identity::restrict_umask();
+    security::identity::restrict_umask();
     let cfg = NodeConfig {
         disk,
         ..args.node_config()?
@@ -418,7 +424,7 @@ pub async fn serve(args: ServeArgs, disk: crate::fsio::Disk) -> Result<(), RunEr
         ),
         None => tracing::info!("no --tls-cert: clients and peers talk in plain HTTP"),
     }
-    let listener = crate::http::listener::bind(args.listen).map_err(|source| RunError::Bind {
+    let listener = http::listener::bind(args.listen).map_err(|source| RunError::Bind {
         addr: args.listen.to_string(),
         hint: "",
         source,
@@ -455,7 +461,7 @@ pub async fn dev(args: DevArgs) -> Result<(), RunError> {
             (t.path().to_path_buf(), Some(t))
         }
     };
-    crate::security::identity::restrict_umask();
+    security::identity::restrict_umask();
     let peers = dev_peers(args.base_port)?;
     let secret = dev_peer_secret(&dir)?;
     // Every listener is bound before the first node starts: the first election's vote
@@ -464,18 +470,16 @@ pub async fn dev(args: DevArgs) -> Result<(), RunError> {
     let mut listeners = Vec::new();
     for addr in peers.values() {
         let sock: std::net::SocketAddr = addr.parse().expect("dev_peers writes 127.0.0.1:PORT");
-        listeners.push(
-            crate::http::listener::bind(sock).map_err(|source| RunError::Bind {
-                addr: addr.clone(),
-                hint: " (is another cluster running? try --base-port)",
-                source,
-            })?,
-        );
+        listeners.push(http::listener::bind(sock).map_err(|source| RunError::Bind {
+            addr: addr.clone(),
+            hint: " (is another cluster running? try --base-port)",
+            source,
+        })?);
     }
     let mut nodes = Vec::new();
     for ((id, _), listener) in peers.iter().zip(listeners) {
         let mut cfg = NodeConfig::new(*id, dir.join(id.to_string()), peers.clone());
-        cfg.raft = crate::server::RaftTuning::fast();
+        cfg.raft = server::RaftTuning::fast();
         cfg.peer_secret = Some(secret.clone());
         cfg.allow_origins = args.allow_origins.clone();
         nodes.push(server::start(listener, cfg).await?);
@@ -542,7 +546,10 @@ fn tempdir_for_dev() -> Result<DevDir, RunError> {
     Ok(DevDir(p))
 }
 
-async fn wait_for_leader(node: &crate::node::Node, limit: Duration) -> Result<NodeId, RunError> {
+async fn wait_for_leader(
+    node: &leasehold_node::node::Node,
+    limit: Duration,
+) -> Result<NodeId, RunError> {
     let mut m = node.raft.metrics();
     let waited = tokio::time::timeout(limit, async {
         loop {
@@ -641,24 +648,24 @@ fn worker_threads(cmd: &Cmd) -> Result<Option<usize>, FlagError> {
 /// even with `RUST_BACKTRACE=1` (an error returned from `main` would be printed in its
 /// Debug form). A panic is a bug: it keeps its backtrace.
 pub fn main() -> std::process::ExitCode {
-    main_on(crate::fsio::Disk::Real)
+    main_on(fsio::Disk::Real)
 }
 
 /// [`main`] with `serve` writing its data dir through `disk`: the cluster tests'
 /// `leasehold-under-test` passes a fault-injecting one (`fsio::fault::disk_from_env`).
-pub fn main_on(disk: crate::fsio::Disk) -> std::process::ExitCode {
+pub fn main_on(disk: fsio::Disk) -> std::process::ExitCode {
     // `worker run`'s per-command watchdog: the same binary under another argv[0], with its
     // own small runtime and no logging (it must never block on stderr; watchdog.rs).
     #[cfg(unix)]
-    if let Some(code) = crate::cli::worker::watchdog::main_if_invoked() {
+    if let Some(code) = crate::worker::watchdog::main_if_invoked() {
         return code;
     }
     let cli = Cli::try_parse().unwrap_or_else(|e| exit_on_clap_error(e));
     match run(cli, disk) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            let line = crate::security::tls::chain(&e);
-            eprintln!("error: {}", crate::cli::jobs::one_line(&line));
+            let line = security::tls::chain(&e);
+            eprintln!("error: {}", crate::jobs::one_line(&line));
             std::process::ExitCode::FAILURE
         }
     }
@@ -686,7 +693,7 @@ fn clap_message(e: &clap::Error) -> String {
     let line = text
         .split("\n\n")
         .filter(|p| !p.starts_with("Usage:") && !p.starts_with("For more information"))
-        .map(crate::cli::jobs::one_line)
+        .map(crate::jobs::one_line)
         .filter(|p| !p.is_empty())
         .collect::<Vec<_>>()
         .join("; ");
@@ -718,9 +725,9 @@ fn runtime(command: &Cmd) -> Result<tokio::runtime::Runtime, RunError> {
 }
 
 /// Runs a parsed command line. Client commands exit here with their own code
-/// ([`crate::cli::jobs::report`]); the others return their error to [`main`].
-fn run(args: Cli, disk: crate::fsio::Disk) -> Result<(), RunError> {
-    use crate::cli::jobs::report;
+/// ([`crate::jobs::report`]); the others return their error to [`main`].
+fn run(args: Cli, disk: fsio::Disk) -> Result<(), RunError> {
+    use crate::jobs::report;
     let Cli { command, client } = args;
     // Client commands print one line per error and nothing else on stderr: no logging.
     let client_cmd = matches!(
@@ -729,28 +736,27 @@ fn run(args: Cli, disk: crate::fsio::Disk) -> Result<(), RunError> {
     );
     if matches!(command, Cmd::Worker(_)) {
         // Through a writer thread: a stalled stderr must not stall renewals.
-        crate::cli::worker::init_logging();
+        crate::worker::init_logging();
     } else if !client_cmd {
         init_tracing();
     }
     let rt = runtime(&command)?;
     rt.block_on(async move {
-        let exit =
-            |r: Result<(), crate::cli::jobs::CliError>| -> ! { std::process::exit(report(r)) };
+        let exit = |r: Result<(), crate::jobs::CliError>| -> ! { std::process::exit(report(r)) };
         match command {
             Cmd::Serve(a) => exit_if_storage_failed(serve(a, disk).await),
             Cmd::Dev(a) => dev(a).await,
-            Cmd::Bench(a) => Ok(crate::cli::bench::run(a, &client).await?),
-            Cmd::Job(a) => exit(crate::cli::jobs::run_job(a, &client).await),
-            Cmd::Queue(a) => exit(crate::cli::queue::run_queue(a, &client).await),
-            Cmd::Events(a) => exit(crate::cli::events::run_events(a, &client).await),
-            Cmd::Cluster(a) => exit(crate::cli::jobs::run_cluster(a, &client).await),
+            Cmd::Bench(a) => Ok(crate::bench::run(a, &client).await?),
+            Cmd::Job(a) => exit(crate::jobs::run_job(a, &client).await),
+            Cmd::Queue(a) => exit(crate::queue::run_queue(a, &client).await),
+            Cmd::Events(a) => exit(crate::events::run_events(a, &client).await),
+            Cmd::Cluster(a) => exit(crate::jobs::run_cluster(a, &client).await),
             Cmd::Worker(a) => {
-                let r = crate::cli::worker::run(a, &client).await;
-                crate::cli::worker::flush_logs();
+                let r = crate::worker::run(a, &client).await;
+                crate::worker::flush_logs();
                 exit(r)
             }
-            Cmd::Snapshot(a) => exit(crate::cli::snapshot::run(a, &client).await),
+            Cmd::Snapshot(a) => exit(crate::snapshot::run(a, &client).await),
         }
     })
 }
@@ -766,13 +772,13 @@ pub const EXIT_STORAGE_FAILED: i32 = 74;
 /// again, and a failing disk may hang it). Other results go back to [`main`].
 fn exit_if_storage_failed(r: Result<(), RunError>) -> Result<(), RunError> {
     let failed = match &r {
-        Err(RunError::Start(crate::server::StartError::StorageFailed(failed))) => Some(failed),
+        Err(RunError::Start(server::StartError::StorageFailed(failed))) => Some(failed),
         _ => None,
     };
     if let Some(failed) = failed {
         eprintln!(
             "error: {}; exiting with code {EXIT_STORAGE_FAILED}: do not just restart it, check the disk first (docs/operations.md, \"When the disk fails\")",
-            crate::cli::jobs::one_line(&failed.to_string())
+            crate::jobs::one_line(&failed.to_string())
         );
         std::process::exit(EXIT_STORAGE_FAILED);
     }
@@ -871,7 +877,7 @@ mod tests {
         std::fs::write(&path, "[[token]]\ntoken = \"t\"\nrole = \"root\"\n").unwrap();
         let err = serve_args(&[&flag]).unwrap().node_config().unwrap_err();
         assert!(matches!(err, FlagError::AuthFile(_)), "{err}");
-        let err = crate::security::tls::chain(&err);
+        let err = security::tls::chain(&err);
         assert!(
             err.contains("tokens.toml") && err.contains("entry 1"),
             "{err}"
@@ -897,7 +903,7 @@ mod peer_secret_tests {
         assert_eq!(mode, 0o600);
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(
-            text.len() >= crate::security::peer_auth::PEER_SECRET_BYTES_MIN,
+            text.len() >= security::peer_auth::PEER_SECRET_BYTES_MIN,
             "{text}"
         );
         dev_peer_secret(dir.path()).unwrap();
@@ -1004,7 +1010,7 @@ mod tls_flag_tests {
 #[cfg(test)]
 mod command_line_tests {
     use super::*;
-    use crate::cli::jobs::Output;
+    use crate::jobs::Output;
     use clap::CommandFactory;
 
     fn parse(argv: &[&str]) -> Cli {
@@ -1104,7 +1110,7 @@ mod command_line_tests {
         let Cmd::Snapshot(s) = parse(&argv).command else {
             panic!("a snapshot command");
         };
-        let crate::cli::snapshot::SnapshotCmd::Restore(r) = s.command else {
+        let crate::snapshot::SnapshotCmd::Restore(r) = s.command else {
             panic!("restore");
         };
         assert_eq!(r.output, Output::Json);
@@ -1144,7 +1150,7 @@ mod command_line_tests {
 
     #[test]
     fn lifecycle_flags_parse_to_milliseconds_within_their_ranges() {
-        use crate::cli::jobs::JobCmd;
+        use crate::jobs::JobCmd;
         let argv = [
             "job",
             "submit",

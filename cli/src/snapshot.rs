@@ -48,13 +48,13 @@ use openraft::{BasicNode, Membership};
 use serde::Serialize;
 use tokio::io::{AsyncSeekExt, AsyncWriteExt};
 
-use crate::cli::jobs::{read_flag_file, CliError, ClientOpts, Output, EXIT_API, EXIT_UNAVAILABLE};
-use crate::http::{CLUSTER_ID_HEADER, SNAPSHOT_INDEX_HEADER};
-use crate::security::identity::{self, Identity};
-use crate::security::peer_auth::ClusterId;
-use crate::security::tls::chain;
-use crate::store::{LogStore, SnapshotFileError};
-use crate::types::{LogId, NodeId, SnapshotMeta, StoredMembership, Vote};
+use crate::jobs::{read_flag_file, CliError, ClientOpts, Output, EXIT_API, EXIT_UNAVAILABLE};
+use leasehold_node::http::{CLUSTER_ID_HEADER, SNAPSHOT_INDEX_HEADER};
+use leasehold_node::security::identity::{self, Identity};
+use leasehold_node::security::peer_auth::ClusterId;
+use leasehold_node::security::tls::chain;
+use leasehold_node::store::{LogStore, SnapshotFileError};
+use leasehold_node::types::{LogId, NodeId, SnapshotMeta, StoredMembership, Vote};
 
 /// `restore` could not write the data dir (what it wrote is removed again).
 pub const EXIT_RESTORE_FAILED: i32 = 1;
@@ -107,7 +107,7 @@ pub struct RestoreArgs {
     pub id: NodeId,
     /// A voter of the NEW cluster as ID=HOST:PORT; repeat for each. Start every node of
     /// the new cluster with this same --peer list.
-    #[arg(long = "peer", value_parser = crate::cli::parse_peer, required = true)]
+    #[arg(long = "peer", value_parser = crate::parse_peer, required = true)]
     pub peers: Vec<(NodeId, String)>,
     /// The new cluster's id (32 hex digits) instead of a fresh random one: needed to
     /// seed more than one node's dir (give all the same), never an id of a cluster
@@ -177,7 +177,7 @@ async fn check_file(path: &Path) -> Result<Checked, CheckError> {
 }
 
 fn check_file_blocking(path: &Path) -> Result<Checked, CheckError> {
-    let (meta, machine) = crate::store::read_snapshot_file(path)?;
+    let (meta, machine) = leasehold_node::store::read_snapshot_file(path)?;
     let decoded = LeaseMachine::restore(&machine).map_err(|source| SnapshotFileError::Machine {
         path: path.to_path_buf(),
         source,
@@ -515,7 +515,7 @@ async fn stream_to(
             .map(str::to_owned)
     };
     let index = header(SNAPSHOT_INDEX_HEADER).and_then(|v| v.parse().ok());
-    let node_id = header(crate::http::NODE_HEADER).and_then(|v| v.parse().ok());
+    let node_id = header(leasehold_node::http::NODE_HEADER).and_then(|v| v.parse().ok());
     let cluster_id = header(CLUSTER_ID_HEADER);
     f.set_len(0).await.map_err(file("truncating"))?;
     f.seek(SeekFrom::Start(0))
@@ -792,7 +792,7 @@ enum SeedError {
     #[error("writing the snapshot")]
     Snapshot(#[source] std::io::Error),
     #[error(transparent)]
-    SeedMarker(#[from] crate::raft::join::MarkerError),
+    SeedMarker(#[from] leasehold_node::raft::join::MarkerError),
 }
 
 /// Writes D (see the module doc), the snapshot last.
@@ -834,13 +834,15 @@ async fn seed(
     };
     // The empty nodes of the new --peer list found the cluster with this seed
     // (`raft/bootstrap.rs`) until it has committed past the snapshot.
-    crate::raft::bootstrap::mark_seed(dir, last.index)?;
+    leasehold_node::raft::bootstrap::mark_seed(dir, last.index)?;
     let sm = dir.join("sm");
     std::fs::create_dir_all(&sm).map_err(in_dir("creating", &sm))?;
     let meta = seeded_meta(last, peers);
-    tokio::task::spawn_blocking(move || crate::store::write_snapshot_file(&sm, &meta, machine))
-        .await?
-        .map_err(SeedError::Snapshot)?;
+    tokio::task::spawn_blocking(move || {
+        leasehold_node::store::write_snapshot_file(&sm, &meta, machine)
+    })
+    .await?
+    .map_err(SeedError::Snapshot)?;
     std::fs::File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(in_dir("syncing", dir))
