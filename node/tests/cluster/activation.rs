@@ -74,8 +74,11 @@ async fn an_activation_applies_only_under_its_membership_and_stops_a_node_it_out
     }
     let proposer = c.node(l).node.proposer().clone();
     let current = membership_of(&c, l);
+    // A mark naming another membership than the latest: the one before it, or, when the
+    // latest is the initial membership at log index 0 (nothing before it; `index - 1`
+    // overflowed here in debug builds), one never written.
     let stale = MembershipMark {
-        index: current.index - 1,
+        index: current.index.checked_sub(1).unwrap_or(current.index + 1),
         ..current
     };
     let stale_activation = Command::ActivateVersionIn(ActivateVersionIn {
