@@ -47,7 +47,7 @@ use crate::types::{LogId, SnapshotMeta};
 /// Response headers of `GET /v1/cluster/snapshot`: the applied log index the image holds
 /// (its meta's `last_log_id`), that id's term, the number of jobs, and the id of the
 /// cluster it comes from (absent while the node has none). `leasehold snapshot save`
-/// (`cli/snapshot.rs`) reads them.
+/// (`cli/src/snapshot.rs`, in the `leasehold-cli` crate) reads them.
 pub const SNAPSHOT_INDEX_HEADER: &str = "x-leasehold-snapshot-index";
 pub const SNAPSHOT_TERM_HEADER: &str = "x-leasehold-snapshot-term";
 pub const SNAPSHOT_JOBS_HEADER: &str = "x-leasehold-snapshot-jobs";

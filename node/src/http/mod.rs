@@ -24,7 +24,7 @@
 //! This file only declares them and re-exports what the rest of the crate uses; it
 //! defines nothing a file of `http` imports. The folder may import `node`, `raft`,
 //! `store` and the lower layers (`security`, `time`, `telemetry`, `types`), never
-//! `server` or `cli`.
+//! `server` (the CLI is another crate, `leasehold-cli`).
 
 mod answer;
 mod backup;
