@@ -10,8 +10,8 @@
 //! (`BudgetClass::Stream`) until it ends; a stream ends after
 //! [`listener::STREAM_TIMEOUT_MS`], and the client resumes from its last id.
 //!
-//! Imports `answer`, `client_auth`, `inputs` (its query type) and `listener` of `http`;
-//! `node`.
+//! Imports `answer`, `client_auth`, `inputs` (its query type), `listener` and `viewer`
+//! (the events the caller's scope holds) of `http`; `node`, `security::scope`.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -25,8 +25,7 @@ use axum::response::{IntoResponse, Response};
 use leasehold_statemachine::limits::{
     self, EVENTS_LIMIT_DEFAULT, EVENTS_LIMIT_MAX, EVENTS_WAIT_MS_MAX,
 };
-use leasehold_statemachine::tenant::Scope;
-use leasehold_statemachine::{ApiError, ErrorBody, ErrorCode, EventFilter, EventPage, FeedEvent};
+use leasehold_statemachine::{ApiError, ErrorBody, ErrorCode, EventPage, FeedEvent};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -34,8 +33,10 @@ use super::answer::{error_response, json_response, RETRY_AFTER_S};
 use super::client_auth;
 use super::inputs::EventsParams;
 use super::listener::{self, slots::HeldSlot};
+use super::viewer::{self, FeedFilter};
 use crate::node::watchers::Watcher;
 use crate::node::Node;
+use crate::security::scope::ScopedList;
 
 /// A feed read, checked: where to start and what to keep.
 #[derive(Debug, Clone)]
@@ -45,15 +46,15 @@ struct Watch {
     job_id: Option<String>,
     limit: usize,
     wait: Duration,
-    scope: Option<Scope>,
+    /// The caller's scope: the viewer keeps only the events it holds (`viewer.rs`).
+    scope: Option<ScopedList>,
 }
 
 impl Watch {
-    fn filter(&self) -> EventFilter<'_> {
-        EventFilter {
+    fn filter(&self) -> FeedFilter<'_> {
+        FeedFilter {
             queue: self.queue.as_deref(),
             job_id: self.job_id.as_deref(),
-            scope: self.scope.as_ref(),
         }
     }
 }
@@ -137,7 +138,7 @@ fn parse(node: &Node, req: &Request, stream: bool) -> Result<Watch, ApiError> {
     }
     let caller = client_auth::caller_of(req);
     // `queue=` was held to the caller's scope by the token check (the row's rule).
-    let scope = client_auth::scope_of(node, caller.as_deref()).cloned();
+    let scope = client_auth::scoped_list(node, caller.as_deref());
     // A reconnecting EventSource resends its first URL with the header: it wins.
     let resume = if stream {
         last_event_id(req.headers())?
@@ -166,15 +167,17 @@ fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
 
 /// The one local-read path: a page of the feed from this node's applied state…
 fn local_page(node: &Node, w: &Watch) -> Result<EventPage, ApiError> {
-    node.sm
-        .read(|s| s.machine.events(w.after, w.limit, w.filter()))
+    let scope = w.scope.as_ref();
+    viewer::read(node, scope, |v| v.events(w.after, w.limit, w.filter()))
 }
 
 /// …and the same shared with the feed (each event's JSON encoded once for every
 /// watcher): (events, next_after).
 fn local_shared(node: &Node, w: &Watch) -> Result<(Vec<Arc<FeedEvent>>, u64), ApiError> {
-    node.sm
-        .read(|s| s.machine.events_shared(w.after, w.limit, w.filter()))
+    let scope = w.scope.as_ref();
+    viewer::read(node, scope, |v| {
+        v.events_shared(w.after, w.limit, w.filter())
+    })
 }
 
 /// Waits for the next applied entry, at most until `deadline`: false once it passed.

@@ -3,8 +3,8 @@
 //! success status is the route's (`routes.rs`), not this file's.
 //!
 //! Imports `answer.rs`, `client_auth.rs` (the tenant checks made on the leader),
-//! `forward.rs`, `leader.rs` (where to run) and `routes.rs` (the answer's status) of
-//! `http`; `node` and `security::scope`.
+//! `forward.rs`, `leader.rs` (where to run), `routes.rs` (the answer's status) and
+//! `viewer.rs` (every read of a job or a page) of `http`; `node` and `security::scope`.
 
 use leasehold_statemachine::commands::ClaimNextMany;
 use std::sync::Arc;
@@ -21,8 +21,9 @@ use super::client_auth;
 use super::forward::Inbound;
 use super::leader::{on_leader, WAIT_STEP};
 use super::routes::RouteSpec;
+use super::viewer::{self, ListPage};
 use crate::node::{Node, ProposeError};
-use crate::security::scope::{list_in_scope, Scope, ScopedList};
+use crate::security::scope::{Scope, ScopedList};
 
 pub enum LeaderOp {
     Write {
@@ -38,15 +39,15 @@ pub enum LeaderOp {
     },
     GetJob {
         id: String,
-        /// A job the scope does not hold answers 404.
-        scope: Option<Scope>,
+        /// A job the scope does not hold answers 404 (`viewer.rs`).
+        scope: Option<ScopedList>,
     },
     /// A job's history, at the leader's read time (so a lease that ran out is recorded
     /// as `expired` first).
     History {
         id: String,
-        /// A job the scope does not hold answers 404, as a missing one.
-        scope: Option<Scope>,
+        /// A job the scope does not hold answers 404, as a missing one (`viewer.rs`).
+        scope: Option<ScopedList>,
     },
     List {
         queue: Option<String>,
@@ -98,47 +99,42 @@ async fn execute(node: &Arc<Node>, op: &LeaderOp) -> Result<Response, ProposeErr
             scope,
         } => {
             let now = node.read_time().await?;
-            let (queue, token) = (queue.as_deref(), page_token.as_deref());
-            let page = node.sm.read(|s| match scope {
-                None => s.machine.list(queue, *state, *limit, token, now),
-                Some(scope) => list_in_scope(&s.machine, scope, queue, *state, *limit, token, now),
-            });
-            Ok(match page {
-                Ok(page) => json_response(StatusCode::OK, &page),
-                Err(e) => error_response(&e),
-            })
+            let page = ListPage {
+                queue: queue.as_deref(),
+                state: *state,
+                limit: *limit,
+                token: page_token.as_deref(),
+            };
+            let page = viewer::read(node, scope.as_ref(), |v| v.list(&page, now));
+            Ok(answer(page))
         }
     }
 }
 
-async fn get_job(node: &Node, id: &str, scope: Option<&Scope>) -> Result<Response, ProposeError> {
+async fn get_job(
+    node: &Node,
+    id: &str,
+    scope: Option<&ScopedList>,
+) -> Result<Response, ProposeError> {
     let now = node.read_time().await?;
-    let job = node.sm.read(|s| s.machine.job(id, now));
-    Ok(match job {
-        Some(job) if scope.is_none_or(|s| s.holds(&job.id, &job.queue)) => {
-            json_response(StatusCode::OK, &job)
-        }
-        Some(_) => error_response(&client_auth::hidden_job(id)),
-        None => error_response(&ApiError::new(
-            ErrorCode::NotFound,
-            format!("job {id} not found"),
-        )),
-    })
+    Ok(answer(viewer::read(node, scope, |v| v.job(id, now))))
 }
 
-async fn history(node: &Node, id: &str, scope: Option<&Scope>) -> Result<Response, ProposeError> {
+/// 200 with `read`'s value, or its error.
+fn answer<T: serde::Serialize>(read: Result<T, ApiError>) -> Response {
+    match read {
+        Ok(value) => json_response(StatusCode::OK, &value),
+        Err(e) => error_response(&e),
+    }
+}
+
+async fn history(
+    node: &Node,
+    id: &str,
+    scope: Option<&ScopedList>,
+) -> Result<Response, ProposeError> {
     node.read_time().await?;
-    let history = node.sm.read(|s| s.machine.history(id));
-    Ok(match history {
-        Some((queue, h)) if scope.is_none_or(|s| s.holds(id, &queue)) => {
-            json_response(StatusCode::OK, &h)
-        }
-        Some(_) => error_response(&client_auth::hidden_job(id)),
-        None => error_response(&ApiError::new(
-            ErrorCode::NotFound,
-            format!("job {id} not found"),
-        )),
-    })
+    Ok(answer(viewer::read(node, scope, |v| v.history(id))))
 }
 
 /// Claim-next with `wait_ms`: propose; while nothing is claimable, wait until the local

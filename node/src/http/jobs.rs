@@ -217,8 +217,9 @@ pub async fn get_job(State(node): State<Arc<Node>>, req: Request) -> Response {
     let caller = client_auth::caller_of(&req);
     let route = listener::route_of(&req);
     let op = split_action(route, raw_rest(&req)).map(|(id, action)| {
-        // The id was held to the caller's scope by the token check (the row's rule).
-        let scope = client_auth::scope_of(&node, caller.as_deref()).cloned();
+        // The id was held to the caller's scope by the token check (the row's rule); the
+        // viewer holds the stored job to it.
+        let scope = client_auth::scoped_list(&node, caller.as_deref());
         match action {
             Some(RouteId::JobHistory) => LeaderOp::History { id, scope },
             _ => LeaderOp::GetJob { id, scope },

@@ -15,7 +15,8 @@
 //!   and hands it on as the request's `Admission`);
 //! - `client_auth.rs` and `browser.rs` (the middleware of client tokens and of the
 //!   browser guard, whose policies are in `security`), `forward.rs` and `leader.rs` (run
-//!   here, forward, or wait);
+//!   here, forward, or wait), `viewer.rs` (the applied state as the caller's tenant scope
+//!   may see it: every client read of jobs, histories, pages, events, rejections);
 //! - one file per group of handlers (`jobs` with `job_exec`, `feed` — the event feed,
 //!   served from this node's applied state — `ops`, `membership`, `backup`, `ui`,
 //!   `raft_rpc`);
@@ -46,6 +47,7 @@ mod request;
 mod router;
 pub mod routes;
 mod ui;
+mod viewer;
 
 pub use answer::{
     error_response, json_response, stamp, HOPS_HEADER, IDEMPOTENCY_HEADER, LEADER_HEADER,

@@ -20,7 +20,8 @@
 //! it makes, and `tests/api/ui_api.rs` checks each against the route table.
 //!
 //! Imports `answer.rs`, `client_auth.rs` (the caller's tenant scope), `inputs.rs` (the
-//! rejections' query type) and `ops.rs` of `http`; `node`, `store`, `types`.
+//! rejections' query type), `ops.rs` and `viewer.rs` (the caller's rejections) of `http`;
+//! `node`, `store`, `types`.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -37,6 +38,7 @@ use super::answer::{error_response, json_response};
 use super::client_auth;
 use super::inputs::{RejectionParams, REJECTIONS_LIMIT_DEFAULT, REJECTIONS_LIMIT_MAX};
 use super::ops;
+use super::viewer;
 use crate::node::Node;
 use crate::store::rejections::Rejection;
 use crate::types::NodeId;
@@ -350,8 +352,9 @@ pub async fn rejections(State(node): State<Arc<Node>>, req: Request) -> Response
         Err(e) => return error_response(&e),
     };
     let caller = client_auth::caller_of(&req);
-    let viewer = client_auth::scope_of(&node, caller.as_deref());
-    let (rejections, last_seq) = node.sm.read(|s| s.rejections.view(viewer, after, limit));
+    let scope = client_auth::scoped_list(&node, caller.as_deref());
+    let (rejections, last_seq) =
+        viewer::read(&node, scope.as_ref(), |v| v.rejections(after, limit));
     let view = RejectionsView {
         node_id: node.id,
         rejections,

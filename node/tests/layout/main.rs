@@ -7,10 +7,12 @@
 //! `crate::<folder>` in a file, comments included: a doc link is a dependency too.
 //!
 //! Here: the folders' layers. [`circles`]: no import circle among the files of any crate
-//! (issue 45 item 7). [`files`]: reading the sources, for both.
+//! (issue 45 item 7). [`reads`]: client reads go through the viewer (issue 45 item 3).
+//! [`files`]: reading the sources, for all of them.
 
 mod circles;
 mod files;
+mod reads;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
