@@ -44,7 +44,7 @@ pub struct Network {
     clients: BTreeMap<NodeId, reqwest::Client>,
     /// Peers dialled at another address than the membership's (`serve --peer-dial`).
     dial: BTreeMap<NodeId, String>,
-    /// Signs every request (`peer_auth.rs`).
+    /// Signs every request (`peer_auth/`).
     guard: Arc<PeerGuard>,
     /// `serve --tls-*`: peers are called over https (`tls.rs`).
     tls: Option<Arc<NodeTls>>,

@@ -26,7 +26,7 @@
 //! resolving to 127.0.0.1): only the `Host` check stops it, hence the host rule on
 //! loopback listeners. Nodes call each other with the callee's `--peer` address in
 //! `Host` (forwarding, Raft RPC, the dashboard's member probes), so those pass.
-//! `/raft/*` bodies are bincode, authenticated by `peer_auth.rs`: the content-type rule
+//! `/raft/*` bodies are bincode, authenticated by `peer_auth/`: the content-type rule
 //! is for client routes only.
 //!
 //! Imports: http types (through axum) and `telemetry::metrics::Refused`; nothing else of

@@ -10,7 +10,7 @@
 //! Pure bookkeeping: no clock, no IO, no secret (the caller has checked the MAC, so only
 //! holders of the peer secret ever create an entry here). The argument for why this,
 //! with the time window and the start-time check, refuses every replay is in
-//! `peer_auth.rs`'s module doc.
+//! `peer_auth/`'s module doc.
 
 use std::collections::HashMap;
 use std::fmt;

@@ -954,7 +954,7 @@ pub async fn raw_request(
 }
 
 impl TestCluster {
-    /// Node `id`'s data dir (peer_auth.rs checks the identity file and modes there).
+    /// Node `id`'s data dir (peer_auth/ checks the identity file and modes there).
     pub fn data_dir(&self, id: u64) -> &std::path::Path {
         self.dirs[&id].path()
     }

@@ -173,7 +173,7 @@ pub enum Refused {
     /// 403/400: a `Host` not naming this node on a loopback listener, or no `Host`
     /// (`http/browser.rs`: DNS rebinding).
     Host,
-    /// Peer RPCs refused 401 by `peer_auth.rs`, one reason each (issue 17 items 1, 3):
+    /// Peer RPCs refused 401 by `peer_auth/`, one reason each (issue 17 items 1, 3):
     /// no header (this node has a peer secret).
     PeerAuthMissing,
     /// A header without `mac=`.
