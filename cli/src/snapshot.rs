@@ -2,7 +2,7 @@
 //! restore FILE --data-dir D …` (seed a new cluster).
 //!
 //! A backup file is a snapshot file exactly as a node keeps it (`sm/snapshot.bin`,
-//! format in `store/state_machine.rs`: version, CRC, meta, machine), taken by
+//! format in `store/snapshot_file.rs`: version, CRC, meta, machine), taken by
 //! `GET /v1/cluster/snapshot` (`http/backup.rs`) from a state holding every write
 //! committed before the request.
 //!

@@ -11,7 +11,7 @@
 //! a large table costs CPU, disk and bandwidth, and a follower is where that load
 //! belongs; only a few bytes go to the leader.
 //!
-//! The image is the snapshot file format of `store/state_machine.rs` (the same file a
+//! The image is the snapshot file format of `store/snapshot_file.rs` (the same file a
 //! node keeps as `sm/snapshot.bin`), with the meta (log id, membership) of the state it
 //! captures. It is encoded into an anonymous temporary file in the state-machine
 //! store's directory — never whole in memory, and gone when the response is dropped
