@@ -3,10 +3,10 @@
 //! and tell "not applied" from "outcome unknown" — and how a read is made
 //! linearizable. A handle of cheap clones: the node, the group-commit batcher
 //! (`batcher.rs`) and the leader's ticks (`ticks.rs`) each hold one, so none of them
-//! needs the whole [`Node`](super::Node).
+//! needs the whole node; it is made from the node's `Parts` (`parts.rs`).
 //!
-//! May import `raft` (the elector's check-quorum verdict, the version gate), `store`, `time`
-//! and `types`.
+//! May import `parts` of `node`; `raft` (the elector's check-quorum verdict, the version
+//! gate), `store`, `time` and `types`.
 
 use leasehold_statemachine::commands::{ActivateVersion, ActivateVersionIn};
 use std::sync::Arc;
@@ -17,6 +17,7 @@ use leasehold_statemachine::{ApiError, Command, Entry, ErrorCode, Reply};
 use openraft::error::{CheckIsLeaderError, ClientWriteError, RaftError};
 use openraft::ServerState;
 
+use super::parts::Parts;
 use crate::raft::election::Elector;
 use crate::raft::versions::{gate, Versions};
 use crate::store::{SmShared, Truncations};
@@ -92,7 +93,7 @@ pub struct Proposer {
 
 impl Proposer {
     /// The handle of the node made of `p`.
-    pub fn new(p: &super::Parts) -> Proposer {
+    pub fn new(p: &Parts) -> Proposer {
         Proposer {
             id: p.id,
             raft: p.raft.clone(),

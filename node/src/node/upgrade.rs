@@ -18,6 +18,7 @@ use openraft::ServerState;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::parts::member_addrs;
 use super::proposer::Proposer;
 use crate::raft::network::Network;
 use crate::raft::versions::{decide_activation, poll, POLL_INTERVAL};
@@ -65,7 +66,7 @@ async fn poll_and_activate(node: &Proposer, network: &mut Network) -> Option<Log
     let (membership, members) = {
         let m = node.raft().metrics();
         let m = m.borrow();
-        (*m.membership_config.log_id(), super::member_addrs(&m))
+        (*m.membership_config.log_id(), member_addrs(&m))
     };
     let own = node.versions().own();
     let seen = poll(network, node.id, own, &members).await;
