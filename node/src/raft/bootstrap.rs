@@ -54,19 +54,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::BasicNode;
-use serde::{Deserialize, Serialize};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+pub use crate::raft::join::{promised, FOUNDING_FILE};
 use crate::raft::join::{JoinConfig, JoinHandles, Joining, MarkerError, Stage};
+pub use crate::raft::messages::{PeerState, ProbeRequest, ProbeResponse};
 use crate::raft::network::Network;
 use crate::security::peer_auth::PeerGuard;
 use crate::security::tls::chain;
 use crate::types::{NodeId, Raft};
-
-/// The founding marker: this empty node promised to found the cluster of its `--peer`
-/// list, so it may vote with no log.
-pub const FOUNDING_FILE: &str = "founding";
 
 /// The seed marker, written by `leasehold snapshot restore` with the snapshot's index: the
 /// empty nodes of the new `--peer` list may promise to found the restored cluster with
@@ -80,40 +77,6 @@ const ROUND_PAUSE_MIN: Duration = Duration::from_millis(100);
 const ROUND_PAUSE_MAX: Duration = Duration::from_secs(2);
 /// A waiting node says why once every this many rounds (the first round included).
 const LOG_EVERY_ROUNDS: u32 = 10;
-
-/// `POST /raft/bootstrap`: what do you hold? With `promise`, the lowest id of the peer
-/// list asks an empty peer to promise to found the cluster with it.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct ProbeRequest {
-    pub from: NodeId,
-    pub promise: bool,
-}
-
-/// What a node holds, as it answers a probe.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
-pub enum PeerState {
-    /// An empty data dir, unsure whether a cluster exists.
-    Empty,
-    /// Empty, but promised to found the cluster (the founding marker).
-    Founding,
-    /// A vote or a log of its own: the cluster exists.
-    Member,
-    /// Joining (`join.rs`): it found a cluster that had lost its data, or `--join`.
-    Joining,
-    /// Restored from a backup (`snapshot restore`) and not yet past it: empty peers found
-    /// the new cluster with it.
-    Seed,
-}
-
-/// The answer to a probe.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct ProbeResponse {
-    pub node: NodeId,
-    pub state: PeerState,
-    /// A member's own membership (the latest it holds) names the node that asked as a
-    /// voter.
-    pub names_you: bool,
-}
 
 /// What a node answers a probe, and whether it promises (writes the founding marker
 /// first). Pure. `initialized`: it has a vote or a log; `from_lowest`: the asker is the
@@ -217,11 +180,6 @@ pub fn decide(
 /// Writes the seed marker of a restored data dir (`snapshot restore`), durably.
 pub fn mark_seed(data_dir: &Path, snapshot_index: u64) -> Result<(), MarkerError> {
     crate::raft::join::write_durably(data_dir, SEED_FILE, &format!("{snapshot_index}\n"))
-}
-
-/// Whether the founding marker is in `data_dir`.
-pub fn promised(data_dir: &Path) -> bool {
-    data_dir.join(FOUNDING_FILE).exists()
 }
 
 /// One node's side of bootstrapping, shared by the probe handler and [`run`].

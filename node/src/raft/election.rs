@@ -52,30 +52,16 @@ use std::time::Duration;
 
 use openraft::{BasicNode, ServerState};
 use rand::Rng;
-use serde::{Deserialize, Serialize};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::raft::join::Joining;
+pub use crate::raft::messages::{PreVoteRequest, PreVoteResponse};
 use crate::raft::network::Network;
 use crate::store::LogStore;
 use crate::telemetry::metrics::Metrics;
 use crate::time::clock::SharedClock;
 use crate::types::{LogId, NodeId, Raft};
-
-/// `POST /raft/prevote`: would you vote for me if I stood now?
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct PreVoteRequest {
-    pub candidate: NodeId,
-    pub last_log_id: Option<LogId>,
-}
-
-/// The answer, with the reason of a refusal for the log.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct PreVoteResponse {
-    pub granted: bool,
-    pub reason: String,
-}
 
 /// One node's election timing and pre-vote bookkeeping.
 pub struct Elector {

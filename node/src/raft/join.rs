@@ -36,6 +36,15 @@ use tokio_util::sync::CancellationToken;
 use crate::security::tls::chain;
 use crate::types::NodeId;
 
+/// The founding marker: this empty node promised to found the cluster of its `--peer`
+/// list, so it may vote with no log.
+pub const FOUNDING_FILE: &str = "founding";
+
+/// Whether the founding marker is in `data_dir`.
+pub fn promised(data_dir: &Path) -> bool {
+    data_dir.join(FOUNDING_FILE).exists()
+}
+
 /// The marker file of a join in progress.
 pub const JOINING_FILE: &str = "joining";
 
@@ -258,7 +267,7 @@ pub fn begin(
             Ok(Stage::Member)
         }
         (None, true) => Ok(Stage::Member),
-        (None, false) if crate::raft::bootstrap::promised(data_dir) => Ok(Stage::Member),
+        (None, false) if promised(data_dir) => Ok(Stage::Member),
         (None, false) => Ok(Stage::Unsure),
     }
 }

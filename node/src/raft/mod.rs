@@ -7,6 +7,8 @@
 //! - [`bootstrap`]: an empty data dir asks its peers whether the cluster exists before it
 //!   votes or initializes; the founding promise; a wiped member rejoins by itself.
 //! - [`speculate`]: a leader's lone write sent to the followers while its own fsync runs.
+//! - [`messages`]: the bodies of our own peer RPCs (probe, pre-vote, version), below
+//!   the client that sends them and the files that answer them.
 //! - [`versions`]: entry versions — what a node advertises, the proposal gate and the
 //!   activation decisions, the start-up refusal of newer data (rolling upgrades).
 //!
@@ -17,6 +19,7 @@
 pub mod bootstrap;
 pub mod election;
 pub mod join;
+pub mod messages;
 pub mod network;
 pub mod speculate;
 pub mod versions;

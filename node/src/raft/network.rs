@@ -25,7 +25,9 @@ use serde::Serialize;
 use crate::security::peer_auth::{PeerGuard, PEER_AUTH_HEADER};
 use crate::security::tls::NodeTls;
 // The wire names live in `types`: the router and the token rules name them too.
-use crate::raft::versions::{VersionAnswer, VersionRequest};
+use crate::raft::messages::{
+    PreVoteRequest, PreVoteResponse, ProbeRequest, ProbeResponse, VersionAnswer, VersionRequest,
+};
 use crate::types::{
     NodeId, TypeConfig, BINCODE_CONTENT_TYPE, RAFT_APPEND_PATH, RAFT_BOOTSTRAP_PATH,
     RAFT_PREVOTE_PATH, RAFT_SNAPSHOT_PATH, RAFT_VERSION_PATH, RAFT_VOTE_PATH,
@@ -274,9 +276,9 @@ impl PeerClient {
     /// `POST /raft/prevote` (`election.rs`), bounded by `timeout`.
     pub async fn prevote(
         &self,
-        req: &crate::raft::election::PreVoteRequest,
+        req: &PreVoteRequest,
         timeout: Duration,
-    ) -> Result<crate::raft::election::PreVoteResponse, RpcErr<openraft::error::Infallible>> {
+    ) -> Result<PreVoteResponse, RpcErr<openraft::error::Infallible>> {
         self.call(RAFT_PREVOTE_PATH, req, &RPCOption::new(timeout))
             .await
     }
@@ -306,9 +308,9 @@ impl PeerClient {
     /// `POST /raft/bootstrap` (`bootstrap.rs`), bounded by `timeout`.
     pub async fn bootstrap(
         &self,
-        req: &crate::raft::bootstrap::ProbeRequest,
+        req: &ProbeRequest,
         timeout: Duration,
-    ) -> Result<crate::raft::bootstrap::ProbeResponse, RpcErr<openraft::error::Infallible>> {
+    ) -> Result<ProbeResponse, RpcErr<openraft::error::Infallible>> {
         self.call(RAFT_BOOTSTRAP_PATH, req, &RPCOption::new(timeout))
             .await
     }

@@ -32,8 +32,8 @@ use std::time::Duration;
 use leasehold_statemachine::version::CLUSTER_VERSION_INITIAL;
 use leasehold_statemachine::{Command, LeaseMachine};
 use openraft::{EntryPayload, RaftLogReader};
-use serde::{Deserialize, Serialize};
 
+pub use crate::raft::messages::{VersionAnswer, VersionRequest};
 use crate::raft::network::{Network, VersionCall};
 use crate::types::{NodeId, TypeConfig};
 
@@ -46,20 +46,6 @@ pub const POLL_INTERVAL: Duration = Duration::from_millis(1_000);
 pub const POLL_TIMEOUT: Duration = Duration::from_millis(500);
 /// Entries read at once by the start-up check.
 const CHECK_CHUNK: u64 = 1_024;
-
-/// `POST /raft/version`'s body (bincode).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct VersionRequest {
-    pub from: NodeId,
-}
-
-/// `POST /raft/version`'s answer (bincode).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct VersionAnswer {
-    pub node_id: NodeId,
-    /// The newest entry version this node applies.
-    pub entry_version_max: u32,
-}
 
 /// What the leader knows of one member's entry version.
 #[derive(Debug, Clone, PartialEq, Eq)]
