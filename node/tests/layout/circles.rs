@@ -41,7 +41,6 @@ const CIRCLES_NOT_YET_BROKEN: &[&str] = &[
     "client/src: fence fence::http",
     "cluster-tests/src: docker docker::cluster fixture nodes scenario",
     "node/src: fsio fsio::fault fsio::fault::journal",
-    "node/src: store::wal store::wal::format store::wal::index store::wal::mark store::wal::replay",
     concat!(
         "statemachine/src: command commands commands::activate commands::batch ",
         "commands::cancel commands::claim commands::claim_next commands::claim_next_many ",

@@ -9,8 +9,10 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::Entry;
-use crate::types::{LogId, Vote};
+use crate::types::{LogId, TypeConfig, Vote};
+
+/// A Raft log entry, as the log stores it.
+pub type Entry = openraft::Entry<TypeConfig>;
 
 pub(super) const MAGIC: [u8; 8] = *b"LHWAL\0\0\x01";
 pub(super) const HEADER_LEN: u64 = 16;

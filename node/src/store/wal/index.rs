@@ -10,8 +10,7 @@ use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::format::Record;
-use super::Entry;
+use super::format::{Entry, Record};
 use crate::types::{LogId, Vote};
 
 /// Where an entry's record is: its segment and its bytes there.

@@ -20,7 +20,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use super::format::segment_path;
-use super::Wal;
+use super::state::Wal;
 use crate::fsio::{Disk, Open};
 use crate::types::Vote;
 

@@ -17,7 +17,7 @@ use super::format::{
 };
 use super::index::{Inner, Loc, Segment};
 use super::mark::{no_mandate_after_restart, read_mark, MARK_SEQ};
-use super::{create_segment, Wal, WalOptions, WalState};
+use super::state::{create_segment, Wal, WalOptions, WalState};
 use crate::fsio::{Disk, Open};
 use crate::types::LogId;
 
