@@ -3,7 +3,7 @@
 //! line, the error then each of its causes (`security::tls::chain`), and exits 1.
 //!
 //! The client commands (`job`, `cluster`, `worker`, `snapshot`) report through
-//! `jobs::CliError` instead, which carries their documented exit codes. Imports the
+//! `common::CliError` instead, which carries their documented exit codes. Imports the
 //! errors of `server`, `http` and `security` that these commands pass on.
 
 use std::path::PathBuf;

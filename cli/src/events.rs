@@ -23,7 +23,7 @@ use leasehold_client::{Client, Event, EventsQuery};
 use leasehold_statemachine::limits::{self, EVENTS_LIMIT_MAX};
 use leasehold_statemachine::wire::History;
 
-use crate::jobs::{CliError, ClientOpts, Output, EXIT_UNAVAILABLE};
+use crate::common::{CliError, ClientOpts, Output, EXIT_UNAVAILABLE};
 
 /// `leasehold events`.
 #[derive(Debug, Args)]
@@ -241,7 +241,7 @@ async fn read_to_end(client: &Client, mut query: EventsQuery, json: bool) -> Res
 /// warning on stderr; the stream goes on from where it was.
 async fn follow(client: &Client, query: &EventsQuery, json: bool) -> Result<(), CliError> {
     let mut stream = client.events(query)?;
-    let interrupted = crate::shutdown_signal();
+    let interrupted = crate::process::shutdown_signal();
     tokio::pin!(interrupted);
     loop {
         let item = tokio::select! {
@@ -255,7 +255,7 @@ async fn follow(client: &Client, query: &EventsQuery, json: bool) -> Result<(), 
                 }
             }
             Some(Err(e)) if e.is_unavailable() => {
-                let line = crate::jobs::one_line(&e.to_string());
+                let line = crate::common::one_line(&e.to_string());
                 eprintln!("warning: {line}; still trying, from seq {}", stream.after());
             }
             Some(Err(e)) => return Err(e.into()),

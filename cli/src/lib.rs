@@ -10,24 +10,33 @@
 //!
 //! # Layout
 //!
-//! [`jobs`] (`job …`, `cluster …`, the client flags), [`lifecycle`] (version 1.1's job
+//! [`jobs`] (`job …`, `cluster …`), [`lifecycle`] (version 1.1's job
 //! flags, `job fail|retry|cancel`), [`queue`] (`queue redrive`), [`events`] (`job
 //! history`, `events`: the event feed, followed), [`duration`] (`30s`, `5m` flag
 //! values), [`show`] (tables and JSON output), [`worker`] (`worker run`), [`snapshot`]
 //! (`snapshot save|restore`), [`bench`](mod@bench) (the load generator, and `bench
-//! failover`), [`error`] (why `serve`, `dev` or `bench` stopped). This file holds the
-//! command line itself, `serve` and `dev`; `main.rs` only calls [`main`].
+//! failover`), [`error`] (why `serve`, `dev` or `bench` stopped). Below the commands:
+//! [`common`] (the client flags, `CliError` and the exit codes), [`peer`] (the `--peer`
+//! value), [`process`] (logging, the shutdown signal). This file holds the command line
+//! itself, `serve` and `dev`; `main.rs` only calls [`main`]. No file imports this one
+//! (issue 45 item 7).
 
 pub mod bench;
+pub mod common;
 pub mod duration;
 pub mod error;
 pub mod events;
 pub mod jobs;
 pub mod lifecycle;
+pub mod peer;
+pub mod process;
 pub mod queue;
 pub mod show;
 pub mod snapshot;
 pub mod worker;
+
+pub use peer::BadPeer;
+pub use process::{init_tracing, init_tracing_with, shutdown_signal, DEFAULT_LOG_FILTER};
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -37,6 +46,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::error::{FlagError, RunError};
+use crate::peer::parse_peer;
 use leasehold_node::security::peer_auth::PeerSecret;
 use leasehold_node::server::{self, NodeConfig};
 use leasehold_node::time::clock::SystemClock;
@@ -53,9 +63,9 @@ pub struct Cli {
     #[command(subcommand)]
     pub command: Cmd,
     /// `--endpoints`, `--output`, `--token`, the TLS client flags: global, so they go
-    /// before or after the subcommand (see [`crate::jobs::ClientOpts`]).
+    /// before or after the subcommand (see [`crate::common::ClientOpts`]).
     #[command(flatten)]
-    pub client: crate::jobs::ClientOpts,
+    pub client: crate::common::ClientOpts,
 }
 
 // One value per process, parsed once: boxing `serve`'s many flags would buy nothing.
@@ -235,27 +245,6 @@ pub struct DevArgs {
     pub allow_origins: Vec<String>,
 }
 
-/// A `--peer` value that is not `ID=HOST:PORT` (clap prints it after the flag's name).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum BadPeer {
-    #[error("expected ID=HOST:PORT")]
-    NoEquals,
-    #[error("bad node id {0:?}")]
-    Id(String),
-    #[error("bad address {0:?}: expected HOST:PORT")]
-    Addr(String),
-}
-
-/// `ID=HOST:PORT`, as `--peer` takes it (`serve`, `snapshot restore`).
-pub(crate) fn parse_peer(s: &str) -> Result<(NodeId, String), BadPeer> {
-    let (id, addr) = s.split_once('=').ok_or(BadPeer::NoEquals)?;
-    let id = id.parse().map_err(|_| BadPeer::Id(id.to_owned()))?;
-    if addr.is_empty() || !addr.contains(':') {
-        return Err(BadPeer::Addr(addr.to_owned()));
-    }
-    Ok((id, addr.to_owned()))
-}
-
 impl ServeArgs {
     fn listener_limits(&self) -> Result<http::listener::ListenerLimits, FlagError> {
         let counts = [
@@ -389,22 +378,6 @@ impl ServeArgs {
         let tls = security::tls::NodeTls::load(&files).map_err(FlagError::Tls)?;
         Ok(Some(std::sync::Arc::new(tls)))
     }
-}
-
-/// Resolves on Ctrl-C or SIGTERM.
-pub async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("installing the SIGTERM handler");
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
 }
 
 /// `leasehold serve`, writing the data dir through `disk` ([`fsio::Disk::Real`]
@@ -602,32 +575,6 @@ fn print_dev_banner(
     println!("Ctrl-C stops the cluster.");
 }
 
-/// The log filter when `RUST_LOG` is unset. openraft's `raft_core` logs at WARN each
-/// stale message it drops — in every election of three nodes, the second vote grant,
-/// which arrives after the first has already won ("A message will be ignored because
-/// vote changed") — so it is held to ERROR, and a healthy `dev` start logs no WARN line.
-pub const DEFAULT_LOG_FILTER: &str = "info,openraft=warn,openraft::core::raft_core=error";
-
-pub fn init_tracing() {
-    init_tracing_with(std::io::stderr);
-}
-
-/// [`init_tracing`] with log lines written to `writer` (which stands for stderr: ANSI
-/// colours follow whether stderr is a terminal).
-pub fn init_tracing_with<W>(writer: W)
-where
-    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
-{
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER));
-    use std::io::IsTerminal;
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(writer)
-        .init();
-}
-
 /// `serve --worker-threads`, checked.
 fn worker_threads(cmd: &Cmd) -> Result<Option<usize>, FlagError> {
     match cmd {
@@ -665,7 +612,7 @@ pub fn main_on(disk: fsio::Disk) -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             let line = security::tls::chain(&e);
-            eprintln!("error: {}", crate::jobs::one_line(&line));
+            eprintln!("error: {}", crate::common::one_line(&line));
             std::process::ExitCode::FAILURE
         }
     }
@@ -693,7 +640,7 @@ fn clap_message(e: &clap::Error) -> String {
     let line = text
         .split("\n\n")
         .filter(|p| !p.starts_with("Usage:") && !p.starts_with("For more information"))
-        .map(crate::jobs::one_line)
+        .map(crate::common::one_line)
         .filter(|p| !p.is_empty())
         .collect::<Vec<_>>()
         .join("; ");
@@ -725,9 +672,9 @@ fn runtime(command: &Cmd) -> Result<tokio::runtime::Runtime, RunError> {
 }
 
 /// Runs a parsed command line. Client commands exit here with their own code
-/// ([`crate::jobs::report`]); the others return their error to [`main`].
+/// ([`crate::common::report`]); the others return their error to [`main`].
 fn run(args: Cli, disk: fsio::Disk) -> Result<(), RunError> {
-    use crate::jobs::report;
+    use crate::common::report;
     let Cli { command, client } = args;
     // Client commands print one line per error and nothing else on stderr: no logging.
     let client_cmd = matches!(
@@ -742,7 +689,7 @@ fn run(args: Cli, disk: fsio::Disk) -> Result<(), RunError> {
     }
     let rt = runtime(&command)?;
     rt.block_on(async move {
-        let exit = |r: Result<(), crate::jobs::CliError>| -> ! { std::process::exit(report(r)) };
+        let exit = |r: Result<(), crate::common::CliError>| -> ! { std::process::exit(report(r)) };
         match command {
             Cmd::Serve(a) => exit_if_storage_failed(serve(a, disk).await),
             Cmd::Dev(a) => dev(a).await,
@@ -778,7 +725,7 @@ fn exit_if_storage_failed(r: Result<(), RunError>) -> Result<(), RunError> {
     if let Some(failed) = failed {
         eprintln!(
             "error: {}; exiting with code {EXIT_STORAGE_FAILED}: do not just restart it, check the disk first (docs/operations.md, \"When the disk fails\")",
-            crate::jobs::one_line(&failed.to_string())
+            crate::common::one_line(&failed.to_string())
         );
         std::process::exit(EXIT_STORAGE_FAILED);
     }
@@ -1010,7 +957,7 @@ mod tls_flag_tests {
 #[cfg(test)]
 mod command_line_tests {
     use super::*;
-    use crate::jobs::Output;
+    use crate::common::Output;
     use clap::CommandFactory;
 
     fn parse(argv: &[&str]) -> Cli {

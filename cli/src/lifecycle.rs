@@ -16,8 +16,8 @@ use leasehold_statemachine::limits::{
     ERROR_BYTES_MAX, PRIORITY_MAX, PRIORITY_MIN, REASON_BYTES_MAX,
 };
 
+use crate::common::{CliError, EXIT_UNAVAILABLE};
 use crate::duration::{self, show_ms};
-use crate::jobs::{CliError, EXIT_UNAVAILABLE};
 
 /// `--run-at` / `--delay`: when a job becomes claimable (`job submit`, `job retry`).
 #[derive(Debug, Clone, Default, Args)]
@@ -204,7 +204,7 @@ pub async fn cancel(client: &Client, a: &CancelArgs) -> Result<Job, CliError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::jobs::EXIT_USAGE;
+    use crate::common::EXIT_USAGE;
 
     #[test]
     fn a_delay_counts_from_the_cluster_time_and_an_unknown_time_is_refused() {

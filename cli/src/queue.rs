@@ -5,7 +5,7 @@
 use clap::{Args, Subcommand};
 use leasehold_statemachine::limits::REDRIVE_LIMIT_MAX;
 
-use crate::jobs::{CliError, ClientOpts, Output};
+use crate::common::{CliError, ClientOpts, Output};
 use crate::show::show_redrive;
 
 #[derive(Debug, Args)]

@@ -14,7 +14,7 @@ use leasehold_statemachine::limits::BACKOFF_MS_MAX_DEFAULT;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::jobs::{CliError, EXIT_UNAVAILABLE};
+use crate::common::{CliError, EXIT_UNAVAILABLE};
 
 /// One `label: value` line of a table.
 pub type Row = (&'static str, String);

@@ -48,7 +48,7 @@ use openraft::{BasicNode, Membership};
 use serde::Serialize;
 use tokio::io::{AsyncSeekExt, AsyncWriteExt};
 
-use crate::jobs::{read_flag_file, CliError, ClientOpts, Output, EXIT_API, EXIT_UNAVAILABLE};
+use crate::common::{read_flag_file, CliError, ClientOpts, Output, EXIT_API, EXIT_UNAVAILABLE};
 use leasehold_node::http::{CLUSTER_ID_HEADER, SNAPSHOT_INDEX_HEADER};
 use leasehold_node::security::identity::{self, Identity};
 use leasehold_node::security::peer_auth::ClusterId;
@@ -107,7 +107,7 @@ pub struct RestoreArgs {
     pub id: NodeId,
     /// A voter of the NEW cluster as ID=HOST:PORT; repeat for each. Start every node of
     /// the new cluster with this same --peer list.
-    #[arg(long = "peer", value_parser = crate::parse_peer, required = true)]
+    #[arg(long = "peer", value_parser = crate::peer::parse_peer, required = true)]
     pub peers: Vec<(NodeId, String)>,
     /// The new cluster's id (32 hex digits) instead of a fresh random one: needed to
     /// seed more than one node's dir (give all the same), never an id of a cluster

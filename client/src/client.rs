@@ -4,6 +4,10 @@
 //! Writes get a fresh `Idempotency-Key` per logical call, kept across its retries (see
 //! `transport`). That includes `DELETE`: the node honours a key on any write, and
 //! without one a delete whose answer was lost would be retried into a 404.
+//!
+//! Imports what is below it (`transport`, which runs the calls, `config`, `job`,
+//! `error`); the calls that answer a `Lease` (claims, renew) are in `lease`, above this
+//! file, and `ClientBuilder::build` is here (issue 45 item 7: no import circle).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::AtomicUsize;
@@ -12,8 +16,8 @@ use std::time::Duration;
 
 use leasehold_statemachine::limits;
 use leasehold_statemachine::wire::{
-    CancelRequest, ClaimNextRequest, ClaimRequest, CompleteRequest, FailRequest, RedriveReply,
-    RedriveRequest, ReleaseRequest, RenewRequest, RetryRequest, SubmitRequest,
+    CancelRequest, CompleteRequest, FailRequest, RedriveReply, RedriveRequest, ReleaseRequest,
+    RenewRequest, RetryRequest, SubmitRequest,
 };
 use leasehold_statemachine::{ErrorBody, JobState};
 use reqwest::Method;
@@ -25,8 +29,7 @@ use serde_json::Value;
 use crate::config::{ClientBuilder, Config};
 use crate::error::Error;
 use crate::job::{Job, JobPage};
-use crate::lease::Lease;
-use crate::transport::{Answer, Call, CallOpts};
+use crate::transport::{Answer, Call, CallOpts, Inner};
 
 /// A Leasehold client: cheap to clone (one connection pool, shared), safe to share
 /// across tasks.
@@ -35,15 +38,13 @@ pub struct Client {
     pub(crate) inner: Arc<Inner>,
 }
 
-pub(crate) struct Inner {
-    /// Base URLs, `http://host:port`.
-    pub endpoints: Vec<String>,
-    pub http: reqwest::Client,
-    pub config: Config,
-    /// Where the next call starts: the last endpoint that answered, or the leader it named.
-    pub preferred: AtomicUsize,
-    /// Node id → endpoint index, learned from `X-Leasehold-Node`.
-    pub node_ids: Mutex<HashMap<u64, usize>>,
+impl ClientBuilder {
+    /// The client, once the config and endpoints pass their checks
+    /// (`ClientBuilder::checked`, in `config`).
+    pub fn build(self) -> Result<Client, Error> {
+        let (endpoints, config) = self.checked()?;
+        Client::from_parts(endpoints, config)
+    }
 }
 
 impl std::fmt::Debug for Client {
@@ -371,6 +372,17 @@ impl Client {
         })
     }
 
+    /// Runs `call` until a final answer, rotating endpoints and backing off
+    /// (`transport`).
+    pub(crate) async fn execute(&self, call: &Call) -> Result<Answer, Error> {
+        self.inner.execute(call).await
+    }
+
+    /// One attempt against one endpoint, no retry (for per-node calls like `/readyz`).
+    pub(crate) async fn execute_at(&self, idx: usize, call: &Call) -> Result<Answer, Error> {
+        self.inner.execute_at(idx, call).await
+    }
+
     /// The endpoints, normalized to `http://host:port` (or `https://`), in the order given.
     pub fn endpoints(&self) -> &[String] {
         &self.inner.endpoints
@@ -436,99 +448,6 @@ impl Client {
             204 => Ok(()),
             _ => Err(api_error(&a)),
         }
-    }
-
-    /// `POST /v1/jobs/{id}/claim`: a lease on this job (created if absent), with its
-    /// local deadline counted from the first send of this call.
-    pub async fn claim(&self, job_id: &str, owner: &str, ttl_ms: u64) -> Result<Lease, Error> {
-        let req = ClaimRequest {
-            owner: owner.to_owned(),
-            ttl_ms,
-        };
-        req.clone().into_command(job_id)?;
-        let path = format!("{}/claim", job_path(job_id)?);
-        let call = Call::write(Method::POST, path, Some(to_body(&req)?));
-        let a = self.execute(&call).await?;
-        Lease::from_answer(self, decode(&a, &[200])?, a.first_sent)
-    }
-
-    /// `POST /v1/queues/{queue}/claim`: a lease on the oldest claimable job of `queue`,
-    /// waiting up to `wait_ms` (≤ 30,000) for one; `None` when none came.
-    ///
-    /// The wait is split into slices of at most a quarter of the TTL, each its own call:
-    /// a lease's local deadline counts from the send of the request that got it, so a
-    /// lease granted at the end of one long wait would arrive already expired locally.
-    pub async fn claim_next(
-        &self,
-        queue: &str,
-        owner: &str,
-        ttl_ms: u64,
-        wait_ms: u64,
-    ) -> Result<Option<Lease>, Error> {
-        let probe = ClaimNextRequest {
-            owner: owner.to_owned(),
-            ttl_ms,
-            wait_ms: Some(wait_ms),
-            max_jobs: None,
-        };
-        probe.into_command(queue)?;
-        let slice_ms = (ttl_ms / 4).max(10);
-        let waited_until = tokio::time::Instant::now() + Duration::from_millis(wait_ms);
-        loop {
-            let left_ms = waited_until
-                .saturating_duration_since(tokio::time::Instant::now())
-                .as_millis() as u64;
-            let wait = left_ms.min(slice_ms);
-            if let Some(lease) = self.claim_next_once(queue, owner, ttl_ms, wait).await? {
-                return Ok(Some(lease));
-            }
-            if left_ms <= wait {
-                return Ok(None);
-            }
-        }
-    }
-
-    async fn claim_next_once(
-        &self,
-        queue: &str,
-        owner: &str,
-        ttl_ms: u64,
-        wait_ms: u64,
-    ) -> Result<Option<Lease>, Error> {
-        let req = ClaimNextRequest {
-            owner: owner.to_owned(),
-            ttl_ms,
-            wait_ms: (wait_ms > 0).then_some(wait_ms),
-            max_jobs: None,
-        };
-        let path = format!("/v1/queues/{}/claim", encode_component(queue));
-        let mut call = Call::write(Method::POST, path, Some(to_body(&req)?));
-        call.opts.extra_wait = Duration::from_millis(wait_ms);
-        let a = self.execute(&call).await?;
-        if a.status == 204 {
-            return Ok(None);
-        }
-        Lease::from_answer(self, decode(&a, &[200])?, a.first_sent).map(Some)
-    }
-
-    /// `POST /v1/jobs/{id}/renew` → a lease handle whose deadline counts from this call's
-    /// first send. `ttl_ms` defaults (on the store) to the claim's TTL.
-    pub async fn renew(
-        &self,
-        job_id: &str,
-        owner: &str,
-        generation: u64,
-        ttl_ms: Option<u64>,
-    ) -> Result<Lease, Error> {
-        let renew = RenewCall {
-            job_id,
-            owner,
-            generation,
-            ttl_ms,
-            progress: None,
-        };
-        let (wire, sent) = self.renew_call(renew, CallOpts::default()).await?;
-        Lease::from_answer(self, wire, sent)
     }
 
     pub(crate) async fn renew_call(
@@ -740,6 +659,27 @@ impl Client {
 mod tests {
     use super::*;
     use leasehold_statemachine::ErrorCode;
+
+    // Moved from tls.rs, which does not import the client (issue 45 item 7).
+    #[test]
+    fn https_endpoints_need_a_ca_and_the_ca_must_be_pem() {
+        let no_ca = Client::builder(["https://127.0.0.1:1"]).build();
+        assert!(
+            matches!(&no_ca, Err(Error::Config(m)) if m.contains("CA")),
+            "an https endpoint without a CA is refused"
+        );
+        let not_pem = Client::builder(["https://127.0.0.1:1"])
+            .ca_cert_pem("not a certificate")
+            .build();
+        assert!(
+            matches!(&not_pem, Err(Error::Config(m)) if m.contains("CA certificate")),
+            "a CA without a PEM certificate is refused"
+        );
+        assert!(
+            Client::builder(["http://127.0.0.1:1"]).build().is_ok(),
+            "plain endpoints need no CA"
+        );
+    }
 
     #[test]
     fn job_ids_are_one_path_segment() {

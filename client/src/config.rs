@@ -4,17 +4,20 @@
 //!
 //! Every knob has a named default, chosen against the node's own timings (write timeout
 //! 5 s, leader wait 3 s, election timeout 0.5–1 s) and documented where it is defined.
+//!
+//! Below the client (issue 45 item 7): imports `tls`, `retry`, `deadline`, `clock` and
+//! `error`, never `client`, `lease` or `run`; `ClientBuilder::checked` hands `client`
+//! what its `build` makes a `Client` of.
 
 use std::time::Duration;
 
-use crate::client::Client;
 use crate::clock::{Clock, LocalClock};
 use crate::deadline::DeadlinePolicy;
 use crate::error::Error;
 use crate::retry::RetryPolicy;
 use crate::tls::TlsConfig;
 
-/// Everything a [`Client`] can be tuned with.
+/// Everything a client (`Client`) can be tuned with.
 #[derive(Debug, Clone)]
 pub struct Config {
     /// TCP connect timeout per attempt. Short, because a refused or silent node is skipped
@@ -28,10 +31,10 @@ pub struct Config {
     pub request_timeout: Duration,
     pub retry: RetryPolicy,
     pub deadline: DeadlinePolicy,
-    /// How long before a lease's local deadline the work of [`Lease::run`](crate::Lease::run)
-    /// is told to stop ([`LeaseCtx::cancelled`](crate::LeaseCtx::cancelled)) when no renew
-    /// has succeeded by then: the time it has to clean up before it is dropped. `None`:
-    /// `min(TTL/10, 5 s)`. Capped at TTL/3 per lease
+    /// How long before a lease's local deadline the work of `Lease::run` is told to stop
+    /// (`LeaseCtx::cancelled`, in `run`) when no renew has succeeded by then: the time it
+    /// has to clean up before it is dropped. `None`: `min(TTL/10, 5 s)`. Capped at TTL/3
+    /// per lease
     /// ([`cleanup_window`](crate::deadline::cleanup_window)).
     pub cleanup_window: Option<Duration>,
     /// Sent as `Authorization: Bearer <token>` on every request (lease renewals and
@@ -91,7 +94,7 @@ impl Default for Config {
     }
 }
 
-/// Builds a [`Client`]: `Client::builder(["127.0.0.1:7001", …]).margin(…).build()`.
+/// Builds a client: `Client::builder(["127.0.0.1:7001", …]).margin(…).build()`.
 #[derive(Debug, Clone)]
 pub struct ClientBuilder {
     endpoints: Vec<String>,
@@ -188,7 +191,9 @@ impl ClientBuilder {
         self
     }
 
-    pub fn build(self) -> Result<Client, Error> {
+    /// The checked endpoints (normalized) and config that `build` (in `client`, which
+    /// this file does not import) makes a `Client` of.
+    pub(crate) fn checked(self) -> Result<(Vec<String>, Config), Error> {
         self.config
             .deadline
             .validate()
@@ -215,7 +220,7 @@ impl ClientBuilder {
                 )));
             }
         }
-        Client::from_parts(endpoints, self.config)
+        Ok((endpoints, self.config))
     }
 }
 

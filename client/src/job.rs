@@ -1,8 +1,9 @@
 //! [`Job`] and [`JobPage`] as a client reads them: docs/api.md's Job object, with its JSON
 //! values (`payload`, `result`, `progress`) as [`serde_json::Value`] — what
-//! [`NewJob`](crate::NewJob) takes — rather than the encoded text the state machine
-//! keeps for its log. Version 1.1's fields default when a node of the first release
-//! answers without them. May import the state machine's wire types (converted here).
+//! `NewJob` (in `client`) takes — rather than the encoded text the state machine keeps
+//! for its log. Version 1.1's fields default when a node of the first release answers
+//! without them. May import the state machine's wire types (converted here), and nothing
+//! of this crate: `error` and everything above import it.
 
 use leasehold_statemachine::limits::BACKOFF_MS_MAX_DEFAULT;
 use leasehold_statemachine::{wire, JobState};

@@ -1,7 +1,7 @@
 //! Keeping a lease alive while work runs, and telling the work to stop when it can't be.
 //!
 //! [`KeepAlive`] renews in the background about every TTL/3 and fires two signals:
-//! - the work's ([`KeepAlive::ctx`], [`LeaseCtx::cancelled`](crate::LeaseCtx::cancelled)):
+//! - the work's ([`KeepAlive::ctx`], `LeaseCtx::cancelled` in `run`):
 //!   a *cleanup window* before the local deadline when no renew has succeeded by then
 //!   ([`cleanup_window`]: by default `min(TTL/10, 5 s)`,
 //!   [`Config::cleanup_window`](crate::Config::cleanup_window)), so that work still has
@@ -57,8 +57,13 @@ use crate::job::Job;
 use crate::lease::Lease;
 use crate::transport::CallOpts;
 
-// `Lease::run` and what it hands the work moved to `run`; these paths keep resolving.
-pub use crate::run::{run_leased, Completed, LeaseCtx, RunError};
+/// The parts of a work's context (`LeaseCtx`), as [`KeepAlive::ctx_parts`] gives them.
+pub(crate) type CtxParts = (
+    Lease,
+    CancellationToken,
+    Arc<OnceLock<CancelReason>>,
+    watch::Receiver<LeaseStatus>,
+);
 
 /// Shortest per-attempt timeout of a background renew: below this even a loopback
 /// request under load times out spuriously.
@@ -82,7 +87,7 @@ pub enum CancelReason {
     Cancelled,
     /// No renew had succeeded a cleanup window before the local deadline: the work is told
     /// to stop while it still has that window to clean up in. The lease is still usable
-    /// until the deadline. Only the work's signal ([`LeaseCtx::cancel_reason`]) gives this
+    /// until the deadline. Only the work's signal (`LeaseCtx::cancel_reason`) gives this
     /// reason; the lease's ([`KeepAlive::cancel_reason`]) never does.
     DeadlineNear,
 }
@@ -206,11 +211,10 @@ impl KeepAlive {
         self.lease.token()
     }
 
-    /// The context handed to work: token, deadline, and the work's cancellation signal,
-    /// which fires a cleanup window before this keep-alive's own
-    /// ([`LeaseCtx::cancelled`]).
-    pub fn ctx(&self) -> LeaseCtx {
-        LeaseCtx::new(
+    /// What [`KeepAlive::ctx`] (in `run`, above this file) hands the work: the lease, the
+    /// work's cancellation signal and its reason, and the lease's status as it changes.
+    pub(crate) fn ctx_parts(&self) -> CtxParts {
+        (
             self.lease.clone(),
             self.ctx_cancel.clone(),
             self.ctx_reason.clone(),

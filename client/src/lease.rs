@@ -14,12 +14,112 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::client::{Client, Release, RenewCall};
+use leasehold_statemachine::wire::{ClaimNextRequest, ClaimRequest};
+use reqwest::Method;
+use serde_json::Value;
+
+use crate::client::{decode, encode_component, job_path, to_body, Client, Release, RenewCall};
 use crate::clock::LocalInstant;
 use crate::error::Error;
 use crate::job::{value_of, Job};
-use crate::transport::CallOpts;
-use serde_json::Value;
+use crate::transport::{Call, CallOpts};
+
+/// The calls that answer a lease: claims and renew. Here, with [`Lease`], because the
+/// lease holds its client: `client` (below this file) does not name `Lease`.
+impl Client {
+    /// `POST /v1/jobs/{id}/claim`: a lease on this job (created if absent), with its
+    /// local deadline counted from the first send of this call.
+    pub async fn claim(&self, job_id: &str, owner: &str, ttl_ms: u64) -> Result<Lease, Error> {
+        let req = ClaimRequest {
+            owner: owner.to_owned(),
+            ttl_ms,
+        };
+        req.clone().into_command(job_id)?;
+        let path = format!("{}/claim", job_path(job_id)?);
+        let call = Call::write(Method::POST, path, Some(to_body(&req)?));
+        let a = self.execute(&call).await?;
+        Lease::from_answer(self, decode(&a, &[200])?, a.first_sent)
+    }
+
+    /// `POST /v1/queues/{queue}/claim`: a lease on the oldest claimable job of `queue`,
+    /// waiting up to `wait_ms` (≤ 30,000) for one; `None` when none came.
+    ///
+    /// The wait is split into slices of at most a quarter of the TTL, each its own call:
+    /// a lease's local deadline counts from the send of the request that got it, so a
+    /// lease granted at the end of one long wait would arrive already expired locally.
+    pub async fn claim_next(
+        &self,
+        queue: &str,
+        owner: &str,
+        ttl_ms: u64,
+        wait_ms: u64,
+    ) -> Result<Option<Lease>, Error> {
+        let probe = ClaimNextRequest {
+            owner: owner.to_owned(),
+            ttl_ms,
+            wait_ms: Some(wait_ms),
+            max_jobs: None,
+        };
+        probe.into_command(queue)?;
+        let slice_ms = (ttl_ms / 4).max(10);
+        let waited_until = tokio::time::Instant::now() + Duration::from_millis(wait_ms);
+        loop {
+            let left_ms = waited_until
+                .saturating_duration_since(tokio::time::Instant::now())
+                .as_millis() as u64;
+            let wait = left_ms.min(slice_ms);
+            if let Some(lease) = self.claim_next_once(queue, owner, ttl_ms, wait).await? {
+                return Ok(Some(lease));
+            }
+            if left_ms <= wait {
+                return Ok(None);
+            }
+        }
+    }
+
+    async fn claim_next_once(
+        &self,
+        queue: &str,
+        owner: &str,
+        ttl_ms: u64,
+        wait_ms: u64,
+    ) -> Result<Option<Lease>, Error> {
+        let req = ClaimNextRequest {
+            owner: owner.to_owned(),
+            ttl_ms,
+            wait_ms: (wait_ms > 0).then_some(wait_ms),
+            max_jobs: None,
+        };
+        let path = format!("/v1/queues/{}/claim", encode_component(queue));
+        let mut call = Call::write(Method::POST, path, Some(to_body(&req)?));
+        call.opts.extra_wait = Duration::from_millis(wait_ms);
+        let a = self.execute(&call).await?;
+        if a.status == 204 {
+            return Ok(None);
+        }
+        Lease::from_answer(self, decode(&a, &[200])?, a.first_sent).map(Some)
+    }
+
+    /// `POST /v1/jobs/{id}/renew` → a lease handle whose deadline counts from this call's
+    /// first send. `ttl_ms` defaults (on the store) to the claim's TTL.
+    pub async fn renew(
+        &self,
+        job_id: &str,
+        owner: &str,
+        generation: u64,
+        ttl_ms: Option<u64>,
+    ) -> Result<Lease, Error> {
+        let renew = RenewCall {
+            job_id,
+            owner,
+            generation,
+            ttl_ms,
+            progress: None,
+        };
+        let (wire, sent) = self.renew_call(renew, CallOpts::default()).await?;
+        Lease::from_answer(self, wire, sent)
+    }
+}
 
 /// A lease on one job at one generation. Clones share state: a renew through any clone
 /// moves every clone's deadline.

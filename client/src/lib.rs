@@ -22,7 +22,8 @@
 //! `docs/api.md`; the protocol and its guarantees in `docs/design.md`.
 //!
 //! # Layout
-//! - [`client`]: [`Client`] — every docs/api.md call as a method, local validation, decoding.
+//! - [`client`]: [`Client`] — the docs/api.md calls as methods (those answering a
+//!   [`Lease`] in [`lease`]), local validation, decoding.
 //! - `transport`: one logical call — attempts across endpoints, one `Idempotency-Key`.
 //! - [`retry`]: the retry decisions as pure functions (judge, rotation, backoff).
 //! - [`config`]: [`Config`] and [`ClientBuilder`]: timeouts, retries, deadline policy,
@@ -33,7 +34,8 @@
 //! - [`clock`]: [`Clock`], the clock deadlines are kept on (`CLOCK_BOOTTIME` on Linux,
 //!   so a suspend counts), and [`LocalInstant`], a point on it.
 //! - [`lease`]: [`Lease`] — token, deadline, renew, complete, release, fail; the
-//!   claim's payload and checkpoint, the progress the next renew carries.
+//!   claim's payload and checkpoint, the progress the next renew carries; the calls that
+//!   answer a lease ([`Client::claim`], [`Client::claim_next`], [`Client::renew`]).
 //! - [`job`]: [`Job`], [`JobPage`] — docs/api.md's Job with JSON values as
 //!   `serde_json::Value`.
 //! - [`events`]: [`Client::history`], [`Client::events_page`] and [`EventStream`]

@@ -129,6 +129,17 @@ fn work_end<E: Display>(dropped: &bool, error: &Option<E>) -> String {
     }
 }
 
+impl KeepAlive {
+    /// The context handed to work: token, deadline, and the work's cancellation signal,
+    /// which fires a cleanup window before this keep-alive's own
+    /// ([`LeaseCtx::cancelled`]). Here rather than in `keepalive`, which is below this
+    /// file and does not import it.
+    pub fn ctx(&self) -> LeaseCtx {
+        let (lease, cancel, reason, status) = self.ctx_parts();
+        LeaseCtx::new(lease, cancel, reason, status)
+    }
+}
+
 impl LeaseCtx {
     pub(crate) fn new(
         lease: Lease,

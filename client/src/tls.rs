@@ -98,27 +98,6 @@ pub(crate) fn chain(e: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Client;
-
-    #[test]
-    fn https_endpoints_need_a_ca_and_the_ca_must_be_pem() {
-        let no_ca = Client::builder(["https://127.0.0.1:1"]).build();
-        assert!(
-            matches!(&no_ca, Err(Error::Config(m)) if m.contains("CA")),
-            "an https endpoint without a CA is refused"
-        );
-        let not_pem = Client::builder(["https://127.0.0.1:1"])
-            .ca_cert_pem("not a certificate")
-            .build();
-        assert!(
-            matches!(&not_pem, Err(Error::Config(m)) if m.contains("CA certificate")),
-            "a CA without a PEM certificate is refused"
-        );
-        assert!(
-            Client::builder(["http://127.0.0.1:1"]).build().is_ok(),
-            "plain endpoints need no CA"
-        );
-    }
 
     #[test]
     fn the_client_key_never_shows_in_debug_output() {

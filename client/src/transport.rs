@@ -5,8 +5,13 @@
 //! only performs them. It also learns which endpoint is which node id from the
 //! `X-Leasehold-Node` header of every answer, so that a `X-Leasehold-Leader` hint (an id)
 //! can be turned into an endpoint to try — only as a hint: any node serves any call.
+//!
+//! Below the client (issue 45 item 7): [`Inner`], what a `Client` shares, lives here and
+//! runs the calls; `client` holds it and imports this file, never the reverse.
 
-use std::sync::atomic::Ordering;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use leasehold_statemachine::ErrorBody;
@@ -14,8 +19,8 @@ use reqwest::header::{HeaderMap, CONTENT_TYPE, RETRY_AFTER};
 use reqwest::Method;
 use tokio::time::Instant;
 
-use crate::client::Client;
 use crate::clock::{Clock, LocalInstant};
+use crate::config::Config;
 use crate::error::Error;
 use crate::retry::{backoff, judge, Attempt, Rotation, Verdict};
 use crate::tls::chain;
@@ -23,6 +28,19 @@ use crate::tls::chain;
 pub(crate) const NODE_HEADER: &str = "x-leasehold-node";
 pub(crate) const LEADER_HEADER: &str = "x-leasehold-leader";
 pub(crate) const IDEMPOTENCY_HEADER: &str = "idempotency-key";
+
+/// What a `Client` shares among its clones: the endpoints, the connection pool and what
+/// the calls learn about the nodes. `Client` holds it in an `Arc` and its calls run here.
+pub(crate) struct Inner {
+    /// Base URLs, `http://host:port`.
+    pub endpoints: Vec<String>,
+    pub http: reqwest::Client,
+    pub config: Config,
+    /// Where the next call starts: the last endpoint that answered, or the leader it named.
+    pub preferred: AtomicUsize,
+    /// Node id → endpoint index, learned from `X-Leasehold-Node`.
+    pub node_ids: Mutex<HashMap<u64, usize>>,
+}
 
 /// One logical call. Its key (for writes) and body stay the same across every attempt.
 #[derive(Debug, Clone)]
@@ -154,13 +172,13 @@ impl Progress {
     }
 }
 
-impl Client {
+impl Inner {
     /// Runs `call` until a final answer, rotating endpoints and backing off per `retry`.
     pub(crate) async fn execute(&self, call: &Call) -> Result<Answer, Error> {
-        let policy = self.inner.config.retry;
-        let preferred = self.inner.preferred.load(Ordering::Relaxed);
-        let mut rotation = Rotation::new(self.inner.endpoints.len(), preferred);
-        let mut progress = Progress::new(&self.inner.config.clock);
+        let policy = self.config.retry;
+        let preferred = self.preferred.load(Ordering::Relaxed);
+        let mut rotation = Rotation::new(self.endpoints.len(), preferred);
+        let mut progress = Progress::new(&self.config.clock);
         loop {
             progress.attempts += 1;
             let hint = match self.attempt(rotation.current(), call, &mut progress).await {
@@ -214,9 +232,7 @@ impl Client {
         };
         match (judge(attempt), exchange) {
             (Verdict::Final, Exchange::Answer { status, body, .. }) => {
-                self.inner
-                    .preferred
-                    .store(hint.unwrap_or(idx), Ordering::Relaxed);
+                self.preferred.store(hint.unwrap_or(idx), Ordering::Relaxed);
                 Ok(Answer {
                     status,
                     body,
@@ -235,7 +251,7 @@ impl Client {
                 progress.pass_retry_after = progress.pass_retry_after.max(retry_after);
                 progress.last = match exchange {
                     Exchange::Answer { status, body, .. } => {
-                        describe(&self.inner.endpoints[idx], status, &body)
+                        describe(&self.endpoints[idx], status, &body)
                     }
                     Exchange::NotSent(why) | Exchange::Lost(why) => why,
                 };
@@ -246,13 +262,13 @@ impl Client {
 
     /// One attempt against one endpoint, no retry (for per-node calls like `/readyz`).
     pub(crate) async fn execute_at(&self, idx: usize, call: &Call) -> Result<Answer, Error> {
-        let endpoint = self.inner.endpoints.get(idx).ok_or_else(|| {
+        let endpoint = self.endpoints.get(idx).ok_or_else(|| {
             Error::Config(format!(
                 "endpoint index {idx} out of range ({} endpoints)",
-                self.inner.endpoints.len()
+                self.endpoints.len()
             ))
         })?;
-        let first_sent = self.inner.config.clock.now();
+        let first_sent = self.config.clock.now();
         match self.send_once(idx, call).await {
             Exchange::Answer { status, body, .. } => Ok(Answer {
                 status,
@@ -267,14 +283,13 @@ impl Client {
     }
 
     async fn send_once(&self, idx: usize, call: &Call) -> Exchange {
-        let endpoint = &self.inner.endpoints[idx];
+        let endpoint = &self.endpoints[idx];
         let timeout = call
             .opts
             .attempt_timeout
-            .unwrap_or(self.inner.config.request_timeout)
+            .unwrap_or(self.config.request_timeout)
             + call.opts.extra_wait;
         let mut req = self
-            .inner
             .http
             .request(call.method.clone(), format!("{endpoint}{}", call.path))
             .timeout(timeout);
@@ -314,12 +329,12 @@ impl Client {
     }
 
     fn learn_node(&self, node: u64, idx: usize) {
-        let mut ids = self.inner.node_ids.lock().expect("node id map poisoned");
+        let mut ids = self.node_ids.lock().expect("node id map poisoned");
         ids.insert(node, idx);
     }
 
     fn endpoint_of(&self, node: u64) -> Option<usize> {
-        let ids = self.inner.node_ids.lock().expect("node id map poisoned");
+        let ids = self.node_ids.lock().expect("node id map poisoned");
         ids.get(&node).copied()
     }
 }

@@ -1,19 +1,21 @@
 //! What a chaos run needs of the cluster under test, whatever runs its nodes: the
 //! [`Nodes`] trait, implemented by the process cluster ([`ProcCluster`], nodes on
-//! loopback behind fault proxies) and by the container cluster
-//! ([`crate::docker::DockerCluster`], nodes in Docker on a network of the test's own).
-//! [`crate::scenario::Chaos`] and [`crate::fixture`]'s end-of-run reads are written
-//! against it, so the same workers, recorder and checker drive both.
-//! Imports `fixture` (the process cluster) and the shared crate's observers.
+//! loopback behind fault proxies) and by the container cluster (`docker::DockerCluster`,
+//! nodes in Docker on a network of the test's own). `scenario::Chaos` and `fixture`'s
+//! end-of-run reads are written against it, so the same workers, recorder and checker
+//! drive both.
+//! Imports the shared crate ([`leasehold_proc_cluster`]: the process cluster and its
+//! observers) and nothing of this crate: `fixture`, `docker` and `scenario` import it
+//! (issue 45 item 7).
 
 use std::path::Path;
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 
-use crate::fixture::{ProcCluster, Status};
+use leasehold_proc_cluster::{ProcCluster, Status};
 
-/// The cluster a [`crate::scenario::Chaos`] runs on.
+/// The cluster a chaos run (`scenario::Chaos`) runs on.
 // Not `dyn`-safe and not `Send`-bounded on purpose: the tests hold concrete types.
 #[allow(async_fn_in_trait)]
 pub trait Nodes {

@@ -9,7 +9,8 @@
 //! the batch renews sent and the leases lost (tokens fired); then completes them all
 //! through the set's batched completion.
 //!
-//! May import the bench's shared plumbing (`super`) and the Rust client.
+//! May import the bench's shared plumbing (`plumbing`) and the Rust client; what it takes
+//! of the flags is handed in ([`Hold`]).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -20,7 +21,7 @@ use tokio::time::Instant;
 use leasehold_client::{Client, LeaseSet, LeaseSetConfig};
 use leasehold_statemachine::limits::{BATCH_LEASES_MAX, CLAIM_MAX_JOBS_MAX};
 
-use super::{post, BenchArgs, BenchError, Samples, Shared};
+use super::plumbing::{post, BenchError, Samples, Shared};
 
 /// Submits `n` jobs into the bench's queue with `concurrency` clients (untimed).
 pub(super) async fn fill(s: &Arc<Shared>, run: u64, concurrency: usize, n: u64) -> u64 {
@@ -99,10 +100,20 @@ pub(super) async fn one(
     Ok(())
 }
 
+/// What a hold takes of `bench`'s flags (`BenchArgs::hold`), handed in: this file does
+/// not import its parent.
+pub(super) struct Hold {
+    pub concurrency: usize,
+    pub leases: u64,
+    pub ttl_ms: u64,
+    pub queue: String,
+    pub max_secs: u64,
+}
+
 /// `--mode hold`: the JSON line of a hold (module doc).
 pub(super) async fn hold(
     s: &Arc<Shared>,
-    args: &BenchArgs,
+    args: &Hold,
     client: Client,
     run: u64,
 ) -> Result<Value, BenchError> {

@@ -37,7 +37,7 @@ use leasehold_proc_cluster::{ClusterOpts, ProcCluster};
 use serde_json::{json, Value};
 use tokio::task::JoinHandle;
 
-use crate::bench::BenchError;
+use super::plumbing::BenchError;
 
 #[derive(Debug, Clone, Args)]
 pub struct FailoverArgs {

@@ -7,8 +7,10 @@
 
 mod batch;
 pub mod failover;
+mod plumbing;
 
-use std::path::PathBuf;
+pub use plumbing::{BenchError, Mode};
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,98 +18,8 @@ use std::time::{Duration, Instant};
 use clap::{Args, ValueEnum};
 use serde_json::{json, Value};
 
-use crate::jobs::ClientOpts;
-
-/// Why a bench run, or one of its requests, failed. A run's error ends the command with
-/// one `error:` line; a request's is counted (and the first few printed). A variant
-/// with a cause keeps it as its source, printed after it on the same line.
-#[derive(Debug, thiserror::Error)]
-pub enum BenchError {
-    #[error("{flag} {}", path.display())]
-    Read {
-        flag: &'static str,
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("--tls-ca {}", path.display())]
-    Ca {
-        path: PathBuf,
-        #[source]
-        source: reqwest::Error,
-    },
-    #[error("--tls-client-cert {} / --tls-client-key {}", cert.display(), key.display())]
-    Identity {
-        cert: PathBuf,
-        key: PathBuf,
-        #[source]
-        source: reqwest::Error,
-    },
-    #[error("--token is not a valid header value")]
-    Token(#[source] reqwest::header::InvalidHeaderValue),
-    #[error("--endpoints is empty")]
-    NoEndpoints,
-    #[error("no node named a leader")]
-    NoLeader,
-    #[error(transparent)]
-    Http(#[from] reqwest::Error),
-    #[error("{path}: 204, nothing to claim")]
-    NothingToClaim { path: String },
-    #[error("{path}: {status} {body}")]
-    Refused {
-        path: String,
-        status: reqwest::StatusCode,
-        body: Value,
-    },
-    #[error("lease without generation")]
-    NoGeneration,
-    // `bench failover`:
-    #[error("--trials must be at least 1")]
-    NoTrials,
-    #[error("finding this binary")]
-    CurrentExe(#[source] std::io::Error),
-    #[error(transparent)]
-    Cluster(#[from] leasehold_proc_cluster::Error),
-    #[error("node {id} did not catch up within {bound:?}")]
-    NotCaughtUp { id: u64, bound: Duration },
-    #[error(transparent)]
-    Client(#[from] leasehold_client::Error),
-    #[error("claiming a held job")]
-    ClaimHeld(#[source] leasehold_client::Error),
-    #[error("the bench's client: {0}")]
-    ClientSetup(String),
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Mode {
-    /// claim → renew → complete on a fresh job id.
-    Cycle,
-    /// Claim a fresh job id (created by the claim).
-    Claim,
-    /// Submit a fresh job into `--queue` (to load a queue for `claim-next`).
-    Submit,
-    /// Claim the next claimable job of `--queue`; an empty queue counts as an error.
-    ClaimNext,
-    /// Claim `--batch` jobs of `--queue` in one request, renew them in one, complete them
-    /// in one (docs/api.md "Batches"); the queue is filled first, untimed.
-    BatchCycle,
-    /// Hold `--leases` leases for `--max-secs` with one lease set (the Rust client's
-    /// `LeaseSet`: one batch renew per TTL/3 for all of them); report renews and losses.
-    Hold,
-}
-
-impl Mode {
-    fn name(self) -> &'static str {
-        match self {
-            Mode::Cycle => "cycle",
-            Mode::Claim => "claim",
-            Mode::Submit => "submit",
-            Mode::ClaimNext => "claim-next",
-            Mode::BatchCycle => "batch-cycle",
-            Mode::Hold => "hold",
-        }
-    }
-}
+use crate::common::ClientOpts;
+use plumbing::{post, Samples, Shared, Spread};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Target {
@@ -169,30 +81,6 @@ pub struct BenchArgs {
     pub due_step_ms: u64,
 }
 
-/// How `submit` spreads jobs over priorities and due times (`--priorities`,
-/// `--due-times`).
-#[derive(Debug, Clone, Copy)]
-struct Spread {
-    priorities: u32,
-    due_times: u64,
-    /// Cluster time of the first due time.
-    first_due_ms: u64,
-    step_ms: u64,
-}
-
-impl Spread {
-    /// The version 1.1 fields of the `k`-th submit.
-    fn fields(&self, k: u64, body: &mut Value) {
-        if self.priorities > 1 {
-            let p = (k % u64::from(self.priorities)) as i64 - i64::from(self.priorities / 2);
-            body["priority"] = json!(p);
-        }
-        if self.due_times > 0 {
-            body["run_at_ms"] = json!(self.first_due_ms + (k % self.due_times) * self.step_ms);
-        }
-    }
-}
-
 /// The CA (the only root trusted) and the client identity, when given.
 fn with_tls(
     mut b: reqwest::ClientBuilder,
@@ -242,6 +130,19 @@ fn auth_headers(token: Option<&str>) -> Result<reqwest::header::HeaderMap, Bench
     Ok(headers)
 }
 
+impl BenchArgs {
+    /// What `--mode hold` takes of the flags.
+    fn hold(&self) -> batch::Hold {
+        batch::Hold {
+            concurrency: self.concurrency,
+            leases: self.leases,
+            ttl_ms: self.ttl_ms,
+            queue: self.queue.clone(),
+            max_secs: self.max_secs,
+        }
+    }
+}
+
 #[derive(Debug, clap::Subcommand)]
 pub enum BenchCmd {
     /// Start a three-node cluster, SIGKILL its leader under load, report the gaps (JSON).
@@ -255,53 +156,6 @@ fn base_url(e: &str) -> String {
     } else {
         format!("http://{e}")
     }
-}
-
-#[derive(Default)]
-struct Samples {
-    claim: Vec<f64>,
-    renew: Vec<f64>,
-    complete: Vec<f64>,
-    cycle: Vec<f64>,
-    errors: u64,
-    /// `batch-cycle`: jobs claimed, renewed and completed.
-    jobs: u64,
-}
-
-struct Shared {
-    http: reqwest::Client,
-    urls: Vec<String>,
-    mode: Mode,
-    ttl_ms: u64,
-    queue: String,
-    spread: Spread,
-    batch: u32,
-    /// Job ids of a phase start with `bench-{run}-`, so phases never share a job.
-    run: AtomicU64,
-    next: AtomicU64,
-}
-
-async fn post(s: &Shared, url: &str, path: &str, body: Value) -> Result<(Value, f64), BenchError> {
-    let t = Instant::now();
-    let resp = s
-        .http
-        .post(format!("{url}{path}"))
-        .json(&body)
-        .send()
-        .await?;
-    let status = resp.status();
-    let v: Value = resp.json().await.unwrap_or(Value::Null);
-    if status == reqwest::StatusCode::NO_CONTENT {
-        return Err(BenchError::NothingToClaim { path: path.into() });
-    }
-    if !status.is_success() {
-        return Err(BenchError::Refused {
-            path: path.into(),
-            status,
-            body: v,
-        });
-    }
-    Ok((v, t.elapsed().as_secs_f64() * 1000.0))
 }
 
 /// One cycle (or claim) on a fresh job; latencies go into `out`.
@@ -540,7 +394,7 @@ pub async fn run(args: BenchArgs, opts: &ClientOpts) -> Result<(), BenchError> {
         let client = opts
             .client()
             .map_err(|e| BenchError::ClientSetup(e.to_string()))?;
-        println!("{}", batch::hold(&s, &args, client, run_id).await?);
+        println!("{}", batch::hold(&s, &args.hold(), client, run_id).await?);
         return Ok(());
     }
     // Untimed warm-up: 10% of the timed count, at least 50, at most 300, bounded in time.

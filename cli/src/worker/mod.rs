@@ -75,7 +75,7 @@ use clap::{Args, Subcommand};
 use leasehold_client::{CancelReason, CancellationToken, Client, KeepAlive, Lease};
 use tokio::time::sleep;
 
-use crate::jobs::{CliError, ClientOpts};
+use crate::common::{CliError, ClientOpts};
 
 #[derive(Debug, Args)]
 pub struct WorkerArgs {
@@ -137,9 +137,9 @@ pub fn init_logging() {
     match relay::Sink::start(relay::Target::Stderr) {
         Ok(sink) => {
             let sink = LOG_SINK.get_or_init(|| sink);
-            crate::init_tracing_with(move || sink);
+            crate::process::init_tracing_with(move || sink);
         }
-        Err(_) => crate::init_tracing(),
+        Err(_) => crate::process::init_tracing(),
     }
 }
 
@@ -176,7 +176,7 @@ async fn run_worker(run: RunArgs, opts: &ClientOpts) -> Result<(), CliError> {
     );
     let sink = |target| {
         relay::Sink::start(target).map_err(|e| CliError {
-            code: crate::jobs::EXIT_UNAVAILABLE,
+            code: crate::common::EXIT_UNAVAILABLE,
             message: format!("starting the {target:?} relay: {e}"),
         })
     };
@@ -205,7 +205,7 @@ async fn run_worker(run: RunArgs, opts: &ClientOpts) -> Result<(), CliError> {
         let err = match t.await {
             Ok(r) => r.err(),
             Err(e) => Some(CliError {
-                code: crate::jobs::EXIT_UNAVAILABLE,
+                code: crate::common::EXIT_UNAVAILABLE,
                 message: format!("worker slot failed: {e}"),
             }),
         };
@@ -398,7 +398,7 @@ impl WorkerState {
             env.push(("LEASEHOLD_ATTEMPT", attempt.to_string().into()));
         }
         if let Some(ca) = &self.tls_ca {
-            env.push((crate::jobs::TLS_CA_ENV, ca.clone().into_os_string()));
+            env.push((crate::common::TLS_CA_ENV, ca.clone().into_os_string()));
         }
         job::Spawn {
             cmd: &self.run.cmd,

@@ -27,7 +27,7 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use super::{Admit, FenceConfig, FenceGate};
+use super::gate::{Admit, FenceConfig, FenceGate};
 use crate::error::Error;
 
 /// Longest resource name accepted.
