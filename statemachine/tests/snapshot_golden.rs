@@ -252,16 +252,17 @@ fn queue_stats(m: &LeaseMachine) -> Vec<(String, leasehold_statemachine::QueueSt
     m.queue_stats().map(|(q, s)| (q.to_owned(), *s)).collect()
 }
 
-#[test]
-fn the_v3_image_of_the_previous_release_decodes_to_the_same_state() {
-    let history = scripted();
+/// `golden`, decoded, is the state `history` reached: the same scalars, counts, jobs and
+/// claimable queues, and the same replies to what comes next.
+fn decodes_to_the_history_state(golden: &[u8], history: Script) {
     let mut decoded = Script {
-        m: LeaseMachine::restore(GOLDEN).expect("the previous release's image decodes"),
+        m: LeaseMachine::restore(golden).expect("the image decodes"),
         index: history.index,
         stamp_ms: history.stamp_ms,
         term: history.term,
     };
     decoded.m.check_invariants();
+    assert_eq!(decoded.m.cluster_version(), history.m.cluster_version());
     assert_eq!(decoded.m.config(), history.m.config());
     assert_eq!(decoded.m.clock_ms(), history.m.clock_ms());
     assert_eq!(decoded.m.term(), history.m.term());
@@ -301,6 +302,11 @@ fn the_v3_image_of_the_previous_release_decodes_to_the_same_state() {
 }
 
 #[test]
+fn the_v3_image_of_the_previous_release_decodes_to_the_same_state() {
+    decodes_to_the_history_state(GOLDEN, scripted());
+}
+
+#[test]
 fn this_build_writes_the_v3_bytes_of_the_previous_release() {
     assert_eq!(GOLDEN[0], 3, "the fixture is a v3 image");
     let history = scripted();
@@ -326,29 +332,15 @@ fn this_build_writes_the_v3_bytes_of_the_previous_release() {
 fn the_v4_image_decodes_to_the_same_state_and_writes_the_same_bytes() {
     assert_eq!(GOLDEN_V4[0], 4, "the fixture is a v4 image");
     let history = scripted_at(Some(3));
+    assert_eq!(history.m.cluster_version(), 3);
     assert!(
         history.m.snapshot() == GOLDEN_V4,
         "the scripted history no longer encodes to the v4 bytes"
     );
-    let mut decoded = Script {
-        m: LeaseMachine::restore(GOLDEN_V4).expect("the v4 image decodes"),
-        index: history.index,
-        stamp_ms: history.stamp_ms,
-        term: history.term,
-    };
-    decoded.m.check_invariants();
-    assert_eq!(decoded.m.cluster_version(), 3);
-    assert_eq!(decoded.m.stats(), history.m.stats());
-    assert_eq!(all_jobs(&decoded.m), all_jobs(&history.m));
+    let decoded = LeaseMachine::restore(GOLDEN_V4).expect("the v4 image decodes");
     assert!(
-        decoded.m.snapshot() == GOLDEN_V4,
+        decoded.snapshot() == GOLDEN_V4,
         "re-encoding changed its bytes"
     );
-    let mut history = history;
-    for (key, cmd) in continuation() {
-        let want = history.apply(key, cmd.clone());
-        let got = decoded.apply(key, cmd.clone());
-        assert_eq!(got, want, "{key:?} {cmd:?}");
-    }
-    assert!(decoded.m.snapshot() == history.m.snapshot());
+    decodes_to_the_history_state(GOLDEN_V4, history);
 }
