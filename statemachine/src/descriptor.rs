@@ -6,21 +6,19 @@
 //! rejections feed and the metric labels all read these instead of matching on
 //! `Command` themselves.
 //!
-//! Each command's descriptor is in its own file (`crate::commands`), and the list there
-//! gives every command one: a new command does not build until it has one, and a
-//! descriptor has no default scope rule. [`one_of_each`] builds one instance per variant
-//! for the tests that walk every kind.
+//! Each command's descriptor is in its own file (`commands/`), and the list there gives
+//! every command one: a new command does not build until it has one, and a descriptor
+//! has no default scope rule. `commands::one_of_each` builds one instance per variant for
+//! the tests that walk every kind.
 //!
-//! May import: `command` (the types described). No IO, no node concepts beyond the
-//! vocabulary of docs/api.md (operations, error codes).
+//! Below the commands: imports only `version` and the lease item a batch names
+//! (`commands/lease_item.rs`, which imports no command). No IO, no node concepts beyond
+//! the vocabulary of docs/api.md (operations, error codes).
 
 use std::fmt;
 
-use crate::command::{BatchItem, LeaseItem};
+use crate::commands::lease_item::LeaseItem;
 use crate::version::ClusterVersion;
-
-pub use crate::commands::{one_of_each, DESCRIPTORS};
-pub use crate::version::ENTRY_VERSION_MAX;
 
 /// What a request does, as far as permissions go (the role table is the node's
 /// `security::auth::Role::allows`). Commands carry theirs in their [`Descriptor`];
@@ -140,11 +138,12 @@ pub struct Descriptor {
     /// usually meets. Any other outcome still shows up once it happens.
     pub outcomes: &'static [&'static str],
     /// The entry version that introduced it: a node that applies up to
-    /// [`ENTRY_VERSION_MAX`] older than this cannot apply it.
+    /// `ENTRY_VERSION_MAX` older than this cannot apply it.
     pub since: ClusterVersion,
 }
 
-/// What one command names. A batch names nothing itself: its `items` do.
+/// What one command names. A batch names nothing itself: its items do
+/// (`Command::items`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Names<'a> {
     pub job_id: Option<&'a str>,
@@ -153,7 +152,6 @@ pub struct Names<'a> {
     pub owner: Option<&'a str>,
     /// The generation it presents (renew, complete, release).
     pub generation: Option<u64>,
-    pub items: &'a [BatchItem],
     /// The leases a batch renew or complete acts on, each by job id and generation.
     pub leases: &'a [LeaseItem],
 }
@@ -164,7 +162,6 @@ impl Names<'static> {
         queue: None,
         owner: None,
         generation: None,
-        items: &[],
         leases: &[],
     };
 }

@@ -56,9 +56,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use crate::command::{Outcome, Reply};
 use crate::limits::{self, IDEMPOTENCY_SCOPE_SHARE};
 use crate::machine::{Config, FixedHashMap};
+use crate::reply::{Outcome, Reply};
 use crate::snapshot::Inconsistency;
 use crate::version::ClusterVersion;
 use crate::wire::Job;

@@ -36,6 +36,7 @@
 pub mod command;
 pub mod commands;
 pub mod descriptor;
+mod hash;
 mod idempotency;
 pub mod limits;
 pub mod machine;
@@ -43,6 +44,7 @@ mod queries;
 mod queue_stats;
 pub mod raise;
 mod replies;
+pub mod reply;
 pub mod snapshot;
 pub mod tenant;
 pub mod version;
@@ -52,13 +54,13 @@ pub use command::{
     BatchItem, Command, CommandOf, Entry, LeaseItem, MembershipMark, NoBatch, NoScope, Outcome,
     Reply, ScopedCommand,
 };
-pub use descriptor::{
-    CommandScope, Descriptor, MissingJob, Names, Operation, DESCRIPTORS, ENTRY_VERSION_MAX,
-};
+pub use commands::DESCRIPTORS;
+pub use descriptor::{CommandScope, Descriptor, MissingJob, Names, Operation};
 pub use machine::{Config, EventFilter, FeedEvent, LeaseMachine, Stats};
 pub use queue_stats::QueueStats;
 pub use raise::{GenerationOverflow, Raised};
 pub use snapshot::{Inconsistency, SnapshotError, SnapshotFormat, SnapshotSource};
+pub use version::ENTRY_VERSION_MAX;
 pub use wire::{
     ApiError, ErrorBody, ErrorCode, Event, EventDetail, EventKind, EventPage, Job, JobPage,
     JobState, Lease,

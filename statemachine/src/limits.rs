@@ -4,7 +4,7 @@
 //! validates before sending, and the state machine validates again on apply (a log entry
 //! is never trusted to be well-formed). One implementation means the three can't drift.
 
-use crate::wire::{ApiError, ErrorCode};
+use crate::wire::error::{ApiError, ErrorCode};
 
 /// Job ids: 1–256 bytes of `A-Z a-z 0-9 . _ - : / @` (docs/api.md "Names and limits").
 pub const JOB_ID_LEN_MAX: usize = 256;
@@ -79,8 +79,9 @@ pub const PRIORITY_MIN: i32 = -1000;
 pub const PRIORITY_MAX: i32 = 1000;
 /// Largest `backoff_ms`, `backoff_ms_max` and release `delay_ms`: one day.
 pub const DELAY_MS_MAX: u64 = 86_400_000;
-/// `backoff_ms_max` when a submit gives none (or `backoff_ms`, if that is larger).
-pub const BACKOFF_MS_MAX_DEFAULT: u64 = 3_600_000;
+/// `backoff_ms_max` when a submit gives none (or `backoff_ms`, if that is larger): one
+/// hour. It lives beside the field it defaults (`wire/job.rs`), below this table.
+pub use crate::wire::job::BACKOFF_MS_MAX_DEFAULT;
 /// How far ahead of store time a `run_at_ms` may be: 366 days.
 pub const RUN_AT_AHEAD_MS_MAX: u64 = 366 * 86_400_000;
 /// Largest `progress` of a renew, encoded (413 `payload_too_large` past it).

@@ -7,9 +7,10 @@
 //! restore's generation raise answers `stale_lease` instead (issue 28 item 3). May import
 //! `idempotency`, `machine` and the wire types; nothing with IO.
 
-use crate::command::{Command, Outcome, Reply};
+use crate::commands::Command;
 use crate::idempotency::{parts, parts_mut, put_back, Kept, Remembered, Shared};
 use crate::machine::LeaseMachine;
+use crate::reply::{Outcome, Reply};
 use crate::version::ClusterVersion;
 use crate::wire::{ApiError, ErrorCode};
 

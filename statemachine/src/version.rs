@@ -1,11 +1,11 @@
 //! Entry versions and the cluster version (issue 29, item 5: rolling upgrades).
 //!
-//! Every [`Command`] has the *entry version* of the release that introduced it: a binary
+//! Every `Command` has the *entry version* of the release that introduced it: a binary
 //! that applies up to version `n` decodes and applies every command of version `≤ n`,
 //! and cannot decode a newer one (bincode refuses an unknown variant). Each node
 //! advertises the newest entry version it applies (`node/src/raft/versions.rs`); once
 //! every voter and learner advertises `≥ n`, the leader proposes
-//! [`Command::ActivateVersion`]`{ version: n }`, and from then on the *cluster version*
+//! `Command::ActivateVersion { version: n }`, and from then on the *cluster version*
 //! is `n`: it is replicated (in the log and in snapshots, format v4), so every replica
 //! agrees on it, and `apply` refuses a command above it — deterministically, whatever
 //! the leader's own check decided (that check can race a membership change).
@@ -15,14 +15,12 @@
 //! rolled back; after activation the previous release refuses the data dir.
 //!
 //! [`ClusterVersion`] is the table of the versions and what each brought. A command's
-//! entry version is its descriptor's `since` ([`Command::since`]). Pure; imports only
-//! `command`, `snapshot`'s format names and `wire`.
+//! entry version is its descriptor's `since` (`Command::since`). Pure; imports only the
+//! snapshot format names (`snapshot::format`) and the wire's errors (`wire::error`), so
+//! every command and rule can ask it. The activation command itself, and
+//! `commands::activation`, are in `commands/activate.rs`.
 
-use crate::command::{Command, MembershipMark};
-use crate::commands::{ActivateVersion, ActivateVersionIn};
-#[cfg(test)]
-use crate::commands::{Claim, Tick};
-use crate::wire::{ApiError, ErrorCode};
+use crate::wire::error::{ApiError, ErrorCode};
 
 /// Every entry version, oldest first: the one table of what a version number means
 /// (issue 45 item 4). A command's descriptor names the version that introduced it
@@ -58,11 +56,11 @@ pub enum ClusterVersion {
     ///   replica restored from a pre-1.1 image holds the same bytes (`snapshot/v5.rs`).
     BoundedReplies = 7,
     /// Issue 44 item 5: the activation names the membership the leader checked
-    /// ([`crate::Command::ActivateVersionIn`]); a node applies it only while that
+    /// (`Command::ActivateVersionIn`); a node applies it only while that
     /// membership is the latest, so a member added between the poll and the entry cannot
     /// be handed entries it cannot decode. An activation to this version or later is
     /// written in that form (every member decodes it by then); to an older one, as
-    /// [`crate::Command::ActivateVersion`].
+    /// `Command::ActivateVersion`.
     CheckedActivation = 8,
 }
 
@@ -82,8 +80,8 @@ impl ClusterVersion {
 
     /// The snapshot format a machine at `cluster_version` writes: the oldest that carries
     /// its state, so every node the cluster version admits can read it.
-    pub const fn snapshot_format(cluster_version: u32) -> crate::SnapshotFormat {
-        use crate::SnapshotFormat as F;
+    pub const fn snapshot_format(cluster_version: u32) -> crate::snapshot::format::SnapshotFormat {
+        use crate::snapshot::format::SnapshotFormat as F;
         if ClusterVersion::Events.active_at(cluster_version) {
             F::V6
         } else if ClusterVersion::Lifecycle.active_at(cluster_version) {
@@ -136,20 +134,6 @@ pub fn validate_activation(version: u32) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// The activation of `version`, decided against the membership entry `membership`: in
-/// the form that names it from [`VERSION_CHECKED_ACTIVATION`] on (every member decodes
-/// it by then), as the plain form before.
-pub fn activation(version: u32, membership: MembershipMark) -> Command {
-    if ClusterVersion::CheckedActivation.active_at(version) {
-        Command::ActivateVersionIn(ActivateVersionIn {
-            version,
-            membership,
-        })
-    } else {
-        Command::ActivateVersion(ActivateVersion { version })
-    }
-}
-
 /// The cluster version after applying `ActivateVersion { version }` at `current`: it
 /// only ever rises (a repeated or older activation changes nothing).
 pub fn activated(current: u32, version: u32) -> u32 {
@@ -157,68 +141,4 @@ pub fn activated(current: u32, version: u32) -> u32 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_version_table_is_consecutive_and_its_newest_is_the_build_s() {
-        use ClusterVersion as V;
-        let all = [
-            V::First,
-            V::Versions,
-            V::Scoped,
-            V::Lifecycle,
-            V::Events,
-            V::Batches,
-            V::BoundedReplies,
-            V::CheckedActivation,
-        ];
-        let numbers: Vec<u32> = all.iter().map(|v| v.number()).collect();
-        assert_eq!(numbers, (1..=ENTRY_VERSION_MAX).collect::<Vec<_>>());
-        assert_eq!(all.last(), Some(&V::NEWEST));
-        let newest_since = crate::DESCRIPTORS.iter().map(|d| d.since).max();
-        assert!(
-            newest_since <= Some(V::NEWEST),
-            "a command newer than the table"
-        );
-        assert!(V::Events.active_at(5) && !V::Events.active_at(4));
-        let formats: Vec<_> = (1..=ENTRY_VERSION_MAX).map(V::snapshot_format).collect();
-        use crate::SnapshotFormat as F;
-        assert_eq!(
-            formats,
-            [F::V3, F::V4, F::V4, F::V5, F::V6, F::V6, F::V6, F::V6]
-        );
-    }
-    use crate::command::{BatchItem, Command};
-
-    #[test]
-    fn every_command_of_the_first_release_is_version_1_and_activation_is_2() {
-        let claim = Command::Claim(Claim {
-            job_id: "a".into(),
-            owner: "w".into(),
-            ttl_ms: 1_000,
-        });
-        assert_eq!(Command::since(&claim), 1);
-        assert_eq!(Command::since(&Command::Tick(Tick)), 1);
-        let activate = Command::ActivateVersion(ActivateVersion { version: 2 });
-        assert_eq!(Command::since(&activate), 2);
-        assert!(Command::since(&activate) <= ENTRY_VERSION_MAX);
-        let item = |command| BatchItem {
-            idempotency_key: None,
-            command,
-        };
-        let batch = Command::Batch(vec![item(claim), item(activate)]);
-        assert_eq!(
-            Command::since(&batch),
-            2,
-            "a batch is as new as its newest item"
-        );
-    }
-
-    #[test]
-    fn the_cluster_version_only_rises() {
-        assert_eq!(activated(CLUSTER_VERSION_INITIAL, 2), 2);
-        assert_eq!(activated(2, 2), 2);
-        assert_eq!(activated(3, 2), 3);
-    }
-}
+mod tests;

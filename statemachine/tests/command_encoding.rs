@@ -7,13 +7,13 @@
 //! previous release would break — add a new variant at the end instead.
 //!
 //! Descriptors: every variant has one, in variant order, consistent with what it names;
-//! a new variant fails here until it is listed (`descriptor::one_of_each`).
+//! a new variant fails here until it is listed (`commands::one_of_each`).
 
+use leasehold_statemachine::commands::one_of_each;
 use leasehold_statemachine::commands::{
     ActivateVersion, ActivateVersionIn, Cancel, ClaimNextMany, CompleteMany, Delete, Fail, Redrive,
     ReleaseWith, RenewMany, RenewWith, Retry, SubmitWith, Tick,
 };
-use leasehold_statemachine::descriptor::one_of_each;
 use leasehold_statemachine::{
     BatchItem, Command, CommandScope, Entry, Operation, DESCRIPTORS, ENTRY_VERSION_MAX,
 };
@@ -163,7 +163,7 @@ fn every_scope_rule_covers_what_its_command_names() {
             CommandScope::StoredJob(_) => {
                 assert!(n.job_id.is_some() && n.queue.is_none(), "{kind}")
             }
-            CommandScope::Items => assert!(!n.items.is_empty(), "{kind}: carries commands"),
+            CommandScope::Items => assert!(!cmd.items().is_empty(), "{kind}: carries commands"),
             CommandScope::Leases => assert!(
                 !n.leases.is_empty() && n.job_id.is_none() && n.queue.is_none(),
                 "{kind}: acts on the leases it lists"
@@ -176,7 +176,7 @@ fn every_scope_rule_covers_what_its_command_names() {
                 "{kind} names a job: its rule must check it"
             );
         }
-        if !n.items.is_empty() {
+        if !cmd.items().is_empty() {
             assert_eq!(d.scope, CommandScope::Items, "{kind}");
         }
         if !n.leases.is_empty() {

@@ -385,7 +385,7 @@ fn every_client_command_kind_under_a_scope_moves_no_job_outside_it() {
         job_prefix: Some("j".into()),
     };
     let mut kinds = 0;
-    for cmd in leasehold_statemachine::descriptor::one_of_each() {
+    for cmd in leasehold_statemachine::commands::one_of_each() {
         let Ok(scoped) = ScopedCommand::new(scope.clone(), cmd.clone()) else {
             continue; // internal commands, batches and scoped ones are never scoped
         };

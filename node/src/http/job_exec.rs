@@ -229,7 +229,11 @@ fn render_batch(status: StatusCode, command: &Command, replies: &[Reply]) -> Res
         Command::ClaimNextMany(ClaimNextMany { .. }) => {
             LeasesReply::of(replies).map(|r| json_response(status, &r))
         }
-        _ => BatchResults::of(command, replies).map(|r| json_response(status, &r)),
+        _ => {
+            let leases = command.names().leases;
+            let job_ids: Vec<&str> = leases.iter().map(|l| l.job_id.as_str()).collect();
+            BatchResults::of(&job_ids, replies).map(|r| json_response(status, &r))
+        }
     };
     body.unwrap_or_else(|| {
         error_response(&ApiError::new(

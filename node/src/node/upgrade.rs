@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use leasehold_statemachine::version::activation;
+use leasehold_statemachine::commands::activation;
 use leasehold_statemachine::{MembershipMark, Outcome};
 use openraft::ServerState;
 use tokio::time::Instant;

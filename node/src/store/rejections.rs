@@ -294,7 +294,7 @@ mod tests {
     fn every_kind_shows_what_it_names() {
         let stale = Err(ApiError::new(ErrorCode::StaleLease, "refused"));
         let (j, q, o) = (Some("j"), Some("q"), Some("o"));
-        for cmd in leasehold_statemachine::descriptor::one_of_each() {
+        for cmd in leasehold_statemachine::commands::one_of_each() {
             let mut r = RecentRejections::default();
             r.record(1, 1, &cmd, &stale);
             let want = match cmd.kind() {

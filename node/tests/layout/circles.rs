@@ -29,25 +29,26 @@ const CRATES_NOT_YET_CHECKED: [&str; 0] = [];
 /// yet, each as its tree and its files. Any other circle fails, and so does a listed one
 /// that is gone or has changed: the list only shrinks.
 ///
-/// statemachine's files are still one circle: the commands' rules and the machine import
-/// each other (`LeaseMachine::apply` dispatches through `commands`, the rules' shared
-/// steps are in `machine::rules`), as do `limits` and `wire`, `tenant` checks commands
-/// and `descriptor` lists them. Breaking it is issue 45 item 7 (the entry's apply above
-/// the machine, `Reply` below the commands, the command trait in its own file). Until
-/// then a new file that joins it changes this entry, and this test names it.
+/// statemachine's commands and machine are still one circle: the commands' rules and the
+/// machine import each other (`LeaseMachine::apply` dispatches through `commands`, the
+/// rules' shared steps are in `machine::rules`), each command file imports the list in
+/// `commands/mod.rs` that names it, and the snapshot formats import their parent. The
+/// layers below are out of it (`wire`, `limits`, `reply`, `hash`, `version`,
+/// `descriptor`, `tenant`, `queue_stats`, `machine::jobs`). Breaking the rest is issue 45
+/// item 7 (the entry's apply above the machine, the command trait and the list in files
+/// of their own). Until then a new file that joins it changes this entry, and this test
+/// names it.
 const CIRCLES_NOT_YET_BROKEN: &[&str] = &[
     "node/src: fsio fsio::fault fsio::fault::journal",
     concat!(
         "statemachine/src: command commands commands::activate commands::batch ",
-        "commands::cancel commands::claim commands::claim_next commands::claim_next_many ",
-        "commands::complete commands::complete_many commands::delete commands::fail ",
-        "commands::lease_item commands::redrive commands::release commands::renew ",
-        "commands::renew_many commands::retry commands::scoped commands::submit commands::tick ",
-        "descriptor idempotency limits machine machine::batches machine::jobs ",
-        "machine::jobs::events machine::jobs::indexes machine::jobs::record ",
-        "machine::jobs::transition machine::lifecycle machine::reads machine::rules ",
-        "machine::scoped queue_stats snapshot snapshot::v1 snapshot::v3 snapshot::v5 ",
-        "snapshot::v6 tenant version wire wire::batch"
+        "commands::cancel commands::claim commands::claim_next ",
+        "commands::claim_next_many commands::complete commands::complete_many ",
+        "commands::delete commands::fail commands::redrive commands::release ",
+        "commands::renew commands::renew_many commands::retry commands::scoped ",
+        "commands::submit commands::tick idempotency machine machine::batches ",
+        "machine::lifecycle machine::reads machine::rules machine::scoped snapshot ",
+        "snapshot::v1 snapshot::v3 snapshot::v5 snapshot::v6",
     ),
 ];
 

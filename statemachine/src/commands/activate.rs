@@ -9,10 +9,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::command::{Outcome, Reply};
-use crate::commands::{unscoped, At, CommandKind, Tick};
+use crate::commands::{unscoped, At, Command, CommandKind, Tick};
 use crate::descriptor::{Descriptor, Names};
 use crate::machine::LeaseMachine;
+use crate::reply::{Outcome, Reply};
 use crate::tenant::Scope;
 use crate::version::ClusterVersion;
 use crate::wire::ApiError;
@@ -98,5 +98,19 @@ impl CommandKind for ActivateVersionIn {
                 index: 42,
             },
         }
+    }
+}
+
+/// The activation of `version`, decided against the membership entry `membership`: in
+/// the form that names it from [`VERSION_CHECKED_ACTIVATION`] on (every member decodes
+/// it by then), as the plain form before.
+pub fn activation(version: u32, membership: MembershipMark) -> Command {
+    if ClusterVersion::CheckedActivation.active_at(version) {
+        Command::ActivateVersionIn(ActivateVersionIn {
+            version,
+            membership,
+        })
+    } else {
+        Command::ActivateVersion(ActivateVersion { version })
     }
 }

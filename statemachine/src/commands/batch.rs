@@ -7,11 +7,11 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::command::Reply;
 use crate::commands::{At, Command, CommandKind, CommandOf, Delete, ScopedCommand, Tick};
 use crate::descriptor::{CommandScope, Descriptor, Names};
 use crate::limits;
 use crate::machine::LeaseMachine;
+use crate::reply::Reply;
 use crate::tenant::Scope;
 use crate::wire::{ApiError, ErrorCode};
 
@@ -56,11 +56,9 @@ impl CommandKind for Vec<BatchItem> {
         ..*Tick::DESCRIPTOR
     };
 
+    /// Nothing: its items name what they act on (`Command::items`).
     fn names(&self) -> Names<'_> {
-        Names {
-            items: self,
-            ..Names::NONE
-        }
+        Names::NONE
     }
 
     /// Only the shape: each item's command is validated when it is applied, and gets

@@ -5,8 +5,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::command::Outcome;
-use crate::command::Reply;
 use crate::commands::{At, Command, CommandKind};
 use crate::descriptor::{CommandScope, Descriptor, MissingJob, Names, Operation};
 use crate::limits;
@@ -14,6 +12,8 @@ use crate::machine::jobs::record::{Closed, Place};
 use crate::machine::jobs::transition::Cause;
 use crate::machine::rules::not_found;
 use crate::machine::LeaseMachine;
+use crate::reply::Outcome;
+use crate::reply::Reply;
 use crate::tenant::Scope;
 use crate::version::ClusterVersion;
 use crate::wire::ErrorCode;

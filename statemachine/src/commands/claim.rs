@@ -5,7 +5,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::command::Reply;
 use crate::commands::{At, Command, CommandKind};
 use crate::descriptor::{CommandScope, Descriptor, MissingJob, Names, Operation};
 use crate::limits;
@@ -13,6 +12,7 @@ use crate::machine::jobs::record::Place;
 use crate::machine::jobs::transition::Cause;
 use crate::machine::rules::closed;
 use crate::machine::LeaseMachine;
+use crate::reply::Reply;
 use crate::tenant::Scope;
 use crate::version::ClusterVersion;
 use crate::wire::ErrorCode;

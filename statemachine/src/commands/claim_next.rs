@@ -5,12 +5,12 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::command::Outcome;
-use crate::command::Reply;
 use crate::commands::{At, ClaimNextMany, Command, CommandKind};
 use crate::descriptor::{CommandScope, Descriptor, Names, Operation};
 use crate::limits;
 use crate::machine::LeaseMachine;
+use crate::reply::Outcome;
+use crate::reply::Reply;
 use crate::tenant::Scope;
 use crate::version::ClusterVersion;
 use crate::wire::ErrorCode;

@@ -7,12 +7,12 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::command::Outcome;
-use crate::command::Reply;
 use crate::commands::{At, ClaimNext, CommandKind};
 use crate::descriptor::{Descriptor, Names};
 use crate::limits;
 use crate::machine::LeaseMachine;
+use crate::reply::Outcome;
+use crate::reply::Reply;
 use crate::tenant::Scope;
 use crate::version::ClusterVersion;
 use crate::wire::ApiError;

@@ -5,8 +5,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::command::Outcome;
-use crate::command::Reply;
 use crate::commands::renew::LEASE_HOLDER_OUTCOMES;
 use crate::commands::{At, Command, CommandKind, Renew};
 use crate::descriptor::{Descriptor, Names, Operation};
@@ -15,6 +13,8 @@ use crate::machine::jobs::record::{Closed, Place};
 use crate::machine::jobs::transition::Cause;
 use crate::machine::rules::Holder;
 use crate::machine::LeaseMachine;
+use crate::reply::Outcome;
+use crate::reply::Reply;
 use crate::tenant::Scope;
 use crate::wire::{json_text, ApiError, CompleteRequest};
 

@@ -4,8 +4,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::command::Outcome;
-use crate::command::Reply;
 use crate::commands::{At, CommandKind, Renew};
 use crate::descriptor::{Descriptor, Names, Operation};
 use crate::idempotency::Bounds;
@@ -13,6 +11,8 @@ use crate::machine::jobs::record::Place;
 use crate::machine::jobs::transition::Cause;
 use crate::machine::rules::not_found;
 use crate::machine::LeaseMachine;
+use crate::reply::Outcome;
+use crate::reply::Reply;
 use crate::tenant::Scope;
 use crate::wire::ErrorCode;
 

@@ -5,14 +5,14 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::command::Outcome;
-use crate::command::Reply;
 use crate::commands::{validate_error, At, Command, CommandKind, Renew};
 use crate::descriptor::{Descriptor, Names, Operation};
 use crate::machine::jobs::record::{Closed, Place};
 use crate::machine::jobs::transition::Cause;
 use crate::machine::rules::Holder;
 use crate::machine::LeaseMachine;
+use crate::reply::Outcome;
+use crate::reply::Reply;
 use crate::tenant::Scope;
 use crate::version::ClusterVersion;
 use crate::wire::{ApiError, FailRequest};

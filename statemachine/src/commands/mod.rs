@@ -23,10 +23,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::command::Reply;
 use crate::descriptor::{Descriptor, Names};
 use crate::limits;
 use crate::machine::LeaseMachine;
+use crate::reply::Reply;
 use crate::tenant::Scope;
 use crate::wire::{ApiError, ErrorCode};
 
@@ -40,7 +40,7 @@ pub(crate) mod complete;
 mod complete_many;
 mod delete;
 mod fail;
-mod lease_item;
+pub(crate) mod lease_item;
 mod redrive;
 mod release;
 pub(crate) mod renew;
@@ -53,7 +53,7 @@ mod tick;
 #[cfg(test)]
 mod tests;
 
-pub use activate::{ActivateVersion, ActivateVersionIn, MembershipMark};
+pub use activate::{activation, ActivateVersion, ActivateVersionIn, MembershipMark};
 pub use batch::{BatchItem, NoBatch};
 pub use cancel::Cancel;
 pub use claim::Claim;
@@ -259,7 +259,7 @@ impl Command {
     /// "same idempotency key, different request". FNV-1a over the bincode encoding: both
     /// are fixed by their specifications, so every replica computes the same value.
     pub fn fingerprint(&self) -> u64 {
-        crate::command::fnv1a(&bincode::serialize(self).expect("commands always encode"))
+        crate::hash::fnv1a(&bincode::serialize(self).expect("commands always encode"))
     }
 
     pub fn descriptor(&self) -> &'static Descriptor {
@@ -275,10 +275,18 @@ impl Command {
         self.descriptor().name
     }
 
+    /// The items of a batch; none for any other command.
+    pub fn items(&self) -> &[BatchItem] {
+        match self {
+            Command::Batch(items) => items,
+            _ => &[],
+        }
+    }
+
     /// The command itself, or for a batch every command it carries (depth first): what
     /// auth and scopes check one by one.
     pub fn leaves(&self) -> Vec<&Command> {
-        match self.names().items {
+        match self.items() {
             [] => vec![self],
             items => items.iter().flat_map(|i| i.command.leaves()).collect(),
         }
@@ -293,7 +301,7 @@ impl Command {
             _ => self.descriptor().since,
         }
         .number();
-        let items = self.names().items.iter().map(|i| i.command.since());
+        let items = self.items().iter().map(|i| i.command.since());
         items.fold(own, u32::max)
     }
 }

@@ -6,8 +6,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::command::Outcome;
-use crate::command::Reply;
 use crate::commands::{At, Command, CommandKind};
 use crate::descriptor::{CommandScope, Descriptor, MissingJob, Names, Operation};
 use crate::limits;
@@ -16,6 +14,8 @@ use crate::machine::jobs::transition::Cause;
 use crate::machine::rules::lease_of;
 use crate::machine::rules::Holder;
 use crate::machine::LeaseMachine;
+use crate::reply::Outcome;
+use crate::reply::Reply;
 use crate::tenant::Scope;
 use crate::version::ClusterVersion;
 use crate::wire::{json_text, ApiError, RenewRequest};

@@ -6,13 +6,13 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::command::Reply;
 use crate::commands::lease_item::{validate_lease_items, LeaseItem};
 use crate::commands::{At, Command, CommandKind};
 use crate::descriptor::{CommandScope, Descriptor, Names, Operation};
 use crate::limits;
 use crate::machine::batches::LeaseOp;
 use crate::machine::LeaseMachine;
+use crate::reply::Reply;
 use crate::tenant::Scope;
 use crate::version::ClusterVersion;
 use crate::wire::{ApiError, RenewLeasesRequest};

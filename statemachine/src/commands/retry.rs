@@ -6,14 +6,14 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::command::Outcome;
-use crate::command::Reply;
 use crate::commands::{At, Cancel, Command, CommandKind};
 use crate::descriptor::{Descriptor, Names, Operation};
 use crate::limits;
 use crate::machine::lifecycle::not_retryable;
 use crate::machine::rules::not_found;
 use crate::machine::LeaseMachine;
+use crate::reply::Outcome;
+use crate::reply::Reply;
 use crate::tenant::Scope;
 use crate::wire::ErrorCode;
 use crate::wire::{ApiError, RetryRequest};

@@ -7,11 +7,11 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::command::Reply;
 use crate::commands::{At, Command, CommandKind, CommandOf, Delete, NoBatch, Tick};
 use crate::descriptor::{Descriptor, Names, Operation};
 use crate::machine::LeaseMachine;
-use crate::tenant::{QueuePattern, Scope};
+use crate::reply::Reply;
+use crate::tenant::{OutOfScope, QueuePattern, Scope};
 use crate::version::ClusterVersion;
 use crate::wire::{ApiError, ErrorCode};
 
@@ -108,5 +108,30 @@ impl CommandKind for ScopedCommand {
             },
             command: Box::new(Command::Delete(Delete::example())),
         }
+    }
+}
+
+/// A scope decided on a command, for the node that builds it and the machine that
+/// applies it (`tenant.rs` holds the rules by descriptor; these walk a command's facts).
+impl Scope {
+    /// A command (a batch item by item: `Command::leaves`) by its descriptor: what its
+    /// rule refuses outright, then every queue and job id it names.
+    pub fn check_command(&self, cmd: &Command) -> Result<(), OutOfScope> {
+        cmd.leaves().into_iter().try_for_each(|leaf| {
+            let (descriptor, names) = leaf.facts();
+            self.check_names(descriptor.scope, &names)
+        })
+    }
+
+    /// Whether the command's rule is met by the job it names as stored
+    /// ([`Scope::check_stored_names`]); its own names were checked with
+    /// [`Scope::check_command`].
+    pub fn check_stored(
+        &self,
+        cmd: &Command,
+        stored: Option<(&str, &str)>,
+    ) -> Result<(), ApiError> {
+        let (descriptor, names) = cmd.facts();
+        self.check_stored_names(descriptor.scope, &names, stored)
     }
 }

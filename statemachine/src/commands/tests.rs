@@ -3,7 +3,7 @@
 //!
 //! May import: `command`, `commands`, `limits`, `wire`.
 
-use crate::command::Command;
+use crate::commands::Command;
 use crate::commands::Submit;
 use crate::limits;
 use crate::wire::{CompleteRequest, ErrorCode, SubmitRequest};

@@ -6,10 +6,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::command::{Outcome, Reply};
 use crate::commands::{unscoped, At, CommandKind};
 use crate::descriptor::{CommandScope, Descriptor, Names, Operation};
 use crate::machine::LeaseMachine;
+use crate::reply::{Outcome, Reply};
 use crate::tenant::Scope;
 use crate::version::ClusterVersion;
 

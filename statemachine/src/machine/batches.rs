@@ -10,10 +10,11 @@
 //!
 //! May import: `command`, `commands` (the single calls' rules), `tenant`, `wire`.
 
-use crate::command::{LeaseItem, Outcome, Reply};
 use crate::commands::At;
+use crate::commands::LeaseItem;
 use crate::machine::rules::Holder;
 use crate::machine::LeaseMachine;
+use crate::reply::{Outcome, Reply};
 use crate::tenant::{not_found, Scope};
 
 /// What a batch renew or complete does to each of its leases.

@@ -36,10 +36,12 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::command::{BatchItem, Command, Entry, Outcome, Reply};
+use crate::command::Entry;
 use crate::commands::At;
+use crate::commands::{BatchItem, Command};
 use crate::idempotency::{Bounds, IdempotencyTable, Remembered};
 use crate::limits;
+use crate::reply::{Outcome, Reply};
 use crate::version::ClusterVersion;
 use crate::wire::{ApiError, ErrorCode};
 
@@ -47,12 +49,13 @@ pub(crate) mod batches;
 pub(crate) mod jobs;
 pub(crate) mod lifecycle;
 mod reads;
-pub use jobs::events::FeedEvent;
+pub use jobs::history::FeedEvent;
 pub use reads::EventFilter;
 pub(crate) mod rules;
 mod scoped;
 
-pub(crate) use jobs::events::{EventLog, History};
+pub(crate) use jobs::events::EventLog;
+pub(crate) use jobs::history::History;
 pub(crate) use jobs::indexes::FixedHashMap;
 pub(crate) use jobs::record::{Closed, JobFields, JobRecord, Lifecycle, Past, Place, Progress};
 pub(crate) use jobs::Jobs;

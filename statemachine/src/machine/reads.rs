@@ -5,10 +5,11 @@
 
 use crate::limits;
 use crate::machine::LeaseMachine;
+use crate::queue_stats::QueueStats;
 use crate::tenant::Scope;
 use std::sync::Arc;
 
-use crate::machine::jobs::events::{FeedEvent, HistoryEntry, HistoryKind};
+use crate::machine::jobs::history::{FeedEvent, HistoryEntry, HistoryKind};
 use crate::wire::{ApiError, ErrorCode, Event, EventPage, History, Job, JobPage, JobState};
 
 fn check_limit(limit: usize) -> Result<(), ApiError> {
@@ -195,5 +196,17 @@ pub(crate) fn this_incarnation(entries: &[HistoryEntry]) -> &[HistoryEntry] {
     match body.iter().rposition(|e| e.kind == HistoryKind::Deleted) {
         Some(i) => &entries[i + 1..],
         None => entries,
+    }
+}
+
+impl LeaseMachine {
+    /// Every queue that holds a job, by name, with its jobs by state.
+    pub fn queue_stats(&self) -> impl Iterator<Item = (&str, &QueueStats)> + '_ {
+        self.jobs.ix().counts.iter().map(|(q, s)| (q.as_str(), s))
+    }
+
+    /// Number of queues that hold at least one job.
+    pub fn queue_count(&self) -> usize {
+        self.jobs.ix().counts.len()
     }
 }

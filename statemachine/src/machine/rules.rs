@@ -6,12 +6,12 @@
 //! `Jobs`; nothing here edits an index, a count or a place. May import `jobs`,
 //! `lifecycle`, `wire`, `limits`, `tenant` and `version`.
 
-use crate::command::{Outcome, Reply};
 use crate::machine::jobs::record::{Closed, JobFields, JobRecord, Lifecycle, Place};
 use crate::machine::jobs::transition::{Cause, JobMut};
 use crate::machine::jobs::Added;
 use crate::machine::lifecycle::Wait;
 use crate::machine::LeaseMachine;
+use crate::reply::{Outcome, Reply};
 pub(crate) use crate::tenant::not_found;
 use crate::version::ClusterVersion;
 use crate::wire::{ApiError, ErrorCode, Lease};

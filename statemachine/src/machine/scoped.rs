@@ -12,9 +12,10 @@
 //! May import: `command`, `descriptor`, `tenant`, `wire`, and the machine's record and
 //! rules.
 
-use crate::command::{Reply, ScopedCommand};
 use crate::commands::At;
+use crate::commands::ScopedCommand;
 use crate::machine::LeaseMachine;
+use crate::reply::Reply;
 use crate::tenant::Scope;
 use crate::wire::{ApiError, ErrorCode};
 

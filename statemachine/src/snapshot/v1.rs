@@ -14,9 +14,9 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::command::{Outcome, Reply};
 use crate::idempotency::{Kept, Remembered};
 use crate::machine::{Closed, Config, History, JobFields, JobRecord, Lifecycle, Past, Place};
+use crate::reply::{Outcome, Reply};
 use crate::snapshot::{Header, Inconsistency};
 use crate::wire::{ApiError, ErrorCode, Job, JobState, Lease};
 

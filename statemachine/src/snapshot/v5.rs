@@ -16,9 +16,9 @@ use std::sync::Arc;
 use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
 
-use crate::command::{Outcome, Reply};
 use crate::idempotency::{Kept, Remembered};
 use crate::machine::{Closed, History, JobFields, JobRecord, Lifecycle, Past, Place, Progress};
+use crate::reply::{Outcome, Reply};
 use crate::snapshot::v1::{HeaderV1, StateV1};
 use crate::snapshot::v3::SharedV3;
 use crate::snapshot::{ImageRef, Inconsistency};

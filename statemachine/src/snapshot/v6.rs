@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::machine::jobs::events::{FeedEvent, HistoryEntry};
+use crate::machine::jobs::history::{FeedEvent, HistoryEntry};
 use crate::machine::{EventLog, History};
 use crate::snapshot::{ImageRef, Inconsistency};
 
@@ -154,7 +154,8 @@ fn feed_of(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::command::{Command, Entry};
+    use crate::command::Entry;
+    use crate::commands::Command;
     use crate::machine::LeaseMachine;
 
     fn apply(m: &mut LeaseMachine, index: u64, command: Command) {
@@ -172,7 +173,7 @@ mod tests {
     #[test]
     fn the_borrowed_encoding_is_v6s_byte_for_byte() {
         let mut m = LeaseMachine::default();
-        let version = crate::descriptor::ENTRY_VERSION_MAX;
+        let version = crate::version::ENTRY_VERSION_MAX;
         apply(
             &mut m,
             1,

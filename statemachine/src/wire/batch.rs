@@ -2,21 +2,22 @@
 //! `/v1/leases/complete` (requests and their per-item results) and claim-next's
 //! `{"leases": […]}` answer when it carries `max_jobs`.
 //!
-//! A request becomes one [`Command`] (`RenewMany`, `CompleteMany`): each item's JSON
+//! A request becomes one command (`RenewMany`, `CompleteMany`): each item's JSON
 //! text is checked as the single call's is (size, depth), and a bad item refuses the
 //! whole request, naming it (`leases[3].progress: …`). The answer lists one result per
 //! item in request order: the single call's success body (`lease` or `job`) or its
 //! `error` object.
 //!
-//! May import the rest of `wire`, `command` and `limits`.
+//! May import `wire::error`, `wire::job`, `reply` and `limits`.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use super::{ApiError, Job, Lease};
-use crate::command::{Command, Outcome, Reply};
 use crate::limits;
+use crate::reply::{Outcome, Reply};
+use crate::wire::error::ApiError;
+use crate::wire::job::{Job, Lease};
 
 /// One lease of `POST /v1/leases/renew`.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -95,16 +96,16 @@ pub struct BatchResults {
 }
 
 impl BatchResults {
-    /// The results of a batch renew or complete, paired with its items in order; `None`
-    /// when `cmd` is not one or the replies do not match its items.
-    pub fn of(cmd: &Command, replies: &[Reply]) -> Option<BatchResults> {
-        let items = cmd.names().leases;
-        if items.is_empty() || items.len() != replies.len() {
+    /// The results of a batch renew or complete, paired in order with the job ids of
+    /// its items (`Command::names().leases`); `None` when there are none or the replies
+    /// do not match them.
+    pub fn of(job_ids: &[&str], replies: &[Reply]) -> Option<BatchResults> {
+        if job_ids.is_empty() || job_ids.len() != replies.len() {
             return None;
         }
-        let results = items.iter().zip(replies).map(|(item, reply)| {
+        let results = job_ids.iter().zip(replies).map(|(job_id, reply)| {
             let mut r = BatchResult {
-                job_id: item.job_id.clone(),
+                job_id: (*job_id).to_owned(),
                 lease: None,
                 job: None,
                 error: None,

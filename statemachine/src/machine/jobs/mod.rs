@@ -25,11 +25,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 pub(crate) mod events;
+pub(crate) mod history;
 pub(crate) mod indexes;
 pub(crate) mod record;
 pub(crate) mod transition;
 
-use events::{Change, EventLog, History};
+use events::{Change, EventLog};
+use history::History;
 use indexes::Indexes;
 use record::{JobFields, JobRecord, Place};
 use transition::{transition, Cause, JobMut};

@@ -7,7 +7,7 @@
 //! [`JobRecord::view`]. May import `wire`; no serde: the snapshot formats have their
 //! own record types (`snapshot/`), converted to and from this one.
 
-use crate::machine::jobs::events::History;
+use crate::machine::jobs::history::History;
 use crate::wire::{Job, JobState};
 
 /// Where a job is. Every place is an index entry: `Scheduled` in the due-time set,
@@ -66,11 +66,11 @@ pub(crate) struct Progress {
 /// read through [`JobRecord::place`], [`JobRecord::past`] and [`JobRecord::history`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct JobRecord {
-    pub(in crate::machine::jobs) fields: JobFields,
-    pub(in crate::machine::jobs) place: Place,
-    pub(in crate::machine::jobs) past: Past,
+    pub(super) fields: JobFields,
+    pub(super) place: Place,
+    pub(super) past: Past,
     /// Its last events (`events.rs`).
-    pub(in crate::machine::jobs) history: History,
+    pub(super) history: History,
 }
 
 /// What a job's rules may change directly: everything but its place.

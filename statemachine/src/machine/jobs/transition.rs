@@ -23,40 +23,10 @@
 //! reaches [`EventLog::record`] with both places and the cause.
 //! May import `record`, `indexes` and `events`.
 
+pub(crate) use crate::machine::jobs::events::Cause;
 use crate::machine::jobs::events::{Change, EventLog};
 use crate::machine::jobs::indexes::Indexes;
 use crate::machine::jobs::record::{JobFields, JobRecord, Past, Place};
-
-/// Why a job changes place: what an event will say.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Cause {
-    /// Created by a submit.
-    Submit,
-    /// Created by a claim of an id never seen (it enters `Ready`, then is claimed); or
-    /// granted a lease.
-    Claim,
-    Renew,
-    Complete,
-    Release,
-    /// Its lease ran out (settled at the first entry whose store time reaches it).
-    Expire,
-    /// A claim found its attempts used up, or the holder failed the job.
-    Fail,
-    /// Store time reached a scheduled job's due time.
-    Due,
-    /// A cancel of a pending job. (A lease's end that carries out a requested cancel
-    /// keeps its own cause, `Release` or `Expire`; the event log sees where it went.)
-    Cancel,
-    /// A cancel of a held lease: the job stays where it is (an event, no move).
-    CancelRequest,
-    /// A retry or a redrive of a failed or cancelled job.
-    Retry,
-    Delete,
-    /// A new leader term's failover grace lengthened its lease.
-    Grace,
-    /// A restore from a backup held its lease (`raise_generations`).
-    Raise,
-}
 
 /// Job `handle`'s record, open for change, with the transition point at hand: rules
 /// edit its fields (never its place) and move it with [`JobMut::move_to`]. Holding the
