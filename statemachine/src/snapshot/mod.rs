@@ -7,20 +7,32 @@
 //! # Formats are versioned (the rule)
 //! What a snapshot carries is written through types of its own, named after the format
 //! that introduced them (`v1.rs`: `JobRecordV1`, `ReplyV1`…; `v3.rs`: `RememberedV3`),
-//! converted to and from the in-memory types (`JobRecord`, `Remembered`, `wire::Job`),
-//! never the in-memory types themselves: a new field in memory or on the HTTP wire then
-//! changes no snapshot byte. The rules, as `node/src/store/wal/format.rs` has for WAL
-//! records:
+//! written from the in-memory types (`JobRecord`, `Remembered`, `wire::Job`) and read
+//! back through a chain of images, never the in-memory types themselves: a new field in
+//! memory or on the HTTP wire then changes no snapshot byte. The rules, as
+//! `node/src/store/wal/format.rs` has for WAL records:
 //! - a format, once released, never changes: the same state encodes to the same bytes
 //!   (golden images: v3 and v4 in `tests/snapshot_golden.rs`, v5 and v6 in
 //!   `tests/snapshot_golden_v5_v6.rs`; v1 and v2, no longer written, decode in the
 //!   v1-keyed and v2-raised fixtures);
-//! - every released format stays decodable ([`decode`] dispatches on the version byte;
-//!   v1 and v2 images load into today's machine);
-//! - a new field, or a new variant of an encoded enum, is a new format version: a new
-//!   `vN.rs` with the types that changed, an arm in [`decode`] and in [`encode_into`],
-//!   and a golden image. Unchanged types are reused from the version that introduced
-//!   them.
+//! - every released format stays decodable, through a chain of images (as neon's
+//!   `control_file_upgrade.rs` chains its safekeeper's formats): [`decode`] dispatches on
+//!   the version byte to that format's image (`ImageV1` … `ImageV6`: what its body
+//!   decodes to, with the checks only its bytes need — a v2 floor not 0, a cluster
+//!   version its format carries); each format's file holds the one step
+//!   `From<ImageVN-1> for ImageVN` that upgrades the previous image to its own, [`Chain`]
+//!   takes an image step by step to the [`Newest`], and [`image_of`] converts that one
+//!   to memory and checks it. An old format's types convert only to the next format's,
+//!   so no decoding path bypasses a step, and v1 and v2 images load into today's
+//!   machine. Job records are the exception: each format's record converts to a
+//!   `JobRecord` as it is read (`v1::JobsV1`: a million records are never held in two
+//!   shapes), so every image carries them converted and a step only re-tags them;
+//! - a new field, or a new variant of an encoded enum, is a new format version. It joins
+//!   the chain at its newest end: a new `vN.rs` with the types that changed, its
+//!   `ImageVN` with `decode` and the step `From<ImageVN-1> for ImageVN`; a line in
+//!   `chain!`, [`Newest`] and [`image_of`] moved on to `ImageVN`; an arm in [`decode`]
+//!   and in [`encode_into`]; and a golden image. Unchanged types are reused from the
+//!   version that introduced them.
 //! - the writer is told which format to write ([`SnapshotFormat`]): during a rolling
 //!   upgrade an old follower installs snapshots a new leader wrote, so a new format is
 //!   written only once every node can read it — the machine writes the oldest format
@@ -32,6 +44,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bincode::Options;
+use serde::de::DeserializeOwned;
 
 use crate::idempotency::{Bounds, IdempotencyTable, Remembered};
 use crate::machine::{Config, EventLog, History, JobRecord, Jobs, LeaseMachine, Place};
@@ -238,77 +251,96 @@ fn encode_into<W: std::io::Write>(
     }
 }
 
-/// The image in a snapshot body of format `version`.
+/// The image in a snapshot body of format `version`: decoded into that format's image,
+/// upgraded one format at a time to the [`Newest`] ([`Chain`]), converted to memory.
 fn decode(version: u8, body: &[u8], options: impl Options) -> Result<Image, SnapshotError> {
-    let err = |e: bincode::Error| SnapshotError::Decode(e.to_string());
-    let mut cluster_version = CLUSTER_VERSION_INITIAL;
-    let mut events = (EventLog::default(), Vec::new());
-    let (state, idempotency, floor) = match version {
-        SNAPSHOT_FORMAT_V1 => {
-            let s: v1::StateV1<v1::RememberedV1> = options.deserialize(body).map_err(err)?;
-            let (s, idem) = split(s);
-            (s, idem, 0)
-        }
-        SNAPSHOT_FORMAT_V2 => {
-            let (s, floor): (v1::StateV1<v1::RememberedV1>, u64) =
-                options.deserialize(body).map_err(err)?;
-            if floor == 0 {
-                // One state, one encoding: without a floor v2's writers wrote v1.
-                return Err(Inconsistency::V2WithoutFloor.into());
-            }
-            let (s, idem) = split(s);
-            (s, idem, floor)
-        }
-        SNAPSHOT_FORMAT_V3 => {
-            let (s, floor): v3::BodyV3 = options.deserialize(body).map_err(err)?;
-            let (s, idem) = split(s);
-            (s, idem, floor)
-        }
-        SNAPSHOT_FORMAT_V4 => {
-            let ((s, floor), v): (v3::BodyV3, u32) = options.deserialize(body).map_err(err)?;
-            cluster_version = format_version(version, v)?;
-            let (s, idem) = split(s);
-            (s, idem, floor)
-        }
-        SNAPSHOT_FORMAT_V5 => {
-            let (s, floor, v): v5::BodyV5 = options.deserialize(body).map_err(err)?;
-            cluster_version = format_version(version, v)?;
-            let (s, idem) = split(s);
-            (s.reshaped(), idem, floor)
-        }
-        SNAPSHOT_FORMAT_V6 => {
-            let ((s, floor, v), ev): (v5::BodyV5, v6::EventsV6) =
-                options.deserialize(body).map_err(err)?;
-            cluster_version = format_version(version, v)?;
-            events = ev.restore()?;
-            let (s, idem) = split(s);
-            (s.reshaped(), idem, floor)
-        }
+    let newest = match version {
+        SNAPSHOT_FORMAT_V1 => v1::ImageV1::decode(body, options)?.newest(),
+        SNAPSHOT_FORMAT_V2 => v1::ImageV2::decode(body, options)?.newest(),
+        SNAPSHOT_FORMAT_V3 => v3::ImageV3::decode(body, options)?.newest(),
+        SNAPSHOT_FORMAT_V4 => v3::ImageV4::decode(body, options)?.newest(),
+        SNAPSHOT_FORMAT_V5 => v5::ImageV5::decode(body, options)?.newest(),
+        SNAPSHOT_FORMAT_V6 => v6::ImageV6::decode(body, options)?.newest(),
         _ => return Err(SnapshotError::UnknownVersion(version)),
     };
+    image_of(newest)
+}
+
+/// A format's body (after the version byte) as its image `T`.
+fn read<T: DeserializeOwned>(body: &[u8], options: impl Options) -> Result<T, SnapshotError> {
+    options
+        .deserialize(body)
+        .map_err(|e| SnapshotError::Decode(e.to_string()))
+}
+
+/// The newest format's image: every image upgrades to it ([`Chain`]), and it converts to
+/// the in-memory [`Image`] ([`image_of`]).
+type Newest = v6::ImageV6;
+
+/// An image that upgrades to the [`Newest`], one format at a time.
+trait Chain {
+    fn newest(self) -> Newest;
+}
+
+impl Chain for Newest {
+    fn newest(self) -> Newest {
+        self
+    }
+}
+
+/// `old => new`: one step of the chain, the `From<old>` in `new`'s file, then on from
+/// `new`.
+macro_rules! chain {
+    ($($old:ty => $new:ty,)*) => {
+        $(impl Chain for $old {
+            fn newest(self) -> Newest {
+                <$new>::from(self).newest()
+            }
+        })*
+    };
+}
+
+// The chain, oldest first.
+chain! {
+    v1::ImageV1 => v1::ImageV2,
+    v1::ImageV2 => v3::ImageV3,
+    v3::ImageV3 => v3::ImageV4,
+    v3::ImageV4 => v5::ImageV5,
+    v5::ImageV5 => v6::ImageV6,
+}
+
+/// The newest image in memory, checked in this order: the event state, the records as
+/// they were read, each live job's history against its record.
+fn image_of(newest: Newest) -> Result<Image, SnapshotError> {
+    let (events, histories) = newest.events.restore()?;
+    let state = newest.state;
     if let Some(why) = state.jobs.inconsistency {
         return Err(why.into());
     }
     // Sorted already: built in bulk. A handle written twice keeps its last record, as a
     // map decoded entry by entry did.
     let mut jobs: BTreeMap<u64, Arc<JobRecord>> = state.jobs.jobs.into_iter().collect();
-    let (events, histories) = events;
     attach_histories(&mut jobs, &events, histories)?;
+    let idempotency = state
+        .idempotency
+        .into_iter()
+        .map(|(k, r)| (k, r.into()))
+        .collect();
     Ok(Image {
         header: state.header.into(),
         jobs,
         tombstones: state.tombstones,
         idempotency,
-        generation_floor: floor,
-        cluster_version,
+        generation_floor: newest.floor,
+        cluster_version: newest.cluster_version,
         events,
     })
 }
 
-/// The cluster version a v4, v5 or v6 image (`format`) names, checked against the
+/// The cluster version a v4, v5 or v6 body (`format`) names, checked against the
 /// format: one state, one encoding — a writer picks the oldest format that carries its
 /// state ([`ClusterVersion::snapshot_format`](crate::version::ClusterVersion)).
-fn format_version(format: u8, version: u32) -> Result<u32, SnapshotError> {
+fn format_version(format: u8, version: u32) -> Result<(), SnapshotError> {
     let fits = match format {
         // At the initial version v4's writers wrote v3.
         SNAPSHOT_FORMAT_V4 if version <= CLUSTER_VERSION_INITIAL => {
@@ -321,7 +353,7 @@ fn format_version(format: u8, version: u32) -> Result<u32, SnapshotError> {
     if !fits {
         return Err(Inconsistency::FormatForVersion(version).into());
     }
-    Ok(version)
+    Ok(())
 }
 
 /// Puts each live job's history into its record; a history for no job, or a live id
@@ -341,24 +373,6 @@ fn attach_histories(
         Some(r) => Err(Inconsistency::BadHistory(r.id.clone())),
         None => Ok(()),
     }
-}
-
-/// A decoded state with its idempotency entries converted to the in-memory type.
-fn split<R: Into<Remembered>, J>(
-    s: v1::StateV1<R, J>,
-) -> (v1::StateV1<(), J>, Vec<(String, Remembered)>) {
-    let idempotency = s
-        .idempotency
-        .into_iter()
-        .map(|(k, r)| (k, r.into()))
-        .collect();
-    let rest = v1::StateV1 {
-        header: s.header,
-        jobs: s.jobs,
-        tombstones: s.tombstones,
-        idempotency: Vec::new(),
-    };
-    (rest, idempotency)
 }
 
 impl LeaseMachine {

@@ -1,24 +1,32 @@
-//! Snapshot format v1 (`[1] ++ bincode(StateV1)`), and the types v2 and v3 took over
-//! unchanged: the header, the job record, and a remembered reply's shape. Each is its own
-//! type, converted to and from the in-memory one, so that a change of `JobRecord`,
-//! `wire::Job` or `wire::ApiError` cannot change a byte of a snapshot without a new
-//! format version (module doc of `snapshot`). Strings are `Cow`s: borrowed from the
-//! machine when encoding (no copy of a million records), owned when decoded.
+//! Snapshot formats v1 (`[1] ++ bincode(StateV1)`) and v2 (v1's body ++
+//! `bincode(floor: u64)`), and the types later formats took over unchanged: the header,
+//! the job record (up to v4), and a remembered reply's shape (up to v4). Each is its own
+//! type, written from the in-memory one, so that a change of `JobRecord`, `wire::Job` or
+//! `wire::ApiError` cannot change a byte of a snapshot without a new format version
+//! (module doc of `snapshot`). Strings are `Cow`s: borrowed from the machine when
+//! encoding (no copy of a million records), owned when decoded.
 //!
-//! May import the in-memory types it converts (`machine`, `idempotency`, `wire`), never
-//! be imported by them.
+//! Decoding starts the chain of images (`snapshot` module doc): [`ImageV1`] and
+//! [`ImageV2`], what a v1 and a v2 body decode to, and the step v1 → v2. A reply decodes
+//! into v1's shape only; the step to v5's (`v5.rs`) takes it on. A job record is the
+//! exception: it converts to a `JobRecord` as it is read ([`JobsV1`]), so the images
+//! carry the records converted.
+//!
+//! May import the in-memory types it converts (`machine`, `idempotency`, `wire`) and what
+//! `snapshot` shares with every format (`Header`, the errors, `read`), never be imported
+//! by the in-memory types.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use bincode::Options;
 use serde::{Deserialize, Serialize};
 
-use crate::idempotency::{Kept, Remembered};
 use crate::machine::{Closed, Config, History, JobFields, JobRecord, Lifecycle, Past, Place};
 use crate::reply::{Outcome, Reply};
-use crate::snapshot::{Header, Inconsistency};
-use crate::wire::{ApiError, ErrorCode, Job, JobState, Lease};
+use crate::snapshot::{Header, Inconsistency, SnapshotError};
+use crate::wire::{ErrorCode, Job, JobState, Lease};
 
 /// `Config` as v1 to v3 carry it (`usize` is written as a u64 by bincode).
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
@@ -109,10 +117,6 @@ pub(super) struct JobRecordV1<S> {
 
 fn borrow(s: &Option<String>) -> Option<Cow<'_, str>> {
     s.as_deref().map(Cow::Borrowed)
-}
-
-fn own(s: Option<Cow<'_, str>>) -> Option<String> {
-    s.map(Cow::into_owned)
 }
 
 impl<'a> From<&'a JobRecord> for JobRecordV1<&'a str> {
@@ -221,8 +225,8 @@ pub(super) fn before_v5() -> ! {
     unreachable!("a version 1.1 place, state or code in a snapshot format before v5")
 }
 
-/// Both directions of the one-to-one map between `ErrorCode` and `ErrorCodeV1` (the
-/// codes of version 1.1 only from v5 on).
+/// The map from `ErrorCode` to `ErrorCodeV1`, to write (the codes of version 1.1 only
+/// from v5 on; a decoded code goes on to `ErrorCodeV5`, `v5.rs`).
 macro_rules! error_codes {
     ($($v:ident),*) => {
         impl From<ErrorCode> for ErrorCodeV1 {
@@ -235,11 +239,6 @@ macro_rules! error_codes {
                     | ErrorCode::EventsCompacted
                     | ErrorCode::IdempotencyFull => before_v5(),
                 }
-            }
-        }
-        impl From<ErrorCodeV1> for ErrorCode {
-            fn from(c: ErrorCodeV1) -> Self {
-                match c { $(ErrorCodeV1::$v => ErrorCode::$v,)* }
             }
         }
     };
@@ -284,33 +283,22 @@ impl From<JobState> for JobStateV1 {
     }
 }
 
-impl From<JobStateV1> for JobState {
-    fn from(s: JobStateV1) -> Self {
-        match s {
-            JobStateV1::Pending => JobState::Pending,
-            JobStateV1::Leased => JobState::Leased,
-            JobStateV1::Completed => JobState::Completed,
-            JobStateV1::Failed => JobState::Failed,
-        }
-    }
-}
-
 /// The job of a remembered reply, as v1 to v3 carry it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(super) struct JobV1<'a> {
-    id: Cow<'a, str>,
-    queue: Cow<'a, str>,
-    state: JobStateV1,
-    owner: Option<Cow<'a, str>>,
-    generation: u64,
-    lease_until_ms: Option<u64>,
-    attempts: u64,
-    max_attempts: Option<u64>,
-    payload: Option<Cow<'a, str>>,
-    result: Option<Cow<'a, str>>,
-    created_ms: u64,
-    updated_ms: u64,
-    log_index: u64,
+    pub id: Cow<'a, str>,
+    pub queue: Cow<'a, str>,
+    pub state: JobStateV1,
+    pub owner: Option<Cow<'a, str>>,
+    pub generation: u64,
+    pub lease_until_ms: Option<u64>,
+    pub attempts: u64,
+    pub max_attempts: Option<u64>,
+    pub payload: Option<Cow<'a, str>>,
+    pub result: Option<Cow<'a, str>>,
+    pub created_ms: u64,
+    pub updated_ms: u64,
+    pub log_index: u64,
 }
 
 impl<'a> From<&'a Job> for JobV1<'a> {
@@ -333,45 +321,16 @@ impl<'a> From<&'a Job> for JobV1<'a> {
     }
 }
 
-impl From<JobV1<'_>> for Job {
-    fn from(j: JobV1<'_>) -> Self {
-        Job {
-            id: j.id.into_owned(),
-            queue: j.queue.into_owned(),
-            state: j.state.into(),
-            owner: own(j.owner),
-            generation: j.generation,
-            lease_until_ms: j.lease_until_ms,
-            attempts: j.attempts,
-            max_attempts: j.max_attempts,
-            payload: own(j.payload),
-            result: own(j.result),
-            created_ms: j.created_ms,
-            updated_ms: j.updated_ms,
-            log_index: j.log_index,
-            run_at_ms: None,
-            priority: 0,
-            backoff_ms: 0,
-            backoff_ms_max: crate::limits::BACKOFF_MS_MAX_DEFAULT,
-            last_error: None,
-            cancel_requested: false,
-            cancel_reason: None,
-            progress: None,
-            progress_ms: None,
-        }
-    }
-}
-
 /// The lease of a remembered reply, as v1 to v3 carry it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(super) struct LeaseV1<'a> {
-    job_id: Cow<'a, str>,
-    owner: Cow<'a, str>,
-    generation: u64,
-    lease_until_ms: u64,
-    ttl_ms: u64,
-    cluster_time_ms: u64,
-    log_index: u64,
+    pub job_id: Cow<'a, str>,
+    pub owner: Cow<'a, str>,
+    pub generation: u64,
+    pub lease_until_ms: u64,
+    pub ttl_ms: u64,
+    pub cluster_time_ms: u64,
+    pub log_index: u64,
 }
 
 impl<'a> From<&'a Lease> for LeaseV1<'a> {
@@ -388,32 +347,13 @@ impl<'a> From<&'a Lease> for LeaseV1<'a> {
     }
 }
 
-impl From<LeaseV1<'_>> for Lease {
-    fn from(l: LeaseV1<'_>) -> Self {
-        Lease {
-            job_id: l.job_id.into_owned(),
-            owner: l.owner.into_owned(),
-            generation: l.generation,
-            lease_until_ms: l.lease_until_ms,
-            ttl_ms: l.ttl_ms,
-            cluster_time_ms: l.cluster_time_ms,
-            log_index: l.log_index,
-            cancel_requested: false,
-            payload: None,
-            attempts: None,
-            progress: None,
-            progress_generation: None,
-        }
-    }
-}
-
 /// A rejection of a remembered reply, as v1 to v3 carry it: the job always written (a
 /// binary format cannot skip a field).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(super) struct ApiErrorV1<'a> {
-    code: ErrorCodeV1,
-    message: Cow<'a, str>,
-    job: Option<Box<JobV1<'a>>>,
+    pub code: ErrorCodeV1,
+    pub message: Cow<'a, str>,
+    pub job: Option<Box<JobV1<'a>>>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -446,48 +386,19 @@ pub(super) fn reply_v1(r: &Reply) -> ReplyV1<'_> {
     }
 }
 
-pub(super) fn reply_of(r: ReplyV1<'_>) -> Reply {
-    match r {
-        Ok(OutcomeV1::Lease(l)) => Ok(Outcome::Lease(l.into())),
-        Ok(OutcomeV1::Job(j)) => Ok(Outcome::Job(j.into())),
-        Ok(OutcomeV1::Deleted) => Ok(Outcome::Deleted),
-        Ok(OutcomeV1::Empty) => Ok(Outcome::Empty),
-        Ok(OutcomeV1::Ticked) => Ok(Outcome::Ticked),
-        Ok(OutcomeV1::Batch(rs)) => Ok(Outcome::Batch(rs.into_iter().map(reply_of).collect())),
-        Err(e) => Err(ApiError {
-            code: e.code.into(),
-            message: e.message.into_owned(),
-            job: e.job.map(|j| Box::new((*j).into())),
-        }),
-    }
-}
-
-/// A remembered reply as v1 and v2 wrote it: the whole reply. It decodes into an entry
-/// that keeps the whole reply (nothing shared).
+/// A remembered reply as v1 and v2 wrote it: the whole reply. The step to v3
+/// (`v3.rs`) makes it an entry that keeps the whole reply (nothing shared).
 #[derive(Debug, Clone, Deserialize)]
 pub(super) struct RememberedV1 {
-    fingerprint: u64,
-    reply: ReplyV1<'static>,
-    recorded_ms: u64,
-}
-
-impl From<RememberedV1> for Remembered {
-    fn from(r: RememberedV1) -> Self {
-        Remembered {
-            fingerprint: r.fingerprint,
-            recorded_ms: r.recorded_ms,
-            kept: Kept::Reply {
-                reply: reply_of(r.reply),
-                shared: None,
-            },
-        }
-    }
+    pub fingerprint: u64,
+    pub reply: ReplyV1<'static>,
+    pub recorded_ms: u64,
 }
 
 /// The state of every format, with the idempotency entries in the shape `R` of the
-/// format (`RememberedV1` in v1 and v2, `RememberedV3` in v3 and v4, `RememberedV5` in
-/// v5) and the job records in the shape `J` reads (v1's up to v4, v5's in v5). v2 and
-/// later append the generation floor after it.
+/// format (`RememberedV1` in v1 and v2, `RememberedV3` in v3 and v4, `RememberedV5` from
+/// v5 on) and the job records in the shape `J` reads (v1's up to v4, v5's from v5 on).
+/// v2 and later append the generation floor after it.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(bound(
     deserialize = "R: Deserialize<'de>, J: Deserialize<'de> + TryInto<JobRecord, Error = Inconsistency>"
@@ -500,13 +411,19 @@ pub(super) struct StateV1<R, J = JobRecordV1<String>> {
 }
 
 impl<R, J> StateV1<R, J> {
-    /// The same state, its records read through another shape (they are converted).
-    pub fn reshaped<K>(self) -> StateV1<R, K> {
+    /// The same state in the next format's shapes: each idempotency entry converted
+    /// (`From`, one step of the chain), the records only re-tagged (converted already
+    /// as they were read, [`JobsV1`]).
+    pub fn upgraded<S: From<R>, K>(self) -> StateV1<S, K> {
         StateV1 {
             header: self.header,
             jobs: self.jobs.reshaped(),
             tombstones: self.tombstones,
-            idempotency: self.idempotency,
+            idempotency: self
+                .idempotency
+                .into_iter()
+                .map(|(k, r)| (k, r.into()))
+                .collect(),
         }
     }
 }
@@ -571,5 +488,47 @@ where
             }
         }
         Ok(out)
+    }
+}
+
+/// Format v1's image: `[1] ++ bincode(StateV1<RememberedV1>)`, no floor.
+#[derive(Debug, Deserialize)]
+pub(super) struct ImageV1 {
+    pub state: StateV1<RememberedV1>,
+}
+
+impl ImageV1 {
+    /// A v1 body (after the version byte).
+    pub fn decode(body: &[u8], options: impl Options) -> Result<ImageV1, SnapshotError> {
+        super::read(body, options)
+    }
+}
+
+/// Format v2's image: v1's, then the generation floor, never 0 in a v2 body.
+#[derive(Debug, Deserialize)]
+pub(super) struct ImageV2 {
+    pub state: StateV1<RememberedV1>,
+    pub floor: u64,
+}
+
+impl ImageV2 {
+    /// A v2 body (after the version byte).
+    pub fn decode(body: &[u8], options: impl Options) -> Result<ImageV2, SnapshotError> {
+        let image: ImageV2 = super::read(body, options)?;
+        if image.floor == 0 {
+            // One state, one encoding: without a floor v2's writers wrote v1.
+            return Err(Inconsistency::V2WithoutFloor.into());
+        }
+        Ok(image)
+    }
+}
+
+/// The step v1 → v2: a machine without a floor has floor 0.
+impl From<ImageV1> for ImageV2 {
+    fn from(v1: ImageV1) -> Self {
+        ImageV2 {
+            state: v1.state,
+            floor: 0,
+        }
     }
 }

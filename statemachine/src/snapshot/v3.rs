@@ -1,20 +1,31 @@
-//! Snapshot format v3: `[3] ++ bincode(StateV1<RememberedV3>) ++ bincode(floor: u64)`.
+//! Snapshot formats v3, `[3] ++ bincode(StateV1<RememberedV3>) ++ bincode(floor: u64)`,
+//! and v4, v3's body ++ `bincode(cluster_version: u32)`.
+//!
 //! What v3 added over v2: idempotency entries kept as the table keeps them
 //! ([`RememberedV3`]: a reply's job may share its payload and result with its record,
 //! an entry may be marked as answered before a raise), and a floor in every image (0 or
-//! not). May import `v1` and the in-memory types it converts.
+//! not). What v4 added over v3: the cluster version, once an activation raised it.
+//! Decoding: [`ImageV3`] and [`ImageV4`], what their bodies decode to, and the steps
+//! v2 → v3 and v3 → v4 of the chain (`snapshot` module doc).
+//!
+//! May import `v1`, the in-memory types it converts, and what `snapshot` shares with
+//! every format.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use bincode::Options;
 use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
 
 use crate::idempotency::{Kept, Remembered, Shared};
 use crate::machine::JobRecord;
-use crate::snapshot::v1::{reply_of, reply_v1, HeaderV1, JobRecordV1, ReplyV1, StateV1};
-use crate::snapshot::ImageRef;
+use crate::snapshot::v1::{
+    reply_v1, HeaderV1, ImageV2, JobRecordV1, RememberedV1, ReplyV1, StateV1,
+};
+use crate::snapshot::{ImageRef, SnapshotError, SNAPSHOT_FORMAT_V4};
+use crate::version::CLUSTER_VERSION_INITIAL;
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub(super) struct SharedV3 {
@@ -57,9 +68,9 @@ pub(super) enum KeptV3<'a> {
 /// An idempotency entry as v3 carries it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(super) struct RememberedV3<'a> {
-    fingerprint: u64,
-    recorded_ms: u64,
-    kept: KeptV3<'a>,
+    pub fingerprint: u64,
+    pub recorded_ms: u64,
+    pub kept: KeptV3<'a>,
 }
 
 impl<'a> From<&'a Remembered> for RememberedV3<'a> {
@@ -83,21 +94,16 @@ impl<'a> From<&'a Remembered> for RememberedV3<'a> {
     }
 }
 
-impl From<RememberedV3<'_>> for Remembered {
-    fn from(r: RememberedV3<'_>) -> Self {
-        let kept = match r.kept {
-            KeptV3::Reply { reply, shared } => Kept::Reply {
-                reply: reply_of(reply),
-                shared: shared.map(Shared::from),
-            },
-            KeptV3::BeforeRaise { job_id } => Kept::BeforeRaise {
-                job_id: job_id.map(Cow::into_owned),
-            },
-        };
-        Remembered {
+/// Part of the step v2 → v3: a v1 entry keeps its whole reply, shared with no record.
+impl From<RememberedV1> for RememberedV3<'static> {
+    fn from(r: RememberedV1) -> Self {
+        RememberedV3 {
             fingerprint: r.fingerprint,
             recorded_ms: r.recorded_ms,
-            kept,
+            kept: KeptV3::Reply {
+                reply: r.reply,
+                shared: None,
+            },
         }
     }
 }
@@ -152,5 +158,55 @@ pub(super) fn encode_into<W: std::io::Write>(
     bincode::serialize_into(w, &image.generation_floor)
 }
 
-/// What a v3 body decodes to, before conversion.
-pub(super) type BodyV3 = (StateV1<RememberedV3<'static>>, u64);
+/// Format v3's image: the state in v3's entry shape, then the floor (0 or not).
+#[derive(Debug, Deserialize)]
+pub(super) struct ImageV3 {
+    pub state: StateV1<RememberedV3<'static>>,
+    pub floor: u64,
+}
+
+impl ImageV3 {
+    /// A v3 body (after the version byte).
+    pub fn decode(body: &[u8], options: impl Options) -> Result<ImageV3, SnapshotError> {
+        super::read(body, options)
+    }
+}
+
+/// The step v2 → v3: each entry in v3's shape (v2's floor is never 0, v3's may be).
+impl From<ImageV2> for ImageV3 {
+    fn from(v2: ImageV2) -> Self {
+        ImageV3 {
+            state: v2.state.upgraded(),
+            floor: v2.floor,
+        }
+    }
+}
+
+/// Format v4's image: v3's, then the cluster version, raised past the initial one and
+/// short of v5's.
+#[derive(Debug, Deserialize)]
+pub(super) struct ImageV4 {
+    pub state: StateV1<RememberedV3<'static>>,
+    pub floor: u64,
+    pub cluster_version: u32,
+}
+
+impl ImageV4 {
+    /// A v4 body (after the version byte).
+    pub fn decode(body: &[u8], options: impl Options) -> Result<ImageV4, SnapshotError> {
+        let image: ImageV4 = super::read(body, options)?;
+        super::format_version(SNAPSHOT_FORMAT_V4, image.cluster_version)?;
+        Ok(image)
+    }
+}
+
+/// The step v3 → v4: a v3 image is of a machine at the initial cluster version.
+impl From<ImageV3> for ImageV4 {
+    fn from(v3: ImageV3) -> Self {
+        ImageV4 {
+            state: v3.state,
+            floor: v3.floor,
+            cluster_version: CLUSTER_VERSION_INITIAL,
+        }
+    }
+}

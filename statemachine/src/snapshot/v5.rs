@@ -7,21 +7,32 @@
 //! priority, backoff, last error, cancel request and checkpoint) and its replies
 //! ([`ReplyV5`]: the Job's and the Lease's new fields, the new states and error codes, a
 //! redrive's count). The header, the tombstones and the shape of an idempotency entry
-//! are v1's and v3's. May import `v1`, `v3` and the in-memory types it converts.
+//! are v1's and v3's.
+//!
+//! Decoding: [`ImageV5`], what a v5 body decodes to, and the step v4 → v5 of the chain
+//! (`snapshot` module doc), which takes each v1 reply of a v4 entry to v5's shape with
+//! the fields v5 added at the values a pre-1.1 reply stands for. From v5 on a reply
+//! converts to the in-memory one here (`From<RememberedV5> for Remembered`).
+//!
+//! May import `v1`, `v3`, the in-memory types it converts, and what `snapshot` shares
+//! with every format.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use bincode::Options;
 use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
 
 use crate::idempotency::{Kept, Remembered};
 use crate::machine::{Closed, History, JobFields, JobRecord, Lifecycle, Past, Place, Progress};
 use crate::reply::{Outcome, Reply};
-use crate::snapshot::v1::{HeaderV1, StateV1};
-use crate::snapshot::v3::SharedV3;
-use crate::snapshot::{ImageRef, Inconsistency};
+use crate::snapshot::v1::{
+    ErrorCodeV1, HeaderV1, JobStateV1, JobV1, LeaseV1, OutcomeV1, ReplyV1, StateV1,
+};
+use crate::snapshot::v3::{ImageV4, KeptV3, RememberedV3, SharedV3};
+use crate::snapshot::{ImageRef, Inconsistency, SnapshotError, SNAPSHOT_FORMAT_V5};
 use crate::wire::{ApiError, ErrorCode, Job, JobState, Lease};
 
 /// A job's place as v5 carries it. A ready job's priority is its record's.
@@ -569,9 +580,156 @@ pub(super) fn encode_into<W: std::io::Write>(
     bincode::serialize_into(w, &image.cluster_version)
 }
 
-/// What a v5 body decodes to, before conversion.
-pub(super) type BodyV5 = (
-    StateV1<RememberedV5<'static>, JobRecordV5<String>>,
-    u64,
-    u32,
+/// Format v5's image: the state in v5's record and entry shapes, the floor, and the
+/// cluster version (4, or later and short of v6's).
+#[derive(Debug, Deserialize)]
+pub(super) struct ImageV5 {
+    pub state: StateV1<RememberedV5<'static>, JobRecordV5<String>>,
+    pub floor: u64,
+    pub cluster_version: u32,
+}
+
+impl ImageV5 {
+    /// A v5 body (after the version byte).
+    pub fn decode(body: &[u8], options: impl Options) -> Result<ImageV5, SnapshotError> {
+        let image: ImageV5 = super::read(body, options)?;
+        super::format_version(SNAPSHOT_FORMAT_V5, image.cluster_version)?;
+        Ok(image)
+    }
+}
+
+/// The step v4 → v5: each entry's reply in v5's shape; the records, converted as they
+/// were read, only re-tagged (`StateV1::upgraded`).
+impl From<ImageV4> for ImageV5 {
+    fn from(v4: ImageV4) -> Self {
+        ImageV5 {
+            state: v4.state.upgraded(),
+            floor: v4.floor,
+            cluster_version: v4.cluster_version,
+        }
+    }
+}
+
+/// Part of the step v4 → v5: v3's entry shape, v5's reply.
+impl From<RememberedV3<'static>> for RememberedV5<'static> {
+    fn from(r: RememberedV3<'static>) -> Self {
+        let kept = match r.kept {
+            KeptV3::Reply { reply, shared } => KeptV5::Reply {
+                reply: reply_of_v1(reply),
+                shared,
+            },
+            KeptV3::BeforeRaise { job_id } => KeptV5::BeforeRaise { job_id },
+        };
+        RememberedV5 {
+            fingerprint: r.fingerprint,
+            recorded_ms: r.recorded_ms,
+            kept,
+        }
+    }
+}
+
+/// A v1 reply in v5's shape: what v5 added at what a reply before version 1.1 means.
+fn reply_of_v1(r: ReplyV1<'_>) -> ReplyV5<'_> {
+    match r {
+        Ok(OutcomeV1::Lease(l)) => Ok(OutcomeV5::Lease(l.into())),
+        Ok(OutcomeV1::Job(j)) => Ok(OutcomeV5::Job(j.into())),
+        Ok(OutcomeV1::Deleted) => Ok(OutcomeV5::Deleted),
+        Ok(OutcomeV1::Empty) => Ok(OutcomeV5::Empty),
+        Ok(OutcomeV1::Ticked) => Ok(OutcomeV5::Ticked),
+        Ok(OutcomeV1::Batch(rs)) => Ok(OutcomeV5::Batch(rs.into_iter().map(reply_of_v1).collect())),
+        Err(e) => Err(ApiErrorV5 {
+            code: e.code.into(),
+            message: e.message,
+            job: e.job.map(|j| Box::new((*j).into())),
+        }),
+    }
+}
+
+impl<'a> From<JobV1<'a>> for JobV5<'a> {
+    fn from(j: JobV1<'a>) -> Self {
+        JobV5 {
+            id: j.id,
+            queue: j.queue,
+            state: j.state.into(),
+            owner: j.owner,
+            generation: j.generation,
+            lease_until_ms: j.lease_until_ms,
+            attempts: j.attempts,
+            max_attempts: j.max_attempts,
+            payload: j.payload,
+            result: j.result,
+            created_ms: j.created_ms,
+            updated_ms: j.updated_ms,
+            log_index: j.log_index,
+            run_at_ms: None,
+            priority: 0,
+            backoff_ms: 0,
+            backoff_ms_max: crate::limits::BACKOFF_MS_MAX_DEFAULT,
+            last_error: None,
+            cancel_requested: false,
+            cancel_reason: None,
+            progress: None,
+            progress_ms: None,
+        }
+    }
+}
+
+impl<'a> From<LeaseV1<'a>> for LeaseV5<'a> {
+    fn from(l: LeaseV1<'a>) -> Self {
+        LeaseV5 {
+            job_id: l.job_id,
+            owner: l.owner,
+            generation: l.generation,
+            lease_until_ms: l.lease_until_ms,
+            ttl_ms: l.ttl_ms,
+            cluster_time_ms: l.cluster_time_ms,
+            log_index: l.log_index,
+            cancel_requested: false,
+            payload: None,
+            attempts: None,
+            progress: None,
+            progress_generation: None,
+        }
+    }
+}
+
+impl From<JobStateV1> for JobStateV5 {
+    fn from(s: JobStateV1) -> Self {
+        match s {
+            JobStateV1::Pending => JobStateV5::Pending,
+            JobStateV1::Leased => JobStateV5::Leased,
+            JobStateV1::Completed => JobStateV5::Completed,
+            JobStateV1::Failed => JobStateV5::Failed,
+        }
+    }
+}
+
+/// v1's codes by name (v5 kept them, at the same indices, and appended its own).
+macro_rules! codes_of_v1 {
+    ($($v:ident),*) => {
+        impl From<ErrorCodeV1> for ErrorCodeV5 {
+            fn from(c: ErrorCodeV1) -> Self {
+                match c { $(ErrorCodeV1::$v => ErrorCodeV5::$v,)* }
+            }
+        }
+    };
+}
+
+codes_of_v1!(
+    InvalidArgument,
+    PayloadTooLarge,
+    NotFound,
+    AlreadyExists,
+    LeaseHeld,
+    JobCompleted,
+    JobFailed,
+    StaleLease,
+    LeaseExpired,
+    IdempotencyKeyReused,
+    Unavailable,
+    Timeout,
+    Unauthenticated,
+    PermissionDenied,
+    Internal,
+    UnsupportedMediaType
 );

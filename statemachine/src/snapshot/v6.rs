@@ -6,19 +6,28 @@
 //! (by handle), the deleted jobs' histories (oldest deletion first) and the event feed.
 //! A history travels as its encoded bytes (`History::raw`: each event a
 //! `HistoryEntry` in bincode's varint encoding), and a feed event as its job's id and
-//! queue and a `HistoryEntry`: that encoding is v6's and never changes. May import `v5`
-//! and the in-memory types it converts.
+//! queue and a `HistoryEntry`: that encoding is v6's and never changes.
+//!
+//! Decoding: [`ImageV6`], what a v6 body decodes to (the newest image, which `snapshot`
+//! converts to the in-memory one), and the step v5 → v6 of the chain (`snapshot` module
+//! doc). The event state is checked as it converts ([`EventsV6::restore`]).
+//!
+//! May import `v1`, `v5`, the in-memory types it converts, and what `snapshot` shares
+//! with every format.
 
 #[cfg(test)]
 use crate::commands::{ActivateVersion, Claim, Delete, Release, Submit};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use bincode::Options;
 use serde::{Deserialize, Serialize};
 
 use crate::machine::jobs::history::{FeedEvent, HistoryEntry};
 use crate::machine::{EventLog, History};
-use crate::snapshot::{ImageRef, Inconsistency};
+use crate::snapshot::v1::StateV1;
+use crate::snapshot::v5::{ImageV5, JobRecordV5, RememberedV5};
+use crate::snapshot::{ImageRef, Inconsistency, SnapshotError, SNAPSHOT_FORMAT_V6};
 
 /// A history as v6 carries it: `History::raw`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -100,6 +109,42 @@ pub(super) fn encode_into<W: std::io::Write>(image: &ImageRef<'_>, w: W) -> binc
 
 /// What v6's event state gives back: the log, and the live jobs' histories by handle.
 pub(super) type Restored = (EventLog, Vec<(u64, History)>);
+
+/// Format v6's image: v5's, then the event state.
+#[derive(Debug, Deserialize)]
+pub(super) struct ImageV6 {
+    pub state: StateV1<RememberedV5<'static>, JobRecordV5<String>>,
+    pub floor: u64,
+    pub cluster_version: u32,
+    pub events: EventsV6,
+}
+
+impl ImageV6 {
+    /// A v6 body (after the version byte).
+    pub fn decode(body: &[u8], options: impl Options) -> Result<ImageV6, SnapshotError> {
+        let image: ImageV6 = super::read(body, options)?;
+        super::format_version(SNAPSHOT_FORMAT_V6, image.cluster_version)?;
+        Ok(image)
+    }
+}
+
+/// The step v5 → v6: a machine before events has recorded none (seq 0, no history, an
+/// empty feed).
+impl From<ImageV5> for ImageV6 {
+    fn from(v5: ImageV5) -> Self {
+        ImageV6 {
+            state: v5.state,
+            floor: v5.floor,
+            cluster_version: v5.cluster_version,
+            events: EventsV6 {
+                last_seq: 0,
+                histories: Vec::new(),
+                graveyard: Vec::new(),
+                feed: Vec::new(),
+            },
+        }
+    }
+}
 
 impl EventsV6 {
     /// The event state, checked: histories decode, seqs stay at or below `last_seq`, and
