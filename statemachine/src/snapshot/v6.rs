@@ -178,11 +178,18 @@ fn check_seqs(log: &EventLog, h: &History, id: &str) -> Result<(), Inconsistency
     }
 }
 
+/// The largest last event seq an image may carry: 2^62, more events than a cluster
+/// records in a century at a billion a second. An image above it is bad input (it would
+/// overflow the seq counter: `u64::MAX` at once on restore, found by review of the chain),
+/// refused like any other broken feed.
+const EVENT_SEQ_MAX: u64 = 1 << 62;
+
 fn feed_of(
     feed: Vec<(String, String, HistoryEntry)>,
     last_seq: u64,
 ) -> Result<VecDeque<Arc<FeedEvent>>, Inconsistency> {
-    if feed.len() as u64 > last_seq || feed.len() > crate::limits::FEED_EVENTS_KEPT_MAX {
+    let too_many = feed.len() as u64 > last_seq || feed.len() > crate::limits::FEED_EVENTS_KEPT_MAX;
+    if too_many || last_seq > EVENT_SEQ_MAX {
         return Err(Inconsistency::BadFeed);
     }
     let first = last_seq + 1 - feed.len() as u64;
@@ -199,6 +206,19 @@ fn feed_of(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_feed_whose_seq_would_overflow_is_refused() {
+        assert!(matches!(
+            feed_of(Vec::new(), u64::MAX),
+            Err(Inconsistency::BadFeed)
+        ));
+        assert!(matches!(
+            feed_of(Vec::new(), EVENT_SEQ_MAX + 1),
+            Err(Inconsistency::BadFeed)
+        ));
+        assert!(feed_of(Vec::new(), EVENT_SEQ_MAX).is_ok());
+    }
     use crate::command::Entry;
     use crate::commands::Command;
     use crate::machine::LeaseMachine;
