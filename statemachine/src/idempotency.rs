@@ -57,9 +57,10 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use crate::limits::{self, IDEMPOTENCY_SCOPE_SHARE};
-use crate::machine::{Config, FixedHashMap};
+use crate::machine::config::Config;
+use crate::machine::jobs::indexes::FixedHashMap;
 use crate::reply::{Outcome, Reply};
-use crate::snapshot::Inconsistency;
+use crate::snapshot::error::Inconsistency;
 use crate::version::ClusterVersion;
 use crate::wire::Job;
 

@@ -33,6 +33,7 @@
 //!   reply and event types); why a restore is refused ([`SnapshotError`],
 //!   [`Inconsistency`]).
 
+mod apply;
 pub mod command;
 pub mod commands;
 pub mod descriptor;

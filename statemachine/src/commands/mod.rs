@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::descriptor::{Descriptor, Names};
 use crate::limits;
+pub use crate::machine::At;
 use crate::machine::LeaseMachine;
 use crate::reply::Reply;
 use crate::tenant::Scope;
@@ -41,6 +42,7 @@ mod complete_many;
 mod delete;
 mod fail;
 pub(crate) mod lease_item;
+pub(crate) mod leases_many;
 mod redrive;
 mod release;
 pub(crate) mod renew;
@@ -72,14 +74,6 @@ pub use retry::Retry;
 pub use scoped::{NoScope, ScopedCommand};
 pub use submit::{Submit, SubmitWith};
 pub use tick::Tick;
-
-/// Where in the log a command is applied: its entry's index and store time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct At {
-    pub log_index: u64,
-    /// `max(clock, stamp)`: what expiry is judged against.
-    pub now: u64,
-}
 
 /// What one kind of command is and does. Every command file implements it for its
 /// struct(s); the generated `match`es of [`CommandOf`] call it.

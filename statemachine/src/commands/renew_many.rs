@@ -7,10 +7,10 @@
 use serde::{Deserialize, Serialize};
 
 use crate::commands::lease_item::{validate_lease_items, LeaseItem};
+use crate::commands::leases_many::LeaseOp;
 use crate::commands::{At, Command, CommandKind};
 use crate::descriptor::{CommandScope, Descriptor, Names, Operation};
 use crate::limits;
-use crate::machine::batches::LeaseOp;
 use crate::machine::LeaseMachine;
 use crate::reply::Reply;
 use crate::tenant::Scope;

@@ -135,3 +135,30 @@ impl Scope {
         self.check_stored_names(descriptor.scope, &names, stored)
     }
 }
+
+/// A scoped client command where it is applied (issue 30): the caller's tenant scope is
+/// decided there, so every replica gives the same answer and nothing can change between
+/// the check and the write. In order: the command's own validation (a malformed request
+/// is 400 whatever exists), the names it carries against the scope (the node refused
+/// these with 403 already; a log entry is never trusted), then the stored job against
+/// the scope — a job the scope does not hold answers exactly as a missing one
+/// ([`Scope::check_stored`]) — and then the command's own rule, given the scope
+/// (`CommandKind::apply`): claim-next hands out only jobs the scope holds.
+impl LeaseMachine {
+    /// Checks `sc` against its scope, then runs its command's rule with the scope
+    /// (`CommandKind::apply`: a rule that picks jobs holds each to it).
+    pub(crate) fn execute_scoped(&mut self, at: At, sc: &ScopedCommand) -> Reply {
+        // `execute` validated it, its command included.
+        let (scope, cmd) = (&sc.scope, &*sc.command);
+        scope.check_command(cmd).map_err(|why| {
+            let msg = format!("the caller's scope ({scope}) does not allow this: {why}");
+            ApiError::new(ErrorCode::PermissionDenied, msg)
+        })?;
+        let stored = cmd.names().job_id.and_then(|id| self.stored(id));
+        scope.check_stored(
+            cmd,
+            stored.as_ref().map(|(id, q)| (id.as_str(), q.as_str())),
+        )?;
+        cmd.apply(self, at, Some(scope))
+    }
+}

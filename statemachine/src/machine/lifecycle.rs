@@ -10,7 +10,7 @@
 
 use crate::machine::jobs::record::{Closed, JobFields, Place};
 use crate::machine::jobs::transition::Cause;
-use crate::machine::LeaseMachine;
+use crate::machine::state::LeaseMachine;
 
 /// How long after its lease ends a job is claimable again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

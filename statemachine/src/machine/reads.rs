@@ -4,7 +4,7 @@
 //! `record`, `wire` and `limits`.
 
 use crate::limits;
-use crate::machine::LeaseMachine;
+use crate::machine::state::LeaseMachine;
 use crate::queue_stats::QueueStats;
 use crate::tenant::Scope;
 use std::sync::Arc;
@@ -208,5 +208,29 @@ impl LeaseMachine {
     /// Number of queues that hold at least one job.
     pub fn queue_count(&self) -> usize {
         self.jobs.ix().counts.len()
+    }
+}
+
+/// What the scoped rules read (`commands/scoped.rs`, claim-next): a stored job's names,
+/// a queue's next job a scope holds.
+impl LeaseMachine {
+    /// The id and queue of a stored job.
+    pub(crate) fn stored(&self, id: &str) -> Option<(String, String)> {
+        let rec = &self.jobs[self.jobs.handle_of(id)?];
+        Some((rec.id.clone(), rec.queue.clone()))
+    }
+
+    /// The first claimable job of `queue` that `scope` holds, in claim order (priority,
+    /// then age). A scope with a
+    /// job prefix skips the jobs outside it, looking at most at
+    /// [`crate::limits::SCOPED_CLAIM_SCAN_MAX`] of them (then: nothing claimable).
+    pub(crate) fn next_ready(&self, queue: &str, scope: Option<&Scope>) -> Option<u64> {
+        let ready = self.jobs.ix().ready.get(queue)?;
+        let held = |h: &u64| scope.is_none_or(|s| s.id_ok(&self.jobs[*h].id));
+        ready
+            .iter()
+            .take(crate::limits::SCOPED_CLAIM_SCAN_MAX)
+            .map(|&(_, _, h)| h)
+            .find(held)
     }
 }

@@ -1,5 +1,5 @@
 //! What the command rules share, and what store time does on its own. Each command's
-//! rule is a function in its own file (`crate::commands`); here are the steps several
+//! rule is a function in its own file (`commands/`); here are the steps several
 //! of them take — a new job's fields and handle, the holder check, a grant, a job's
 //! error — and settling run-out leases and due jobs, and the failover grace. Every move
 //! goes through the transition point (`jobs/transition.rs`), reached only through
@@ -10,7 +10,7 @@ use crate::machine::jobs::record::{Closed, JobFields, JobRecord, Lifecycle, Plac
 use crate::machine::jobs::transition::{Cause, JobMut};
 use crate::machine::jobs::Added;
 use crate::machine::lifecycle::Wait;
-use crate::machine::LeaseMachine;
+use crate::machine::state::LeaseMachine;
 use crate::reply::{Outcome, Reply};
 pub(crate) use crate::tenant::not_found;
 use crate::version::ClusterVersion;
@@ -82,7 +82,7 @@ impl LeaseMachine {
     /// Failover grace (docs/design.md): on a new term, every lease live at the previous
     /// term's last stamp gets the leaderless gap added, capped. `settle` has not yet run
     /// for the new stamp, so `expiry` holds exactly those leases. Never shortens a lease.
-    pub(super) fn grant_failover_grace(&mut self, gap_ms: u64) {
+    pub(crate) fn grant_failover_grace(&mut self, gap_ms: u64) {
         let extra = gap_ms.min(self.config.grace_ms_max);
         if extra == 0 || self.jobs.ix().expiry.is_empty() {
             return;
@@ -101,7 +101,7 @@ impl LeaseMachine {
     /// where its end sends it (`lifecycle.rs`: its queue, a backoff, cancelled), and a
     /// scheduled job that is due joins its queue (an expiry before a due time at the
     /// same instant). Each step is O(log n), and each job moves once per deadline.
-    pub(super) fn settle(&mut self, now: u64) {
+    pub(crate) fn settle(&mut self, now: u64) {
         loop {
             let expiry = self
                 .jobs

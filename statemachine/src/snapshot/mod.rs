@@ -44,24 +44,21 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bincode::Options;
-use serde::de::DeserializeOwned;
 
 use crate::idempotency::{Bounds, IdempotencyTable, Remembered};
-use crate::machine::{Config, EventLog, History, JobRecord, Jobs, LeaseMachine, Place};
-use crate::version::{ClusterVersion, CLUSTER_VERSION_INITIAL};
+use crate::machine::{EventLog, History, JobRecord, Jobs, LeaseMachine, Place};
+use crate::version::ClusterVersion;
 
 mod v1;
 mod v3;
 mod v5;
 mod v6;
 
-/// The cluster version from which a machine's state needs format v5.
-const CLUSTER_VERSION_V5: u32 = ClusterVersion::Lifecycle.number();
-
-/// The cluster version from which a machine's state needs format v6.
-const CLUSTER_VERSION_V6: u32 = ClusterVersion::Events.number();
-
+pub(crate) mod body;
+use body::{Header, ImageRef};
+pub(crate) mod error;
 pub(crate) mod format;
+pub use error::{Inconsistency, SnapshotError};
 pub use format::{
     SnapshotFormat, SNAPSHOT_FORMAT_V1, SNAPSHOT_FORMAT_V2, SNAPSHOT_FORMAT_V3, SNAPSHOT_FORMAT_V4,
     SNAPSHOT_FORMAT_V5, SNAPSHOT_FORMAT_V6,
@@ -73,76 +70,6 @@ impl SnapshotFormat {
     pub fn for_cluster_version(cluster_version: u32) -> SnapshotFormat {
         ClusterVersion::snapshot_format(cluster_version)
     }
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum SnapshotError {
-    #[error("snapshot is empty")]
-    Empty,
-    #[error(
-        "snapshot format version {0} is not supported (this build reads {SNAPSHOT_FORMAT_V1} to {SNAPSHOT_FORMAT_V6})"
-    )]
-    UnknownVersion(u8),
-    #[error("snapshot does not decode: {0}")]
-    Decode(String),
-    #[error("snapshot is inconsistent: {0}")]
-    Inconsistent(#[from] Inconsistency),
-}
-
-/// Why a decoded snapshot cannot have come from a machine: a snapshot comes from a peer
-/// or the disk, so content breaking an invariant is bad input, refused on restore (found
-/// by fuzzing `restore`, issue 7 part 6), not a bug to assert on.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Inconsistency {
-    #[error("a v2 snapshot with generation floor 0")]
-    V2WithoutFloor,
-    #[error("a v4 snapshot with the initial cluster version")]
-    V4WithoutVersion,
-    #[error("a snapshot in a format that does not carry its cluster version {0}")]
-    FormatForVersion(u32),
-    #[error("job {0} has a field out of its range")]
-    OutOfRange(String),
-    #[error("job {0} indexed twice")]
-    IndexedTwice(String),
-    #[error("live job {0} is tombstoned")]
-    LiveTombstoned(String),
-    #[error("job {0} has more attempts than generations")]
-    AttemptsOverGenerations(String),
-    #[error("job {0} has attempts beyond max_attempts")]
-    AttemptsOverMax(String),
-    #[error("closed job {0} is leased")]
-    ClosedLeased(String),
-    #[error("job {0} holds an expired lease")]
-    ExpiredLease(String),
-    #[error("job {0} is scheduled at a time already passed")]
-    DueNotReady(String),
-    #[error("idempotency table over its bound")]
-    IdempotencyOverBound,
-    #[error("idempotency key {0:?} remembered twice")]
-    KeyTwice(String),
-    #[error("idempotency key {0:?} out of time order")]
-    KeyOutOfOrder(String),
-    #[error("idempotency key {0:?} from the future")]
-    KeyFromFuture(String),
-    #[error("expired idempotency key {0:?} kept")]
-    ExpiredKeyKept(String),
-    #[error("idempotency key {0:?} shares a payload or result no job record holds")]
-    SharedNotHeld(String),
-    #[error("the history of {0} does not decode, or is out of order")]
-    BadHistory(String),
-    #[error("the event feed's seqs are not consecutive up to the last seq")]
-    BadFeed,
-}
-
-/// The machine's scalars, first in every snapshot format.
-#[derive(Debug, Clone, Copy)]
-struct Header {
-    config: Config,
-    clock_ms: u64,
-    term: u64,
-    last_log_index: u64,
-    next_handle: u64,
-    grace_applied: u64,
 }
 
 /// Everything a snapshot carries, in memory: what `restore` decodes, and what a
@@ -157,17 +84,6 @@ struct Image {
     cluster_version: u32,
     /// The event state; the live jobs' histories are in their records.
     events: EventLog,
-}
-
-/// An [`Image`] borrowed from a machine or a source, to encode.
-struct ImageRef<'a> {
-    header: Header,
-    jobs: &'a BTreeMap<u64, Arc<JobRecord>>,
-    tombstones: &'a BTreeMap<String, u64>,
-    idempotency: Vec<(&'a String, &'a Remembered)>,
-    generation_floor: u64,
-    cluster_version: u32,
-    events: &'a EventLog,
 }
 
 /// The records of a machine at one instant, detached from it: taking one costs a walk
@@ -266,13 +182,6 @@ fn decode(version: u8, body: &[u8], options: impl Options) -> Result<Image, Snap
     image_of(newest)
 }
 
-/// A format's body (after the version byte) as its image `T`.
-fn read<T: DeserializeOwned>(body: &[u8], options: impl Options) -> Result<T, SnapshotError> {
-    options
-        .deserialize(body)
-        .map_err(|e| SnapshotError::Decode(e.to_string()))
-}
-
 /// The newest format's image: every image upgrades to it ([`Chain`]), and it converts to
 /// the in-memory [`Image`] ([`image_of`]).
 type Newest = v6::ImageV6;
@@ -335,25 +244,6 @@ fn image_of(newest: Newest) -> Result<Image, SnapshotError> {
         cluster_version: newest.cluster_version,
         events,
     })
-}
-
-/// The cluster version a v4, v5 or v6 body (`format`) names, checked against the
-/// format: one state, one encoding — a writer picks the oldest format that carries its
-/// state ([`ClusterVersion::snapshot_format`](crate::version::ClusterVersion)).
-fn format_version(format: u8, version: u32) -> Result<(), SnapshotError> {
-    let fits = match format {
-        // At the initial version v4's writers wrote v3.
-        SNAPSHOT_FORMAT_V4 if version <= CLUSTER_VERSION_INITIAL => {
-            return Err(Inconsistency::V4WithoutVersion.into())
-        }
-        SNAPSHOT_FORMAT_V4 => version < CLUSTER_VERSION_V5,
-        SNAPSHOT_FORMAT_V5 => (CLUSTER_VERSION_V5..CLUSTER_VERSION_V6).contains(&version),
-        _ => version >= CLUSTER_VERSION_V6,
-    };
-    if !fits {
-        return Err(Inconsistency::FormatForVersion(version).into());
-    }
-    Ok(())
 }
 
 /// Puts each live job's history into its record; a history for no job, or a live id

@@ -25,7 +25,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::machine::{Closed, Config, History, JobFields, JobRecord, Lifecycle, Past, Place};
 use crate::reply::{Outcome, Reply};
-use crate::snapshot::{Header, Inconsistency, SnapshotError};
+use crate::snapshot::body::Header;
+use crate::snapshot::error::{Inconsistency, SnapshotError};
 use crate::wire::{ErrorCode, Job, JobState, Lease};
 
 /// `Config` as v1 to v3 carry it (`usize` is written as a u64 by bincode).
@@ -500,7 +501,7 @@ pub(super) struct ImageV1 {
 impl ImageV1 {
     /// A v1 body (after the version byte).
     pub fn decode(body: &[u8], options: impl Options) -> Result<ImageV1, SnapshotError> {
-        super::read(body, options)
+        crate::snapshot::body::read(body, options)
     }
 }
 
@@ -514,7 +515,7 @@ pub(super) struct ImageV2 {
 impl ImageV2 {
     /// A v2 body (after the version byte).
     pub fn decode(body: &[u8], options: impl Options) -> Result<ImageV2, SnapshotError> {
-        let image: ImageV2 = super::read(body, options)?;
+        let image: ImageV2 = crate::snapshot::body::read(body, options)?;
         if image.floor == 0 {
             // One state, one encoding: without a floor v2's writers wrote v1.
             return Err(Inconsistency::V2WithoutFloor.into());

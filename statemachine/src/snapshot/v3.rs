@@ -21,10 +21,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::idempotency::{Kept, Remembered, Shared};
 use crate::machine::JobRecord;
+use crate::snapshot::body::ImageRef;
+use crate::snapshot::error::SnapshotError;
+use crate::snapshot::format::SNAPSHOT_FORMAT_V4;
 use crate::snapshot::v1::{
     reply_v1, HeaderV1, ImageV2, JobRecordV1, RememberedV1, ReplyV1, StateV1,
 };
-use crate::snapshot::{ImageRef, SnapshotError, SNAPSHOT_FORMAT_V4};
 use crate::version::CLUSTER_VERSION_INITIAL;
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
@@ -84,7 +86,7 @@ impl<'a> From<&'a Remembered> for RememberedV3<'a> {
                 job_id: job_id.as_deref().map(Cow::Borrowed),
             },
             // Kept from entry version 7 on, whose states are written as v6 (`v5.rs`).
-            Kept::Batch { .. } => super::v1::before_v5(),
+            Kept::Batch { .. } => crate::snapshot::v1::before_v5(),
         };
         RememberedV3 {
             fingerprint: r.fingerprint,
@@ -168,7 +170,7 @@ pub(super) struct ImageV3 {
 impl ImageV3 {
     /// A v3 body (after the version byte).
     pub fn decode(body: &[u8], options: impl Options) -> Result<ImageV3, SnapshotError> {
-        super::read(body, options)
+        crate::snapshot::body::read(body, options)
     }
 }
 
@@ -194,8 +196,8 @@ pub(super) struct ImageV4 {
 impl ImageV4 {
     /// A v4 body (after the version byte).
     pub fn decode(body: &[u8], options: impl Options) -> Result<ImageV4, SnapshotError> {
-        let image: ImageV4 = super::read(body, options)?;
-        super::format_version(SNAPSHOT_FORMAT_V4, image.cluster_version)?;
+        let image: ImageV4 = crate::snapshot::body::read(body, options)?;
+        crate::snapshot::body::format_version(SNAPSHOT_FORMAT_V4, image.cluster_version)?;
         Ok(image)
     }
 }

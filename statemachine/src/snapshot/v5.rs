@@ -28,11 +28,13 @@ use serde::{Deserialize, Serialize};
 use crate::idempotency::{Kept, Remembered};
 use crate::machine::{Closed, History, JobFields, JobRecord, Lifecycle, Past, Place, Progress};
 use crate::reply::{Outcome, Reply};
+use crate::snapshot::body::ImageRef;
+use crate::snapshot::error::{Inconsistency, SnapshotError};
+use crate::snapshot::format::SNAPSHOT_FORMAT_V5;
 use crate::snapshot::v1::{
     ErrorCodeV1, HeaderV1, JobStateV1, JobV1, LeaseV1, OutcomeV1, ReplyV1, StateV1,
 };
 use crate::snapshot::v3::{ImageV4, KeptV3, RememberedV3, SharedV3};
-use crate::snapshot::{ImageRef, Inconsistency, SnapshotError, SNAPSHOT_FORMAT_V5};
 use crate::wire::{ApiError, ErrorCode, Job, JobState, Lease};
 
 /// A job's place as v5 carries it. A ready job's priority is its record's.
@@ -592,8 +594,8 @@ pub(super) struct ImageV5 {
 impl ImageV5 {
     /// A v5 body (after the version byte).
     pub fn decode(body: &[u8], options: impl Options) -> Result<ImageV5, SnapshotError> {
-        let image: ImageV5 = super::read(body, options)?;
-        super::format_version(SNAPSHOT_FORMAT_V5, image.cluster_version)?;
+        let image: ImageV5 = crate::snapshot::body::read(body, options)?;
+        crate::snapshot::body::format_version(SNAPSHOT_FORMAT_V5, image.cluster_version)?;
         Ok(image)
     }
 }

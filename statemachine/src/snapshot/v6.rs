@@ -25,9 +25,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::machine::jobs::history::{FeedEvent, HistoryEntry};
 use crate::machine::{EventLog, History};
+use crate::snapshot::body::ImageRef;
+use crate::snapshot::error::{Inconsistency, SnapshotError};
+use crate::snapshot::format::SNAPSHOT_FORMAT_V6;
 use crate::snapshot::v1::StateV1;
 use crate::snapshot::v5::{ImageV5, JobRecordV5, RememberedV5};
-use crate::snapshot::{ImageRef, Inconsistency, SnapshotError, SNAPSHOT_FORMAT_V6};
 
 /// A history as v6 carries it: `History::raw`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -122,8 +124,8 @@ pub(super) struct ImageV6 {
 impl ImageV6 {
     /// A v6 body (after the version byte).
     pub fn decode(body: &[u8], options: impl Options) -> Result<ImageV6, SnapshotError> {
-        let image: ImageV6 = super::read(body, options)?;
-        super::format_version(SNAPSHOT_FORMAT_V6, image.cluster_version)?;
+        let image: ImageV6 = crate::snapshot::body::read(body, options)?;
+        crate::snapshot::body::format_version(SNAPSHOT_FORMAT_V6, image.cluster_version)?;
         Ok(image)
     }
 }

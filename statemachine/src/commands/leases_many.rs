@@ -6,9 +6,9 @@
 //! command file's), in request order and at the entry's stamp, and gets its own reply in
 //! [`Outcome::Batch`]: one item's refusal changes nothing for the others. A scoped
 //! caller's items are each held to its scope against the stored job, as a single call's
-//! is (`scoped.rs`): a job the scope does not hold answers as a missing one.
+//! is (`commands/scoped.rs`): a job the scope does not hold answers as a missing one.
 //!
-//! May import: `command`, `commands` (the single calls' rules), `tenant`, `wire`.
+//! May import: `commands` (the single calls' rules), `machine`, `reply`, `tenant`.
 
 use crate::commands::At;
 use crate::commands::LeaseItem;
