@@ -5,15 +5,22 @@
 //! same state and replies on every replica, every time — which the tests check by replay.
 //!
 //! # Layout
+//! From the bottom up; no file imports one above it, and no two files import each other
+//! through others (`node/tests/layout/circles.rs` fails on a circle).
+//! - [`wire`]: the JSON types of docs/api.md (`wire/error.rs` the error codes and object,
+//!   `wire/job.rs` the job and the lease, then the request bodies and events).
 //! - [`limits`]: every bound of the API, and the validation shared with node and client.
-//! - [`wire`]: the JSON types of docs/api.md (`Job`, `Lease`, error codes, request bodies).
-//! - [`command`]: what goes into the log (`Entry`) and what comes out (`Reply`).
+//! - [`reply`]: what applying an entry produces (`Outcome`, `Reply`); `hash`: FNV-1a.
+//! - [`command`]: what goes into the log (`Entry`), re-exporting the replies and commands.
 //! - [`commands`]: every command, one file each (its log struct and forms, descriptor,
-//!   checks, rule and example), and the one list that makes them `Command`
-//!   (append-only).
+//!   checks, rule and example), the trait they implement (`commands/kind.rs`), the one
+//!   list that makes them `Command` (`commands/list.rs`, append-only) and the request
+//!   bodies that become them (`commands/requests.rs`).
+//! - `apply`: `LeaseMachine::apply`, the top: an entry's keyed, batched or plain command
+//!   through its rule.
 //! - [`descriptor`]: the facts every command states in its file: name, operation, scope
 //!   rule, outcome names, the entry version that introduced it, and what it names.
-//! - [`machine`]: `LeaseMachine::apply` and, in its files, the job record and its
+//! - [`machine`]: `LeaseMachine` (`machine/state.rs`) and, in its files, the job record and its
 //!   place, the indexes, the one transition point, the event log it feeds (histories
 //!   and the feed, `events.rs`), the rules (failover grace included) and the reads
 //!   (`next_deadline_ms`, `history`, `events`).
@@ -30,8 +37,9 @@
 //!   upgrades).
 //! - [`snapshot`]: `snapshot()`/`restore()` and `check_invariants()`; the versioned
 //!   snapshot formats (`snapshot/v1.rs`, `v3.rs`, `v5.rs`, `v6.rs`: their own record,
-//!   reply and event types); why a restore is refused ([`SnapshotError`],
-//!   [`Inconsistency`]).
+//!   reply and event types, each decoding into its image and upgrading the one before;
+//!   `body.rs` what they share, `format.rs` the format bytes); why a restore is refused
+//!   ([`SnapshotError`], [`Inconsistency`], `snapshot/error.rs`).
 
 mod apply;
 pub mod command;

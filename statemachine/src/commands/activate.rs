@@ -9,8 +9,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::commands::{unscoped, At, Command, CommandKind, Tick};
+use crate::commands::kind::{unscoped, CommandKind};
+use crate::commands::tick::Tick;
 use crate::descriptor::{Descriptor, Names};
+use crate::machine::At;
 use crate::machine::LeaseMachine;
 use crate::reply::{Outcome, Reply};
 use crate::tenant::Scope;
@@ -98,19 +100,5 @@ impl CommandKind for ActivateVersionIn {
                 index: 42,
             },
         }
-    }
-}
-
-/// The activation of `version`, decided against the membership entry `membership`: in
-/// the form that names it from [`VERSION_CHECKED_ACTIVATION`] on (every member decodes
-/// it by then), as the plain form before.
-pub fn activation(version: u32, membership: MembershipMark) -> Command {
-    if ClusterVersion::CheckedActivation.active_at(version) {
-        Command::ActivateVersionIn(ActivateVersionIn {
-            version,
-            membership,
-        })
-    } else {
-        Command::ActivateVersion(ActivateVersion { version })
     }
 }

@@ -5,19 +5,20 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::commands::{At, Command, CommandKind};
+use crate::commands::kind::CommandKind;
 use crate::descriptor::{CommandScope, Descriptor, MissingJob, Names, Operation};
 use crate::limits;
 use crate::machine::jobs::record::{Closed, Place};
 use crate::machine::jobs::transition::Cause;
 use crate::machine::rules::not_found;
+use crate::machine::At;
 use crate::machine::LeaseMachine;
 use crate::reply::Outcome;
 use crate::reply::Reply;
 use crate::tenant::Scope;
 use crate::version::ClusterVersion;
+use crate::wire::ApiError;
 use crate::wire::ErrorCode;
-use crate::wire::{ApiError, CancelRequest};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Cancel {
@@ -95,16 +96,4 @@ pub(crate) fn cancel(
         None => job.note(Cause::CancelRequest),
     }
     Ok(Outcome::Job(m.jobs[handle].view(now)))
-}
-
-/// The request (docs/api.md) as this command, in the form its fields need.
-impl CancelRequest {
-    pub fn into_command(self, job_id: &str) -> Result<Command, ApiError> {
-        let cmd = Command::Cancel(Cancel {
-            job_id: job_id.to_owned(),
-            reason: self.reason,
-        });
-        cmd.validate()?;
-        Ok(cmd)
-    }
 }

@@ -5,18 +5,19 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::commands::{At, Command, CommandKind};
+use crate::commands::kind::CommandKind;
 use crate::descriptor::{CommandScope, Descriptor, MissingJob, Names, Operation};
 use crate::limits;
 use crate::machine::jobs::record::Place;
 use crate::machine::jobs::transition::Cause;
 use crate::machine::rules::closed;
+use crate::machine::At;
 use crate::machine::LeaseMachine;
 use crate::reply::Reply;
 use crate::tenant::Scope;
 use crate::version::ClusterVersion;
+use crate::wire::ApiError;
 use crate::wire::ErrorCode;
-use crate::wire::{ApiError, ClaimRequest};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Claim {
@@ -105,18 +106,5 @@ pub(crate) fn claim(
             Err(m.job_error(handle, ErrorCode::LeaseHeld, msg))
         }
         Place::Ready { .. } => m.grant(log_index, now, handle, owner, ttl_ms),
-    }
-}
-
-/// The request (docs/api.md) as this command, in the form its fields need.
-impl ClaimRequest {
-    pub fn into_command(self, job_id: &str) -> Result<Command, ApiError> {
-        let cmd = Command::Claim(Claim {
-            job_id: job_id.to_owned(),
-            owner: self.owner,
-            ttl_ms: self.ttl_ms,
-        });
-        cmd.validate()?;
-        Ok(cmd)
     }
 }

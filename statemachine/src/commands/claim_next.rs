@@ -5,16 +5,17 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::commands::{At, ClaimNextMany, Command, CommandKind};
+use crate::commands::kind::CommandKind;
 use crate::descriptor::{CommandScope, Descriptor, Names, Operation};
 use crate::limits;
+use crate::machine::At;
 use crate::machine::LeaseMachine;
 use crate::reply::Outcome;
 use crate::reply::Reply;
 use crate::tenant::Scope;
 use crate::version::ClusterVersion;
+use crate::wire::ApiError;
 use crate::wire::ErrorCode;
-use crate::wire::{ApiError, ClaimNextRequest};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClaimNext {
@@ -78,30 +79,5 @@ pub(crate) fn claim_next(
             Err(e) if e.code == ErrorCode::JobFailed => continue,
             other => return other,
         }
-    }
-}
-
-/// The request (docs/api.md) as this command, in the form its fields need.
-impl ClaimNextRequest {
-    /// The command, and how long (ms) to wait for a claimable job.
-    pub fn into_command(self, queue: &str) -> Result<(Command, u64), ApiError> {
-        let wait_ms = self.wait_ms.unwrap_or(0);
-        limits::validate_wait_ms(wait_ms)?;
-        let (queue, owner, ttl_ms) = (queue.to_owned(), self.owner, self.ttl_ms);
-        let cmd = match self.max_jobs {
-            None => Command::ClaimNext(ClaimNext {
-                queue,
-                owner,
-                ttl_ms,
-            }),
-            Some(max_jobs) => Command::ClaimNextMany(ClaimNextMany {
-                queue,
-                owner,
-                ttl_ms,
-                max_jobs,
-            }),
-        };
-        cmd.validate()?;
-        Ok((cmd, wait_ms))
     }
 }

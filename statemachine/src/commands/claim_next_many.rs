@@ -7,9 +7,11 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::commands::{At, ClaimNext, CommandKind};
+use crate::commands::claim_next::ClaimNext;
+use crate::commands::kind::CommandKind;
 use crate::descriptor::{Descriptor, Names};
 use crate::limits;
+use crate::machine::At;
 use crate::machine::LeaseMachine;
 use crate::reply::Outcome;
 use crate::reply::Reply;

@@ -5,18 +5,20 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::commands::kind::CommandKind;
+use crate::commands::renew::Renew;
 use crate::commands::renew::LEASE_HOLDER_OUTCOMES;
-use crate::commands::{At, Command, CommandKind, Renew};
 use crate::descriptor::{Descriptor, Names, Operation};
 use crate::limits;
 use crate::machine::jobs::record::{Closed, Place};
 use crate::machine::jobs::transition::Cause;
 use crate::machine::rules::Holder;
+use crate::machine::At;
 use crate::machine::LeaseMachine;
 use crate::reply::Outcome;
 use crate::reply::Reply;
 use crate::tenant::Scope;
-use crate::wire::{json_text, ApiError, CompleteRequest};
+use crate::wire::ApiError;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Complete {
@@ -71,18 +73,4 @@ pub(crate) fn complete(
     job.edit().result = result.clone();
     job.move_to(Place::Closed(Closed::Completed), Cause::Complete);
     Ok(Outcome::Job(m.jobs[handle].view(now)))
-}
-
-/// The request (docs/api.md) as this command, in the form its fields need.
-impl CompleteRequest {
-    pub fn into_command(self, job_id: &str) -> Result<Command, ApiError> {
-        let cmd = Command::Complete(Complete {
-            job_id: job_id.to_owned(),
-            owner: self.owner,
-            generation: self.generation,
-            result: json_text("result", self.result)?,
-        });
-        cmd.validate()?;
-        Ok(cmd)
-    }
 }

@@ -5,15 +5,17 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::commands::kind::CommandKind;
 use crate::commands::lease_item::{validate_lease_items, LeaseItem};
 use crate::commands::leases_many::LeaseOp;
-use crate::commands::{At, Command, CommandKind, RenewMany};
+use crate::commands::renew_many::RenewMany;
 use crate::descriptor::{Descriptor, Names, Operation};
 use crate::limits;
+use crate::machine::At;
 use crate::machine::LeaseMachine;
 use crate::reply::Reply;
 use crate::tenant::Scope;
-use crate::wire::{ApiError, CompleteLeasesRequest};
+use crate::wire::ApiError;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CompleteMany {
@@ -46,22 +48,5 @@ impl CommandKind for CompleteMany {
             owner: "o".into(),
             leases: LeaseItem::example("1"),
         }
-    }
-}
-
-/// The request (docs/api.md) as this command, in the form its fields need.
-impl CompleteLeasesRequest {
-    pub fn into_command(self) -> Result<Command, ApiError> {
-        let leases = self.leases.into_iter().enumerate();
-        let cmd = Command::CompleteMany(CompleteMany {
-            owner: self.owner,
-            leases: leases
-                .map(|(i, l)| {
-                    LeaseItem::from_request(i, "result", l.job_id, l.generation, l.result)
-                })
-                .collect::<Result<_, _>>()?,
-        });
-        cmd.validate()?;
-        Ok(cmd)
     }
 }

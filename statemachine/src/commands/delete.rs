@@ -4,12 +4,14 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::commands::{At, CommandKind, Renew};
+use crate::commands::kind::CommandKind;
+use crate::commands::renew::Renew;
 use crate::descriptor::{Descriptor, Names, Operation};
 use crate::idempotency::Bounds;
 use crate::machine::jobs::record::Place;
 use crate::machine::jobs::transition::Cause;
 use crate::machine::rules::not_found;
+use crate::machine::At;
 use crate::machine::LeaseMachine;
 use crate::reply::Outcome;
 use crate::reply::Reply;

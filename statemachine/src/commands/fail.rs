@@ -5,17 +5,19 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::commands::{validate_error, At, Command, CommandKind, Renew};
+use crate::commands::kind::{validate_error, CommandKind};
+use crate::commands::renew::Renew;
 use crate::descriptor::{Descriptor, Names, Operation};
 use crate::machine::jobs::record::{Closed, Place};
 use crate::machine::jobs::transition::Cause;
 use crate::machine::rules::Holder;
+use crate::machine::At;
 use crate::machine::LeaseMachine;
 use crate::reply::Outcome;
 use crate::reply::Reply;
 use crate::tenant::Scope;
 use crate::version::ClusterVersion;
-use crate::wire::{ApiError, FailRequest};
+use crate::wire::ApiError;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Fail {
@@ -72,18 +74,4 @@ pub(crate) fn fail(
     // a cancel came while the job was leased (docs/api.md, Job), with its reason.
     job.move_to(Place::Closed(Closed::Failed { at_ms: now }), Cause::Fail);
     Ok(Outcome::Job(m.jobs[handle].view(now)))
-}
-
-/// The request (docs/api.md) as this command, in the form its fields need.
-impl FailRequest {
-    pub fn into_command(self, job_id: &str) -> Result<Command, ApiError> {
-        let cmd = Command::Fail(Fail {
-            job_id: job_id.to_owned(),
-            owner: self.owner,
-            generation: self.generation,
-            error: self.error,
-        });
-        cmd.validate()?;
-        Ok(cmd)
-    }
 }

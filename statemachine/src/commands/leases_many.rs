@@ -10,9 +10,9 @@
 //!
 //! May import: `commands` (the single calls' rules), `machine`, `reply`, `tenant`.
 
-use crate::commands::At;
-use crate::commands::LeaseItem;
+use crate::commands::lease_item::LeaseItem;
 use crate::machine::rules::Holder;
+use crate::machine::At;
 use crate::machine::LeaseMachine;
 use crate::reply::{Outcome, Reply};
 use crate::tenant::{not_found, Scope};

@@ -6,15 +6,16 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::commands::{At, Command, CommandKind};
+use crate::commands::kind::CommandKind;
 use crate::descriptor::{CommandScope, Descriptor, Names, Operation};
 use crate::limits;
+use crate::machine::At;
 use crate::machine::LeaseMachine;
 use crate::reply::Outcome;
 use crate::reply::Reply;
 use crate::tenant::Scope;
 use crate::version::ClusterVersion;
-use crate::wire::{ApiError, RedriveRequest};
+use crate::wire::ApiError;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Redrive {
@@ -79,16 +80,4 @@ pub(crate) fn redrive(
         m.requeue(log_index, now, handle, now);
     }
     Ok(Outcome::Retried(picked.len() as u64))
-}
-
-/// The request (docs/api.md) as this command, in the form its fields need.
-impl RedriveRequest {
-    pub fn into_command(self, queue: &str) -> Result<Command, ApiError> {
-        let cmd = Command::Redrive(Redrive {
-            queue: queue.to_owned(),
-            limit: self.limit.unwrap_or(limits::REDRIVE_LIMIT_DEFAULT),
-        });
-        cmd.validate()?;
-        Ok(cmd)
-    }
 }

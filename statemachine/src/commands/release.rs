@@ -7,17 +7,19 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::commands::{validate_error, At, Command, CommandKind, Renew};
+use crate::commands::kind::{validate_error, CommandKind};
+use crate::commands::renew::Renew;
 use crate::descriptor::{Descriptor, Names, Operation};
 use crate::limits;
 use crate::machine::lifecycle::Wait;
 use crate::machine::rules::{Holder, ReleaseHow};
+use crate::machine::At;
 use crate::machine::LeaseMachine;
 use crate::reply::Outcome;
 use crate::reply::Reply;
 use crate::tenant::Scope;
 use crate::version::ClusterVersion;
-use crate::wire::{ApiError, ReleaseRequest};
+use crate::wire::ApiError;
 
 /// Version 1's release.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -128,32 +130,4 @@ pub(crate) fn release(
     let to = job.after_lease(now, how.wait);
     job.end_lease(to, now, how.error.map(String::as_str));
     Ok(Outcome::Job(m.jobs[handle].view(now)))
-}
-
-/// The request (docs/api.md) as this command, in the form its fields need.
-impl ReleaseRequest {
-    /// A v1 release without version 1.1's fields (or with `retry: false` alone), else a
-    /// `ReleaseWith` (entry version 4).
-    pub fn into_command(self, job_id: &str) -> Result<Command, ApiError> {
-        let (job_id, owner, generation) = (job_id.to_owned(), self.owner, self.generation);
-        let retry = self.retry.unwrap_or(false);
-        let cmd = if self.delay_ms.is_none() && !retry && self.error.is_none() {
-            Command::Release(Release {
-                job_id,
-                owner,
-                generation,
-            })
-        } else {
-            Command::ReleaseWith(ReleaseWith {
-                job_id,
-                owner,
-                generation,
-                delay_ms: self.delay_ms,
-                retry,
-                error: self.error,
-            })
-        };
-        cmd.validate()?;
-        Ok(cmd)
-    }
 }

@@ -6,19 +6,20 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::commands::{At, Command, CommandKind};
+use crate::commands::kind::CommandKind;
 use crate::descriptor::{CommandScope, Descriptor, MissingJob, Names, Operation};
 use crate::limits;
 use crate::machine::jobs::record::{Place, Progress};
 use crate::machine::jobs::transition::Cause;
 use crate::machine::rules::lease_of;
 use crate::machine::rules::Holder;
+use crate::machine::At;
 use crate::machine::LeaseMachine;
 use crate::reply::Outcome;
 use crate::reply::Reply;
 use crate::tenant::Scope;
 use crate::version::ClusterVersion;
-use crate::wire::{json_text, ApiError, RenewRequest};
+use crate::wire::ApiError;
 
 /// The outcomes a command on a held lease usually meets (its metric's first labels).
 pub(crate) const LEASE_HOLDER_OUTCOMES: &[&str] = &[
@@ -142,30 +143,4 @@ pub(crate) fn renew(
         now,
         log_index,
     )))
-}
-
-/// The request (docs/api.md) as this command, in the form its fields need.
-impl RenewRequest {
-    /// A v1 renew without `progress`, else a `RenewWith` (entry version 4).
-    pub fn into_command(self, job_id: &str) -> Result<Command, ApiError> {
-        let job_id = job_id.to_owned();
-        let (owner, generation, ttl_ms) = (self.owner, self.generation, self.ttl_ms);
-        let cmd = match json_text("progress", self.progress)? {
-            None => Command::Renew(Renew {
-                job_id,
-                owner,
-                generation,
-                ttl_ms,
-            }),
-            progress => Command::RenewWith(RenewWith {
-                job_id,
-                owner,
-                generation,
-                ttl_ms,
-                progress,
-            }),
-        };
-        cmd.validate()?;
-        Ok(cmd)
-    }
 }

@@ -6,16 +6,17 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::commands::kind::CommandKind;
 use crate::commands::lease_item::{validate_lease_items, LeaseItem};
 use crate::commands::leases_many::LeaseOp;
-use crate::commands::{At, Command, CommandKind};
 use crate::descriptor::{CommandScope, Descriptor, Names, Operation};
 use crate::limits;
+use crate::machine::At;
 use crate::machine::LeaseMachine;
 use crate::reply::Reply;
 use crate::tenant::Scope;
 use crate::version::ClusterVersion;
-use crate::wire::{ApiError, RenewLeasesRequest};
+use crate::wire::ApiError;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RenewMany {
@@ -55,23 +56,5 @@ impl CommandKind for RenewMany {
             ttl_ms: Some(2_000),
             leases: LeaseItem::example("{\"step\":2}"),
         }
-    }
-}
-
-/// The request (docs/api.md) as this command, in the form its fields need.
-impl RenewLeasesRequest {
-    pub fn into_command(self) -> Result<Command, ApiError> {
-        let leases = self.leases.into_iter().enumerate();
-        let cmd = Command::RenewMany(RenewMany {
-            owner: self.owner,
-            ttl_ms: self.ttl_ms,
-            leases: leases
-                .map(|(i, l)| {
-                    LeaseItem::from_request(i, "progress", l.job_id, l.generation, l.progress)
-                })
-                .collect::<Result<_, _>>()?,
-        });
-        cmd.validate()?;
-        Ok(cmd)
     }
 }

@@ -6,17 +6,18 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::commands::{At, Cancel, Command, CommandKind};
+use crate::commands::cancel::Cancel;
+use crate::commands::kind::CommandKind;
 use crate::descriptor::{Descriptor, Names, Operation};
 use crate::limits;
 use crate::machine::lifecycle::not_retryable;
 use crate::machine::rules::not_found;
+use crate::machine::At;
 use crate::machine::LeaseMachine;
 use crate::reply::Outcome;
 use crate::reply::Reply;
 use crate::tenant::Scope;
 use crate::wire::ErrorCode;
-use crate::wire::{ApiError, RetryRequest};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Retry {
@@ -66,16 +67,4 @@ pub(crate) fn retry(
     }
     m.requeue(log_index, now, handle, run_at_ms.unwrap_or(now));
     Ok(Outcome::Job(m.jobs[handle].view(now)))
-}
-
-/// The request (docs/api.md) as this command, in the form its fields need.
-impl RetryRequest {
-    pub fn into_command(self, job_id: &str) -> Result<Command, ApiError> {
-        let cmd = Command::Retry(Retry {
-            job_id: job_id.to_owned(),
-            run_at_ms: self.run_at_ms,
-        });
-        cmd.validate()?;
-        Ok(cmd)
-    }
 }

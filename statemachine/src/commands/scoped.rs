@@ -5,46 +5,17 @@
 //!
 //! May import: `commands`, `descriptor`, `machine`, `tenant`, `version`, `wire`.
 
-use serde::{Deserialize, Serialize};
-
-use crate::commands::{At, Command, CommandKind, CommandOf, Delete, NoBatch, Tick};
+use crate::commands::delete::Delete;
+use crate::commands::kind::CommandKind;
+use crate::commands::list::{Command, ScopedCommand};
+use crate::commands::tick::Tick;
 use crate::descriptor::{Descriptor, Names, Operation};
+use crate::machine::At;
 use crate::machine::LeaseMachine;
 use crate::reply::Reply;
 use crate::tenant::{OutOfScope, QueuePattern, Scope};
 use crate::version::ClusterVersion;
 use crate::wire::{ApiError, ErrorCode};
-
-/// A client command (`Command::Scoped`) and the tenant scope of the token that sent it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ScopedCommand {
-    pub scope: Scope,
-    #[serde(deserialize_with = "plain_command")]
-    pub command: Box<Command>,
-}
-
-/// What a scoped command's command carries in place of a scope: no value of it exists,
-/// and decoding one fails at once, so `Scoped(Scoped(…))` cannot nest (as [`NoBatch`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NoScope {}
-
-impl<'de> Deserialize<'de> for NoScope {
-    fn deserialize<D: serde::Deserializer<'de>>(_: D) -> Result<Self, D::Error> {
-        Err(serde::de::Error::custom(
-            "a scoped command's command is itself scoped",
-        ))
-    }
-}
-
-impl From<NoScope> for ScopedCommand {
-    fn from(none: NoScope) -> ScopedCommand {
-        match none {}
-    }
-}
-
-fn plain_command<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Box<Command>, D::Error> {
-    CommandOf::<NoBatch, NoScope>::deserialize(d).map(|c| Box::new(Command::from(c)))
-}
 
 impl ScopedCommand {
     /// `command` held to `scope`: only a client command of its own (not a batch, a

@@ -8,18 +8,19 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::commands::{At, Command, CommandKind};
+use crate::commands::kind::CommandKind;
 use crate::descriptor::{CommandScope, Descriptor, Names, Operation};
 use crate::limits;
 use crate::machine::jobs::transition::Cause;
 use crate::machine::rules::NewJob;
+use crate::machine::At;
 use crate::machine::LeaseMachine;
 use crate::reply::Outcome;
 use crate::reply::Reply;
 use crate::tenant::Scope;
 use crate::version::ClusterVersion;
+use crate::wire::ApiError;
 use crate::wire::ErrorCode;
-use crate::wire::{json_text, ApiError, SubmitRequest};
 
 /// Version 1's submit.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -165,46 +166,6 @@ pub(crate) fn submit(m: &mut LeaseMachine, log_index: u64, now: u64, new: NewJob
     let place = fields.due_at(new.run_at_ms.unwrap_or(now), now);
     let handle = m.add_new(fields, place, Cause::Submit);
     Ok(Outcome::Job(m.jobs[handle].view(now)))
-}
-
-/// The request (docs/api.md) as this command, in the form its fields need.
-impl SubmitRequest {
-    /// A v1 submit when none of version 1.1's fields is given (any cluster applies it),
-    /// else a `SubmitWith` (entry version 4).
-    pub fn into_command(self) -> Result<Command, ApiError> {
-        let queue = self
-            .queue
-            .unwrap_or_else(|| limits::QUEUE_DEFAULT.to_owned());
-        let payload = json_text("payload", self.payload)?;
-        let v1_1 = self.run_at_ms.is_some()
-            || self.priority.is_some()
-            || self.backoff_ms.is_some()
-            || self.backoff_ms_max.is_some();
-        let cmd = if v1_1 {
-            Command::SubmitWith(SubmitWith {
-                id: self.id,
-                queue,
-                payload,
-                max_attempts: self.max_attempts,
-                run_at_ms: self.run_at_ms,
-                priority: self.priority.unwrap_or(0),
-                backoff_ms: self.backoff_ms.unwrap_or(0),
-                // The default cap never refuses a backoff the caller gave alone.
-                backoff_ms_max: self
-                    .backoff_ms_max
-                    .unwrap_or(limits::BACKOFF_MS_MAX_DEFAULT.max(self.backoff_ms.unwrap_or(0))),
-            })
-        } else {
-            Command::Submit(Submit {
-                id: self.id,
-                queue,
-                payload,
-                max_attempts: self.max_attempts,
-            })
-        };
-        cmd.validate()?;
-        Ok(cmd)
-    }
 }
 
 /// A job id derived from the log index: the same on every replica, and the same for

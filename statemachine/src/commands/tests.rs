@@ -1,10 +1,10 @@
-//! Requests become commands (`into_command` in each command's file): the JSON checks
+//! Requests become commands (`into_command`, `requests.rs`): the JSON checks
 //! made at that boundary only — size, depth, `null` — and the form each request picks.
 //!
 //! May import: `command`, `commands`, `limits`, `wire`.
 
-use crate::commands::Command;
-use crate::commands::Submit;
+use crate::commands::list::Command;
+use crate::commands::submit::Submit;
 use crate::limits;
 use crate::wire::{CompleteRequest, ErrorCode, SubmitRequest};
 

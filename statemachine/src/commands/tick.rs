@@ -6,8 +6,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::commands::{unscoped, At, CommandKind};
+use crate::commands::kind::{unscoped, CommandKind};
 use crate::descriptor::{CommandScope, Descriptor, Names, Operation};
+use crate::machine::At;
 use crate::machine::LeaseMachine;
 use crate::reply::{Outcome, Reply};
 use crate::tenant::Scope;
