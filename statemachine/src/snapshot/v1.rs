@@ -195,28 +195,44 @@ impl TryFrom<JobRecordV1<String>> for JobRecord {
     }
 }
 
-/// `wire::ErrorCode` as v1 to v3 carry it, by variant index. The codes after `Timeout`
-/// were appended while v3 was current (no state-machine rule answers them, so no image
-/// holds one); a code added from now on needs a new format.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-pub(super) enum ErrorCodeV1 {
-    InvalidArgument,
-    PayloadTooLarge,
-    NotFound,
-    AlreadyExists,
-    LeaseHeld,
-    JobCompleted,
-    JobFailed,
-    StaleLease,
-    LeaseExpired,
-    IdempotencyKeyReused,
-    Unavailable,
-    Timeout,
-    Unauthenticated,
-    PermissionDenied,
-    Internal,
-    UnsupportedMediaType,
+/// Calls `$then!` with every code of [`ErrorCodeV1`], in order: the one list of them,
+/// for the enum and each map to and from it (`error_codes!` here, `v5.rs`'s).
+macro_rules! v1_codes {
+    ($then:ident) => {
+        $then!(
+            InvalidArgument,
+            PayloadTooLarge,
+            NotFound,
+            AlreadyExists,
+            LeaseHeld,
+            JobCompleted,
+            JobFailed,
+            StaleLease,
+            LeaseExpired,
+            IdempotencyKeyReused,
+            Unavailable,
+            Timeout,
+            Unauthenticated,
+            PermissionDenied,
+            Internal,
+            UnsupportedMediaType
+        );
+    };
 }
+pub(super) use v1_codes;
+
+/// Declares [`ErrorCodeV1`] with the codes of [`v1_codes`].
+macro_rules! declare_v1 {
+    ($($v:ident),*) => {
+        /// `wire::ErrorCode` as v1 to v3 carry it, by variant index. The codes after
+        /// `Timeout` were appended while v3 was current (no state-machine rule answers
+        /// them, so no image holds one); a code added from now on needs a new format.
+        #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+        pub(super) enum ErrorCodeV1 { $($v),* }
+    };
+}
+
+v1_codes!(declare_v1);
 
 /// What a state of version 1.1 (cluster version 4 and on) holds cannot be written in a
 /// format before v5, and never is: the cluster version gate admits no command that
@@ -245,24 +261,7 @@ macro_rules! error_codes {
     };
 }
 
-error_codes!(
-    InvalidArgument,
-    PayloadTooLarge,
-    NotFound,
-    AlreadyExists,
-    LeaseHeld,
-    JobCompleted,
-    JobFailed,
-    StaleLease,
-    LeaseExpired,
-    IdempotencyKeyReused,
-    Unavailable,
-    Timeout,
-    Unauthenticated,
-    PermissionDenied,
-    Internal,
-    UnsupportedMediaType
-);
+v1_codes!(error_codes);
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub(super) enum JobStateV1 {

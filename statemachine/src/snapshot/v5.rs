@@ -32,7 +32,7 @@ use crate::snapshot::body::ImageRef;
 use crate::snapshot::error::{Inconsistency, SnapshotError};
 use crate::snapshot::format::SNAPSHOT_FORMAT_V5;
 use crate::snapshot::v1::{
-    ErrorCodeV1, HeaderV1, JobStateV1, JobV1, LeaseV1, OutcomeV1, ReplyV1, StateV1,
+    v1_codes, ErrorCodeV1, HeaderV1, JobStateV1, JobV1, LeaseV1, OutcomeV1, ReplyV1, StateV1,
 };
 use crate::snapshot::v3::{ImageV4, KeptV3, RememberedV3, SharedV3};
 use crate::wire::{ApiError, ErrorCode, Job, JobState, Lease};
@@ -717,21 +717,4 @@ macro_rules! codes_of_v1 {
     };
 }
 
-codes_of_v1!(
-    InvalidArgument,
-    PayloadTooLarge,
-    NotFound,
-    AlreadyExists,
-    LeaseHeld,
-    JobCompleted,
-    JobFailed,
-    StaleLease,
-    LeaseExpired,
-    IdempotencyKeyReused,
-    Unavailable,
-    Timeout,
-    Unauthenticated,
-    PermissionDenied,
-    Internal,
-    UnsupportedMediaType
-);
+v1_codes!(codes_of_v1);
