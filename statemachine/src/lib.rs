@@ -6,7 +6,8 @@
 //!
 //! # Layout
 //! - [`limits`]: every bound of the API, and the validation shared with node and client.
-//! - [`wire`]: the JSON types of docs/api.md (`Job`, `Lease`, error codes, request bodies).
+//! - [`wire`]: the JSON types of docs/api.md (`Job`, `Lease`, error codes, request bodies,
+//!   the cluster status and membership bodies).
 //! - [`command`]: what goes into the log (`Entry`) and what comes out (`Reply`).
 //! - [`commands`]: every command, one file each (its log struct and forms, descriptor,
 //!   checks, rule and example), and the one list that makes them `Command`

@@ -17,6 +17,8 @@ pub use batch::{
     BatchResult, BatchResults, ClaimNextReply, CompleteItem, CompleteLeasesRequest, LeasesReply,
     RenewItem, RenewLeasesRequest,
 };
+mod cluster;
+pub use cluster::{ClusterView, MemberVersion, MembershipView};
 
 /// One variant per error code of docs/api.md, 1:1, spelled as on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
