@@ -9,7 +9,7 @@
 //! `error`); the calls that answer a `Lease` (claims, renew) are in `lease`, above this
 //! file, and `ClientBuilder::build` is here (issue 45 item 7: no import circle).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -22,7 +22,7 @@ use leasehold_statemachine::wire::{
 use leasehold_statemachine::{ErrorBody, JobState};
 use reqwest::Method;
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
@@ -206,47 +206,17 @@ impl ListJobs {
     }
 }
 
-/// `GET /v1/cluster`: one node's view of the cluster.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ClusterStatus {
-    pub node_id: u64,
-    pub leader_id: Option<u64>,
-    pub term: u64,
-    pub voters: Vec<u64>,
-    pub learners: Vec<u64>,
-    /// Node id (as a string, JSON object keys are strings) → advertised address.
-    pub nodes: BTreeMap<String, String>,
-    pub commit_index: u64,
-    pub applied_index: u64,
-    pub cluster_time_ms: u64,
-    /// Added to the first contract (docs/api-additions.md): the node's Raft role, when
-    /// the node reports it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub state: Option<String>,
-    /// Added to the first contract: the cluster's id (32 hex digits), when the node
-    /// reports it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cluster_id: Option<String>,
-    /// Added (issue 29): the entry version the cluster runs; 4 and above serve version
-    /// 1.1's lifecycle. Absent from a node of the first release.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cluster_version: Option<u32>,
-    /// Added (issue 32): the newest event seq this node applied; an `after` that sees only
-    /// what comes next. Absent from a node older than the event feed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub event_seq: Option<u64>,
-}
-
+/// `GET /v1/cluster`: one node's view of the cluster. The node's own wire type
+/// (`leasehold_statemachine::wire::ClusterView`), re-exported under the client's name:
+/// the fields added after the first release are `Option` (the member versions an empty
+/// map), `None` when an older node leaves them out.
+pub use leasehold_statemachine::wire::ClusterView as ClusterStatus;
+/// A member's entry version in [`ClusterStatus::entry_versions`] (the leader's view).
+pub use leasehold_statemachine::wire::MemberVersion;
 /// The membership after a change (`POST /v1/cluster/nodes`,
-/// `DELETE /v1/cluster/nodes/{id}`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Membership {
-    pub leader_id: Option<u64>,
-    pub voters: Vec<u64>,
-    pub learners: Vec<u64>,
-    /// Node id (as a string) → advertised address.
-    pub nodes: BTreeMap<String, String>,
-}
+/// `DELETE /v1/cluster/nodes/{id}`): the node's wire type
+/// (`leasehold_statemachine::wire::MembershipView`), re-exported.
+pub use leasehold_statemachine::wire::MembershipView as Membership;
 
 /// How long the server may take to add a node: its catch-up wait (30 s) and a commit.
 const ADD_NODE_WAIT: Duration = Duration::from_secs(40);
@@ -744,6 +714,8 @@ mod tests {
         assert_eq!(e.code, ErrorCode::InvalidArgument);
     }
 
+    /// A node of the first release writes none of the later fields: still read, each
+    /// `None` (the member versions empty).
     #[test]
     fn cluster_status_parses_api_md_fields() {
         let json = r#"{"node_id":2,"leader_id":1,"term":3,"voters":[1,2,3],"learners":[],
@@ -752,5 +724,28 @@ mod tests {
         let s: ClusterStatus = serde_json::from_str(json).unwrap();
         assert_eq!(s.leader_id, Some(1));
         assert_eq!(s.state, None);
+        assert_eq!(s.cluster_id, None);
+        assert_eq!(s.cluster_version, None);
+        assert_eq!(s.entry_version_max, None);
+        assert!(s.entry_versions.is_empty());
+        assert_eq!(s.event_seq, None);
+    }
+
+    /// A node between releases: the role and cluster version, no event feed yet.
+    #[test]
+    fn cluster_status_reads_a_partial_body() {
+        let json = r#"{"node_id":1,"leader_id":null,"term":0,"voters":[],"learners":[],
+            "nodes":{},"commit_index":0,"applied_index":0,"cluster_time_ms":0,
+            "state":"Follower","cluster_id":null,"cluster_version":3,"entry_version_max":3,
+            "entry_versions":{"2":{"entry_version_max":1,"source":"previous_release"}}}"#;
+        let s: ClusterStatus = serde_json::from_str(json).unwrap();
+        assert_eq!(s.state.as_deref(), Some("Follower"));
+        assert_eq!((s.cluster_version, s.event_seq), (Some(3), None));
+        assert_eq!(s.entry_versions["2"].source, "previous_release");
+        let m: Membership = serde_json::from_str(
+            r#"{"leader_id":1,"voters":[1],"learners":[],"nodes":{"1":"h:7001"}}"#,
+        )
+        .unwrap();
+        assert_eq!(m.leader_id, Some(1));
     }
 }

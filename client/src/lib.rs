@@ -66,7 +66,7 @@ pub mod tls;
 mod transport;
 
 pub use batch::{ItemResult, LeaseRef};
-pub use client::{Client, ClusterStatus, ListJobs, Membership, NewJob, Release};
+pub use client::{Client, ClusterStatus, ListJobs, MemberVersion, Membership, NewJob, Release};
 pub use clock::{BootClock, Clock, LocalClock, LocalInstant};
 pub use config::{ClientBuilder, Config, Token};
 pub use deadline::{DeadlinePolicy, DriftOutOfRange};

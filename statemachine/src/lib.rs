@@ -8,7 +8,8 @@
 //! From the bottom up; no file imports one above it, and no two files import each other
 //! through others (`node/tests/layout/circles.rs` fails on a circle).
 //! - [`wire`]: the JSON types of docs/api.md (`wire/error.rs` the error codes and object,
-//!   `wire/job.rs` the job and the lease, then the request bodies and events).
+//!   `wire/job.rs` the job and the lease, then the request bodies and events; `wire/cluster.rs` the
+//!   cluster status and membership bodies).
 //! - [`limits`]: every bound of the API, and the validation shared with node and client.
 //! - [`reply`]: what applying an entry produces (`Outcome`, `Reply`); `hash`: FNV-1a.
 //! - [`command`]: what goes into the log (`Entry`), re-exporting the replies and commands.

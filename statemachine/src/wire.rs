@@ -21,6 +21,8 @@ pub use batch::{
 };
 pub use error::{ApiError, ErrorBody, ErrorCode};
 pub use job::{raw_json, Job, JobPage, JobState, Lease};
+mod cluster;
+pub use cluster::{ClusterView, MemberVersion, MembershipView};
 
 /// A request's JSON value as the text a command keeps: at most docs/api.md's size and
 /// depth, `null` as none.

@@ -14,20 +14,23 @@
 //! forgotten its votes and must not come back as the voter it was. Remove it first, then
 //! add it again (`serve --join` does the adding, and refuses to vote until it is added).
 //!
+//! The answer's body is the wire type `MembershipView` (`statemachine/src/wire/cluster.rs`),
+//! which the client reads as its `Membership`.
+//!
 //! Imports `answer`, `forward`, `inputs` (its body's type), `leader`, `ops` and `request`
 //! of `http`; `node`, `raft`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{Path, Request, State};
 use axum::http::StatusCode;
 use axum::response::Response;
+use leasehold_statemachine::wire::MembershipView;
 use leasehold_statemachine::{ApiError, ErrorCode};
 use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
 use openraft::{BasicNode, ChangeMembers, Membership};
-use serde::Serialize;
 
 use super::answer::{error_response, json_response};
 use super::forward::inbound;
@@ -43,15 +46,6 @@ use crate::types::{NodeId, RaftMetrics};
 const CATCH_UP_LAG: u64 = 64;
 /// Longest a membership change (two entries, joint then uniform) may take to commit.
 const CHANGE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The body of a successful change: the membership after it.
-#[derive(Debug, Serialize, schemars::JsonSchema)]
-pub struct MembershipView {
-    pub leader_id: Option<NodeId>,
-    pub voters: Vec<NodeId>,
-    pub learners: Vec<NodeId>,
-    pub nodes: BTreeMap<String, String>,
-}
 
 fn invalid(msg: impl Into<String>) -> ApiError {
     ApiError::new(ErrorCode::InvalidArgument, msg)

@@ -14,7 +14,8 @@
 //! document (and so the tests).
 //!
 //! May import `routes`, `answer` and the view types of the handler files (their schemas
-//! only); nothing of `http` imports it but `router.rs`.
+//! only; the cluster status and membership bodies are wire types of the state machine
+//! crate, shared with the client); nothing of `http` imports it but `router.rs`.
 
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
@@ -28,7 +29,7 @@ use serde_json::{json, Map, Value};
 
 use super::answer::json_response;
 use super::routes::{BudgetClass, Need, RouteId, RouteSpec, ROUTES};
-use super::{backup, membership, ops, ui};
+use super::{backup, ops, ui};
 
 /// The document's `info.version`: the API's, not the binary's.
 pub const API_VERSION: &str = "1.1";
@@ -406,12 +407,12 @@ fn body_schema(
         "EventPage" => of::<sm::wire::EventPage>(g),
         "RedriveReply" => of::<sm::wire::RedriveReply>(g),
         "BatchResults" => of::<sm::wire::BatchResults>(g),
-        "ClusterView" => of::<ops::ClusterView>(g),
+        "ClusterView" => of::<sm::wire::ClusterView>(g),
         "DigestView" => of::<ops::DigestView>(g),
         "Readiness" => of::<ops::Readiness>(g),
         "MembersView" => of::<ui::MembersView>(g),
         "RejectionsView" => of::<ui::RejectionsView>(g),
-        "MembershipView" => of::<membership::MembershipView>(g),
+        "MembershipView" => of::<sm::wire::MembershipView>(g),
         "ReadIndex" => of::<backup::ReadIndex>(g),
         // The document itself: any OpenAPI 3.1 object.
         "OpenApiDocument" => json!({"type": "object", "required": ["openapi", "paths"]}),

@@ -1,5 +1,7 @@
 //! Cluster status and operations endpoints: `/v1/cluster`, `/healthz`, `/readyz`,
-//! `/metrics`. They answer from this node's own view and never forward.
+//! `/metrics`. They answer from this node's own view and never forward. The
+//! `/v1/cluster` body is the wire type `ClusterView` (`statemachine/src/wire/cluster.rs`),
+//! which the client reads as its `ClusterStatus`.
 //!
 //! Imports `answer.rs` of `http`; `node`, `telemetry`.
 
@@ -9,47 +11,11 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use leasehold_statemachine::wire::{ClusterView, MemberVersion};
 use serde::Serialize;
 
 use super::answer::{error_response, json_response};
 use crate::node::Node;
-
-#[derive(Debug, Serialize, schemars::JsonSchema)]
-pub(super) struct ClusterView {
-    pub(super) node_id: u64,
-    pub(super) leader_id: Option<u64>,
-    pub(super) term: u64,
-    pub(super) voters: Vec<u64>,
-    pub(super) learners: Vec<u64>,
-    pub(super) nodes: BTreeMap<String, String>,
-    pub(super) commit_index: u64,
-    pub(super) applied_index: u64,
-    pub(super) cluster_time_ms: u64,
-    /// Added to the first contract (docs/api-additions.md): this node's Raft role.
-    pub(super) state: String,
-    /// Added to the first contract: the cluster's id (32 hex digits), null until this node
-    /// initialized the cluster or was first replicated to.
-    pub(super) cluster_id: Option<String>,
-    /// Added (issue 29): the cluster version this node applied (`raft/versions.rs`).
-    pub(super) cluster_version: u32,
-    /// Added (issue 29): the newest entry version this node's binary applies.
-    pub(super) entry_version_max: u32,
-    /// Added (issue 29): on the leader, each member's entry version as it last polled
-    /// them; empty on other nodes.
-    pub(super) entry_versions: BTreeMap<String, MemberVersion>,
-    /// Added (issue 32): the seq of the newest event this node applied (0 before any):
-    /// where a watcher that wants only what comes next starts (`GET /v1/events?after=`).
-    pub(super) event_seq: u64,
-}
-
-/// A member's entry version as the leader knows it (`raft::versions::Seen`).
-#[derive(Debug, Serialize, schemars::JsonSchema)]
-pub(super) struct MemberVersion {
-    /// 1 when it answered 404 (the previous release) or did not answer.
-    pub(super) entry_version_max: u32,
-    /// `advertised`, `previous_release` or `unknown`.
-    pub(super) source: &'static str,
-}
 
 async fn committed_index(node: &Node) -> u64 {
     node.raft
@@ -92,12 +58,12 @@ pub(super) async fn cluster_view(node: &Node) -> ClusterView {
         commit_index: committed_index(node).await,
         applied_index: m.last_applied.map_or(0, |l| l.index),
         cluster_time_ms: node.cluster_time_ms(),
-        state: format!("{:?}", m.state),
+        state: Some(format!("{:?}", m.state)),
         cluster_id: node.guards.peer.cluster_id().map(|c| c.to_string()),
-        cluster_version: node.sm.read(|s| s.machine.cluster_version()),
-        entry_version_max: node.versions.own(),
+        cluster_version: Some(node.sm.read(|s| s.machine.cluster_version())),
+        entry_version_max: Some(node.versions.own()),
         entry_versions: member_versions(node),
-        event_seq: node.sm.read(|s| s.machine.last_event_seq()),
+        event_seq: Some(node.sm.read(|s| s.machine.last_event_seq())),
     }
 }
 
@@ -109,7 +75,7 @@ fn member_versions(node: &Node) -> BTreeMap<String, MemberVersion> {
         .map(|(id, seen)| {
             let v = MemberVersion {
                 entry_version_max: seen.version(),
-                source: seen.source(),
+                source: seen.source().to_owned(),
             };
             (id.to_string(), v)
         })

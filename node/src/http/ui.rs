@@ -308,7 +308,7 @@ pub async fn members(State(node): State<Arc<Node>>, req: Request) -> Response {
                 commit_index: own.commit_index,
                 applied_index: own.applied_index,
                 cluster_time_ms: own.cluster_time_ms,
-                state: Some(own.state.clone()),
+                state: own.state.clone(),
             }),
         })
         .collect();
