@@ -324,3 +324,22 @@ fn allow_lists_the_methods_of_the_rows_that_serve_a_path() {
     assert_eq!(allowed("/healthz"), "GET, HEAD");
     assert_eq!(allowed("/nope"), "");
 }
+
+/// Every operation a client command needs is needed by some route: a new client command
+/// whose route row was forgotten fails here (its own operation, as "pause a job" would
+/// bring, is served nowhere), instead of answering 404 at run time. An operation no
+/// command needs (`Read`, `Manage`) is a route's own; `Internal` never has one.
+#[test]
+fn every_client_command_is_served_by_a_route() {
+    for d in leasehold_statemachine::DESCRIPTORS {
+        if d.operation == Operation::Internal {
+            continue;
+        }
+        assert!(
+            ROUTES.iter().any(|r| r.need == Need::Op(d.operation)),
+            "command {:?} needs {:?}, and no route of the table does",
+            d.name,
+            d.operation
+        );
+    }
+}
