@@ -16,7 +16,7 @@ impl LeaseMachine {
     }
 
     /// [`LeaseMachine::has_claimable`] for a claim-next held to a tenant scope: only a
-    /// job the scope holds counts (`machine/scoped.rs`).
+    /// job the scope holds counts (`commands/scoped.rs`).
     pub fn has_claimable_for(&self, queue: &str, now_ms: u64, scope: Option<&Scope>) -> bool {
         if self.next_ready(queue, scope).is_some() {
             return true;

@@ -5,7 +5,7 @@
 //!   about which jobs exist;
 //! - against the stored job, where the command is applied: a scoped client command
 //!   travels in the log as `ScopedCommand`, and the machine
-//!   (`machine/scoped.rs`) answers a job the scope does not hold exactly as a missing
+//!   (`commands/scoped.rs`) answers a job the scope does not hold exactly as a missing
 //!   one. Every replica decides the same, at the entry's place in the log, so nothing
 //!   can change between the check and the write.
 //!

@@ -1,5 +1,5 @@
 //! Client batches where they are applied (docs/api.md "Batches", entry version 6,
-//! `machine/batches.rs`): claim-next for several jobs, renew and complete for several
+//! `commands/leases_many.rs`): claim-next for several jobs, renew and complete for several
 //! leases, each item decided as its single call would be and answered on its own, in
 //! request order; the version gate; the bounds (at the bound and one past it) refusing
 //! the whole request and changing nothing; a scoped caller's items held to its scope one

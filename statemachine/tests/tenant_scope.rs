@@ -1,4 +1,4 @@
-//! Scoped commands where they are applied (issue 30, `tenant.rs`, `machine/scoped.rs`):
+//! Scoped commands where they are applied (issue 30, `tenant.rs`, `commands/scoped.rs`):
 //! a job the caller's scope does not hold answers exactly as a missing one and is left
 //! as it was; an id another tenant's job has is taken, without that job; the decision is
 //! made at the entry's place in the log (no check-then-propose race); claim-next hands

@@ -1,6 +1,6 @@
 //! `batch` (internal): several client commands proposed as one log entry (group
 //! commit, the node's batcher). The machine applies a top-level batch item by item
-//! (`machine/mod.rs`), each as if it were its own entry at this stamp, with its own
+//! (`apply.rs`), each as if it were its own entry at this stamp, with its own
 //! idempotency key and reply; a batch inside a batch is refused.
 //!
 //! May import: `commands`, `descriptor`, `limits`, `machine`, `tenant`, `version`, `wire`.

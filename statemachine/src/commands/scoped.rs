@@ -1,6 +1,6 @@
 //! `scoped` (entry version 3): a client command and the tenant scope of the token that
 //! sent it. The machine checks the scope against the stored job where it applies it
-//! (`machine/scoped.rs`), so every replica gives the same answer and nothing changes
+//! (below, `execute_scoped`), so every replica gives the same answer and nothing changes
 //! between the check and the write. Its descriptor and names are its command's.
 //!
 //! May import: `commands`, `descriptor`, `machine`, `tenant`, `version`, `wire`.
