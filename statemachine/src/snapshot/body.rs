@@ -14,14 +14,8 @@ use serde::de::DeserializeOwned;
 use crate::idempotency::Remembered;
 use crate::machine::{Config, EventLog, JobRecord};
 use crate::snapshot::error::{Inconsistency, SnapshotError};
-use crate::snapshot::format::{SNAPSHOT_FORMAT_V4, SNAPSHOT_FORMAT_V5};
+use crate::snapshot::format::SNAPSHOT_FORMAT_V4;
 use crate::version::{ClusterVersion, CLUSTER_VERSION_INITIAL};
-
-/// The cluster version from which a machine's state needs format v5.
-const CLUSTER_VERSION_V5: u32 = ClusterVersion::Lifecycle.number();
-
-/// The cluster version from which a machine's state needs format v6.
-const CLUSTER_VERSION_V6: u32 = ClusterVersion::Events.number();
 
 /// The machine's scalars, first in every snapshot format.
 #[derive(Debug, Clone, Copy)]
@@ -57,19 +51,46 @@ pub(crate) fn read<T: DeserializeOwned>(
 
 /// The cluster version a v4, v5 or v6 body (`format`) names, checked against the
 /// format: one state, one encoding — a writer picks the oldest format that carries its
-/// state ([`ClusterVersion::snapshot_format`]).
+/// state, so the format must be the one the version table gives for that version
+/// ([`ClusterVersion::snapshot_format`], the one place the mapping is written).
 pub(crate) fn format_version(format: u8, version: u32) -> Result<(), SnapshotError> {
-    let fits = match format {
-        // At the initial version v4's writers wrote v3.
-        SNAPSHOT_FORMAT_V4 if version <= CLUSTER_VERSION_INITIAL => {
-            return Err(Inconsistency::V4WithoutVersion.into())
-        }
-        SNAPSHOT_FORMAT_V4 => version < CLUSTER_VERSION_V5,
-        SNAPSHOT_FORMAT_V5 => (CLUSTER_VERSION_V5..CLUSTER_VERSION_V6).contains(&version),
-        _ => version >= CLUSTER_VERSION_V6,
-    };
-    if !fits {
+    // At the initial version v4's writers wrote v3.
+    if format == SNAPSHOT_FORMAT_V4 && version <= CLUSTER_VERSION_INITIAL {
+        return Err(Inconsistency::V4WithoutVersion.into());
+    }
+    if ClusterVersion::snapshot_format(version).version() != format {
         return Err(Inconsistency::FormatForVersion(version).into());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::format::{SNAPSHOT_FORMAT_V5, SNAPSHOT_FORMAT_V6};
+
+    /// Which cluster versions each versioned format may carry: v4 at 2 and 3 (at the
+    /// initial version its writers wrote v3), v5 at 4, v6 from 5 on.
+    #[test]
+    fn each_format_carries_only_the_versions_that_write_it() {
+        for version in 0..=12 {
+            let v4 = format_version(SNAPSHOT_FORMAT_V4, version);
+            match version {
+                0 | 1 => assert!(matches!(
+                    v4,
+                    Err(SnapshotError::Inconsistent(Inconsistency::V4WithoutVersion))
+                )),
+                2 | 3 => assert!(v4.is_ok(), "v4 at {version}"),
+                _ => assert!(v4.is_err(), "v4 at {version}"),
+            }
+            let v5 = format_version(SNAPSHOT_FORMAT_V5, version);
+            assert_eq!(v5.is_ok(), version == 4, "v5 at {version}");
+            let v6 = format_version(SNAPSHOT_FORMAT_V6, version);
+            assert_eq!(v6.is_ok(), version >= 5, "v6 at {version}");
+            if let Err(e) = v6 {
+                let want = Inconsistency::FormatForVersion(version);
+                assert!(matches!(e, SnapshotError::Inconsistent(i) if i == want));
+            }
+        }
+    }
 }
