@@ -131,20 +131,6 @@ mod tests {
         assert_eq!(serde_json::from_str::<ClusterView>(want).unwrap(), view());
     }
 
-    /// A first-release node's body: none of the later fields.
-    #[test]
-    fn first_release_body_reads_with_the_later_fields_absent() {
-        let json = r#"{"node_id":2,"leader_id":1,"term":3,"voters":[1,2,3],"learners":[],
-            "nodes":{"1":"127.0.0.1:7001"},"commit_index":9,"applied_index":9,
-            "cluster_time_ms":1764450002345}"#;
-        let s: ClusterView = serde_json::from_str(json).unwrap();
-        assert_eq!(s.leader_id, Some(1));
-        assert_eq!((s.state, s.cluster_id), (None, None));
-        assert_eq!((s.cluster_version, s.entry_version_max), (None, None));
-        assert!(s.entry_versions.is_empty());
-        assert_eq!(s.event_seq, None);
-    }
-
     #[test]
     fn membership_view_json() {
         let m = MembershipView {
